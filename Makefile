@@ -1,0 +1,33 @@
+# Everything runs against real servers in locally built images (no registry is needed).
+export TESTCONTAINERS_RYUK_DISABLED ?= true
+
+GO ?= go
+
+.PHONY: all deps images demo test unit lint fuzz bench-cost
+
+all: lint test
+
+deps: ## install Valkey 8, Redis 7.0 and valgrind from Debian's packages
+	bash scripts/install-deps.sh
+
+images: ## build rlfn/valkey:8.0 and rlfn/redis:7.0 from the installed servers
+	bash scripts/build-images.sh
+
+demo: images ## a throwaway Valkey, the library loaded, every algorithm called
+	bash scripts/demo.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit: ## tests that need no server
+	$(GO) test -count=1 ./functions/... ./versions/...
+
+test: images lint ## every test, against Valkey 8, Redis 7.0 and a Valkey cluster
+	$(GO) test -count=1 -timeout 20m ./...
+
+fuzz: images ## explore the argument validation on a real server
+	$(GO) test -run '^$$' -fuzz FuzzArguments -fuzztime 60s ./integration_test/
+
+bench-cost: ## server cost per decision against redis_rate (callgrind and INFO commandstats)
+	bash scripts/bench-cost.sh

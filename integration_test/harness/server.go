@@ -1,0 +1,300 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Server is one server process in its own container, listening on
+// 127.0.0.1:Port through host networking.
+type Server struct {
+	Addr   string   // "127.0.0.1:<port>"
+	Port   int      // client port; a cluster node's bus is Port+10000
+	Image  string   // image the container runs
+	Cmd    []string // full command, e.g. ["valkey-server", "--port", ...]
+	NodeID string   // cluster node ID; empty for standalone servers
+
+	ctr   testcontainers.Container
+	admin valkey.Client // the harness's own connection, for cluster checks
+
+	mu         sync.Mutex
+	stopped    bool
+	terminated bool
+}
+
+// StartValkey starts a standalone Valkey server (ValkeyImage) with
+// args appended to its command line, and removes it when the test ends.
+func StartValkey(t testing.TB, args ...string) *Server {
+	t.Helper()
+	return startStandalone(t, ValkeyImage(), "valkey-server", args)
+}
+
+// StartRedis starts a standalone Redis server (RedisImage) with args appended
+// to its command line, and removes it when the test ends.
+func StartRedis(t testing.TB, args ...string) *Server {
+	t.Helper()
+	return startStandalone(t, RedisImage(), "redis-server", args)
+}
+
+// NewValkey is StartValkey for callers without a test, such as a TestMain that
+// shares servers between tests: the caller terminates the server.
+func NewValkey(ctx context.Context, args ...string) (*Server, error) {
+	return newStandalone(ctx, ValkeyImage(), "valkey-server", args)
+}
+
+// NewRedis is StartRedis for callers without a test.
+func NewRedis(ctx context.Context, args ...string) (*Server, error) {
+	return newStandalone(ctx, RedisImage(), "redis-server", args)
+}
+
+func newStandalone(ctx context.Context, image, binary string, args []string) (*Server, error) {
+	if err := checkImage(image); err != nil {
+		return nil, err
+	}
+	return startServer(ctx, image, binary, false, args)
+}
+
+func startStandalone(t testing.TB, image, binary string, args []string) *Server {
+	t.Helper()
+	Require(t, image)
+	s, err := startServer(t.Context(), image, binary, false, args)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Cleanup(func() { terminate(t, s) })
+	return s
+}
+
+// Client returns a connection to this server only (no cluster routing: a
+// cluster node answers MOVED for keys it does not own), closed when the test
+// ends. Use Cluster.Client for a routed cluster client.
+func (s *Server) Client(t testing.TB) valkey.Client {
+	t.Helper()
+	c, err := newNodeClient(s.Addr)
+	if err != nil {
+		t.Fatalf("harness: connect to %s: %v", s.Addr, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Stop kills the server without a graceful shutdown (stop timeout 0), as a
+// crashed node would disappear. The container is kept, so Start can bring the
+// same server back.
+func (s *Server) Stop(ctx context.Context) error {
+	zero := time.Duration(0)
+	if err := s.ctr.Stop(ctx, &zero); err != nil {
+		return fmt.Errorf("stop %s: %w", s.Addr, err)
+	}
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Start restarts a stopped server in the same container: same port, and for a
+// cluster node the same nodes.conf, so it rejoins with its node ID. Data is
+// gone (no persistence). It returns once the server answers PING.
+func (s *Server) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// The readiness log line from the first run is still in the container
+	// log, so testcontainers' wait passes at once; PING is what tells.
+	if err := s.ctr.Start(ctx); err != nil {
+		return fmt.Errorf("start %s: %w", s.Addr, err)
+	}
+	s.mu.Lock()
+	s.stopped = false
+	s.mu.Unlock()
+	err := waitFor(ctx, s.Addr+" answering PING", func() error {
+		return s.admin.Do(ctx, s.admin.B().Ping().Build()).Error()
+	})
+	if err != nil {
+		return fmt.Errorf("start %s: %w%s", s.Addr, err, tail(s.ctr))
+	}
+	return nil
+}
+
+// Running reports whether the server has not been stopped or terminated.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.stopped && !s.terminated
+}
+
+// Terminate removes the server's container. It is registered as test cleanup
+// already; calling it again is a no-op.
+func (s *Server) Terminate(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.terminated {
+		return nil
+	}
+	s.terminated = true
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	// No graceful shutdown: nothing is persisted, and a SIGTERM'd primary
+	// may first wait for its replicas.
+	return s.ctr.Terminate(ctx, testcontainers.StopTimeout(0))
+}
+
+// terminate removes servers in parallel (one by one, a cluster's teardown
+// adds up) and reports failures on t.
+func terminate(t testing.TB, servers ...*Server) {
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.Terminate(ctx); err != nil {
+				t.Errorf("harness: terminate %s: %v", s.Addr, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// startServer starts one server in a container on a free port, retrying with
+// another port when the port was taken (by another process, between freePort
+// and the server's bind).
+func startServer(ctx context.Context, image, binary string, cluster bool, args []string) (*Server, error) {
+	var errs []error
+	for attempt := 1; attempt <= 3 && ctx.Err() == nil; attempt++ {
+		port, err := freePort(cluster)
+		if err != nil {
+			return nil, err
+		}
+		cmd := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--save", "", "--appendonly", "no",
+			// A primary otherwise waits 5s for more replicas before a
+			// (diskless) full sync: most of a cluster's start-up time.
+			"--repl-diskless-sync-delay", "0"}
+		if cluster {
+			cmd = append(cmd, "--cluster-enabled", "yes",
+				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
+				"--cluster-node-timeout", "2000",
+				// Pin the address nodes announce (and clients are redirected
+				// to) to loopback, rather than what each node infers from
+				// its cluster bus connections.
+				"--cluster-announce-ip", "127.0.0.1")
+		}
+		cmd = append(cmd, args...)
+		s, err := runContainer(ctx, image, cmd, port)
+		if err == nil {
+			return s, nil
+		}
+		errs = append(errs, fmt.Errorf("attempt %d (port %d): %w", attempt, port, err))
+		if !strings.Contains(err.Error(), "Address already in use") {
+			break // e.g. a bad argument: another port will not help
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("start %s: %w", image, errors.Join(errs...))
+}
+
+func runContainer(ctx context.Context, image string, cmd []string, port int) (*Server, error) {
+	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:  image,
+			Cmd:    cmd,
+			Labels: map[string]string{"rlfn.harness": "true"},
+			// Host networking: the server binds 127.0.0.1:port on the host,
+			// so test traffic never touches a bridge address.
+			HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
+			// Both Valkey ("... connections tcp") and Redis log this.
+			WaitingFor: wait.ForLog("Ready to accept connections").
+				WithStartupTimeout(30 * time.Second),
+			AlwaysPullImage: false, // there is no registry; Require checked the image
+		},
+		Started: true,
+		// Lifecycle chatter would drown test output; errors are returned.
+		Logger: tclog.NewNoopLogger(),
+	})
+	if dc, ok := ctr.(*testcontainers.DockerContainer); ok && dc == nil {
+		ctr = nil // a nil *DockerContainer in a non-nil interface
+	}
+	if err != nil {
+		err = fmt.Errorf("%w%s", err, tail(ctr))
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background(), testcontainers.StopTimeout(0))
+		}
+		return nil, err
+	}
+	s := &Server{
+		Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Port:  port,
+		Image: image,
+		Cmd:   cmd,
+		ctr:   ctr,
+	}
+	if s.admin, err = newNodeClient(s.Addr); err != nil {
+		err = fmt.Errorf("connect to %s: %w%s", s.Addr, err, tail(ctr))
+		_ = ctr.Terminate(context.Background(), testcontainers.StopTimeout(0))
+		return nil, err
+	}
+	return s, nil
+}
+
+// tail returns the end of a failed container's log (e.g. "Address already in
+// use"), which says more than the wait strategy's error.
+func tail(ctr testcontainers.Container) string {
+	if ctr == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rc, err := ctr.Logs(ctx)
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	b, _ := io.ReadAll(rc)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return "\ncontainer log:\n" + string(b)
+}
+
+// newNodeClient connects to one node, never following the cluster topology.
+func newNodeClient(addr string) (valkey.Client, error) {
+	return valkey.NewClient(valkey.ClientOption{
+		InitAddress:       []string{addr},
+		ForceSingleClient: true,
+		DisableCache:      true, // no client-side caching: tests see the server's answers
+	})
+}
+
+// waitFor polls cond until it returns nil or ctx ends, then reports what was
+// awaited and the last reason it was not yet true.
+func waitFor(ctx context.Context, what string, cond func() error) error {
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up after %s waiting for %s: %w (last: %v)",
+				time.Since(start).Round(time.Millisecond), what, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
