@@ -138,15 +138,6 @@ func snap(t testing.TB, c valkey.Client, key string) snapshot {
 	return snapshot{dump: d, exists: true, expiry: exp}
 }
 
-func pttl(t testing.TB, c valkey.Client, key string) int64 {
-	t.Helper()
-	n, err := do(t, c, c.B().Pttl().Key(key).Build()).AsInt64()
-	if err != nil {
-		t.Fatalf("PTTL %s: %v", key, err)
-	}
-	return n
-}
-
 func isRLERR(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "RLERR ")
 }
