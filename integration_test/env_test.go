@@ -91,8 +91,39 @@ func forEachTarget(t *testing.T, fn func(t *testing.T, tg *target)) {
 	}
 }
 
-// fuzzTarget is the Valkey standalone target, for the fuzzer.
-func fuzzTarget(t testing.TB) *target { return servers(t)[0] }
+// fuzz holds the fuzzer's own Valkey: each fuzzing worker is a process of its own, and needs
+// one server, not the whole environment.
+var fuzz struct {
+	once sync.Once
+	err  error
+	tg   *target
+}
+
+func fuzzTarget(t testing.TB) *target {
+	t.Helper()
+	fuzz.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := harness.NewValkey(ctx)
+		if err != nil {
+			fuzz.err = err
+			return
+		}
+		closeLater(func() { _ = s.Terminate(context.Background()) })
+		c, err := nodeClient(s.Addr)
+		if err == nil {
+			err = load(ctx, c)
+		}
+		fuzz.tg, fuzz.err = &target{name: "valkey8", c: c, primary: c}, err
+	})
+	if fuzz.err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("fuzz server: %v", fuzz.err)
+		}
+		t.Skipf("fuzz server unavailable (run make images; in CI this fails): %v", fuzz.err)
+	}
+	return fuzz.tg
+}
 
 func startEnv() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
