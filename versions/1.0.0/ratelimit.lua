@@ -16,9 +16,11 @@ Why the arithmetic looks the way it does:
   * Time is the server's TIME in integer microseconds (about 1.7e15): Lua numbers are doubles,
     exact for integers below 2^53 (9.007e15), so every quantity here is kept an integer below
     2^53, and argument bounds are chosen so that products stay below it.
-  * Numbers are written to the server with string.format('%d'): tostring (and passing a number
-    to redis.call) keeps only 14 significant digits, which would round a microsecond
-    timestamp.
+  * State is kept as little-endian doubles packed with struct.pack: exact, and much cheaper
+    than decimal text (sprintf and strtod are the largest costs of a call otherwise). A number
+    passed to redis.call or tostring keeps only 14 significant digits, which would round a
+    microsecond timestamp, so only millisecond times (13 digits) are passed as numbers, and a
+    sliding log's microsecond score is written with string.format('%d').
   * Divisions go through floor_div / ceil_div, which correct the rounding of the float
     quotient, so retry_after_ms is never one millisecond short.
   * Token and leaky buckets keep their level as an exact integer count of 1/p-token units
@@ -134,18 +136,17 @@ local function call(name, cmd, key, ...)
   return res
 end
 
--- read_state returns the fields of a string state "n1 n2 ..." as numbers, or nil when the key
+-- read_state returns the fields of a state packed as `format` (size bytes), or nil when the key
 -- does not exist.
-local function read_state(name, key, pattern)
+local function read_state(name, key, format, size)
   local v = call(name, 'GET', key)
   if not v then
     return nil
   end
-  local a, b, c = string.match(v, pattern)
-  if not a then
+  if #v ~= size then
     rlerr(string.format('%s: key %s does not hold %s state', name, shown(key), name))
   end
-  return tonumber(a), tonumber(b), tonumber(c)
+  return struct.unpack(format, v)
 end
 
 local function reply(allowed, limit, remaining, retry_ms, reset_ms, delay_ms)
@@ -157,7 +158,8 @@ end
 
 --[[
 rl_fixed_window / rl_fixed_window_peek
-  KEYS[1] -> state: string "<window_start_ms> <count>", expiring when its window ends
+  KEYS[1] -> state: string struct.pack('<dd', window_start_ms, count), expiring when its
+             window ends
   ARGV[1] -> limit      units per window, 1..10^15-1
   ARGV[2] -> window_ms  window length; windows are aligned to the Unix epoch
   ARGV[3] -> cost       units this call takes, 0..10^15-1
@@ -179,7 +181,7 @@ local function fixed_window(name, keys, args, write)
   local reset_ms = to_ms((start + window) * 1000 - now)
 
   local count = 0
-  local s, c = read_state(name, key, '^(%d+) (%d+)$')
+  local s, c = read_state(name, key, '<dd', 16)
   if s == start then
     count = c
   end
@@ -193,7 +195,7 @@ local function fixed_window(name, keys, args, write)
   end
   if write and cost > 0 then
     count = count + cost
-    redis.call('SET', key, string.format('%d %d', start, count), 'PXAT', string.format('%d', start + window))
+    redis.call('SET', key, struct.pack('<dd', start, count), 'PXAT', start + window)
     return reply(true, limit, limit - count, 0, reset_ms, 0)
   end
   return reply(true, limit, limit - count, 0, count > 0 and reset_ms or 0, 0)
@@ -201,7 +203,8 @@ end
 
 --[[
 rl_sliding_window / rl_sliding_window_peek
-  KEYS[1] -> state: string "<current_window_start_ms> <previous_count> <current_count>"
+  KEYS[1] -> state: string struct.pack('<ddd', current_window_start_ms, previous_count,
+             current_count), expiring when the current window stops counting
   ARGV[1] -> limit      1..10^15-1, and limit * window_ms must not exceed 2^53
   ARGV[2] -> window_ms  window length; windows are aligned to the Unix epoch
   ARGV[3] -> cost       0..10^15-1
@@ -210,6 +213,14 @@ rl_sliding_window / rl_sliding_window_peek
   with `elapsed` the whole milliseconds since the current window started: the sliding window
   counter estimate, computed exactly in integers (everything is multiplied by window_ms).
 ]]
+-- whole_units turns units * ms of room into whole units
+local function whole_units(room, window)
+  if room <= 0 then
+    return 0
+  end
+  return floor_div(room, window)
+end
+
 local function sliding_window(name, keys, args, write)
   check_shape(name, keys, args, FIXED_ARGS)
   local limit = uint(args, 1, 'limit', 1, MAX_INT)
@@ -226,7 +237,7 @@ local function sliding_window(name, keys, args, write)
   local elapsed = now_ms - start
 
   local prev, curr = 0, 0
-  local s, p, c = read_state(name, key, '^(%d+) (%d+) (%d+)$')
+  local s, p, c = read_state(name, key, '<ddd', 24)
   if s == start then
     prev, curr = p, c
   elseif s == start - window then
@@ -235,23 +246,16 @@ local function sliding_window(name, keys, args, write)
 
   -- room: what is left of limit, in units * ms; negative if the limit was lowered
   local room = limit * window - prev * (window - elapsed) - curr * window
-  local function reset_ms(current)
-    if current > 0 then
-      return start + 2 * window - now_ms
-    elseif prev > 0 then
-      return start + window - now_ms
-    end
-    return 0
-  end
-  local function whole(units_ms)
-    if units_ms <= 0 then
-      return 0
-    end
-    return floor_div(units_ms, window)
+  -- the wait until the counts stop weighing: the current one counts until two windows on
+  local reset = 0
+  if curr > 0 then
+    reset = start + 2 * window - now_ms
+  elseif prev > 0 then
+    reset = start + window - now_ms
   end
 
   if cost > limit then
-    return reply(false, limit, whole(room), -1, reset_ms(curr), 0)
+    return reply(false, limit, whole_units(room, window), -1, reset, 0)
   end
   if cost * window > room then
     -- In this window the previous count's weight falls each millisecond; the first elapsed
@@ -275,20 +279,20 @@ local function sliding_window(name, keys, args, write)
       end
       target = start + window + e
     end
-    return reply(false, limit, whole(room), target - now_ms, reset_ms(curr), 0)
+    return reply(false, limit, whole_units(room, window), target - now_ms, reset, 0)
   end
   if write and cost > 0 then
-    curr = curr + cost
-    redis.call('SET', key, string.format('%d %d %d', start, prev, curr), 'PXAT', string.format('%d', start + 2 * window))
-    return reply(true, limit, whole(room - cost * window), 0, reset_ms(curr), 0)
+    redis.call('SET', key, struct.pack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
+    return reply(true, limit, whole_units(room - cost * window, window), 0, start + 2 * window - now_ms, 0)
   end
-  return reply(true, limit, whole(room), 0, reset_ms(curr), 0)
+  return reply(true, limit, whole_units(room, window), 0, reset, 0)
 end
 
 --[[
 rl_sliding_log / rl_sliding_log_peek
-  KEYS[1] -> state: sorted set, one member "<time_us>-<n>" per admitted unit, scored by its
-             time in microseconds; expires when its newest entry leaves the window
+  KEYS[1] -> state: sorted set, one member struct.pack('<dd', time_us, n) per admitted unit,
+             scored by its time in microseconds; expires when its newest entry leaves the
+             window
   ARGV[1] -> limit      1..100000 (the log holds up to `limit` entries)
   ARGV[2] -> window_ms  the span
   ARGV[3] -> cost       0..10^15-1
@@ -305,11 +309,12 @@ local function sliding_log(name, keys, args, write)
   local now = now_us()
   local span = window * 1000
   local cutoff = now - span          -- entries at or before cutoff have left the window
-  local after = '(' .. string.format('%d', cutoff)
+  local cut = string.format('%d', cutoff)
+  local after = '(' .. cut
 
   local count
   if write then
-    call(name, 'ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff))
+    call(name, 'ZREMRANGEBYSCORE', key, '-inf', cut)
     count = call(name, 'ZCARD', key)
   else
     count = call(name, 'ZCOUNT', key, after, '+inf')
@@ -341,12 +346,12 @@ local function sliding_log(name, keys, args, write)
       local last = math.min(cost, i + ZADD_BATCH - 1)
       for j = i, last do
         batch[#batch + 1] = score
-        batch[#batch + 1] = string.format('%d-%d', now, count + j)
+        batch[#batch + 1] = struct.pack('<dd', now, count + j)
       end
       redis.call('ZADD', key, unpack(batch))
       i = last + 1
     end
-    redis.call('PEXPIREAT', key, string.format('%d', ceil_div(now + span, 1000)))
+    redis.call('PEXPIREAT', key, ceil_div(now + span, 1000))
     return reply(true, limit, limit - count - cost, 0, window, 0)
   end
   return reply(true, limit, limit - count, 0, reset_ms(), 0)
@@ -361,8 +366,8 @@ units per period is exact in integers. `debt` is the number of ticks the bucket 
 token bucket, the tokens missing from a full bucket; for a leaky bucket, its level. A bucket
 of `capacity` holds at most capacity * p ticks, which must not exceed 2^53.
 
-State: string "<time_us> <debt> <p>"; p is stored so that a change of rate or period keeps the
-level in units (rounded up) rather than misreading it.
+State: string struct.pack('<ddd', time_us, debt, p); p is stored so that a change of rate or
+period keeps the level in units (rounded up) rather than misreading it.
 ]]
 local BUCKET_ARGS = {'capacity', 'rate', 'period_ms', 'cost'}
 local LEAKY_ARGS = {'capacity', 'rate', 'period_ms', 'cost', 'mode'}
@@ -378,7 +383,7 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
 
   local now = now_us()
   local debt = 0
-  local ts, d, sp = read_state(name, key, '^(%d+) (%d+) (%d+)$')
+  local ts, d, sp = read_state(name, key, '<ddd', 24)
   if ts then
     if sp ~= p then
       d = math.ceil(d * p / sp)
@@ -395,17 +400,14 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
     debt = d
   end
 
-  local function units(ticks)
-    return floor_div(full - ticks, p)
-  end
   local reset = to_ms(ceil_div(debt, r))
 
   if cost > capacity then
-    return reply(false, capacity, units(debt), -1, reset, 0)
+    return reply(false, capacity, floor_div(full - debt, p), -1, reset, 0)
   end
   local need = cost * p
   if debt + need > full then
-    return reply(false, capacity, units(debt), to_ms(ceil_div(debt + need - full, r)), reset, 0)
+    return reply(false, capacity, floor_div(full - debt, p), to_ms(ceil_div(debt + need - full, r)), reset, 0)
   end
   -- shaping: this call leaves once the level ahead of it has drained
   local delay = 0
@@ -415,10 +417,10 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
   if write and cost > 0 then
     debt = debt + need
     local empty_us = ceil_div(debt, r)
-    redis.call('SET', key, string.format('%d %d %d', now, debt, p), 'PXAT', string.format('%d', ceil_div(now + empty_us, 1000)))
+    redis.call('SET', key, struct.pack('<ddd', now, debt, p), 'PXAT', ceil_div(now + empty_us, 1000))
     reset = to_ms(empty_us)
   end
-  return reply(true, capacity, units(debt), 0, reset, delay)
+  return reply(true, capacity, floor_div(full - debt, p), 0, reset, delay)
 end
 
 --[[
