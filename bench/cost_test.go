@@ -1,0 +1,681 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/functions"
+)
+
+// The load: limit 100 units per hour for every algorithm, one unit per decision. With the
+// default 20 decisions per principal every decision is admitted and finds the state its
+// predecessor wrote, at any server speed.
+const (
+	limit    = 100
+	periodMS = 3600000
+	keyFmt   = "rate:p:%06d" // redis_rate adds "rate:" itself, so both use the same key names
+)
+
+var rrLimit = redis_rate.Limit{Rate: limit, Burst: limit, Period: time.Hour}
+
+// algorithm is one row of the table.
+type algorithm struct {
+	name   string
+	stat   string  // the commandstats entry its decisions are counted under
+	target float64 // the largest acceptable ratio to redis_rate; 0 for redis_rate itself
+	decide func(ctx context.Context, s *server, key string) (bool, error)
+}
+
+func fcall(fn string, args ...string) func(context.Context, *server, string) (bool, error) {
+	return func(ctx context.Context, s *server, key string) (bool, error) {
+		cmd := s.vk.B().Fcall().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
+		r, err := s.vk.Do(ctx, cmd).AsIntSlice()
+		if err != nil {
+			return false, fmt.Errorf("FCALL %s %s: %w", fn, key, err)
+		}
+		if len(r) != 6 {
+			return false, fmt.Errorf("FCALL %s %s: want 6 integers, got %v", fn, key, r)
+		}
+		return r[0] == 1, nil
+	}
+}
+
+func redisRate(ctx context.Context, s *server, key string) (bool, error) {
+	res, err := s.rr.Allow(ctx, strings.TrimPrefix(key, "rate:"), rrLimit)
+	if err != nil {
+		return false, fmt.Errorf("redis_rate Allow %s: %w", key, err)
+	}
+	return res.Allowed > 0, nil
+}
+
+var (
+	argLimit  = strconv.Itoa(limit)
+	argPeriod = strconv.Itoa(periodMS)
+	argRate   = strconv.Itoa(limit) // bucket rate: `limit` units per period, like redis_rate
+)
+
+var algorithms = []algorithm{
+	{"fixed_window", "fcall", 0.9, fcall("rl_fixed_window", argLimit, argPeriod, "1")},
+	{"sliding_log", "fcall", 1.6, fcall("rl_sliding_log", argLimit, argPeriod, "1")},
+	{"sliding_window", "fcall", 1.1, fcall("rl_sliding_window", argLimit, argPeriod, "1")},
+	{"token_bucket", "fcall", 1.0, fcall("rl_token_bucket", argLimit, argRate, argPeriod, "1")},
+	{"leaky_bucket_police", "fcall", 1.0, fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "police")},
+	{"leaky_bucket_shape", "fcall", 1.0, fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "shape")},
+	{"redis_rate", "evalsha", 0, redisRate},
+}
+
+const baseline = "redis_rate"
+
+type config struct {
+	addr, serverBin        string
+	cgPID                  int
+	cgAddr, cgOut          string
+	decisions, principals  int
+	rounds, cgRounds, idle int
+	out                    string
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a non-negative integer", name, v)
+	}
+	return n
+}
+
+func loadConfig(b *testing.B) config {
+	c := config{
+		addr:       os.Getenv("RLFN_BENCH_ADDR"),
+		serverBin:  os.Getenv("RLFN_BENCH_SERVER"),
+		cgAddr:     os.Getenv("RLFN_CALLGRIND_ADDR"),
+		cgOut:      os.Getenv("RLFN_CALLGRIND_OUT"),
+		cgPID:      envInt(b, "RLFN_CALLGRIND_PID", 0),
+		decisions:  envInt(b, "RLFN_BENCH_DECISIONS", 20000),
+		principals: envInt(b, "RLFN_BENCH_PRINCIPALS", 1000),
+		rounds:     envInt(b, "RLFN_BENCH_ROUNDS", 5),
+		cgRounds:   envInt(b, "RLFN_CALLGRIND_ROUNDS", 2),
+		idle:       envInt(b, "RLFN_BENCH_IDLE", 10000),
+		out:        os.Getenv("RLFN_BENCH_OUT"),
+	}
+	if c.serverBin == "" {
+		c.serverBin = "valkey-server"
+	}
+	if c.cgAddr == "" {
+		c.cgAddr = c.addr
+	}
+	if c.decisions < 1 || c.principals < 1 || c.rounds < 1 || c.cgRounds < 1 {
+		b.Fatal("RLFN_BENCH_DECISIONS, _PRINCIPALS, _ROUNDS and RLFN_CALLGRIND_ROUNDS must be at least 1")
+	}
+	if c.cgPID != 0 && c.cgAddr == "" {
+		b.Fatal("RLFN_CALLGRIND_PID needs RLFN_CALLGRIND_ADDR or RLFN_BENCH_ADDR: the address of that server")
+	}
+	if c.cgPID != 0 && c.cgOut == "" {
+		out, err := callgrindOutFile(c.cgPID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.cgOut = out
+	}
+	return c
+}
+
+// server is one server with a client for each path: valkey-go for FCALL, go-redis (through
+// redis_rate) for EVALSHA.
+type server struct {
+	addr    string
+	version string
+	vk      valkey.Client
+	rr      *redis_rate.Limiter
+}
+
+func connect(b *testing.B, addr string) *server {
+	ctx := b.Context()
+	vk, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:      []string{addr},
+		DisableCache:     true, // no CLIENT TRACKING: the server does no tracking work
+		ConnWriteTimeout: 2 * time.Minute,
+	})
+	if err != nil {
+		b.Fatalf("connect to %s: %v", addr, err)
+	}
+	b.Cleanup(vk.Close)
+	rdb := redis.NewClient(&redis.Options{
+		Addr:            addr,
+		Protocol:        3,
+		DisableIdentity: true,
+		ReadTimeout:     2 * time.Minute,
+		WriteTimeout:    2 * time.Minute,
+	})
+	b.Cleanup(func() { rdb.Close() })
+	s := &server{addr: addr, vk: vk, rr: redis_rate.NewLimiter(rdb)}
+
+	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
+		b.Fatalf("%s: FUNCTION LOAD REPLACE: %v", addr, err)
+	}
+	// Load redis_rate's script (its first Allow gets NOSCRIPT and falls back to EVAL) so that
+	// every measured call is one EVALSHA; FLUSHALL keeps scripts and functions.
+	if _, err := s.rr.Allow(ctx, "warmup", rrLimit); err != nil {
+		b.Fatalf("%s: redis_rate warm-up: %v", addr, err)
+	}
+	info, err := s.info(ctx, "server")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if v := info["valkey_version"]; v != "" {
+		s.version = "valkey " + v
+	} else {
+		s.version = "redis " + info["redis_version"]
+	}
+	return s
+}
+
+// startServer starts serverBin on a free loopback port, with no persistence, and kills it
+// when the benchmark ends.
+func startServer(b *testing.B, serverBin string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(serverBin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", b.TempDir())
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start %s: %v", serverBin, err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s on %s: no answer: %v", serverBin, addr, err)
+		}
+	}
+}
+
+// info returns the fields of INFO section.
+func (s *server) info(ctx context.Context, section string) (map[string]string, error) {
+	txt, err := s.vk.Do(ctx, s.vk.B().Info().Section(section).Build()).ToString()
+	if err != nil {
+		return nil, fmt.Errorf("%s: INFO %s: %w", s.addr, section, err)
+	}
+	return parseInfo(txt), nil
+}
+
+func parseInfo(txt string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(txt, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// cmdstat returns calls, usec and failed_calls of one INFO commandstats entry such as
+// "calls=20000,usec=301234,usec_per_call=15.06,rejected_calls=0,failed_calls=0".
+func cmdstat(v string) (calls, usec, failed int64, err error) {
+	f := map[string]int64{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+			f[k] = n
+		}
+	}
+	if _, ok := f["calls"]; !ok {
+		return 0, 0, 0, fmt.Errorf("no calls= in %q", v)
+	}
+	return f["calls"], f["usec"], f["failed_calls"] + f["rejected_calls"], nil
+}
+
+func (s *server) do(ctx context.Context, args ...string) error {
+	return s.vk.Do(ctx, s.vk.B().Arbitrary(args...).Build()).Error()
+}
+
+// callgrind drives a server running under valgrind --tool=callgrind.
+type callgrind struct {
+	pid  int
+	out  string // --callgrind-out-file; callgrind_control -d writes <out>.<n>
+	keep string // directory to keep the dumps in, for callgrind_annotate; "" removes them
+}
+
+// callgrindOutFile reads --callgrind-out-file from the valgrind process's command line.
+func callgrindOutFile(pid int) (string, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "", fmt.Errorf("RLFN_CALLGRIND_PID=%d: %w", pid, err)
+	}
+	var out string
+	for _, arg := range strings.Split(string(raw), "\x00") {
+		if v, ok := strings.CutPrefix(arg, "--callgrind-out-file="); ok {
+			out = v
+		}
+	}
+	if out == "" || strings.Contains(out, "%") {
+		return "", fmt.Errorf("RLFN_CALLGRIND_PID=%d: no plain --callgrind-out-file in its command line; set RLFN_CALLGRIND_OUT", pid)
+	}
+	if !filepath.IsAbs(out) {
+		cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		if err != nil {
+			return "", err
+		}
+		out = filepath.Join(cwd, out)
+	}
+	return out, nil
+}
+
+func (cg *callgrind) control(arg string) error {
+	out, err := exec.Command("callgrind_control", arg, strconv.Itoa(cg.pid)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		return fmt.Errorf("callgrind_control %s %d: %v: %s", arg, cg.pid, err, out)
+	}
+	return nil
+}
+
+func (cg *callgrind) dumps() map[string]bool {
+	files, _ := filepath.Glob(cg.out + ".*")
+	m := map[string]bool{}
+	for _, f := range files {
+		m[f] = true
+	}
+	return m
+}
+
+// dump asks for a dump and returns its total instruction count (Ir); the dump is kept as
+// <keep>/<name>.callgrind if cg.keep is set.
+func (cg *callgrind) dump(name string) (int64, error) {
+	before := cg.dumps()
+	if err := cg.control("-d"); err != nil {
+		return 0, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for f := range cg.dumps() {
+			if before[f] {
+				continue
+			}
+			ir, err := dumpTotal(f)
+			if err != nil {
+				continue
+			}
+			if cg.keep != "" {
+				err = os.Rename(f, filepath.Join(cg.keep, name+".callgrind"))
+			} else {
+				err = os.Remove(f)
+			}
+			return ir, err
+		}
+	}
+	return 0, fmt.Errorf("no new complete dump %s.* after callgrind_control -d", cg.out)
+}
+
+// dumpTotal reads the "totals:" (or "summary:") line of a callgrind dump with Ir as its first
+// event.
+func dumpTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return parseTotal(f)
+}
+
+func parseTotal(r io.Reader) (int64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var summary, totals string
+	events := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "events:"); ok {
+			events = strings.TrimSpace(v)
+		} else if v, ok := strings.CutPrefix(line, "summary:"); ok {
+			summary = strings.TrimSpace(v)
+		} else if v, ok := strings.CutPrefix(line, "totals:"); ok {
+			totals = strings.TrimSpace(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(events, "Ir") {
+		return 0, fmt.Errorf("callgrind dump: events %q, want Ir first", events)
+	}
+	v := totals
+	if v == "" {
+		v = summary
+	}
+	if v == "" {
+		return 0, errors.New("callgrind dump: no totals: or summary: line (incomplete?)")
+	}
+	return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+}
+
+// run is one algorithm's load on one server in one round.
+type run struct {
+	decisions, admitted int64
+	usec                float64 // server µs per decision
+	ir                  float64 // instructions per decision; 0 without callgrind
+}
+
+// load runs cfg.decisions decisions of a round-robin over cfg.principals fresh principals and
+// reads the server's cost of them.
+func load(ctx context.Context, s *server, cg *callgrind, a algorithm, cfg config, round int) (run, error) {
+	var r run
+	if err := s.do(ctx, "FLUSHALL", "SYNC"); err != nil {
+		return r, err
+	}
+	keys := make([]string, cfg.principals)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(keyFmt, i)
+	}
+	if cg != nil {
+		if err := cg.control("-z"); err != nil {
+			return r, err
+		}
+	}
+	if err := s.do(ctx, "CONFIG", "RESETSTAT"); err != nil {
+		return r, err
+	}
+	for i := 0; i < cfg.decisions; i++ {
+		ok, err := a.decide(ctx, s, keys[i%len(keys)])
+		if err != nil {
+			return r, err
+		}
+		if ok {
+			r.admitted++
+		}
+	}
+	info, err := s.info(ctx, "commandstats")
+	if err != nil {
+		return r, err
+	}
+	if cg != nil {
+		ir, err := cg.dump(fmt.Sprintf("%s.%d", a.name, round))
+		if err != nil {
+			return r, err
+		}
+		r.ir = float64(ir) / float64(cfg.decisions)
+	}
+	calls, usec, failed, err := cmdstat(info["cmdstat_"+a.stat])
+	if err != nil {
+		return r, fmt.Errorf("%s: cmdstat_%s: %w", a.name, a.stat, err)
+	}
+	if calls != int64(cfg.decisions) || failed != 0 {
+		return r, fmt.Errorf("%s: cmdstat_%s counted %d calls (%d failed), want %d",
+			a.name, a.stat, calls, failed, cfg.decisions)
+	}
+	r.decisions = calls
+	r.usec = float64(usec) / float64(calls)
+	return r, nil
+}
+
+// memory measures the server memory one idle principal holds: one admitted decision on each
+// of n fresh principals.
+func memory(ctx context.Context, s *server, a algorithm, n int) (perKey float64, usage int64, err error) {
+	if err := s.do(ctx, "FLUSHALL", "SYNC"); err != nil {
+		return 0, 0, err
+	}
+	used := func() (int64, error) {
+		info, err := s.info(ctx, "memory")
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseInt(info["used_memory"], 10, 64)
+	}
+	before, err := used()
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := 0; i < n; i++ {
+		ok, err := a.decide(ctx, s, fmt.Sprintf(keyFmt, i))
+		if err != nil {
+			return 0, 0, err
+		}
+		if !ok {
+			return 0, 0, fmt.Errorf("%s: first decision of a fresh principal denied", a.name)
+		}
+	}
+	after, err := used()
+	if err != nil {
+		return 0, 0, err
+	}
+	size, err := s.vk.Do(ctx, s.vk.B().Dbsize().Build()).AsInt64()
+	if err != nil {
+		return 0, 0, err
+	}
+	if size != int64(n) {
+		return 0, 0, fmt.Errorf("%s: %d keys after %d fresh principals (expired during the measurement?)", a.name, size, n)
+	}
+	usage, err = s.vk.Do(ctx, s.vk.B().MemoryUsage().Key(fmt.Sprintf(keyFmt, 0)).Samples(0).Build()).AsInt64()
+	if err != nil {
+		return 0, 0, err
+	}
+	return float64(after-before) / float64(n), usage, nil
+}
+
+type result struct {
+	ir, usec        []float64 // per round
+	admitted, total int64
+	bytes           float64
+	usage           int64
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rounds runs every algorithm's load n times, interleaved and in a rotating order so that a
+// slow spell of the machine does not fall on one algorithm only.
+func rounds(b *testing.B, s *server, cg *callgrind, cfg config, n int, res map[string]*result, keepUsec bool) {
+	for round := 0; round < n; round++ {
+		for i := range algorithms {
+			a := algorithms[(i+round)%len(algorithms)]
+			r, err := load(b.Context(), s, cg, a, cfg, round)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rr := res[a.name]
+			if cg != nil {
+				rr.ir = append(rr.ir, r.ir)
+			}
+			if keepUsec {
+				rr.usec = append(rr.usec, r.usec)
+				rr.admitted += r.admitted
+				rr.total += r.decisions
+			}
+		}
+	}
+}
+
+func BenchmarkCost(b *testing.B) {
+	cfg := loadConfig(b)
+	if cfg.addr == "" {
+		cfg.addr = startServer(b, cfg.serverBin)
+	}
+	plain := connect(b, cfg.addr)
+	res := map[string]*result{}
+	for _, a := range algorithms {
+		res[a.name] = &result{}
+	}
+
+	var cgServer *server
+	var cg *callgrind
+	if cfg.cgPID != 0 {
+		cg = &callgrind{pid: cfg.cgPID, out: cfg.cgOut, keep: os.Getenv("RLFN_CALLGRIND_KEEP")}
+		cgServer = plain
+		if cfg.cgAddr != cfg.addr {
+			cgServer = connect(b, cfg.cgAddr)
+		}
+		// Nothing may be counted outside fcallCommand / evalShaCommand: an idle spell (the
+		// event loop and serverCron run) must count zero.
+		if err := cg.control("-z"); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		idle, err := cg.dump("idle")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if idle != 0 {
+			b.Fatalf("callgrind counted %d instructions while the server was idle: start it with --collect-atstart=no --toggle-collect=fcallCommand --toggle-collect=evalShaCommand", idle)
+		}
+		rounds(b, cgServer, cg, cfg, cfg.cgRounds, res, cgServer == plain)
+		for _, a := range algorithms {
+			// A script decision is thousands of instructions: less means the toggle missed it.
+			if ir := median(res[a.name].ir); ir < 1000 {
+				b.Fatalf("%s: %.0f instructions per decision: the callgrind toggle did not capture the script", a.name, ir)
+			}
+		}
+	}
+	if cgServer != plain {
+		rounds(b, plain, nil, cfg, cfg.rounds, res, true)
+	}
+	for _, a := range algorithms {
+		perKey, usage, err := memory(b.Context(), plain, a, cfg.idle)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res[a.name].bytes, res[a.name].usage = perKey, usage
+	}
+
+	table := report(cfg, plain, cgServer, res)
+	fmt.Print("\n" + table + "\n")
+	if cfg.out != "" {
+		if err := os.WriteFile(cfg.out, []byte(table), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	base := res[baseline]
+	for _, a := range algorithms {
+		r := res[a.name]
+		b.Run(a.name, func(b *testing.B) {
+			b.ReportMetric(0, "ns/op")
+			if cg != nil {
+				b.ReportMetric(median(r.ir), "instr/decision")
+				b.ReportMetric(median(r.ir)/median(base.ir), "instr-ratio")
+			}
+			b.ReportMetric(median(r.usec), "server-us/decision")
+			b.ReportMetric(median(r.usec)/median(base.usec), "us-ratio")
+			b.ReportMetric(r.bytes, "bytes/idle-principal")
+		})
+	}
+}
+
+// report formats the results as markdown.
+func report(cfg config, plain, cgServer *server, res map[string]*result) string {
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	base := res[baseline]
+	usecNote := ""
+	if cgServer == plain {
+		usecNote = " (under callgrind: only the ratios mean anything)"
+	}
+	w("Server: %s. Load per algorithm and round: %d decisions round-robin over %d principals, limit %d per %d ms, cost 1.\n",
+		plain.version, cfg.decisions, cfg.principals, limit, periodMS)
+	if cgServer != nil {
+		w("Instructions: %s under callgrind, median of %d rounds. ", cgServer.version, cfg.cgRounds)
+	}
+	w("Server µs: median of %d rounds%s. Memory: %d idle principals.\n\n", len(base.usec), usecNote, cfg.idle)
+	w("| algorithm | instructions/decision | ratio | target | met | server µs/decision | ratio | admitted | bytes/idle principal | MEMORY USAGE |\n")
+	w("|---|--:|--:|--:|:-:|--:|--:|--:|--:|--:|\n")
+	for _, a := range algorithms {
+		r := res[a.name]
+		irCell, irRatio, target, met := "n/a", "n/a", "", ""
+		if cgServer != nil {
+			ratio := median(r.ir) / median(base.ir)
+			irCell = fmt.Sprintf("%.0f", median(r.ir))
+			irRatio = fmt.Sprintf("%.2fx", ratio)
+			if a.target > 0 {
+				target = fmt.Sprintf("≤ %.1fx", a.target)
+				met = "no"
+				if ratio <= a.target {
+					met = "yes"
+				}
+			}
+		}
+		w("| %s | %s | %s | %s | %s | %.2f | %.2fx | %.1f%% | %.0f | %d |\n",
+			a.name, irCell, irRatio, target, met, median(r.usec), median(r.usec)/median(base.usec),
+			100*float64(r.admitted)/float64(r.total), r.bytes, r.usage)
+	}
+	if cgServer != nil {
+		w("\nInstructions per decision, each round:\n\n")
+		for _, a := range algorithms {
+			var v []string
+			for _, ir := range res[a.name].ir {
+				v = append(v, fmt.Sprintf("%.0f", ir))
+			}
+			w("- %s: %s\n", a.name, strings.Join(v, ", "))
+		}
+	}
+	w("\nServer µs per decision, each round:\n\n")
+	for _, a := range algorithms {
+		var v []string
+		for _, u := range res[a.name].usec {
+			v = append(v, fmt.Sprintf("%.2f", u))
+		}
+		w("- %s: %s\n", a.name, strings.Join(v, ", "))
+	}
+	return sb.String()
+}
+
+func TestParseCommandstats(t *testing.T) {
+	info := parseInfo("# Commandstats\r\ncmdstat_fcall:calls=20000,usec=301234,usec_per_call=15.06,rejected_calls=0,failed_calls=2\r\n")
+	calls, usec, failed, err := cmdstat(info["cmdstat_fcall"])
+	if err != nil || calls != 20000 || usec != 301234 || failed != 2 {
+		t.Fatalf("cmdstat: %d %d %d %v", calls, usec, failed, err)
+	}
+	if _, _, _, err := cmdstat(""); err == nil {
+		t.Fatal("cmdstat of an absent entry: no error")
+	}
+}
+
+func TestParseCallgrindTotal(t *testing.T) {
+	dump := "# callgrind format\nversion: 1\nevents: Ir\nsummary: 9352395\nfn=(1) main\n1 2\ntotals: 9352395\n"
+	ir, err := parseTotal(strings.NewReader(dump))
+	if err != nil || ir != 9352395 {
+		t.Fatalf("parseTotal: %d %v", ir, err)
+	}
+	if _, err := parseTotal(strings.NewReader("events: Ir\n")); err == nil {
+		t.Fatal("parseTotal of an incomplete dump: no error")
+	}
+}

@@ -1,0 +1,48 @@
+// Package bench measures what one rate-limiting decision costs the server, for each limiter of
+// the ratelimit library and, as the yardstick, for go-redis/redis_rate's own GCRA script.
+//
+// It holds only a benchmark, BenchmarkCost (cost_test.go), which is run explicitly:
+//
+//	go test ./bench -run '^$' -bench Cost -benchtime 1x -timeout 0
+//
+// or end to end, with the server under callgrind, by scripts/bench-cost.sh (make bench-cost).
+// `go test ./...` runs only the package's small parser tests: it starts no server.
+//
+// Every algorithm gets the same load: a fixed number of sequential decisions spread round-robin
+// over a fixed set of principals (keys), with a limit of 100 units per hour, so every decision
+// is admitted (the write path) and the state each decision reads was written by the previous
+// one, whatever the speed of the server (a server under callgrind is some 50 times slower; with
+// a one-second limit its state would expire between calls and it would run another path). Our
+// limiters are called with FCALL through valkey-go, redis_rate through its own Limiter.Allow
+// (EVALSHA through go-redis), on the same server, with the same key names.
+//
+// For each algorithm it records:
+//
+//   - instructions per decision: the server runs under
+//     valgrind --tool=callgrind --collect-atstart=no --toggle-collect=fcallCommand
+//     --toggle-collect=evalShaCommand, so only instructions executed inside those two command
+//     handlers (the script with everything it calls) are counted; the counters are zeroed with
+//     callgrind_control -z before an algorithm's load and dumped with callgrind_control -d after
+//     it, and the dump's total Ir is divided by the decisions. These repeat run to run.
+//   - server microseconds per decision: CONFIG RESETSTAT before the load, then usec/calls of
+//     cmdstat_fcall or cmdstat_evalsha from INFO commandstats, the median over several rounds.
+//   - bytes per idle principal: after FLUSHALL, used_memory (INFO memory) before and after one
+//     admitted decision on each of many fresh principals, divided by their number; and MEMORY
+//     USAGE of one of those keys.
+//
+// Environment:
+//
+//	RLFN_BENCH_ADDR        server for the microseconds and the memory (host:port); unset: start
+//	                       $RLFN_BENCH_SERVER (default valkey-server) on a free 127.0.0.1 port
+//	RLFN_CALLGRIND_PID     pid of a server run under callgrind as above: count instructions
+//	RLFN_CALLGRIND_ADDR    its address (default RLFN_BENCH_ADDR: one server for everything)
+//	RLFN_CALLGRIND_OUT     its --callgrind-out-file (default: read from /proc/PID/cmdline)
+//	RLFN_CALLGRIND_KEEP    keep each dump there as <algorithm>.<round>.callgrind (for
+//	                       callgrind_annotate --inclusive=yes); unset: dumps are removed
+//	RLFN_BENCH_DECISIONS   decisions per algorithm and round (default 20000)
+//	RLFN_BENCH_PRINCIPALS  principals they are spread over (default 1000)
+//	RLFN_BENCH_ROUNDS      rounds for the microseconds (default 5)
+//	RLFN_CALLGRIND_ROUNDS  rounds under callgrind (default 2)
+//	RLFN_BENCH_IDLE        principals for the memory figure (default 10000)
+//	RLFN_BENCH_OUT         also write the markdown table to this file
+package bench
