@@ -35,12 +35,18 @@ var signatures = []signature{
 	{
 		fn: "rl_sliding_window", names: []string{"limit", "window_ms", "cost"},
 		valid: []string{"10", "1000", "1"}, live: []string{"10", "600000", "1"}, zeroOK: map[string]bool{"cost": true},
-		bad: [][]string{{"999999999999999", "100000000000", "1"}}, // limit*window_ms > 2^53
+		bad: [][]string{
+			{"999999999999999", "100000000000", "1"}, // limit*window_ms > 2^53
+			{"8796093022208", "1024", "1"},           // limit*window_ms = 2^53 exactly
+		},
 	},
 	{
 		fn: "rl_token_bucket", names: []string{"capacity", "rate", "period_ms", "cost"},
 		valid: []string{"10", "5", "1000", "1"}, live: []string{"10", "1", "600000", "1"}, zeroOK: map[string]bool{"cost": true},
-		bad: [][]string{{"999999999999999", "7", "100000000000", "1"}}, // exact units overflow 2^53
+		bad: [][]string{
+			{"999999999999999", "7", "100000000000", "1"}, // exact units overflow 2^53
+			{"1099511627776", "125", "1024", "1"},         // capacity*p = 2^40 * 2^13 = 2^53 exactly
+		},
 	},
 	{
 		fn: "rl_leaky_bucket", names: []string{"capacity", "rate", "period_ms", "cost", "mode"},

@@ -31,8 +31,22 @@ Why the arithmetic looks the way it does:
 ]]
 
 local VERSION = '1.0.0'
+-- The standard libraries are hidden while FUNCTION LOAD runs, and reaching a global from a
+-- function goes through the library's environment (two table lookups and a metatable): bind
+-- the ones used on the hot path to upvalues on the first call.
+local format, find, sub, floor, fmod, min, ceil, rcall, rpcall, concat, spack, sunpack
+local tonumber, type, pcall, error, unpack
+local function bind()
+  format, find, sub = string.format, string.find, string.sub
+  floor, fmod, min, ceil = math.floor, math.fmod, math.min, math.ceil
+  rcall, rpcall, concat = redis.call, redis.pcall, table.concat
+  spack, sunpack = struct.pack, struct.unpack
+  tonumber, type, pcall, error, unpack = _G.tonumber, _G.type, _G.pcall, _G.error, _G.unpack
+end
 
-local MAX_SAFE = 9007199254740992     -- 2^53
+-- 2^53: a product that reaches it may have been rounded (2^53 + 1 rounds to 2^53), so every
+-- product checked against it must be strictly below.
+local MAX_SAFE = 9007199254740992
 local MAX_INT = 999999999999999       -- the largest limit, capacity, rate or cost (15 digits)
 local MAX_DURATION_MS = 100000000000  -- 10^11 ms, a little over 3 years
 local MAX_LOG = 100000                -- a sliding log keeps one entry per admitted unit
@@ -46,6 +60,9 @@ end
 
 local function guarded(fn)
   return function(keys, args)
+    if not floor then
+      bind()
+    end
     local ok, res = pcall(fn, keys, args)
     if ok then
       return res
@@ -59,38 +76,49 @@ end
 
 local function shown(s)
   if #s > 32 then
-    s = string.sub(s, 1, 32) .. '...'
+    s = sub(s, 1, 32) .. '...'
   end
   return "'" .. s .. "'"
 end
 
 local function check_shape(name, keys, args, names)
   if #keys ~= 1 then
-    rlerr(string.format('%s takes exactly 1 key, got %d', name, #keys))
+    rlerr(format('%s takes exactly 1 key, got %d', name, #keys))
   end
   if #args ~= #names then
-    rlerr(string.format('%s takes %d arguments (%s), got %d', name, #names, table.concat(names, ' '), #args))
+    rlerr(format('%s takes %d arguments (%s), got %d', name, #names, concat(names, ' '), #args))
   end
 end
 
 -- uint parses a decimal integer in [lo, hi]: digits only, so '-1', '+1', '1.5', '1e3', '0x10'
 -- and ' 1' are all refused, and at most 15 digits, so the value is exact.
+-- parsed remembers the values of the valid argument strings seen lately (strings are interned,
+-- so the lookup hashes nothing): callers repeat the same limits call after call.
+local parsed, nparsed = {}, 0
 local function uint(args, i, name, lo, hi)
   local s = args[i]
-  if not string.find(s, '^%d+$') or #s > 15 then
-    rlerr(string.format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
+  local n = parsed[s]
+  if n and n >= lo and n <= hi then
+    return n
   end
-  local n = tonumber(s)
+  if not find(s, '^%d+$') or #s > 15 then
+    rlerr(format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
+  end
+  n = s + 0
   if n < lo or n > hi then
-    rlerr(string.format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
+    rlerr(format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
   end
+  if nparsed >= 256 then
+    parsed, nparsed = {}, 0
+  end
+  parsed[s], nparsed = n, nparsed + 1
   return n
 end
 
 -- floor_div and ceil_div divide non-negative integers below 2^53 exactly: the float quotient
 -- may be rounded up or down by one, which is corrected with exact products.
 local function floor_div(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -100,7 +128,15 @@ local function floor_div(a, b)
 end
 
 local function ceil_div(a, b)
-  local q = floor_div(a, b)
+  if b == 1 then
+    return a
+  end
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
   if q * b < a then
     q = q + 1
   end
@@ -109,44 +145,58 @@ end
 
 local function gcd(a, b)
   while b ~= 0 do
-    a, b = b, math.fmod(a, b)
+    a, b = b, fmod(a, b)
   end
   return a
 end
 
+-- to_ms is ceil_div(us, 1000) written out: a Lua call costs about 400 instructions and this
+-- runs on every decision.
 local function to_ms(us)
   if us <= 0 then
     return 0
   end
-  return ceil_div(us, 1000)
+  local q = floor(us / 1000)
+  if q * 1000 > us then
+    q = q - 1
+  elseif (q + 1) * 1000 <= us then
+    q = q + 1
+  end
+  if q * 1000 < us then
+    q = q + 1
+  end
+  return q
 end
 
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = rcall('TIME')
+  return t[1] * 1000000 + t[2]
 end
 
 -- call runs a command on the limiter's key; a key of another type (WRONGTYPE) is reported
 -- as RLERR rather than as a runtime error.
 local function call(name, cmd, key, ...)
-  local res = redis.pcall(cmd, key, ...)
+  local res = rpcall(cmd, key, ...)
   if type(res) == 'table' and res.err then
-    rlerr(string.format('%s: key %s: %s', name, shown(key), res.err))
+    rlerr(format('%s: key %s: %s', name, shown(key), res.err))
   end
   return res
 end
 
 -- read_state returns the fields of a state packed as `format` (size bytes), or nil when the key
 -- does not exist.
-local function read_state(name, key, format, size)
-  local v = call(name, 'GET', key)
+local function read_state(name, key, layout, size)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' and v.err then
+    rlerr(format('%s: key %s: %s', name, shown(key), v.err))
+  end
   if not v then
     return nil
   end
   if #v ~= size then
-    rlerr(string.format('%s: key %s does not hold %s state', name, shown(key), name))
+    rlerr(format('%s: key %s does not hold %s state', name, shown(key), name))
   end
-  return struct.unpack(format, v)
+  return sunpack(layout, v)
 end
 
 local function reply(allowed, limit, remaining, retry_ms, reset_ms, delay_ms)
@@ -176,8 +226,8 @@ local function fixed_window(name, keys, args, write)
   local key = keys[1]
 
   local now = now_us()
-  local now_ms = math.floor(now / 1000)
-  local start = now_ms - math.fmod(now_ms, window)
+  local now_ms = floor(now / 1000)
+  local start = now_ms - fmod(now_ms, window)
   local reset_ms = to_ms((start + window) * 1000 - now)
 
   local count = 0
@@ -195,7 +245,7 @@ local function fixed_window(name, keys, args, write)
   end
   if write and cost > 0 then
     count = count + cost
-    redis.call('SET', key, struct.pack('<dd', start, count), 'PXAT', start + window)
+    rcall('SET', key, spack('<dd', start, count), 'PXAT', start + window)
     return reply(true, limit, limit - count, 0, reset_ms, 0)
   end
   return reply(true, limit, limit - count, 0, count > 0 and reset_ms or 0, 0)
@@ -205,7 +255,7 @@ end
 rl_sliding_window / rl_sliding_window_peek
   KEYS[1] -> state: string struct.pack('<ddd', current_window_start_ms, previous_count,
              current_count), expiring when the current window stops counting
-  ARGV[1] -> limit      1..10^15-1, and limit * window_ms must not exceed 2^53
+  ARGV[1] -> limit      1..10^15-1, and limit * window_ms must be below 2^53
   ARGV[2] -> window_ms  window length; windows are aligned to the Unix epoch
   ARGV[3] -> cost       0..10^15-1
   Returns the six-integer reply. Admits while
@@ -226,14 +276,14 @@ local function sliding_window(name, keys, args, write)
   local limit = uint(args, 1, 'limit', 1, MAX_INT)
   local window = uint(args, 2, 'window_ms', 1, MAX_DURATION_MS)
   local cost = uint(args, 3, 'cost', 0, MAX_INT)
-  if limit * window > MAX_SAFE then
-    rlerr(string.format('limit * window_ms must not exceed 2^53, got %d * %d', limit, window))
+  if limit * window >= MAX_SAFE then
+    rlerr(format('limit * window_ms must be below 2^53, got %d * %d', limit, window))
   end
   local key = keys[1]
 
   local now = now_us()
-  local now_ms = math.floor(now / 1000)
-  local start = now_ms - math.fmod(now_ms, window)
+  local now_ms = floor(now / 1000)
+  local start = now_ms - fmod(now_ms, window)
   local elapsed = now_ms - start
 
   local prev, curr = 0, 0
@@ -282,7 +332,7 @@ local function sliding_window(name, keys, args, write)
     return reply(false, limit, whole_units(room, window), target - now_ms, reset, 0)
   end
   if write and cost > 0 then
-    redis.call('SET', key, struct.pack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
+    rcall('SET', key, spack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
     return reply(true, limit, whole_units(room - cost * window, window), 0, start + 2 * window - now_ms, 0)
   end
   return reply(true, limit, whole_units(room, window), 0, reset, 0)
@@ -309,7 +359,7 @@ local function sliding_log(name, keys, args, write)
   local now = now_us()
   local span = window * 1000
   local cutoff = now - span          -- entries at or before cutoff have left the window
-  local cut = string.format('%d', cutoff)
+  local cut = format('%d', cutoff)
   local after = '(' .. cut
 
   local count
@@ -321,7 +371,7 @@ local function sliding_log(name, keys, args, write)
   end
 
   local function reset_ms()
-    local newest = redis.call('ZRANGE', key, '+inf', after, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+    local newest = rcall('ZRANGE', key, '+inf', after, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
     if #newest == 0 then
       return 0
     end
@@ -334,24 +384,24 @@ local function sliding_log(name, keys, args, write)
   if count + cost > limit then
     -- the (count + cost - limit)-th oldest entry must leave the window first
     local k = count + cost - limit
-    local e = redis.call('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
+    local e = rcall('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
     return reply(false, limit, limit - count, to_ms(tonumber(e[2]) + span - now), reset_ms(), 0)
   end
   if write and cost > 0 then
     -- members are unique per unit: same-microsecond calls see a larger count
-    local score = string.format('%d', now)
+    local score = format('%d', now)
     local i = 1
     while i <= cost do
       local batch = {}
-      local last = math.min(cost, i + ZADD_BATCH - 1)
+      local last = min(cost, i + ZADD_BATCH - 1)
       for j = i, last do
         batch[#batch + 1] = score
-        batch[#batch + 1] = struct.pack('<dd', now, count + j)
+        batch[#batch + 1] = spack('<dd', now, count + j)
       end
-      redis.call('ZADD', key, unpack(batch))
+      rcall('ZADD', key, unpack(batch))
       i = last + 1
     end
-    redis.call('PEXPIREAT', key, ceil_div(now + span, 1000))
+    rcall('PEXPIREAT', key, ceil_div(now + span, 1000))
     return reply(true, limit, limit - count - cost, 0, window, 0)
   end
   return reply(true, limit, limit - count, 0, reset_ms(), 0)
@@ -364,7 +414,7 @@ With period_us = period_ms * 1000 and g = gcd(rate, period_us), one unit of cost
 period_us / g "ticks" and the bucket drains r = rate / g ticks per microsecond, so `rate`
 units per period is exact in integers. `debt` is the number of ticks the bucket holds: for a
 token bucket, the tokens missing from a full bucket; for a leaky bucket, its level. A bucket
-of `capacity` holds at most capacity * p ticks, which must not exceed 2^53.
+of `capacity` holds at most capacity * p ticks, which must be below 2^53.
 
 State: string struct.pack('<ddd', time_us, debt, p); p is stored so that a change of rate or
 period keeps the level in units (rounded up) rather than misreading it.
@@ -372,13 +422,18 @@ period keeps the level in units (rounded up) rather than misreading it.
 local BUCKET_ARGS = {'capacity', 'rate', 'period_ms', 'cost'}
 local LEAKY_ARGS = {'capacity', 'rate', 'period_ms', 'cost', 'mode'}
 
+local last_rate, last_period, last_g
 local function bucket(name, key, capacity, rate, period, cost, write, shape)
   local period_us = period * 1000
-  local g = gcd(rate, period_us)
+  local g = last_g
+  if rate ~= last_rate or period_us ~= last_period then
+    g = gcd(rate, period_us)
+    last_rate, last_period, last_g = rate, period_us, g
+  end
   local r, p = rate / g, period_us / g
   local full = capacity * p
-  if full > MAX_SAFE then
-    rlerr(string.format('capacity * period_ms * 1000 / gcd(rate, period_ms * 1000) must not exceed 2^53, got %d * %d / %d', capacity, period_us, g))
+  if full >= MAX_SAFE then
+    rlerr(format('capacity * period_ms * 1000 / gcd(rate, period_ms * 1000) must be below 2^53, got %d * %d / %d', capacity, period_us, g))
   end
 
   local now = now_us()
@@ -386,7 +441,7 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
   local ts, d, sp = read_state(name, key, '<ddd', 24)
   if ts then
     if sp ~= p then
-      d = math.ceil(d * p / sp)
+      d = ceil(d * p / sp)
     end
     if d > full then
       d = full
@@ -400,25 +455,27 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
     debt = d
   end
 
-  local reset = to_ms(ceil_div(debt, r))
-
   if cost > capacity then
-    return reply(false, capacity, floor_div(full - debt, p), -1, reset, 0)
+    return reply(false, capacity, floor_div(full - debt, p), -1, to_ms(ceil_div(debt, r)), 0)
   end
   local need = cost * p
   if debt + need > full then
-    return reply(false, capacity, floor_div(full - debt, p), to_ms(ceil_div(debt + need - full, r)), reset, 0)
+    return reply(false, capacity, floor_div(full - debt, p), to_ms(ceil_div(debt + need - full, r)), to_ms(ceil_div(debt, r)), 0)
   end
   -- shaping: this call leaves once the level ahead of it has drained
+  local reset
   local delay = 0
   if shape then
     delay = to_ms(ceil_div(debt, r))
+    reset = delay
   end
   if write and cost > 0 then
     debt = debt + need
     local empty_us = ceil_div(debt, r)
-    redis.call('SET', key, struct.pack('<ddd', now, debt, p), 'PXAT', ceil_div(now + empty_us, 1000))
+    rcall('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + empty_us, 1000))
     reset = to_ms(empty_us)
+  elseif not reset then
+    reset = to_ms(ceil_div(debt, r))
   end
   return reply(true, capacity, floor_div(full - debt, p), 0, reset, delay)
 end
@@ -462,7 +519,7 @@ local function leaky_bucket(name, keys, args, write)
   local cost = uint(args, 4, 'cost', 0, MAX_INT)
   local mode = args[5]
   if mode ~= 'police' and mode ~= 'shape' then
-    rlerr(string.format("mode must be 'police' or 'shape', got %s", shown(mode)))
+    rlerr(format("mode must be 'police' or 'shape', got %s", shown(mode)))
   end
   return bucket(name, keys[1], capacity, rate, period, cost, write, mode == 'shape')
 end
