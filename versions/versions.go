@@ -62,8 +62,14 @@ func Valid(v string) bool {
 // Compare returns -1, 0 or +1 as version a is older than, equal to or newer than b.
 func Compare(a, b string) int { return semver.Compare("v"+a, "v"+b) }
 
-// Major returns the major version of v, e.g. "1" for "1.2.3".
-func Major(v string) string { return semver.Major("v" + v)[1:] }
+// Major returns the major version of v, e.g. "1" for "1.2.3", or "" when v is not a version
+// (a server can answer anything to rl_version).
+func Major(v string) string {
+	if m := semver.Major("v" + v); m != "" {
+		return m[1:]
+	}
+	return ""
+}
 
 // Set is every release of the library, oldest first.
 type Set []Release

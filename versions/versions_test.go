@@ -148,7 +148,9 @@ func TestCompare(t *testing.T) {
 			t.Errorf("Compare(%s, %s) = %d, want %d", tt.a, tt.b, got, tt.want)
 		}
 	}
-	if versions.Major("1.2.3") != "1" {
-		t.Errorf("Major(1.2.3) = %q", versions.Major("1.2.3"))
+	for give, want := range map[string]string{"1.2.3": "1", "10.0.0": "10", "": "", "garbage": ""} {
+		if got := versions.Major(give); got != want {
+			t.Errorf("Major(%q) = %q, want %q", give, got, want)
+		}
 	}
 }

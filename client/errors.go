@@ -1,0 +1,63 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotLoaded is returned when the server has no ratelimit library (it answered "Function not
+// found"): the library is loaded once per server by a deploy, never by this client.
+var ErrNotLoaded = errors.New("rlfn: the ratelimit library is not loaded on the server (run rlfn deploy)")
+
+// LimitError reports a limit or cost that the library would refuse, found before any network
+// call.
+type LimitError struct {
+	Field  string // the offending field, e.g. "TokenBucket.Rate", or "cost"
+	Reason string // what is wrong with it, e.g. "must be from 1 to 999999999999999, got 0"
+}
+
+func (e *LimitError) Error() string { return "rlfn: " + e.Field + " " + e.Reason }
+
+// LibraryError is an RLERR reply: the library refused the call, before writing anything. With
+// limits this client has validated, it means the key holds something else than this limiter's
+// state (another type, or another algorithm's state).
+type LibraryError struct {
+	Function string // e.g. "rl_token_bucket"
+	Message  string // the reply without "RLERR ", e.g. "rl_token_bucket: key 'x' does not hold ..."
+}
+
+func (e *LibraryError) Error() string { return "rlfn: " + e.Function + ": RLERR " + e.Message }
+
+// ReplyError reports a reply outside the library's contract (six integers, allowed 0 or 1).
+type ReplyError struct {
+	Function string // e.g. "rl_token_bucket"
+	Reason   string // e.g. "4 elements, want 6"
+}
+
+func (e *ReplyError) Error() string {
+	return "rlfn: " + e.Function + ": reply out of contract: " + e.Reason
+}
+
+// VersionError reports a primary that runs no ratelimit library, or one of a major version
+// this client does not speak. It is errors.Is ErrNotLoaded when the library is absent.
+type VersionError struct {
+	Node    string // the node's address
+	Version string // what its rl_version answered; empty when the library is absent
+	Want    string // the major version this client speaks, e.g. "1"
+}
+
+func (e *VersionError) Error() string {
+	if e.Version == "" {
+		return fmt.Sprintf("rlfn: node %s has no ratelimit library (run rlfn deploy)", e.Node)
+	}
+	return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, this client speaks %s.x (run rlfn deploy)",
+		e.Node, e.Version, e.Want)
+}
+
+// Unwrap makes an absent library errors.Is ErrNotLoaded.
+func (e *VersionError) Unwrap() error {
+	if e.Version == "" {
+		return ErrNotLoaded
+	}
+	return nil
+}

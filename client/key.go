@@ -1,0 +1,64 @@
+package client
+
+import "strings"
+
+// DefaultPrefix starts every key unless WithPrefix says otherwise.
+const DefaultPrefix = "rl:"
+
+// Key returns the server key holding the state of key's limiter of l's algorithm:
+//
+//	<prefix>{<key>}:<algorithm>
+//
+// e.g. "rl:{user:42}:token_bucket". The CLI composes keys with it, so that both reach the same
+// state.
+//
+// Inside prefix and key, '%', '{' and '}' are written %25, %7B and %7D, and an empty key is
+// written as a lone "%". So the first '{' of the result is the one Key writes and the first '}'
+// after it closes it: a cluster hashes exactly the escaped key, and a principal's limiters
+// share one slot whatever the prefix or the algorithm, while a key's own braces can neither
+// choose the slot nor end the tag early. Escaping never writes a '%' that is not followed by two
+// hex digits, so a lone "%" is no other key's escape, and the whole composition can be undone:
+// distinct (prefix, key, algorithm) give distinct keys, so no principal reaches another's state.
+//
+// The algorithm is the limiter's name (fixed_window, sliding_log, sliding_window, token_bucket,
+// leaky_bucket): both modes of a leaky bucket share a key, see LeakyBucket. The limit's numbers
+// are not part of the key, so a changed limit keeps its principals' state; two limits of one
+// algorithm for one principal (per second and per hour) need two keys or two prefixes.
+func Key(prefix, key string, l Limit) string {
+	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, l.args(0).fn.algorithm))
+}
+
+// appendKey appends the key for an already escaped prefix.
+func appendKey(buf []byte, escapedPrefix, key, algorithm string) []byte {
+	buf = append(buf, escapedPrefix...)
+	buf = append(buf, '{')
+	if key == "" {
+		// An empty hash tag would make a cluster hash the whole key, scattering the empty
+		// principal's limiters over several slots.
+		buf = append(buf, '%')
+	} else {
+		buf = appendEscaped(buf, key)
+	}
+	buf = append(buf, '}', ':')
+	return append(buf, algorithm...)
+}
+
+// appendEscaped appends s with '%', '{' and '}' percent-encoded.
+func appendEscaped(buf []byte, s string) []byte {
+	for {
+		i := strings.IndexAny(s, "%{}")
+		if i < 0 {
+			return append(buf, s...)
+		}
+		buf = append(buf, s[:i]...)
+		switch s[i] {
+		case '%':
+			buf = append(buf, "%25"...)
+		case '{':
+			buf = append(buf, "%7B"...)
+		default:
+			buf = append(buf, "%7D"...)
+		}
+		s = s[i+1:]
+	}
+}

@@ -1,0 +1,33 @@
+package client
+
+import (
+	"math"
+	"time"
+)
+
+// Never is Result.RetryAfter when the cost is more than the limit, so no wait would admit it.
+const Never time.Duration = math.MaxInt64
+
+// Result is one decision, the library's six-integer reply in Go units.
+type Result struct {
+	// Allowed reports whether the cost was admitted (for Peek: would be admitted now). A denied
+	// call consumed nothing.
+	Allowed bool
+	// Limit is the limit or capacity the decision was made against.
+	Limit int64
+	// Remaining is how many units are still admissible right after this call; never negative.
+	Remaining int64
+	// RetryAfter is zero when Allowed. Otherwise it is the smallest wait after which the same
+	// cost would be admitted, rounded up to the millisecond, or Never when the cost exceeds
+	// Limit.
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the limiter is back to its initial state (an empty window, a
+	// full token bucket, an empty leaky bucket); the server forgets the key then.
+	ResetAfter time.Duration
+	// Delay is how long to hold an admitted request before forwarding it: a leaky bucket in
+	// Shape mode spaces requests this way. Zero for every other limiter.
+	Delay time.Duration
+	// Local reports a decision made in this process without the server, as a fallback policy
+	// will; every decision the server makes, which is all of them for now, leaves it false.
+	Local bool
+}
