@@ -140,6 +140,11 @@ func TestBadArgumentsAreRefusedBeforeAnyWrite(t *testing.T) {
 			key := base + ":{" + sig.fn + "}"
 			fcall(t, tg.c, sig.fn, key, sig.live...)
 		}
+		// The library remembers argument strings it has parsed: make it remember values that
+		// are valid for one argument and not for another ("0" is a valid cost, not a valid
+		// limit; "100001" a valid window, not a valid sliding log limit), so the refusals below
+		// prove the range is checked every call, not only on first sight.
+		fcall(t, tg.c, "rl_fixed_window", base+":prime", "100001", "100001", "0")
 		before := map[string]snapshot{}
 		for _, sig := range signatures {
 			key := base + ":{" + sig.fn + "}"
