@@ -463,21 +463,24 @@ local function bucket(name, key, capacity, rate, period, cost, write, shape)
     return reply(false, capacity, floor_div(full - debt, p), to_ms(ceil_div(debt + need - full, r)), to_ms(ceil_div(debt, r)), 0)
   end
   -- shaping: this call leaves once the level ahead of it has drained
+  -- r is 1 whenever rate divides period_us (100 per second, 60 per minute...): skip the
+  -- division calls then, this path runs on every admitted call
   local reset
   local delay = 0
   if shape then
-    delay = to_ms(ceil_div(debt, r))
+    delay = to_ms(r == 1 and debt or ceil_div(debt, r))
     reset = delay
   end
   if write and cost > 0 then
     debt = debt + need
-    local empty_us = ceil_div(debt, r)
+    local empty_us = r == 1 and debt or ceil_div(debt, r)
     rcall('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + empty_us, 1000))
     reset = to_ms(empty_us)
   elseif not reset then
     reset = to_ms(ceil_div(debt, r))
   end
-  return reply(true, capacity, floor_div(full - debt, p), 0, reset, delay)
+  -- the reply written out (debt <= full, so nothing to clamp): the common path saves a call
+  return {1, capacity, floor_div(full - debt, p), 0, reset, delay}
 end
 
 --[[
