@@ -11,7 +11,8 @@
 #   scripts/bench-cost.sh [out.md]      # make bench-cost
 #
 # Knobs (environment): SERVERS, and RLFN_BENCH_DECISIONS, _PRINCIPALS, _ROUNDS, _IDLE,
-# RLFN_CALLGRIND_ROUNDS (bench/doc.go).
+# RLFN_CALLGRIND_ROUNDS (bench/doc.go); RLFN_CALLGRIND_KEEP=dir keeps the dumps in dir/<server>/
+# for callgrind_annotate --inclusive=yes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,7 +81,12 @@ for server in $servers; do
   cg_port=$port cg_pid=$pid
   start "$server" "$bin"
   echo "== $("$bin" --version): callgrind pid $cg_pid port $cg_port, plain port $port" >&2
-  RLFN_BENCH_ADDR=127.0.0.1:$port RLFN_CALLGRIND_ADDR=127.0.0.1:$cg_port \
+  keep=
+  if [[ -n ${RLFN_CALLGRIND_KEEP:-} ]]; then
+    keep=$RLFN_CALLGRIND_KEEP/$server
+    mkdir -p "$keep"
+  fi
+  RLFN_CALLGRIND_KEEP=$keep RLFN_BENCH_ADDR=127.0.0.1:$port RLFN_CALLGRIND_ADDR=127.0.0.1:$cg_port \
     RLFN_CALLGRIND_PID=$cg_pid RLFN_BENCH_OUT=$work/$server.md \
     go test ./bench -run '^$' -bench Cost -benchtime 1x -count 1 -timeout 0 >&2
   {
