@@ -60,7 +60,8 @@ func NewCluster(ctx context.Context, primaries, replicasPerPrimary int) (*Cluste
 		return nil, err
 	}
 	c := &Cluster{
-		Primaries:  nodes[:primaries],
+		// capped: AddPrimary appends to Primaries, which must not overwrite Replicas[0]
+		Primaries:  nodes[:primaries:primaries],
 		Replicas:   nodes[primaries:],
 		replicasOf: map[*Server][]*Server{},
 	}

@@ -115,7 +115,11 @@ func TestCluster(t *testing.T) {
 	}
 
 	// AddPrimary: a primary the cluster knows, owning no slots.
+	before := cl.Replicas[0]
 	np := cl.AddPrimary(t)
+	if cl.Replicas[0] != before {
+		t.Error("AddPrimary changed Replicas")
+	}
 	if len(cl.Primaries) != 4 || cl.Primaries[3] != np || len(cl.ReplicasOf(np)) != 0 {
 		t.Errorf("AddPrimary not reflected: %d primaries", len(cl.Primaries))
 	}
