@@ -21,6 +21,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/integration_test/harness"
 )
 
 // The load: limit 100 units per hour for every algorithm, one unit per decision. With the
@@ -222,41 +223,11 @@ func startServer(b *testing.B, serverBin string) string {
 
 // info returns the fields of INFO section.
 func (s *server) info(ctx context.Context, section string) (map[string]string, error) {
-	txt, err := s.vk.Do(ctx, s.vk.B().Info().Section(section).Build()).ToString()
+	info, err := harness.Info(ctx, s.vk, section)
 	if err != nil {
-		return nil, fmt.Errorf("%s: INFO %s: %w", s.addr, section, err)
+		return nil, fmt.Errorf("%s: %w", s.addr, err)
 	}
-	return parseInfo(txt), nil
-}
-
-func parseInfo(txt string) map[string]string {
-	m := map[string]string{}
-	for _, line := range strings.Split(txt, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && !strings.HasPrefix(k, "#") {
-			m[k] = v
-		}
-	}
-	return m
-}
-
-// cmdstat returns calls, usec and failed_calls of one INFO commandstats entry such as
-// "calls=20000,usec=301234,usec_per_call=15.06,rejected_calls=0,failed_calls=0".
-func cmdstat(v string) (calls, usec, failed int64, err error) {
-	f := map[string]int64{}
-	for _, kv := range strings.Split(v, ",") {
-		k, val, ok := strings.Cut(kv, "=")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
-			f[k] = n
-		}
-	}
-	if _, ok := f["calls"]; !ok {
-		return 0, 0, 0, fmt.Errorf("no calls= in %q", v)
-	}
-	return f["calls"], f["usec"], f["failed_calls"] + f["rejected_calls"], nil
+	return info, nil
 }
 
 func (s *server) do(ctx context.Context, args ...string) error {
@@ -427,7 +398,8 @@ func load(ctx context.Context, s *server, cg *callgrind, a algorithm, cfg config
 		}
 		r.ir = float64(ir) / float64(cfg.decisions)
 	}
-	calls, usec, failed, err := cmdstat(info["cmdstat_"+a.stat])
+	st, err := harness.ParseCommandStat(info["cmdstat_"+a.stat])
+	calls, usec, failed := st.Calls, st.Usec, st.Failed+st.Rejected
 	if err != nil {
 		return r, fmt.Errorf("%s: cmdstat_%s: %w", a.name, a.stat, err)
 	}
@@ -637,34 +609,32 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 			a.name, irCell, irRatio, target, met, median(r.usec), median(r.usec)/median(base.usec),
 			100*float64(r.admitted)/float64(r.total), r.bytes, r.usage)
 	}
-	if cgServer != nil {
-		w("\nInstructions per decision, each round:\n\n")
+	// eachRound lists each algorithm's figure of every round, to show how much they vary.
+	eachRound := func(title, format string, figures func(*result) []float64) {
+		w("\n%s, each round:\n\n", title)
 		for _, a := range algorithms {
 			var v []string
-			for _, ir := range res[a.name].ir {
-				v = append(v, fmt.Sprintf("%.0f", ir))
+			for _, f := range figures(res[a.name]) {
+				v = append(v, fmt.Sprintf(format, f))
 			}
 			w("- %s: %s\n", a.name, strings.Join(v, ", "))
 		}
 	}
-	w("\nServer µs per decision, each round:\n\n")
-	for _, a := range algorithms {
-		var v []string
-		for _, u := range res[a.name].usec {
-			v = append(v, fmt.Sprintf("%.2f", u))
-		}
-		w("- %s: %s\n", a.name, strings.Join(v, ", "))
+	if cgServer != nil {
+		eachRound("Instructions per decision", "%.0f", func(r *result) []float64 { return r.ir })
 	}
+	eachRound("Server µs per decision", "%.2f", func(r *result) []float64 { return r.usec })
 	return sb.String()
 }
 
 func TestParseCommandstats(t *testing.T) {
-	info := parseInfo("# Commandstats\r\ncmdstat_fcall:calls=20000,usec=301234,usec_per_call=15.06,rejected_calls=0,failed_calls=2\r\n")
-	calls, usec, failed, err := cmdstat(info["cmdstat_fcall"])
+	info := harness.ParseInfo("txt:# Commandstats\r\ncmdstat_fcall:calls=20000,usec=301234,usec_per_call=15.06,rejected_calls=0,failed_calls=2\r\n")
+	st, err := harness.ParseCommandStat(info["cmdstat_fcall"])
+	calls, usec, failed := st.Calls, st.Usec, st.Failed+st.Rejected
 	if err != nil || calls != 20000 || usec != 301234 || failed != 2 {
 		t.Fatalf("cmdstat: %d %d %d %v", calls, usec, failed, err)
 	}
-	if _, _, _, err := cmdstat(""); err == nil {
+	if _, err := harness.ParseCommandStat(""); err == nil {
 		t.Fatal("cmdstat of an absent entry: no error")
 	}
 }

@@ -69,13 +69,15 @@ func fcallRO(t testing.TB, c valkey.Client, fn, key string, args ...string) repl
 func tryCall(c valkey.Client, ro bool, fn, key string, args ...string) (reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var cmd valkey.Completed
+	return decode(c.Do(ctx, fcallCmd(c, ro, fn, key, args...)))
+}
+
+// fcallCmd builds FCALL (or FCALL_RO) of fn on one key.
+func fcallCmd(c valkey.Client, ro bool, fn, key string, args ...string) valkey.Completed {
 	if ro {
-		cmd = c.B().FcallRo().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
-	} else {
-		cmd = c.B().Fcall().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
+		return c.B().FcallRo().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
 	}
-	return decode(c.Do(ctx, cmd))
+	return c.B().Fcall().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
 }
 
 func do(t testing.TB, c valkey.Client, cmd valkey.Completed) valkey.ValkeyResult {

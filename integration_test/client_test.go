@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,8 +131,8 @@ func TestClientPeekRunsOnAReplica(t *testing.T) {
 				t.Fatalf("peek: %+v, %v; want allowed with 3 remaining", r, err)
 			}
 		}
-		if after := commandCalls(t, rep.c, "fcall_ro"); after.calls-before.calls < 5 {
-			t.Errorf("replica %s ran FCALL_RO %d times for 5 peeks", rep.addr, after.calls-before.calls)
+		if after := commandCalls(t, rep.c, "fcall_ro"); after.Calls-before.Calls < 5 {
+			t.Errorf("replica %s ran FCALL_RO %d times for 5 peeks", rep.addr, after.Calls-before.Calls)
 		}
 	})
 }
@@ -173,33 +172,12 @@ func readsFromReplicas(t *testing.T, tg *target, rep *replica) valkey.Client {
 	}
 }
 
-type commandStat struct{ calls, failed int64 }
-
 // commandCalls reads a command's counters from a node's INFO commandstats.
-func commandCalls(t testing.TB, c valkey.Client, cmd string) commandStat {
+func commandCalls(t testing.TB, c valkey.Client, cmd string) harness.CommandStat {
 	t.Helper()
-	info, err := do(t, c, c.B().Info().Section("commandstats").Build()).ToString()
+	st, err := harness.CommandStats(ctx5s(t), c, cmd)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// Over RESP3 INFO is a verbatim string, which valkey-go hands over with its "txt:".
-	info = strings.TrimPrefix(info, "txt:")
-	var st commandStat
-	for line := range strings.Lines(info) {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(stats, ",") {
-			name, v, _ := strings.Cut(field, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch name {
-			case "calls":
-				st.calls = n
-			case "failed_calls":
-				st.failed = n
-			}
-		}
 	}
 	return st
 }
@@ -232,11 +210,11 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 		t.Fatalf("peek: %+v, %v; want allowed with 3 remaining", r, err)
 	}
 	replicaAfter, primaryAfter := commandCalls(t, oc, "fcall_ro"), commandCalls(t, pc, "fcall")
-	if replicaAfter.failed-replicaBefore.failed != 1 {
-		t.Errorf("the replica failed %d FCALL_RO, want 1", replicaAfter.failed-replicaBefore.failed)
+	if replicaAfter.Failed-replicaBefore.Failed != 1 {
+		t.Errorf("the replica failed %d FCALL_RO, want 1", replicaAfter.Failed-replicaBefore.Failed)
 	}
-	if primaryAfter.calls-primaryBefore.calls != 1 {
-		t.Errorf("the primary ran %d FCALL, want 1 (the peek)", primaryAfter.calls-primaryBefore.calls)
+	if primaryAfter.Calls-primaryBefore.Calls != 1 {
+		t.Errorf("the primary ran %d FCALL, want 1 (the peek)", primaryAfter.Calls-primaryBefore.Calls)
 	}
 }
 

@@ -48,11 +48,11 @@ func (r *replica) do(cmd valkey.Completed) valkey.ValkeyResult {
 }
 
 func (r *replica) peek(fn, key string, args ...string) (reply, error) {
-	return decode(r.do(r.c.B().FcallRo().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()))
+	return decode(r.do(fcallCmd(r.c, true, fn, key, args...)))
 }
 
 func (r *replica) call(fn, key string, args ...string) (reply, error) {
-	return decode(r.do(r.c.B().Fcall().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()))
+	return decode(r.do(fcallCmd(r.c, false, fn, key, args...)))
 }
 
 // env holds the servers every test shares: started on first use, stopped by TestMain.
@@ -77,12 +77,19 @@ func servers(t testing.TB) []*target {
 	t.Helper()
 	env.once.Do(func() { env.err = startEnv() })
 	if env.err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("test servers: %v", env.err)
-		}
-		t.Skipf("test servers unavailable (run make images; in CI this fails): %v", env.err)
+		unavailable(t, "test servers", env.err)
 	}
 	return env.targets
+}
+
+// unavailable ends a test whose servers could not start: it fails in CI, and skips elsewhere
+// saying why.
+func unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Skipf("%s unavailable (run make images; in CI this fails): %v", what, err)
 }
 
 func forEachTarget(t *testing.T, fn func(t *testing.T, tg *target)) {
@@ -117,10 +124,7 @@ func fuzzTarget(t testing.TB) *target {
 		fuzz.tg, fuzz.err = &target{name: "valkey8", c: c, primary: c}, err
 	})
 	if fuzz.err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("fuzz server: %v", fuzz.err)
-		}
-		t.Skipf("fuzz server unavailable (run make images; in CI this fails): %v", fuzz.err)
+		unavailable(t, "fuzz server", fuzz.err)
 	}
 	return fuzz.tg
 }

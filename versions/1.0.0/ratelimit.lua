@@ -173,22 +173,20 @@ local function now_us()
   return t[1] * 1000000 + t[2]
 end
 
--- call runs a command on the limiter's key; a key of another type (WRONGTYPE) is reported
--- as RLERR rather than as a runtime error.
-local function call(name, cmd, key, ...)
-  local res = rpcall(cmd, key, ...)
-  if type(res) == 'table' and res.err then
-    rlerr(format('%s: key %s: %s', name, shown(key), res.err))
-  end
-  return res
+-- wrongtype reports the error of the first command on a limiter's key (redis.pcall returns
+-- it as a table), a key of another type, as RLERR rather than as a runtime error. Callers
+-- test for the table inline: a helper wrapping the call itself costs a Lua call and a vararg
+-- on every decision.
+local function wrongtype(name, key, res)
+  rlerr(format('%s: key %s: %s', name, shown(key), res.err))
 end
 
 -- read_state returns the fields of a state packed as `format` (size bytes), or nil when the key
 -- does not exist.
 local function read_state(name, key, layout, size)
   local v = rpcall('GET', key)
-  if type(v) == 'table' and v.err then
-    rlerr(format('%s: key %s: %s', name, shown(key), v.err))
+  if type(v) == 'table' then
+    wrongtype(name, key, v)
   end
   if not v then
     return nil
@@ -364,10 +362,16 @@ local function sliding_log(name, keys, args, write)
 
   local count
   if write then
-    call(name, 'ZREMRANGEBYSCORE', key, '-inf', cut)
-    count = call(name, 'ZCARD', key)
+    local res = rpcall('ZREMRANGEBYSCORE', key, '-inf', cut)
+    if type(res) == 'table' then
+      wrongtype(name, key, res)
+    end
+    count = rcall('ZCARD', key) -- the key is a sorted set or absent now
   else
-    count = call(name, 'ZCOUNT', key, after, '+inf')
+    count = rpcall('ZCOUNT', key, after, '+inf')
+    if type(count) == 'table' then
+      wrongtype(name, key, count)
+    end
   end
 
   local function reset_ms()
