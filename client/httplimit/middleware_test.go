@@ -1,0 +1,393 @@
+package httplimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// fake is a Limiter that answers what it is told and records what it was asked.
+type fake struct {
+	res client.Result
+	err error
+
+	mu    sync.Mutex
+	calls []call
+}
+
+type call struct {
+	key   string
+	limit client.Limit
+}
+
+func (f *fake) Allow(_ context.Context, key string, limit client.Limit) (client.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{key, limit})
+	return f.res, f.err
+}
+
+var (
+	tokenBucket = client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
+	shape       = client.LeakyBucket{Capacity: 10, Rate: 20, Period: time.Second, Mode: client.Shape}
+	errDown     = errors.New("rlfn: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
+)
+
+// served is the next handler of every test: it marks the responses it wrote.
+var served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Served", "yes")
+	fmt.Fprintln(w, "hello")
+})
+
+// dump is a response as the golden file holds it: status, sorted headers, body.
+func dump(rec *httptest.ResponseRecorder) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d\n", rec.Code)
+	h := rec.Result().Header
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range h {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(h[k], ", "))
+	}
+	fmt.Fprintf(&b, "\n%s", rec.Body.String())
+	return b.String()
+}
+
+// Every kind of decision gets the status, headers and body the package documents; the whole
+// set is checked against testdata/responses.golden (go test -update rewrites it).
+func TestResponses(t *testing.T) {
+	tests := []struct {
+		name      string
+		give      client.Result
+		giveErr   error
+		policy    Policy
+		opts      Options
+		keyErr    error
+		wantCalls int
+		wantErr   bool // OnError was called
+	}{
+		{
+			name:      "allowed",
+			give:      client.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 100 * time.Millisecond},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			wantCalls: 1,
+		},
+		{
+			name:      "allowed, default policy name",
+			give:      client.Result{Allowed: true, Limit: 100, Remaining: 0, ResetAfter: 10 * time.Second},
+			policy:    Policy{Limit: tokenBucket},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied, never admitted",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 40, RetryAfter: client.Never, ResetAfter: 6 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			wantCalls: 1,
+		},
+		{
+			name:      "shape, delay within MaxDelay",
+			give:      client.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 100 * time.Millisecond, Delay: 20 * time.Millisecond},
+			policy:    Policy{Name: "shaped", Limit: shape},
+			opts:      Options{MaxDelay: 200 * time.Millisecond},
+			wantCalls: 1,
+		},
+		{
+			name:      "shape, delay above MaxDelay",
+			give:      client.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: 500 * time.Millisecond, Delay: 450 * time.Millisecond},
+			policy:    Policy{Name: "shaped", Limit: shape},
+			opts:      Options{MaxDelay: 200 * time.Millisecond},
+			wantCalls: 1,
+		},
+		{
+			name:      "shape, delay above the default MaxDelay",
+			give:      client.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: 3500 * time.Millisecond, Delay: 3 * time.Second},
+			policy:    Policy{Name: "shaped", Limit: shape},
+			wantCalls: 1,
+		},
+		{
+			name:      "limiter error, fail open by default",
+			giveErr:   errDown,
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "limiter error, ErrorStatus 503",
+			giveErr:   errDown,
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ErrorStatus: http.StatusServiceUnavailable},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "limit refused by the client, ErrorStatus 500",
+			giveErr:   &client.LimitError{Field: "TokenBucket.Rate", Reason: "must be from 1 to 999999999999999, got 0"},
+			policy:    Policy{Name: "api", Limit: client.TokenBucket{Capacity: 1, Period: time.Second}},
+			opts:      Options{ErrorStatus: http.StatusInternalServerError},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:    "bad policy name, fail open",
+			policy:  Policy{Name: "a:b", Limit: tokenBucket},
+			wantErr: true,
+		},
+		{
+			name:   "key error",
+			policy: Policy{Name: "api", Limit: tokenBucket},
+			keyErr: errors.New("no API key"),
+		},
+		{
+			name:   "no limit",
+			policy: Policy{Name: "health"},
+		},
+	}
+	var out strings.Builder
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := &fake{res: tt.give, err: tt.giveErr}
+			var errs []error
+			opts := tt.opts
+			opts.Key = func(*http.Request) (string, error) { return "user:42", tt.keyErr }
+			opts.Policy = func(*http.Request) Policy { return tt.policy }
+			opts.OnError = func(_ *http.Request, err error) { errs = append(errs, err) }
+			m, err := New(lim, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+
+			if len(lim.calls) != tt.wantCalls {
+				t.Fatalf("%d calls to the limiter, want %d", len(lim.calls), tt.wantCalls)
+			}
+			if tt.wantCalls == 1 {
+				name := tt.policy.Name
+				if name == "" {
+					name = DefaultPolicyName
+				}
+				if c := lim.calls[0]; c.key != name+":user:42" || c.limit != tt.policy.Limit {
+					t.Errorf("limiter called with %q, %#v; want %q, %#v", c.key, c.limit, name+":user:42", tt.policy.Limit)
+				}
+			}
+			if (len(errs) > 0) != tt.wantErr {
+				t.Errorf("OnError got %v, want an error: %v", errs, tt.wantErr)
+			}
+			if tt.giveErr != nil && (len(errs) != 1 || errs[0] != tt.giveErr) {
+				t.Errorf("OnError got %v, want exactly the limiter's error", errs)
+			}
+			fmt.Fprintf(&out, "=== %s\n%s\n", tt.name, dump(rec))
+		})
+	}
+	golden(t, "responses.golden", out.String())
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("responses differ from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+// A request admitted with a delay reaches the next handler no sooner than the delay.
+func TestHoldsForDelay(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	lim := &fake{res: client.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Second, Delay: delay}}
+	var reached time.Duration
+	start := time.Now()
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = time.Since(start) })
+	m := mustNew(t, lim, Options{MaxDelay: time.Second})
+	rec := httptest.NewRecorder()
+	m.Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusOK || reached < delay {
+		t.Fatalf("status %d, next handler reached after %s; want 200 after at least %s", rec.Code, reached, delay)
+	}
+}
+
+// A request whose context ends while it is held is answered 503, promptly, and never reaches
+// the next handler.
+func TestHoldEndsWithContext(t *testing.T) {
+	lim := &fake{res: client.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Hour, Delay: 50 * time.Minute}}
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next handler reached") })
+	m := mustNew(t, lim, Options{MaxDelay: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	m.Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	if took := time.Since(start); took > 20*time.Millisecond+2*time.Second {
+		t.Errorf("returned after %s, long after the context ended", took)
+	}
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("RateLimit") == "" {
+		t.Errorf("status %d, headers %v; want 503 with the rate-limit headers", rec.Code, rec.Header())
+	}
+}
+
+func mustNew(t *testing.T, lim Limiter, opts Options) *Middleware {
+	t.Helper()
+	if opts.Key == nil {
+		opts.Key = func(*http.Request) (string, error) { return "k", nil }
+	}
+	if opts.Policy == nil {
+		opts.Policy = func(*http.Request) Policy { return Policy{Name: "p", Limit: shape} }
+	}
+	m, err := New(lim, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestWindow(t *testing.T) {
+	tests := []struct {
+		give   client.Limit
+		want   int64
+		wantOK bool
+	}{
+		{client.FixedWindow{Limit: 100, Window: time.Minute}, 60, true},
+		{&client.FixedWindow{Limit: 100, Window: time.Minute}, 60, true},
+		{client.SlidingLog{Limit: 10, Window: 1500 * time.Millisecond}, 2, true},
+		{client.SlidingWindow{Limit: 10, Window: time.Millisecond}, 1, true},
+		{client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}, 10, true},
+		{client.TokenBucket{Capacity: 10, Rate: 3, Period: time.Second}, 4, true},
+		{&client.TokenBucket{Capacity: 1, Rate: 1000, Period: time.Millisecond}, 1, true},
+		{client.LeakyBucket{Capacity: 3, Rate: 1, Period: 2 * time.Second, Mode: client.Shape}, 6, true},
+		{client.LeakyBucket{Capacity: 999999999999999, Rate: 1, Period: 100000000000 * time.Millisecond}, maxSFInteger, true},
+		{client.TokenBucket{Capacity: 1, Rate: 0, Period: time.Second}, 0, false},
+		{client.FixedWindow{Limit: 1}, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := window(tt.give)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("window(%#v) = %d, %v; want %d, %v", tt.give, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	tests := []struct {
+		give time.Duration
+		want string
+	}{
+		{0, "0"},
+		{-time.Second, "0"},
+		{time.Millisecond, "1"},
+		{time.Second, "1"},
+		{time.Second + time.Millisecond, "2"},
+		{90 * time.Second, "90"},
+	}
+	for _, tt := range tests {
+		if got := seconds(tt.give); got != tt.want {
+			t.Errorf("seconds(%s) = %s, want %s", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestNewRefusesOptions(t *testing.T) {
+	key := func(*http.Request) (string, error) { return "", nil }
+	policy := func(*http.Request) Policy { return Policy{} }
+	tests := []struct {
+		name      string
+		lim       Limiter
+		give      Options
+		wantField string
+	}{
+		{"no limiter", nil, Options{Key: key, Policy: policy}, "Limiter"},
+		{"no key", &fake{}, Options{Policy: policy}, "Key"},
+		{"no policy", &fake{}, Options{Key: key}, "Policy"},
+		{"negative MaxDelay", &fake{}, Options{Key: key, Policy: policy, MaxDelay: -1}, "MaxDelay"},
+		{"ErrorStatus 200", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 200}, "ErrorStatus"},
+		{"ErrorStatus 600", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 600}, "ErrorStatus"},
+	}
+	for _, tt := range tests {
+		_, err := New(tt.lim, tt.give)
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Field != tt.wantField || !strings.HasPrefix(err.Error(), "httplimit: ") {
+			t.Errorf("%s: got %v, want an *OptionError for %s", tt.name, err, tt.wantField)
+		}
+	}
+}
+
+func TestRemoteIP(t *testing.T) {
+	tests := []struct {
+		give    string
+		want    string
+		wantErr bool
+	}{
+		{"127.0.0.1:1234", "127.0.0.1", false},
+		{"[::1]:80", "::1", false},
+		{"nonsense", "", true},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.give
+		got, err := RemoteIP(r)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("RemoteIP(%q) = %q, %v", tt.give, got, err)
+		}
+	}
+}
+
+// The default OnError logs the first error, holds back the next ones within the interval, and
+// reports how many it held back with the next error it logs.
+func TestErrorLogIsThrottled(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(prev)
+
+	l := &errorLog{every: 50 * time.Millisecond}
+	r := httptest.NewRequest("GET", "/x", nil)
+	for range 3 {
+		l.log(r, errDown)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 1 {
+		t.Fatalf("%d lines logged for 3 errors within the interval, want 1:\n%s", n, &buf)
+	}
+	time.Sleep(60 * time.Millisecond)
+	l.log(r, errDown)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "errors_not_logged=2") || !strings.Contains(lines[1], "connection refused") {
+		t.Fatalf("after the interval: %q; want a second line with errors_not_logged=2", lines)
+	}
+}
