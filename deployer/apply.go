@@ -1,0 +1,562 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Options tune Apply. The zero value is ready to use.
+type Options struct {
+	Parallelism   int           // primaries loaded at once; default 4
+	VerifyTimeout time.Duration // how long every node has to answer the new rl_version; default 10s
+	LockLease     time.Duration // the lock's lease, renewed while Apply runs; default 30s
+	LockKey       string        // default LockKey
+	Owner         string        // names this deploy to one that finds the lock held; default user@host pid N
+	// Progress, if set, is told of each phase of each node as it completes. Calls are
+	// serialised, so it needs no locking; a slow Progress slows the deploy down.
+	Progress func(Event)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Parallelism <= 0 {
+		o.Parallelism = 4
+	}
+	if o.VerifyTimeout <= 0 {
+		o.VerifyTimeout = 10 * time.Second
+	}
+	if o.LockLease <= 0 {
+		o.LockLease = 30 * time.Second
+	}
+	if o.LockKey == "" {
+		o.LockKey = LockKey
+	}
+	if o.Owner == "" {
+		o.Owner = defaultOwner()
+	}
+	return o
+}
+
+// Phases of Event, in the order a deploy goes through them.
+const (
+	PhaseLock    = "lock"    // the lock was taken (Node: where it lives), or not (Err)
+	PhaseInspect = "inspect" // the target was re-read to check the plan is not stale
+	PhaseLoad    = "load"    // FUNCTION LOAD REPLACE on a primary
+	PhaseVerify  = "verify"  // a node answered the new version (or did not in time)
+	PhaseRestore = "restore" // a changed node was put back as it was
+	PhaseUnlock  = "unlock"  // the lock was released
+	PhaseDone    = "done"    // the deploy is over; Err is Apply's error
+)
+
+// Event is one step of a running deploy, for progress display.
+type Event struct {
+	Node  Node
+	Phase string
+	Err   error
+}
+
+// Outcome is what a deploy did to one node.
+type Outcome string
+
+const (
+	OutcomeLoaded        Outcome = "loaded"         // a primary now runs the release
+	OutcomeUnchanged     Outcome = "unchanged"      // nothing was to be done
+	OutcomeReplicated    Outcome = "replicated"     // a replica received the release from its primary
+	OutcomeFailed        Outcome = "failed"         // this node's load or verification failed
+	OutcomeRestored      Outcome = "restored"       // changed, then put back as it was
+	OutcomeRestoreFailed Outcome = "restore-failed" // changed, and could not be put back: look at it
+	OutcomeSkipped       Outcome = "skipped"        // not attempted, because the deploy failed first
+)
+
+// Report is what Apply did, one NodeResult per plan step, same order.
+type Report struct {
+	To         string
+	Nodes      []NodeResult
+	Duration   time.Duration
+	RolledBack bool // a failure made Apply restore the nodes it had changed
+}
+
+// NodeResult is what Apply did to one node.
+type NodeResult struct {
+	Node     Node
+	From, To string // From as in Step: a release, "" for absent, FromDrifted
+	Outcome  Outcome
+	Err      error
+	Duration time.Duration // from the start of this node's load (or verification) to its outcome
+}
+
+// String is one line for the CLI, e.g.
+// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)".
+func (r NodeResult) String() string {
+	from := r.From
+	if from == "" {
+		from = "absent"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
+	if r.Outcome == OutcomeUnchanged && r.From == r.To {
+		b.WriteString(r.To)
+	} else {
+		b.WriteString(from + " -> " + r.To)
+	}
+	if r.Duration > 0 {
+		fmt.Fprintf(&b, " (%s)", r.Duration.Round(time.Millisecond))
+	}
+	if r.Err != nil {
+		b.WriteString(": " + oneLine(r.Err.Error()))
+	}
+	return b.String()
+}
+
+// run is one Apply in progress.
+type run struct {
+	t     *Target
+	p     Plan
+	opts  Options
+	began time.Time
+
+	mu      sync.Mutex // guards res, changed, failed and calls to Progress
+	res     []NodeResult
+	changed []bool // primaries this run may have changed (a load that succeeded or whose fate is unknown)
+	failed  error  // the first failure
+}
+
+func (r *run) emit(e Event) {
+	if r.opts.Progress == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.opts.Progress(e)
+}
+
+func (r *run) set(i int, o Outcome, err error, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res[i].Outcome, r.res[i].Err = o, err
+	r.res[i].Duration = time.Since(since)
+}
+
+func (r *run) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed == nil {
+		r.failed = err
+	}
+}
+
+func (r *run) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+func (r *run) report() Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Report{To: r.p.To.Version, Nodes: slices.Clone(r.res), Duration: time.Since(r.began)}
+}
+
+// Apply carries out a plan made from this target:
+//
+//  1. refuse a plan with refused steps (RefusedError) or no nodes (ErrNoNodes); a plan
+//     with nothing pending returns at once, every node unchanged;
+//  2. take the lock (see the package doc), or return ErrLocked;
+//  3. discover and inspect again, and return ErrStalePlan if any node joined, left,
+//     changed role or runs other code than the plan saw;
+//  4. FUNCTION LOAD REPLACE the release on every primary with ActionLoad, at most
+//     Options.Parallelism at once, starting no new load once one failed;
+//  5. verify, within Options.VerifyTimeout, that every node expected to run the release
+//     (replicas included) has exactly its code and answers it from FCALL_RO rl_version;
+//  6. on any failure (or a cancelled ctx, or a lost lock), restore every primary this run
+//     changed to exactly what it had (its old code, or no library), wait for their
+//     replicas to follow, and return a *PartialError whose Report says node by node what
+//     happened;
+//  7. release the lock.
+//
+// The Report is returned with every error after step 2.
+func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, err error) {
+	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now()}
+	r.res = make([]NodeResult, len(p.Steps))
+	r.changed = make([]bool, len(p.Steps))
+	for i, s := range p.Steps {
+		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
+	}
+	defer func() {
+		if rep.To == "" {
+			rep = r.report()
+		}
+		r.emit(Event{Phase: PhaseDone, Err: err})
+	}()
+	if len(p.Steps) == 0 {
+		return r.report(), ErrNoNodes
+	}
+	if refused := p.Refused(); len(refused) > 0 {
+		return r.report(), &RefusedError{Steps: refused}
+	}
+	if !p.Pending() {
+		return r.report(), nil
+	}
+
+	lockClient, lockNode, closeLock, err := t.lockClient(p)
+	if err != nil {
+		r.emit(Event{Phase: PhaseLock, Err: err})
+		return r.report(), err
+	}
+	defer closeLock()
+	dctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	l, err := acquire(ctx, lockClient, r.opts.LockKey, r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
+	r.emit(Event{Node: lockNode, Phase: PhaseLock, Err: err})
+	if err != nil {
+		return r.report(), err
+	}
+	defer func() {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer ucancel()
+		uerr := l.release(uctx)
+		r.emit(Event{Node: lockNode, Phase: PhaseUnlock, Err: uerr})
+		if err == nil && uerr != nil {
+			err = uerr
+		}
+	}()
+
+	if err := t.checkStale(dctx, p); err != nil {
+		r.emit(Event{Phase: PhaseInspect, Err: err})
+		return r.report(), err
+	}
+	r.emit(Event{Phase: PhaseInspect})
+
+	r.load(dctx)
+	if r.failure() == nil {
+		r.verify(dctx)
+	}
+	if err := r.failure(); err != nil {
+		if c := context.Cause(dctx); c != nil && !errors.Is(err, c) {
+			err = fmt.Errorf("%w (%w)", c, err)
+		}
+		r.restore(ctx)
+		rep := r.report()
+		rep.RolledBack = true
+		return rep, &PartialError{Report: rep, Err: err}
+	}
+	return r.report(), nil
+}
+
+// lockClient returns a client that reaches the lock key's owner: the primary of a
+// standalone target, or a cluster client routing to the primary that owns the key's slot.
+func (t *Target) lockClient(p Plan) (valkey.Client, Node, func(), error) {
+	var primaries []Node
+	for _, s := range p.Steps {
+		if s.Node.Role == RolePrimary && s.State != StateUnknown {
+			primaries = append(primaries, s.Node)
+		}
+	}
+	if len(primaries) == 0 {
+		return nil, Node{}, nil, errors.New("deployer: lock: no reachable primary")
+	}
+	if !t.Topology().Cluster {
+		c, err := t.conn(primaries[0].Addr)
+		if err != nil {
+			return nil, Node{}, nil, fmt.Errorf("deployer: lock: %s: %w", primaries[0].Addr, err)
+		}
+		return c.c, primaries[0], func() {}, nil
+	}
+	opt := t.opt
+	opt.InitAddress = nil
+	for _, n := range primaries {
+		opt.InitAddress = append(opt.InitAddress, n.Addr)
+	}
+	opt.DisableCache = true
+	opt.ForceSingleClient = false
+	if opt.TLSConfig != nil {
+		opt.TLSConfig = opt.TLSConfig.Clone()
+	}
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		return nil, Node{}, nil, fmt.Errorf("deployer: lock: cluster client: %w", err)
+	}
+	return c, Node{}, c.Close, nil
+}
+
+// checkStale discovers and inspects the target again and compares it with the plan.
+func (t *Target) checkStale(ctx context.Context, p Plan) error {
+	topo, err := t.discover(ctx)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.topo = topo
+	t.mu.Unlock()
+	key := func(n Node) string { return n.Addr + " " + string(n.Role) + " " + n.Primary }
+	var planned, now []string
+	for _, s := range p.Steps {
+		planned = append(planned, key(s.Node))
+	}
+	for _, n := range topo.Nodes {
+		now = append(now, key(n))
+	}
+	slices.Sort(planned)
+	slices.Sort(now)
+	if !slices.Equal(planned, now) {
+		return fmt.Errorf("%w: nodes were %s, now %s", ErrStalePlan, describeNodes(p.Steps), describeTopology(topo))
+	}
+	nodes := make([]Node, len(p.Steps))
+	for i, s := range p.Steps {
+		nodes[i] = s.Node
+	}
+	codes := t.readCodes(ctx, nodes)
+	for i, s := range p.Steps {
+		if s.State == StateUnknown {
+			continue // left out by a forced plan
+		}
+		if codes[i].err != nil {
+			return fmt.Errorf("deployer: %s: %w", s.Node.Addr, codes[i].err)
+		}
+		if codes[i].code != s.FromCode {
+			return fmt.Errorf("%w: %s no longer runs the code the plan saw (%s)", ErrStalePlan, s.Node.Addr, s.State)
+		}
+	}
+	return nil
+}
+
+func describeNodes(steps []Step) string {
+	var parts []string
+	for _, s := range steps {
+		parts = append(parts, s.Node.Addr+" "+string(s.Node.Role))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func describeTopology(topo Topology) string {
+	var parts []string
+	for _, n := range topo.Nodes {
+		parts = append(parts, n.Addr+" "+string(n.Role))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// load runs FUNCTION LOAD REPLACE on every primary to load, Parallelism at once.
+func (r *run) load(ctx context.Context) {
+	sem := make(chan struct{}, r.opts.Parallelism)
+	var wg sync.WaitGroup
+	for i, s := range r.p.Steps {
+		if s.Node.Role != RolePrimary || s.Action != ActionLoad {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if r.failure() != nil || ctx.Err() != nil {
+				r.set(i, OutcomeSkipped, nil, time.Now())
+				return
+			}
+			began := time.Now()
+			c, err := r.t.conn(s.Node.Addr)
+			if err == nil {
+				err = c.load(ctx, r.p.To.Code)
+				// A refusal by the server changed nothing; anything else (a timeout, a
+				// dropped connection) may have loaded it.
+				r.mu.Lock()
+				r.changed[i] = err == nil || !refused(err)
+				r.mu.Unlock()
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", s.Node.Addr, err)
+				r.set(i, OutcomeFailed, err, began)
+				r.fail(err)
+			} else {
+				r.set(i, OutcomeLoaded, nil, began)
+			}
+			r.emit(Event{Node: s.Node, Phase: PhaseLoad, Err: err})
+		})
+	}
+	wg.Wait()
+	if r.failure() == nil && ctx.Err() != nil {
+		r.fail(context.Cause(ctx))
+	}
+}
+
+// verify waits for every node that should now run the release to run it.
+func (r *run) verify(ctx context.Context) {
+	vctx, cancel := context.WithTimeout(ctx, r.opts.VerifyTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, inspectParallelism)
+	for i, s := range r.p.Steps {
+		if s.State == StateUnknown || (s.Action == ActionNone && s.State != StateCurrent) {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			began := time.Now()
+			if s.Action == ActionLoad {
+				r.mu.Lock()
+				began = began.Add(-r.res[i].Duration) // count from the start of the load
+				r.mu.Unlock()
+			}
+			err := r.await(vctx, s.Node, r.p.To.Code, r.p.To.Version)
+			if err != nil {
+				err = fmt.Errorf("%s: verify: %w", s.Node.Addr, err)
+				r.set(i, OutcomeFailed, err, began)
+				r.fail(err)
+			} else {
+				o := OutcomeUnchanged
+				switch s.Action {
+				case ActionLoad:
+					o = OutcomeLoaded
+				case ActionReplicate:
+					o = OutcomeReplicated
+				}
+				r.set(i, o, nil, began)
+			}
+			r.emit(Event{Node: s.Node, Phase: PhaseVerify, Err: err})
+		})
+	}
+	wg.Wait()
+}
+
+// await polls a node until it has exactly code ("" = no library) and, if version is set,
+// answers it from rl_version.
+func (r *run) await(ctx context.Context, n Node, code, version string) error {
+	began := time.Now()
+	var last error
+	for {
+		last = r.check(ctx, n, code, version)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if context.Cause(ctx) == ErrLockLost {
+				return ErrLockLost
+			}
+			return fmt.Errorf("%w after %s", last, time.Since(began).Round(time.Millisecond))
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) check(ctx context.Context, n Node, code, version string) error {
+	c, err := r.t.conn(n.Addr)
+	if err != nil {
+		return err
+	}
+	got, err := c.libraryCode(ctx)
+	switch {
+	case err != nil:
+		return err
+	case got != code && code == "":
+		return errors.New("still has a ratelimit library")
+	case got != code && got == "":
+		return errors.New("has no ratelimit library")
+	case got != code:
+		return errors.New("has other code")
+	case version == "":
+		return nil
+	}
+	v, err := c.version(ctx)
+	if err != nil {
+		return err
+	}
+	if v != version {
+		return fmt.Errorf("rl_version answers %q, want %q", v, version)
+	}
+	return nil
+}
+
+// restore puts back every primary this run changed, then waits for them and their
+// replicas to have the old code. It runs on its own deadline: it must not be cut short by
+// the cancellation that may have caused it.
+func (r *run) restore(parent context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), r.opts.VerifyTimeout+10*time.Second)
+	defer cancel()
+	byAddr := map[string]int{}
+	for i, s := range r.p.Steps {
+		byAddr[s.Node.Addr] = i
+	}
+	r.mu.Lock()
+	changed := slices.Clone(r.changed)
+	r.mu.Unlock()
+
+	// Put back the primaries.
+	sem := make(chan struct{}, r.opts.Parallelism)
+	var wg sync.WaitGroup
+	restored := make([]bool, len(r.p.Steps))
+	for i, s := range r.p.Steps {
+		if !changed[i] {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			began := time.Now()
+			c, err := r.t.conn(s.Node.Addr)
+			if err == nil {
+				if s.FromCode == "" {
+					err = c.deleteLibrary(ctx)
+				} else {
+					err = c.load(ctx, s.FromCode)
+				}
+			}
+			if err == nil {
+				err = r.await(ctx, s.Node, s.FromCode, "")
+			}
+			r.settle(i, err, began)
+			restored[i] = err == nil
+			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
+		})
+	}
+	wg.Wait()
+
+	// Then the replicas that followed them.
+	for i, s := range r.p.Steps {
+		if s.Node.Role != RoleReplica || s.State == StateUnknown {
+			continue
+		}
+		root, ok := rootPrimary(r.p.Steps, byAddr, i)
+		if !ok || !changed[root] {
+			if s.Action == ActionReplicate {
+				r.mu.Lock()
+				if r.res[i].Outcome == OutcomeUnchanged {
+					r.res[i].Outcome = OutcomeSkipped
+				}
+				r.mu.Unlock()
+			}
+			continue
+		}
+		wg.Go(func() {
+			began := time.Now()
+			err := r.await(ctx, s.Node, r.p.Steps[root].FromCode, "")
+			if err == nil && !restored[root] {
+				err = fmt.Errorf("its primary %s was not restored", r.p.Steps[root].Node.Addr)
+			}
+			r.settle(i, err, began)
+			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
+		})
+	}
+	wg.Wait()
+}
+
+// settle records a restore's outcome: a node that failed keeps "failed" (it is the cause)
+// when it was put back, and any node that could not be put back is "restore-failed".
+func (r *run) settle(i int, err error, began time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := &r.res[i]
+	res.Duration += time.Since(began)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%s: restore: %w", res.Node.Addr, err)
+		res.Outcome, res.Err = OutcomeRestoreFailed, errors.Join(res.Err, err)
+	case res.Outcome != OutcomeFailed:
+		res.Outcome = OutcomeRestored
+	}
+}

@@ -1,0 +1,32 @@
+// Package deployer discovers the nodes of a Valkey or Redis deployment, inspects which
+// release of the ratelimit library each one runs, plans a deploy as data, and applies it:
+// FUNCTION LOAD REPLACE on every primary, verify every node, restore on any failure.
+//
+// The flow is Discover -> Target.Inspect -> Plan -> Target.Apply. Plan is a pure function,
+// so what a deploy would do can be printed, diffed or tested without a server.
+//
+// # Lock
+//
+// Two deploys against the same target must not interleave, so Apply holds a lock for the
+// whole run: the key LockKey ("rlfn:deploy:lock"), written with SET NX PX on the primary of
+// a standalone target, or on whichever primary owns the key's slot in a cluster. Its value
+// names the holder (user, host and process) then "|" and a random token; a second deploy
+// gets ErrLocked with that holder and the lease left. While Apply runs, a goroutine renews
+// the lease every third of Options.LockLease (compare-and-PEXPIRE); Apply releases it with
+// compare-and-delete, both as small EVAL scripts. If the deployer dies, the lease expires.
+//
+// # Permissions
+//
+// A deploy-only ACL user needs exactly:
+//
+//	ACL SETUSER deployer on >password resetkeys ~rlfn:deploy:lock resetchannels -@all
+//	    +hello +info +cluster|nodes +cluster|shards +cluster|slots
+//	    +function|list +function|load +function|delete +fcall_ro
+//	    +set +get +pttl +eval
+//
+// hello: valkey-go's connection handshake; info and cluster|nodes: discovery;
+// cluster|shards and cluster|slots: the routed client that reaches the lock's slot owner
+// (SHARDS on Valkey 8, SLOTS on Redis 7); function|list: inspect and verify;
+// function|load and function|delete: deploy and restore; fcall_ro: verify rl_version;
+// set, get, pttl and eval on the lock key only: the lock. No other key is readable.
+package deployer

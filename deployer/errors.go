@@ -1,0 +1,97 @@
+package deployer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrLocked is returned by Apply when another deploy holds the lock; it is wrapped with
+// the holder and the lease it has left.
+var ErrLocked = errors.New("deployer: another deploy holds the lock")
+
+// ErrStalePlan is returned by Apply when the target changed between Plan and Apply (a node
+// joined or left, changed role, or runs other code): plan again.
+var ErrStalePlan = errors.New("deployer: the target changed since the plan")
+
+// ErrNoNodes is returned by Apply for a plan with no nodes: there is nothing to deploy to.
+var ErrNoNodes = errors.New("deployer: the plan has no nodes")
+
+// ErrLockLost is the cause of a deploy aborted because its lock expired or was taken over
+// while it ran (renewal found another value).
+var ErrLockLost = errors.New("deployer: the deploy lock was lost")
+
+// RefusedError is returned by Apply for a plan with refused steps (drift, downgrade, major
+// change, unreachable node) that was not forced.
+type RefusedError struct {
+	Steps []Step
+}
+
+func (e *RefusedError) Error() string {
+	parts := make([]string, 0, len(e.Steps))
+	for _, s := range e.Steps {
+		parts = append(parts, s.Node.Addr+" "+refusalText(s))
+	}
+	return "deployer: refused: " + strings.Join(parts, "; ") + " (use --force)"
+}
+
+// refusalText says why a step is refused, after the node's address.
+func refusalText(s Step) string {
+	switch s.Refusal {
+	case RefusalDrift:
+		if s.Declared != "" {
+			return "has drifted code (declares " + s.Declared + ")"
+		}
+		return "has drifted code"
+	case RefusalDowngrade:
+		return fmt.Sprintf("would downgrade %s to %s", s.From, s.To)
+	case RefusalMajor:
+		return fmt.Sprintf("would change major version %s to %s", s.From, s.To)
+	case RefusalUnreachable:
+		return "is unreachable"
+	}
+	return "is refused: " + s.Refusal
+}
+
+// PartialError is returned by Apply when a deploy did not complete: Report says, node by
+// node, what was loaded, what failed and what was restored.
+type PartialError struct {
+	Report Report
+	Err    error
+}
+
+func (e *PartialError) Error() string {
+	var failed, unrestored []string
+	for _, n := range e.Report.Nodes {
+		switch n.Outcome {
+		case OutcomeFailed:
+			failed = append(failed, n.Node.Addr)
+		case OutcomeRestoreFailed:
+			unrestored = append(unrestored, n.Node.Addr)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("deployer: deploy of " + e.Report.To)
+	if e.Report.RolledBack {
+		b.WriteString(" rolled back")
+	} else {
+		b.WriteString(" incomplete")
+	}
+	if len(failed) > 0 {
+		b.WriteString(": " + strings.Join(failed, ", ") + " failed")
+	}
+	if e.Err != nil {
+		b.WriteString(": " + oneLine(e.Err.Error()))
+	}
+	if len(unrestored) > 0 {
+		b.WriteString("; NOT restored: " + strings.Join(unrestored, ", "))
+	}
+	return b.String()
+}
+
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// oneLine keeps a server's multi-line error message on the CLI's one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,132 @@
+package deployer
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// LockKey is where the deploy lock lives unless Options.LockKey says otherwise.
+const LockKey = "rlfn:deploy:lock"
+
+var (
+	//go:embed lock_renew.lua
+	renewSource string
+	//go:embed lock_release.lua
+	releaseSource string
+
+	// EVAL only, never EVALSHA: one command for a deploy-only ACL user to be granted.
+	renewScript   = valkey.NewLuaScriptNoSha(renewSource)
+	releaseScript = valkey.NewLuaScriptNoSha(releaseSource)
+)
+
+// lease is a held deploy lock.
+type lease struct {
+	c      valkey.Client
+	key    string
+	value  string
+	ttl    time.Duration
+	cancel context.CancelFunc // stops renewal
+	done   chan struct{}
+}
+
+// defaultOwner names this process for a deploy that finds the lock held.
+func defaultOwner() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s pid %d", name, host, os.Getpid())
+}
+
+// acquire takes the lock with SET NX PX, or returns ErrLocked naming the holder. While it
+// is held, the lease is renewed every third of its length; lost is called (once) if a
+// renewal finds the lock gone or held by someone else, or no renewal succeeded for a whole
+// lease.
+func acquire(ctx context.Context, c valkey.Client, key, owner string, ttl time.Duration, lost func()) (*lease, error) {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	value := owner + "|" + hex.EncodeToString(tok[:])
+	err := c.Do(ctx, c.B().Set().Key(key).Value(value).Nx().Px(ttl).Build()).Error()
+	if valkey.IsValkeyNil(err) {
+		return nil, held(ctx, c, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deployer: lock %s: SET NX: %w", key, err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &lease{c: c, key: key, value: value, ttl: ttl, cancel: cancel, done: make(chan struct{})}
+	go l.renew(rctx, lost)
+	return l, nil
+}
+
+// held describes the lock's holder for ErrLocked.
+func held(ctx context.Context, c valkey.Client, key string) error {
+	res := c.DoMulti(ctx, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build())
+	value, err := res[0].ToString()
+	if err != nil {
+		// Expired between SET NX and GET: say so rather than retry, the caller can.
+		return fmt.Errorf("%w (%s; it may just have been released)", ErrLocked, key)
+	}
+	holder := value
+	if i := strings.LastIndexByte(value, '|'); i > 0 {
+		holder = value[:i]
+	}
+	left := "unknown"
+	if ms, err := res[1].AsInt64(); err == nil && ms >= 0 {
+		left = (time.Duration(ms) * time.Millisecond).String()
+	}
+	return fmt.Errorf("%w: held by %s, lease expires in %s (key %s)", ErrLocked, holder, left, key)
+}
+
+func (l *lease) renew(ctx context.Context, lost func()) {
+	defer close(l.done)
+	var once sync.Once
+	lose := func() { once.Do(lost) }
+	tick := time.NewTicker(l.ttl / 3)
+	defer tick.Stop()
+	last := time.Now()
+	ms := strconv.FormatInt(l.ttl.Milliseconds(), 10)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := renewScript.Exec(ctx, l.c, []string{l.key}, []string{l.value, ms}).AsInt64()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && n == 1:
+			last = time.Now()
+		case err == nil:
+			lose()
+			return
+		case time.Since(last) >= l.ttl:
+			// Unreachable for a whole lease: another deploy may hold it by now.
+			lose()
+			return
+		}
+	}
+}
+
+// release stops renewal and deletes the lock if it is still ours.
+func (l *lease) release(ctx context.Context) error {
+	l.cancel()
+	<-l.done
+	if err := releaseScript.Exec(ctx, l.c, []string{l.key}, []string{l.value}).Error(); err != nil {
+		return fmt.Errorf("deployer: release lock %s (it expires by itself): %w", l.key, err)
+	}
+	return nil
+}

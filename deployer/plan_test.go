@@ -1,0 +1,305 @@
+package deployer
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rlfn/rlfn/versions"
+)
+
+// release is a stand-in library: only its declared version matters to planning.
+func release(v string) versions.Release {
+	return versions.Release{Version: v, Code: "#!lua name=ratelimit\nlocal VERSION = '" + v + "'\n"}
+}
+
+var (
+	r100 = release("1.0.0")
+	r110 = release("1.1.0")
+	r200 = release("2.0.0")
+	set  = versions.Set{r100, r110, r200}
+	// drifted declares 1.1.0 but is not the 1.1.0 release.
+	drifted = "#!lua name=ratelimit\nlocal VERSION = '1.1.0'\n-- hotfix\n"
+)
+
+func primary(addr string) Node { return Node{Addr: addr, Role: RolePrimary} }
+func replica(addr, of string) Node {
+	return Node{Addr: addr, Role: RoleReplica, Primary: of}
+}
+
+func on(n Node, code string) Installed { return Installed{Node: n, Code: code} }
+
+// want is the part of a Step a case checks.
+type want struct {
+	state   State
+	from    string
+	action  Action
+	refusal string
+	reason  string // checked when set
+}
+
+func TestPlan(t *testing.T) {
+	p1, p2, p3 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002"), primary("127.0.0.1:7003")
+	r1, r2 := replica("127.0.0.1:7004", p1.Addr), replica("127.0.0.1:7005", p2.Addr)
+	chained := replica("127.0.0.1:7006", r1.Addr)
+	orphan := replica("127.0.0.1:7007", "127.0.0.1:9999")
+	down := errors.New("connect: dial tcp 127.0.0.1:7002: connection refused")
+
+	tests := []struct {
+		name        string
+		give        []Installed
+		to          versions.Release
+		force       bool
+		want        []want
+		wantPending bool
+		wantRefused int
+	}{
+		{
+			name: "empty target",
+			to:   r110,
+		},
+		{
+			name:        "absent",
+			give:        []Installed{on(p1, "")},
+			to:          r100,
+			want:        []want{{StateAbsent, "", ActionLoad, "", "absent: load 1.0.0"}},
+			wantPending: true,
+		},
+		{
+			name:        "behind",
+			give:        []Installed{on(p1, r100.Code)},
+			to:          r110,
+			want:        []want{{StateBehind, "1.0.0", ActionLoad, "", "upgrade 1.0.0 -> 1.1.0"}},
+			wantPending: true,
+		},
+		{
+			name: "current",
+			give: []Installed{on(p1, r110.Code), on(r1, r110.Code)},
+			to:   r110,
+			want: []want{
+				{StateCurrent, "1.1.0", ActionNone, "", "already 1.1.0"},
+				{StateCurrent, "1.1.0", ActionNone, "", "already 1.1.0"},
+			},
+		},
+		{
+			name:        "ahead is a downgrade",
+			give:        []Installed{on(p1, r110.Code)},
+			to:          r100,
+			want:        []want{{StateAhead, "1.1.0", ActionLoad, RefusalDowngrade, "downgrade 1.1.0 -> 1.0.0"}},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name:        "ahead forced: loaded, refusal on record",
+			give:        []Installed{on(p1, r110.Code)},
+			to:          r100,
+			force:       true,
+			want:        []want{{StateAhead, "1.1.0", ActionLoad, RefusalDowngrade, ""}},
+			wantPending: true,
+		},
+		{
+			name:        "drifted",
+			give:        []Installed{on(p1, drifted)},
+			to:          r110,
+			want:        []want{{StateDrifted, FromDrifted, ActionLoad, RefusalDrift, "drifted code (declares 1.1.0): replace with 1.1.0"}},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name:        "drifted forced",
+			give:        []Installed{on(p1, drifted)},
+			to:          r110,
+			force:       true,
+			want:        []want{{StateDrifted, FromDrifted, ActionLoad, RefusalDrift, ""}},
+			wantPending: true,
+		},
+		{
+			name:        "drifted code declaring no version",
+			give:        []Installed{on(p1, "#!lua name=ratelimit\nreturn\n")},
+			to:          r110,
+			want:        []want{{StateDrifted, FromDrifted, ActionLoad, RefusalDrift, "drifted code: replace with 1.1.0"}},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name:        "major upgrade",
+			give:        []Installed{on(p1, r110.Code)},
+			to:          r200,
+			want:        []want{{StateBehind, "1.1.0", ActionLoad, RefusalMajor, ""}},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name:        "major downgrade: major takes precedence",
+			give:        []Installed{on(p1, r200.Code)},
+			to:          r110,
+			want:        []want{{StateAhead, "2.0.0", ActionLoad, RefusalMajor, ""}},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name:        "major forced",
+			give:        []Installed{on(p1, r100.Code)},
+			to:          r200,
+			force:       true,
+			want:        []want{{StateBehind, "1.0.0", ActionLoad, RefusalMajor, ""}},
+			wantPending: true,
+		},
+		{
+			name:        "absent to another major is no major change",
+			give:        []Installed{on(p1, "")},
+			to:          r200,
+			want:        []want{{StateAbsent, "", ActionLoad, "", ""}},
+			wantPending: true,
+		},
+		{
+			name: "replicas follow their primary",
+			give: []Installed{on(p1, r100.Code), on(r1, r100.Code), on(chained, r100.Code)},
+			to:   r110,
+			want: []want{
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateBehind, "1.0.0", ActionReplicate, "", "replica: receives 1.1.0 from 127.0.0.1:7001"},
+				{StateBehind, "1.0.0", ActionReplicate, "", "replica: receives 1.1.0 from 127.0.0.1:7004"},
+			},
+			wantPending: true,
+		},
+		{
+			name: "a drifted replica is refused too: replication overwrites it",
+			give: []Installed{on(p1, r100.Code), on(r1, drifted)},
+			to:   r110,
+			want: []want{
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateDrifted, FromDrifted, ActionReplicate, RefusalDrift, ""},
+			},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name: "a replica lagging behind a current primary is left alone",
+			give: []Installed{on(p1, r110.Code), on(r1, r100.Code)},
+			to:   r110,
+			want: []want{
+				{StateCurrent, "1.1.0", ActionNone, "", ""},
+				{StateBehind, "1.0.0", ActionNone, "", "replica: follows 127.0.0.1:7001 (current), which is not loaded"},
+			},
+		},
+		{
+			name: "a replica whose primary was not found",
+			give: []Installed{on(p1, r100.Code), on(orphan, r100.Code)},
+			to:   r110,
+			want: []want{
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateBehind, "1.0.0", ActionNone, "", "replica of 127.0.0.1:9999, which was not found"},
+			},
+			wantPending: true,
+		},
+		{
+			name: "mixed cluster",
+			give: []Installed{
+				on(p1, r110.Code), on(p2, r100.Code), on(p3, ""),
+				on(r1, r110.Code), on(r2, r100.Code),
+			},
+			to: r110,
+			want: []want{
+				{StateCurrent, "1.1.0", ActionNone, "", ""},
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateAbsent, "", ActionLoad, "", ""},
+				{StateCurrent, "1.1.0", ActionNone, "", ""},
+				{StateBehind, "1.0.0", ActionReplicate, "", ""},
+			},
+			wantPending: true,
+		},
+		{
+			name: "mixed cluster with drift, downgrade and current",
+			give: []Installed{on(p1, drifted), on(p2, r110.Code), on(p3, r100.Code)},
+			to:   r100,
+			want: []want{
+				{StateDrifted, FromDrifted, ActionLoad, RefusalDrift, ""},
+				{StateAhead, "1.1.0", ActionLoad, RefusalDowngrade, ""},
+				{StateCurrent, "1.0.0", ActionNone, "", ""},
+			},
+			wantPending: true, wantRefused: 2,
+		},
+		{
+			name: "an unreachable primary is refused",
+			give: []Installed{on(p1, r100.Code), {Node: p2, Err: down}},
+			to:   r110,
+			want: []want{
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateUnknown, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error()},
+			},
+			wantPending: true, wantRefused: 1,
+		},
+		{
+			name: "an unreachable primary, forced, is left out with its replica",
+			give: []Installed{on(p1, r100.Code), {Node: p2, Err: down}, on(r2, r100.Code)},
+			to:   r110,
+			force: true,
+			want: []want{
+				{StateBehind, "1.0.0", ActionLoad, "", ""},
+				{StateUnknown, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error() + "; left out (forced)"},
+				{StateBehind, "1.0.0", ActionNone, "", ""},
+			},
+			wantPending: true,
+		},
+		{
+			name: "only replicas behind: nothing pending",
+			give: []Installed{on(p1, r110.Code), on(r1, "")},
+			to:   r110,
+			want: []want{
+				{StateCurrent, "1.1.0", ActionNone, "", ""},
+				{StateAbsent, "", ActionNone, "", ""},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewPlan(tt.give, set, tt.to, tt.force)
+			if p.To.Version != tt.to.Version || p.Force != tt.force {
+				t.Errorf("plan to %s force %v, want %s force %v", p.To.Version, p.Force, tt.to.Version, tt.force)
+			}
+			if len(p.Steps) != len(tt.want) {
+				t.Fatalf("%d steps, want %d", len(p.Steps), len(tt.want))
+			}
+			for i, w := range tt.want {
+				s := p.Steps[i]
+				got := want{s.State, s.From, s.Action, s.Refusal, s.Reason}
+				if w.reason == "" {
+					got.reason = ""
+				}
+				if got != w {
+					t.Errorf("step %d (%s): got %+v, want %+v", i, s.Node.Addr, got, w)
+				}
+				if s.Node != tt.give[i].Node || s.To != tt.to.Version || s.FromCode != tt.give[i].Code {
+					t.Errorf("step %d: node %+v to %q, want %+v to %q", i, s.Node, s.To, tt.give[i].Node, tt.to.Version)
+				}
+				if s.Reason == "" {
+					t.Errorf("step %d (%s): no reason", i, s.Node.Addr)
+				}
+			}
+			if got := p.Pending(); got != tt.wantPending {
+				t.Errorf("Pending() = %v, want %v", got, tt.wantPending)
+			}
+			if got := len(p.Refused()); got != tt.wantRefused {
+				t.Errorf("Refused() has %d steps, want %d", got, tt.wantRefused)
+			}
+		})
+	}
+}
+
+// TestPlanIgnoresInstalledVersion: the plan identifies code itself, so a stale or wrong
+// Installed.Version cannot make drifted code look like a release.
+func TestPlanIgnoresInstalledVersion(t *testing.T) {
+	in := []Installed{{Node: primary("127.0.0.1:7001"), Code: drifted, Version: "1.1.0"}}
+	if s := NewPlan(in, set, r110, false).Steps[0]; s.State != StateDrifted {
+		t.Errorf("state %s, want drifted", s.State)
+	}
+}
+
+func TestRefusedError(t *testing.T) {
+	in := []Installed{
+		on(primary("127.0.0.1:7001"), drifted),
+		on(primary("127.0.0.1:7002"), r110.Code),
+		on(primary("127.0.0.1:7003"), r200.Code),
+	}
+	err := &RefusedError{Steps: NewPlan(in, set, r100, false).Refused()}
+	want := "deployer: refused: 127.0.0.1:7001 has drifted code (declares 1.1.0); " +
+		"127.0.0.1:7002 would downgrade 1.1.0 to 1.0.0; " +
+		"127.0.0.1:7003 would change major version 2.0.0 to 1.0.0 (use --force)"
+	if err.Error() != want {
+		t.Errorf("got  %s\nwant %s", err, want)
+	}
+}

@@ -1,0 +1,69 @@
+package deployer
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestNodeResultString(t *testing.T) {
+	p := Node{Addr: "127.0.0.1:7001", Role: RolePrimary}
+	r := Node{Addr: "127.0.0.1:7004", Role: RoleReplica, Primary: p.Addr}
+	oom := errors.New("127.0.0.1:7001: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.")
+	tests := []struct {
+		give NodeResult
+		want string
+	}{
+		{
+			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeLoaded, Duration: 14*time.Millisecond + 300*time.Microsecond},
+			want: "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)",
+		},
+		{
+			give: NodeResult{Node: p, From: "", To: "1.1.0", Outcome: OutcomeLoaded, Duration: 3 * time.Millisecond},
+			want: "127.0.0.1:7001 primary loaded absent -> 1.1.0 (3ms)",
+		},
+		{
+			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeReplicated, Duration: 40 * time.Millisecond},
+			want: "127.0.0.1:7004 replica replicated 1.0.0 -> 1.1.0 (40ms)",
+		},
+		{
+			give: NodeResult{Node: p, From: "1.1.0", To: "1.1.0", Outcome: OutcomeUnchanged},
+			want: "127.0.0.1:7001 primary unchanged 1.1.0",
+		},
+		{
+			give: NodeResult{Node: p, From: FromDrifted, To: "1.1.0", Outcome: OutcomeRestored, Duration: time.Second},
+			want: "127.0.0.1:7001 primary restored drifted -> 1.1.0 (1s)",
+		},
+		{
+			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeFailed, Err: oom, Duration: time.Millisecond},
+			want: "127.0.0.1:7001 primary failed 1.0.0 -> 1.1.0 (1ms): 127.0.0.1:7001: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.",
+		},
+		{
+			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeSkipped},
+			want: "127.0.0.1:7004 replica skipped 1.0.0 -> 1.1.0",
+		},
+	}
+	for _, tt := range tests {
+		if got := tt.give.String(); got != tt.want {
+			t.Errorf("got  %s\nwant %s", got, tt.want)
+		}
+	}
+}
+
+func TestPartialError(t *testing.T) {
+	oom := errors.New("127.0.0.1:7003: FUNCTION LOAD: OOM command not allowed\nwhen used memory > 'maxmemory'")
+	rep := Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
+		{Node: Node{Addr: "127.0.0.1:7001"}, Outcome: OutcomeRestored},
+		{Node: Node{Addr: "127.0.0.1:7002"}, Outcome: OutcomeRestoreFailed},
+		{Node: Node{Addr: "127.0.0.1:7003"}, Outcome: OutcomeFailed, Err: oom},
+	}}
+	err := &PartialError{Report: rep, Err: oom}
+	want := "deployer: deploy of 1.1.0 rolled back: 127.0.0.1:7003 failed: " +
+		"127.0.0.1:7003: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; NOT restored: 127.0.0.1:7002"
+	if err.Error() != want {
+		t.Errorf("got  %s\nwant %s", err, want)
+	}
+	if !errors.Is(err, oom) {
+		t.Error("PartialError does not unwrap to its cause")
+	}
+}

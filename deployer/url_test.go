@@ -1,0 +1,72 @@
+package deployer
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseURL(t *testing.T) {
+	tests := []struct {
+		give     string
+		wantAddr string
+		wantUser string
+		wantPass string
+		wantDB   int
+		wantTLS  bool
+		wantSNI  string
+		wantErr  string
+	}{
+		{give: "redis://127.0.0.1:7001", wantAddr: "127.0.0.1:7001"},
+		{give: "valkey://127.0.0.1:7001", wantAddr: "127.0.0.1:7001"},
+		{give: "redis://localhost", wantAddr: "localhost:6379"},
+		{give: "redis://deployer:s3cret@127.0.0.1:7001/2", wantAddr: "127.0.0.1:7001", wantUser: "deployer", wantPass: "s3cret", wantDB: 2},
+		{give: "redis://:s3cret@127.0.0.1:7001", wantAddr: "127.0.0.1:7001", wantPass: "s3cret"},
+		{give: "rediss://db.example:6380", wantAddr: "db.example:6380", wantTLS: true, wantSNI: "db.example"},
+		{give: "valkeys://u:p@127.0.0.1:6380", wantAddr: "127.0.0.1:6380", wantUser: "u", wantPass: "p", wantTLS: true, wantSNI: "127.0.0.1"},
+		{give: "http://127.0.0.1:7001", wantErr: `scheme "http" is not one of redis, valkey, rediss, valkeys`},
+		{give: "unix:///tmp/valkey.sock", wantErr: `scheme "unix" is not one of`},
+		{give: "127.0.0.1:7001", wantErr: "URL is not valid"},
+		{give: "localhost", wantErr: "has no scheme"},
+		{give: "redis:127.0.0.1:7001", wantErr: "want redis://host:port"},
+		{give: "redis://127.0.0.1:notaport", wantErr: "URL is not valid"},
+		{give: "redis://127.0.0.1:99999", wantErr: `port "99999" is not a port`},
+		{give: "redis://u:hunter2@127.0.0.1:7001/x", wantErr: "invalid database number"},
+		{give: "redis://u:hunter2@127.0.0.1:7001/1/2", wantErr: "invalid URL path"},
+		{give: "redis://u:hunter2@[::1", wantErr: "URL is not valid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			opt, err := ParseURL(tt.give)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				if !strings.HasPrefix(err.Error(), "deployer: ") {
+					t.Errorf("err %q does not name the package", err)
+				}
+				if strings.Contains(err.Error(), "hunter2") {
+					t.Errorf("err %q shows the password", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(opt.InitAddress) != 1 || opt.InitAddress[0] != tt.wantAddr {
+				t.Errorf("addresses %v, want [%s]", opt.InitAddress, tt.wantAddr)
+			}
+			if opt.Username != tt.wantUser || opt.Password != tt.wantPass || opt.SelectDB != tt.wantDB {
+				t.Errorf("user %q password %q db %d, want %q %q %d", opt.Username, opt.Password, opt.SelectDB, tt.wantUser, tt.wantPass, tt.wantDB)
+			}
+			if got := opt.TLSConfig != nil; got != tt.wantTLS {
+				t.Fatalf("TLS %v, want %v", got, tt.wantTLS)
+			}
+			if tt.wantTLS && opt.TLSConfig.ServerName != tt.wantSNI {
+				t.Errorf("TLS server name %q, want %q", opt.TLSConfig.ServerName, tt.wantSNI)
+			}
+			if !opt.DisableCache {
+				t.Error("client-side caching left on")
+			}
+		})
+	}
+}
