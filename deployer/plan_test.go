@@ -224,9 +224,9 @@ func TestPlan(t *testing.T) {
 			wantPending: true, wantRefused: 1,
 		},
 		{
-			name: "an unreachable primary, forced, is left out with its replica",
-			give: []Installed{on(p1, r100.Code), {Node: p2, Err: down}, on(r2, r100.Code)},
-			to:   r110,
+			name:  "an unreachable primary, forced, is left out with its replica",
+			give:  []Installed{on(p1, r100.Code), {Node: p2, Err: down}, on(r2, r100.Code)},
+			to:    r110,
 			force: true,
 			want: []want{
 				{StateBehind, "1.0.0", ActionLoad, "", ""},
