@@ -30,6 +30,7 @@ type Server struct {
 
 	ctr   testcontainers.Container
 	admin valkey.Client // the harness's own connection, for cluster checks
+	tls   *TLS          // the server speaks TLS only, with this certificate
 
 	mu         sync.Mutex
 	stopped    bool
@@ -84,7 +85,7 @@ func startStandalone(t testing.TB, image, binary string, args []string) *Server 
 // ends. Use Cluster.Client for a routed cluster client.
 func (s *Server) Client(t testing.TB) valkey.Client {
 	t.Helper()
-	c, err := newNodeClient(s.Addr)
+	c, err := s.newClient()
 	if err != nil {
 		t.Fatalf("harness: connect to %s: %v", s.Addr, err)
 	}
@@ -173,17 +174,34 @@ func terminate(t testing.TB, servers ...*Server) {
 // another port when the port was taken (by another process, between freePort
 // and the server's bind).
 func startServer(ctx context.Context, image, binary string, cluster bool, args []string) (*Server, error) {
+	return startSpec(ctx, spec{image: image, binary: binary, cluster: cluster, args: args})
+}
+
+// spec is what a server is started with.
+type spec struct {
+	image, binary string
+	cluster       bool
+	args          []string
+	tls           *TLS // serve TLS only, on Port, with this certificate
+}
+
+func startSpec(ctx context.Context, sp spec) (*Server, error) {
+	image, binary, cluster, args := sp.image, sp.binary, sp.cluster, sp.args
 	var errs []error
 	for attempt := 1; attempt <= 3 && ctx.Err() == nil; attempt++ {
 		port, err := freePort(cluster)
 		if err != nil {
 			return nil, err
 		}
-		cmd := []string{binary, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-			"--save", "", "--appendonly", "no",
+		listen := []string{"--port", strconv.Itoa(port)}
+		if sp.tls != nil {
+			listen = append([]string{"--port", "0", "--tls-port", strconv.Itoa(port)}, sp.tls.args()...)
+		}
+		cmd := append([]string{binary, "--bind", "127.0.0.1"}, listen...)
+		cmd = append(cmd, "--save", "", "--appendonly", "no",
 			// A primary otherwise waits 5s for more replicas before a
 			// (diskless) full sync: most of a cluster's start-up time.
-			"--repl-diskless-sync-delay", "0"}
+			"--repl-diskless-sync-delay", "0")
 		if cluster {
 			cmd = append(cmd, "--cluster-enabled", "yes",
 				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
@@ -194,7 +212,7 @@ func startServer(ctx context.Context, image, binary string, cluster bool, args [
 				"--cluster-announce-ip", "127.0.0.1")
 		}
 		cmd = append(cmd, args...)
-		s, err := runContainer(ctx, image, cmd, port)
+		s, err := runContainer(ctx, image, cmd, port, sp.tls)
 		if err == nil {
 			return s, nil
 		}
@@ -209,11 +227,16 @@ func startServer(ctx context.Context, image, binary string, cluster bool, args [
 	return nil, fmt.Errorf("start %s: %w", image, errors.Join(errs...))
 }
 
-func runContainer(ctx context.Context, image string, cmd []string, port int) (*Server, error) {
+func runContainer(ctx context.Context, image string, cmd []string, port int, tlsFiles *TLS) (*Server, error) {
+	var files []testcontainers.ContainerFile
+	if tlsFiles != nil {
+		files = tlsFiles.files()
+	}
 	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
 			Image:  image,
 			Cmd:    cmd,
+			Files:  files,
 			Labels: map[string]string{"rlfn.harness": "true"},
 			// Host networking: the server binds 127.0.0.1:port on the host,
 			// so test traffic never touches a bridge address.
@@ -244,7 +267,8 @@ func runContainer(ctx context.Context, image string, cmd []string, port int) (*S
 		Cmd:   cmd,
 		ctr:   ctr,
 	}
-	if s.admin, err = newNodeClient(s.Addr); err != nil {
+	s.tls = tlsFiles
+	if s.admin, err = s.newClient(); err != nil {
 		err = fmt.Errorf("connect to %s: %w%s", s.Addr, err, tail(ctr))
 		_ = ctr.Terminate(context.Background(), testcontainers.StopTimeout(0))
 		return nil, err
@@ -270,6 +294,19 @@ func tail(ctr testcontainers.Container) string {
 		b = b[len(b)-2000:]
 	}
 	return "\ncontainer log:\n" + string(b)
+}
+
+// newClient connects to this server only, over TLS if it speaks TLS.
+func (s *Server) newClient() (valkey.Client, error) {
+	if s.tls == nil {
+		return newNodeClient(s.Addr)
+	}
+	return valkey.NewClient(valkey.ClientOption{
+		InitAddress:       []string{s.Addr},
+		ForceSingleClient: true,
+		DisableCache:      true,
+		TLSConfig:         s.tls.ClientConfig(),
+	})
 }
 
 // newNodeClient connects to one node, never following the cluster topology.
