@@ -92,7 +92,8 @@ type NodeResult struct {
 }
 
 // String is one line for the CLI, e.g.
-// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)".
+// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)", or after a rollback
+// "127.0.0.1:7001 primary restored 1.0.0 (9ms)".
 func (r NodeResult) String() string {
 	from := r.From
 	if from == "" {
@@ -100,9 +101,12 @@ func (r NodeResult) String() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
-	if r.Outcome == OutcomeUnchanged && r.From == r.To {
+	switch {
+	case r.Outcome == OutcomeUnchanged && r.From == r.To:
 		b.WriteString(r.To)
-	} else {
+	case r.Outcome == OutcomeRestored:
+		b.WriteString(from) // what it runs again
+	default:
 		b.WriteString(from + " -> " + r.To)
 	}
 	if r.Duration > 0 {
@@ -342,45 +346,54 @@ func describeTopology(topo Topology) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// load runs FUNCTION LOAD REPLACE on every primary to load, Parallelism at once.
+// load runs FUNCTION LOAD REPLACE on every primary to load, in plan order, Parallelism
+// at once; once one has failed, the ones not yet started are skipped.
 func (r *run) load(ctx context.Context) {
-	sem := make(chan struct{}, r.opts.Parallelism)
+	todo := make(chan int)
 	var wg sync.WaitGroup
-	for i, s := range r.p.Steps {
-		if s.Node.Role != RolePrimary || s.Action != ActionLoad {
-			continue
-		}
+	for range r.opts.Parallelism {
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if r.failure() != nil || ctx.Err() != nil {
-				r.set(i, OutcomeSkipped, nil, time.Now())
-				return
+			for i := range todo {
+				r.loadOne(ctx, i)
 			}
-			began := time.Now()
-			c, err := r.t.conn(s.Node.Addr)
-			if err == nil {
-				err = c.load(ctx, r.p.To.Code)
-				// A refusal by the server changed nothing; anything else (a timeout, a
-				// dropped connection) may have loaded it.
-				r.mu.Lock()
-				r.changed[i] = err == nil || !refused(err)
-				r.mu.Unlock()
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", s.Node.Addr, err)
-				r.set(i, OutcomeFailed, err, began)
-				r.fail(err)
-			} else {
-				r.set(i, OutcomeLoaded, nil, began)
-			}
-			r.emit(Event{Node: s.Node, Phase: PhaseLoad, Err: err})
 		})
 	}
+	for i, s := range r.p.Steps {
+		if s.Node.Role == RolePrimary && s.Action == ActionLoad {
+			todo <- i
+		}
+	}
+	close(todo)
 	wg.Wait()
 	if r.failure() == nil && ctx.Err() != nil {
 		r.fail(context.Cause(ctx))
 	}
+}
+
+func (r *run) loadOne(ctx context.Context, i int) {
+	s := r.p.Steps[i]
+	if r.failure() != nil || ctx.Err() != nil {
+		r.set(i, OutcomeSkipped, nil, time.Now())
+		return
+	}
+	began := time.Now()
+	c, err := r.t.conn(s.Node.Addr)
+	if err == nil {
+		err = c.load(ctx, r.p.To.Code)
+		// A refusal by the server changed nothing; anything else (a timeout, a dropped
+		// connection) may have loaded it.
+		r.mu.Lock()
+		r.changed[i] = err == nil || !refused(err)
+		r.mu.Unlock()
+	}
+	if err != nil {
+		err = fmt.Errorf("%s: %w", s.Node.Addr, err)
+		r.set(i, OutcomeFailed, err, began)
+		r.fail(err)
+	} else {
+		r.set(i, OutcomeLoaded, nil, began)
+	}
+	r.emit(Event{Node: s.Node, Phase: PhaseLoad, Err: err})
 }
 
 // verify waits for every node that should now run the release to run it.

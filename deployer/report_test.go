@@ -32,7 +32,7 @@ func TestNodeResultString(t *testing.T) {
 		},
 		{
 			give: NodeResult{Node: p, From: FromDrifted, To: "1.1.0", Outcome: OutcomeRestored, Duration: time.Second},
-			want: "127.0.0.1:7001 primary restored drifted -> 1.1.0 (1s)",
+			want: "127.0.0.1:7001 primary restored drifted (1s)",
 		},
 		{
 			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeFailed, Err: oom, Duration: time.Millisecond},
