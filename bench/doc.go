@@ -1,7 +1,7 @@
 // Package bench measures what one rate-limiting decision costs the server, for each limiter of
 // the ratelimit library and, as the yardstick, for go-redis/redis_rate's own GCRA script.
 //
-// It holds only a benchmark, BenchmarkCost (cost_test.go), which is run explicitly:
+// Its first benchmark, BenchmarkCost (cost_test.go), is run explicitly:
 //
 //	go test ./bench -run '^$' -bench Cost -benchtime 1x -timeout 0
 //
@@ -45,4 +45,18 @@
 //	RLFN_CALLGRIND_ROUNDS  rounds under callgrind (default 2)
 //	RLFN_BENCH_IDLE        principals for the memory figure (default 10000)
 //	RLFN_BENCH_OUT         also write the markdown table to this file
+//
+// BenchmarkThroughput (throughput_test.go) measures what a service sees: rlfn's Allow (a token
+// bucket through client.New on valkey-go), go-redis/redis_rate's Allow and a plain INCR through
+// valkey-go, side by side against one Valkey 8 that the benchmark starts through the harness
+// (Docker, 127.0.0.1), each from 64 goroutines over 10,000 principals, every decision admitted.
+// Each reports ops/s, p50 and p99 latency, and the server's and this process's CPU time per
+// call, which say which side limits the throughput when both share the machine.
+// BenchmarkThroughputAlgorithms does the same for every limiter of the library. Run:
+//
+//	go test ./bench -run '^$' -bench 'Throughput$' -count 5 -timeout 0 | tee throughput.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest -col /name throughput.txt  # optional
+//
+// RLFN_BENCH_FLUSH_DELAY (valkey-go's MaxFlushDelay, e.g. 20us) and RLFN_BENCH_MULTIPLEX (its
+// PipelineMultiplex; -1 for one connection) change the valkey-go client of both rlfn and INCR.
 package bench
