@@ -298,18 +298,32 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 	t.mu.Lock()
 	t.topo = topo
 	t.mu.Unlock()
-	key := func(n Node) string { return n.Addr + " " + string(n.Role) + " " + n.Primary }
-	var planned, now []string
+	key := func(n Node) string {
+		if n.Role == RoleReplica {
+			return n.Addr + " (replica of " + n.Primary + ")"
+		}
+		return n.Addr + " (" + string(n.Role) + ")"
+	}
+	planned, now := map[string]bool{}, map[string]bool{}
 	for _, s := range p.Steps {
-		planned = append(planned, key(s.Node))
+		planned[key(s.Node)] = true
 	}
 	for _, n := range topo.Nodes {
-		now = append(now, key(n))
+		now[key(n)] = true
 	}
-	slices.Sort(planned)
-	slices.Sort(now)
-	if !slices.Equal(planned, now) {
-		return fmt.Errorf("%w: nodes were %s, now %s", ErrStalePlan, describeNodes(p.Steps), describeTopology(topo))
+	var diffs []string
+	for _, n := range topo.Nodes {
+		if k := key(n); !planned[k] {
+			diffs = append(diffs, "now "+k)
+		}
+	}
+	for _, s := range p.Steps {
+		if k := key(s.Node); !now[k] {
+			diffs = append(diffs, "no longer "+k)
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%w: %s", ErrStalePlan, strings.Join(diffs, ", "))
 	}
 	nodes := make([]Node, len(p.Steps))
 	for i, s := range p.Steps {
@@ -328,22 +342,6 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 		}
 	}
 	return nil
-}
-
-func describeNodes(steps []Step) string {
-	var parts []string
-	for _, s := range steps {
-		parts = append(parts, s.Node.Addr+" "+string(s.Node.Role))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func describeTopology(topo Topology) string {
-	var parts []string
-	for _, n := range topo.Nodes {
-		parts = append(parts, n.Addr+" "+string(n.Role))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // load runs FUNCTION LOAD REPLACE on every primary to load, in plan order, Parallelism
@@ -373,7 +371,9 @@ func (r *run) load(ctx context.Context) {
 func (r *run) loadOne(ctx context.Context, i int) {
 	s := r.p.Steps[i]
 	if r.failure() != nil || ctx.Err() != nil {
-		r.set(i, OutcomeSkipped, nil, time.Now())
+		r.mu.Lock()
+		r.res[i].Outcome = OutcomeSkipped
+		r.mu.Unlock()
 		return
 	}
 	began := time.Now()

@@ -1,0 +1,123 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/deployer"
+)
+
+// TestLockExcludes: while one deploy runs (held inside its first load, for longer than
+// its lease, so the lease must be renewed), a second one gets ErrLocked naming the first,
+// and the first completes and releases the lock.
+func TestLockExcludes(t *testing.T) {
+	cl := sharedCluster(t)
+	a, b := discover(t, urlOf(cl.Primaries[0])), discover(t, urlOf(cl.Primaries[1]))
+	pa, pb := plan(t, a, v100, false), plan(t, b, v100, false)
+
+	held, resume, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var errA error
+	go func() {
+		defer close(done)
+		_, errA = a.Apply(t.Context(), pa, deployer.Options{
+			Owner:     "deployer A",
+			LockLease: 600 * time.Millisecond,
+			Progress: func(e deployer.Event) {
+				if e.Phase == deployer.PhaseLoad {
+					once.Do(func() { close(held); <-resume })
+				}
+			},
+		})
+	}()
+	select {
+	case <-held:
+	case <-done:
+		t.Fatalf("first deploy ended early: %v", errA)
+	}
+	time.Sleep(1500 * time.Millisecond) // 2.5 leases: only renewal keeps the lock
+	before := snapshot(t, cl.Nodes())
+	_, err := b.Apply(t.Context(), pb, deployer.Options{Owner: "deployer B"})
+	close(resume)
+	<-done
+	if !errors.Is(err, deployer.ErrLocked) || !strings.Contains(err.Error(), "held by deployer A") ||
+		!strings.Contains(err.Error(), "lease expires in") {
+		t.Errorf("second deploy: %v, want ErrLocked naming deployer A and its lease", err)
+	}
+	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+		t.Error("the locked-out deploy changed nodes")
+	}
+	if errA != nil {
+		t.Errorf("first deploy: %v", errA)
+	}
+	if v := lockValue(t, cl); v != "" {
+		t.Errorf("lock not released: %q", v)
+	}
+}
+
+// TestLockExpires: the lock of a deployer that died blocks deploys until its lease runs
+// out, then the next deploy proceeds.
+func TestLockExpires(t *testing.T) {
+	cl := sharedCluster(t)
+	tg := discover(t, urlOf(cl.Primaries[0]))
+	c := lockOwner(t, cl).Client(t)
+	if err := c.Do(t.Context(), c.B().Set().Key(deployer.LockKey).Value("ghost@gone pid 1|0123456789abcdef").
+		Px(1500*time.Millisecond).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{})
+	if !errors.Is(err, deployer.ErrLocked) || !strings.Contains(err.Error(), "held by ghost@gone pid 1") {
+		t.Fatalf("deploy under a dead deployer's lock: %v, want ErrLocked naming it", err)
+	}
+	t.Logf("locked out: %v", err)
+	for lockValue(t, cl) != "" {
+		time.Sleep(50 * time.Millisecond)
+	}
+	deploy(t, tg, v100, false)
+}
+
+// TestLockLost: a deploy whose lock was taken over while it ran (it was stalled past its
+// lease) stops, restores what it changed, and leaves the new holder's lock alone.
+func TestLockLost(t *testing.T) {
+	cl := sharedCluster(t)
+	tg := discover(t, urlOf(cl.Primaries[0]))
+	before := snapshot(t, cl.Nodes())
+	owner := lockOwner(t, cl).Client(t)
+	const other = "deployer B|fedcba9876543210"
+	var once sync.Once
+	rep, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{
+		Parallelism: 1,
+		LockLease:   300 * time.Millisecond,
+		Progress: func(e deployer.Event) {
+			if e.Phase != deployer.PhaseLoad {
+				return
+			}
+			once.Do(func() {
+				// Another deploy takes the lock, as if ours had expired.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := owner.Do(ctx, owner.B().Set().Key(deployer.LockKey).Value(other).Px(time.Minute).Build()).Error(); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(500 * time.Millisecond) // more than a renewal period
+			})
+		},
+	})
+	if !errors.Is(err, deployer.ErrLockLost) {
+		t.Fatalf("deploy that lost its lock: %v, want ErrLockLost\n%s", err, describe(rep))
+	}
+	t.Logf("%v\n%s", err, describe(rep))
+	if !rep.RolledBack {
+		t.Error("not rolled back")
+	}
+	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+		t.Errorf("nodes changed by a deploy that lost its lock:\nbefore %v\nafter  %v", before, after)
+	}
+	if v := lockValue(t, cl); v != other {
+		t.Errorf("lock is %q, want the new holder's %q", v, other)
+	}
+}
