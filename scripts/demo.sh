@@ -1,46 +1,54 @@
 #!/usr/bin/env bash
-# The quick start: a throwaway Valkey, the library loaded, every algorithm admitting then
-# denying. Needs the rlfn/valkey:8.0 image (make images) and valkey-cli.
+# The quick start: a throwaway Valkey primary and replica, the library deployed with rlfn, then
+# every algorithm called through rlfn until it denies. Needs the rlfn/valkey:8.0 image
+# (make images) and Go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 image=${RLFN_VALKEY_IMAGE:-rlfn/valkey:8.0}
-# Host networking, bound to loopback: the server sees its clients as local.
-port=16379
-while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-id=$(docker run -d --rm --network host "$image" \
-  valkey-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no)
-trap 'docker rm -f "$id" >/dev/null' EXIT
-cli() { valkey-cli -h 127.0.0.1 -p "$port" "$@"; }
-for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
-
-echo "$(cli INFO server | grep -E '^(valkey|redis)_version' | sort -r | head -n1 | tr -d '\r') on 127.0.0.1:$port"
-echo "FUNCTION LOAD: library $(cli -x FUNCTION LOAD REPLACE <functions/ratelimit.lua), version $(cli FCALL rl_version 0)"
-
-# show FUNCTION ARGS...: one line per call, the reply's six integers named
-show() {
-  local fn=$1 key=$2 n=$3
-  shift 3
-  echo
-  echo "FCALL $fn 1 $key $*"
-  for i in $(seq "$n"); do
-    cli FCALL "$fn" 1 "$key" "$@" | tr '\n' ' ' | awk -v i="$i" '
-      NF != 6 { print "  call " i ": " $0; next }
-      {
-      printf "  call %d: %-7s remaining=%s retry_after_ms=%s reset_after_ms=%s delay_ms=%s\n",
-        i, ($1 == 1 ? "allowed" : "DENIED"), $3, $4, $5, $6 }'
-  done
+work=$(mktemp -d)
+go build -o "$work/rlfn" ./cmd/rlfn
+ids=()
+cleanup() {
+  if [ ${#ids[@]} -gt 0 ]; then docker rm -f "${ids[@]}" >/dev/null; fi
+  rm -rf "$work"
 }
+trap cleanup EXIT
 
-show rl_fixed_window demo:fixed 4 3 10000 1
-show rl_sliding_log demo:log 4 3 10000 1
-show rl_sliding_window demo:sliding 4 3 10000 1
-show rl_token_bucket demo:tokens 4 3 1 1000 1
-show rl_leaky_bucket demo:police 4 3 1 1000 1 police
-show rl_leaky_bucket demo:shape 4 3 1 1000 1 shape
+# free_port prints a loopback port nothing listens on, from $1 up.
+free_port() {
+  local port=$1
+  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+  echo "$port"
+}
+# Host networking, bound to loopback: nothing leaves the machine.
+serve() {
+  ids+=("$(docker run -d --rm --network host "$image" \
+    valkey-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no "${@:2}")")
+}
+primary=$(free_port 16379)
+serve "$primary" --repl-diskless-sync-delay 0
+replica=$(free_port $((primary + 1)))
+serve "$replica" --replicaof 127.0.0.1 "$primary"
+
+export RLFN_URL=redis://127.0.0.1:$primary NO_COLOR=1
+rlfn() {
+  echo
+  echo "\$ rlfn $*"
+  "$work/rlfn" "$@"
+}
+for _ in $(seq 100); do "$work/rlfn" status >/dev/null 2>&1 && break; sleep 0.1; done
+
+rlfn versions
+rlfn status
+rlfn deploy --yes
+rlfn status
+rlfn call token_bucket user:42 --capacity 3 --rate 1 --period 1s --repeat 4
+rlfn call sliding_window user:42 --limit 3 --window 10s --repeat 4
+rlfn call leaky_bucket user:42 --capacity 3 --rate 10 --period 1s --mode shape --repeat 4
+rlfn call token_bucket user:42 --capacity 3 --rate 1 --period 1s --peek --json
+# A second deploy has nothing to do, and the exit codes say so to a script.
+rlfn diff --exit-code
 echo
-echo "A cost above the limit can never be admitted (retry_after_ms = -1):"
-show rl_token_bucket demo:tokens 1 3 1 1000 5
-echo
-echo "A bad argument is refused before anything is written:"
-echo "  $(cli FCALL rl_token_bucket 1 demo:tokens 3 1 1000 -1 2>&1)"
+echo "A bad limit is refused before anything is sent (exit code 1):"
+if "$work/rlfn" call token_bucket user:42 --capacity 3 --rate 0 --period 1s; then exit 1; fi

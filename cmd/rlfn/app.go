@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// Exit codes are a contract that scripts depend on.
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitPending = 2 // diff --exit-code found changes to deploy
+	exitRefused = 3 // a safety check (drift, downgrade, major change) refused; --force overrides
+)
+
+// errPending is returned by diff --exit-code when a deploy would change something.
+var errPending = errors.New("changes pending")
+
+// New builds the rlfn application. Its output goes to app.Writer (results) and app.ErrWriter
+// (progress, prompts, errors), which the caller sets.
+func New() *cli.App {
+	return &cli.App{
+		Name:  "rlfn",
+		Usage: "deploy and call the ratelimit library of Valkey and Redis Functions",
+		Description: "rlfn finds every node of a server or cluster from one URL, shows which release of\n" +
+			"the ratelimit library each runs, diffs and deploys releases embedded in this binary,\n" +
+			"and calls the library's functions exactly as the Go client does.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name:    "url",
+				Usage:   "`URL` of any one node: redis://, valkey://, rediss:// or valkeys:// (TLS), user and password included",
+				EnvVars: []string{"RLFN_URL"},
+				Value:   "redis://127.0.0.1:6379",
+			},
+			&cli.StringFlag{
+				Name:    "tls-ca",
+				Usage:   "PEM `FILE` of the CA that signed the servers' certificates (rediss:// URLs; default: the system's roots)",
+				EnvVars: []string{"RLFN_TLS_CA"},
+			},
+			&cli.DurationFlag{
+				Name:  "timeout",
+				Usage: "give up a command after `DURATION`",
+				Value: defaultTimeout,
+			},
+		},
+		Commands: []*cli.Command{
+			versionsCommand(),
+			statusCommand(),
+			diffCommand(),
+			deployCommand(),
+			callCommand(),
+		},
+		HideHelpCommand: true,
+		// Errors are printed once, by run, as one line; the default handler would exit.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Metadata: map[string]any{
+			releasesKey: versions.Embedded(),
+		},
+	}
+}
+
+// run executes args (args[0] is the program name) and returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := New()
+	app.Reader, app.Writer, app.ErrWriter = stdin, stdout, stderr
+	return runApp(app, args)
+}
+
+// runApp is run for an app that tests may have adjusted (for instance its releases).
+func runApp(app *cli.App, args []string) int {
+	err := app.RunContext(context.Background(), permute(app, args))
+	code := exitCode(err)
+	if err != nil && !errors.Is(err, errPending) {
+		fmt.Fprintln(app.ErrWriter, "rlfn: "+oneLine(err.Error()))
+	}
+	return code
+}
+
+func exitCode(err error) int {
+	var refused *deployer.RefusedError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errPending):
+		return exitPending
+	case errors.As(err, &refused):
+		return exitRefused
+	}
+	return exitError
+}
+
+// oneLine keeps an error to one line: scripts read the last line of stderr.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(s, "rlfn: ")
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// releasesKey is where the app keeps the releases it deploys: the embedded ones, or a test's.
+const releasesKey = "releases"
+
+func releases(c *cli.Context) versions.Set {
+	return c.App.Metadata[releasesKey].(versions.Set)
+}
+
+// isTerminal reports whether f is an interactive terminal. Tests replace it.
+var isTerminal = func(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rlfn/rlfn/versions"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/rlfn -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test ./cmd/rlfn -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+// result is what one in-process run of rlfn printed and returned.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// rlfn runs the app in-process with args (without the program name) and the given releases
+// (nil: the embedded ones).
+func rlfn(t *testing.T, set versions.Set, args ...string) result {
+	t.Helper()
+	app := New()
+	if set != nil {
+		app.Metadata[releasesKey] = set
+	}
+	var stdout, stderr bytes.Buffer
+	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(""), &stdout, &stderr
+	code := runApp(app, append([]string{"rlfn"}, args...))
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func TestVersions(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	r := rlfn(t, nil, "versions")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	set := versions.Embedded()
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != len(set)+1 || !strings.HasPrefix(lines[len(lines)-1], set.Latest().Version+" ") {
+		t.Errorf("versions printed\n%s\nwant a header and %d releases, newest (%s) last", r.stdout, len(set), set.Latest().Version)
+	}
+
+	r = rlfn(t, nil, "versions", "--json")
+	var got []releaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 {
+		t.Fatalf("versions --json: exit %d, %v:\n%s", r.code, err, r.stdout)
+	}
+	if len(got) != len(set) || got[0].Version != set[0].Version || got[0].SHA256 != set[0].SHA256() {
+		t.Errorf("versions --json = %+v, want %d releases starting with %s", got, len(set), set[0].Version)
+	}
+}
+
+func TestHelpGolden(t *testing.T) {
+	for _, give := range [][]string{{"--help"}, {"call", "--help"}, {"deploy", "--help"}} {
+		r := rlfn(t, nil, give...)
+		if r.code != 0 {
+			t.Fatalf("rlfn %v: exit %d, stderr %q", give, r.code, r.stderr)
+		}
+		golden(t, strings.ReplaceAll(strings.Join(append(give[:len(give)-1:len(give)-1], "help"), "-"), "--", "")+".golden", r.stdout)
+	}
+}
+
+// TestUsageErrors covers mistakes caught before any network call: each is one line naming
+// the cause, and exit code 1. The URL points at a port nothing listens on, so a command that
+// dialled would fail differently.
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"call", "token_bucket"}, "call: needs ALGORITHM and KEY"},
+		{[]string{"call", "bogus", "k"}, `unknown algorithm "bogus"`},
+		{[]string{"call", "token_bucket", "k", "--capacity", "10", "--rate", "1"}, "token_bucket needs --period"},
+		{[]string{"call", "fixed_window", "k", "--limit", "10", "--window", "1s", "--rate", "1"}, "--rate does not apply to fixed_window"},
+		{[]string{"call", "fixed_window", "k", "--limit", "0", "--window", "1s"}, "FixedWindow.Limit"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1500us"}, "FixedWindow.Window"},
+		{[]string{"call", "leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "drip"}, "--mode is police or shape"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--repeat", "0"}, "--repeat must be at least 1"},
+		{[]string{"call", "fixed_window", "k", "--limit", "x"}, "invalid value"},
+		{[]string{"--url", "http://127.0.0.1:1", "status"}, "scheme"},
+		{[]string{"--url", "redis://127.0.0.1:1", "--tls-ca", "ca.pem", "status"}, "--tls-ca needs a rediss://"},
+		{[]string{"status", "extra"}, "status: takes no arguments"},
+		{[]string{"deploy", "--parallel", "0"}, "--parallel must be at least 1"},
+		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
+		{[]string{"bogus"}, "No help topic for 'bogus'"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			r := rlfn(t, nil, append([]string{"--url", "redis://127.0.0.1:1"}, tt.give...)...)
+			if r.code != exitError {
+				t.Errorf("exit %d, want %d", r.code, exitError)
+			}
+			if !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr %q does not contain %q", r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	for _, cmd := range [][]string{{"status"}, {"diff"}, {"deploy", "--yes"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}} {
+		r := rlfn(t, nil, append([]string{"--url", "redis://127.0.0.1:1", "--timeout", "5s"}, cmd...)...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != exitError || len(lines) != 1 || !strings.Contains(r.stderr, "127.0.0.1:1") {
+			t.Errorf("rlfn %v against a closed port: exit %d, stderr %q; want exit 1 and one line naming the node", cmd, r.code, r.stderr)
+		}
+	}
+}
+
+func TestPermute(t *testing.T) {
+	app := New()
+	tests := []struct {
+		give, want string
+	}{
+		{"rlfn", "rlfn"},
+		{"rlfn versions", "rlfn versions"},
+		{"rlfn call token_bucket user:42 --capacity 10 --json", "rlfn call --capacity 10 --json -- token_bucket user:42"},
+		{"rlfn --url redis://x:1 call a k --peek --limit 3", "rlfn --url redis://x:1 call --peek --limit 3 -- a k"},
+		{"rlfn --json=false call a --limit=3 k", "rlfn --json=false call --limit=3 -- a k"},
+		{"rlfn call a -- -k --limit", "rlfn call -- a -k --limit"},
+		{"rlfn call --limit 3 a k", "rlfn call --limit 3 -- a k"},
+		{"rlfn bogus --x y", "rlfn bogus --x y"},
+		{"rlfn --url", "rlfn --url"},
+	}
+	for _, tt := range tests {
+		got := strings.Join(permute(app, strings.Fields(tt.give)), " ")
+		if got != tt.want {
+			t.Errorf("permute(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rlfn/rlfn/deployer"
+)
+
+// deployCommand is built afresh for each app: cli.App.Setup writes into its commands.
+func deployCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "deploy",
+		Usage:     "load a release on every primary, verify every node, restore all on failure",
+		ArgsUsage: " ",
+		Description: "deploy loads the release (--to, default the newest embedded) with FUNCTION LOAD REPLACE on\n" +
+			"every primary that needs it, including primaries that own no slots, then checks that\n" +
+			"every node, replicas included, answers the new rl_version. If a primary refuses or a\n" +
+			"node does not verify, every node this run changed gets back exactly what it had.\n" +
+			"A deploy --to an older release is the rollback. Drifted code, a downgrade and a change\n" +
+			"of major version are refused (exit 3) unless --force.",
+		Flags: []cli.Flag{
+			toFlag(),
+			&cli.BoolFlag{Name: "yes", Usage: "deploy without asking (required when there is no terminal)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "show the plan, change nothing"},
+			&cli.BoolFlag{Name: "force", Usage: "override the safety checks: overwrite drifted code, downgrade, change major version"},
+			&cli.IntFlag{Name: "parallel", Usage: "load on `N` primaries at once", Value: 4},
+			&cli.DurationFlag{Name: "verify-timeout", Usage: "wait up to `DURATION` for every node to answer the new version", Value: 10 * time.Second},
+			jsonFlag(),
+		},
+		Action: deployAction,
+	}
+}
+
+func deployAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageError(c, "takes no arguments")
+	}
+	if c.Int("parallel") < 1 {
+		return usageError(c, "--parallel must be at least 1")
+	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	force, asJSON := c.Bool("force"), c.Bool("json")
+	t, plan, err := planFor(ctx, c, force)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	out := deployJSON{To: plan.To.Version, DryRun: c.Bool("dry-run"), Plan: stepsJSON(plan)}
+	p := colours(c.App.Writer)
+	if !asJSON {
+		if err := renderPlan(c.App.Writer, p, plan); err != nil {
+			return err
+		}
+	}
+	finish := func(err error) error {
+		if asJSON {
+			if err != nil {
+				out.Error = oneLine(err.Error())
+			}
+			if werr := writeJSON(c.App.Writer, out); werr != nil && err == nil {
+				return werr
+			}
+		}
+		return err
+	}
+	if refused := plan.Refused(); len(refused) > 0 {
+		return finish(&deployer.RefusedError{Steps: refused})
+	}
+	if !plan.Pending() || c.Bool("dry-run") {
+		return finish(nil)
+	}
+	if !c.Bool("yes") {
+		if err := confirm(c, plan); err != nil {
+			return finish(err)
+		}
+	}
+	opts := deployer.Options{Parallelism: c.Int("parallel"), VerifyTimeout: c.Duration("verify-timeout")}
+	if isTerminal(c.App.ErrWriter) {
+		opts.Progress = progress(c, colours(c.App.ErrWriter))
+	}
+	report, err := t.Apply(ctx, plan, opts)
+	out.Report = reportJSONOf(report)
+	if !asJSON {
+		var partial *deployer.PartialError
+		if err == nil || errors.As(err, &partial) {
+			fmt.Fprintln(c.App.Writer)
+			if rerr := renderReport(c.App.Writer, p, report); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	}
+	return finish(err)
+}
+
+// confirm asks on a terminal; without one there is nobody to ask, so it refuses.
+func confirm(c *cli.Context, plan deployer.Plan) error {
+	if !isTerminal(c.App.Reader) {
+		return errors.New("deploy: no terminal to confirm on; review with rlfn diff, then deploy --yes")
+	}
+	loads := 0
+	for _, s := range plan.Steps {
+		if s.Action == deployer.ActionLoad {
+			loads++
+		}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "Load %s on %d primaries? [y/N] ", plan.To.Version, loads)
+	answer, _ := bufio.NewReader(c.App.Reader).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return nil
+	}
+	return errors.New("deploy: not confirmed; nothing changed")
+}
+
+// progress prints each node's steps as they happen, for a person watching a terminal.
+func progress(c *cli.Context, p palette) func(deployer.Event) {
+	var mu sync.Mutex
+	return func(e deployer.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		status := p.green("ok")
+		if e.Err != nil {
+			status = p.red(oneLine(e.Err.Error()))
+		}
+		addr := e.Node.Addr
+		if addr == "" {
+			addr = "-"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "  %-21s %-8s %s\n", addr, e.Phase, status)
+	}
+}
+
+// deployJSON is deploy --json's output: the plan, and the report when it ran.
+type deployJSON struct {
+	To     string      `json:"to"`
+	DryRun bool        `json:"dry_run"`
+	Plan   []stepJSON  `json:"plan"`
+	Report *reportJSON `json:"report,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+type reportJSON struct {
+	DurationMs int64            `json:"duration_ms"`
+	RolledBack bool             `json:"rolled_back"`
+	Nodes      []nodeResultJSON `json:"nodes"`
+}
+
+type nodeResultJSON struct {
+	Addr       string `json:"addr"`
+	Role       string `json:"role"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Outcome    string `json:"outcome"`
+	DurationMs int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+func reportJSONOf(r deployer.Report) *reportJSON {
+	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}}
+	for _, n := range r.Nodes {
+		j := nodeResultJSON{
+			Addr: n.Node.Addr, Role: string(n.Node.Role), From: n.From, To: n.To,
+			Outcome: string(n.Outcome), DurationMs: n.Duration.Milliseconds(),
+		}
+		if n.Err != nil {
+			j.Error = oneLine(n.Err.Error())
+		}
+		out.Nodes = append(out.Nodes, j)
+	}
+	return out
+}

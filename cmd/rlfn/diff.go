@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/versions"
+)
+
+func toFlag() cli.Flag {
+	return &cli.StringFlag{Name: "to", Usage: "release `VERSION` to deploy (default: the newest embedded; see rlfn versions)"}
+}
+
+// diffCommand is built afresh for each app: cli.App.Setup writes into its commands.
+func diffCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "diff",
+		Usage:     "show the plan of a deploy and a unified diff of the code",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			toFlag(),
+			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when a deploy would change something"},
+			jsonFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError(c, "takes no arguments")
+			}
+			ctx, cancel := commandContext(c)
+			defer cancel()
+			t, plan, err := planFor(ctx, c, false)
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			if c.Bool("json") {
+				err = writeJSON(c.App.Writer, diffJSON{To: plan.To.Version, Pending: plan.Pending(), Steps: stepsJSON(plan), Diffs: diffsJSON(plan)})
+			} else {
+				p := colours(c.App.Writer)
+				if err = renderPlan(c.App.Writer, p, plan); err == nil {
+					err = renderDiff(c.App.Writer, p, plan)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if c.Bool("exit-code") && plan.Pending() {
+				return errPending
+			}
+			return nil
+		},
+	}
+}
+
+// target resolves --to against the releases in this binary.
+func target(c *cli.Context) (versions.Release, error) {
+	set := releases(c)
+	v := c.String("to")
+	if v == "" {
+		return set.Latest(), nil
+	}
+	r, ok := set.Find(strings.TrimPrefix(v, "v"))
+	if !ok {
+		names := make([]string, len(set))
+		for i, r := range set {
+			names[i] = r.Version
+		}
+		return r, fmt.Errorf("--to %s: no such release; this binary has %s", v, strings.Join(names, ", "))
+	}
+	return r, nil
+}
+
+// planFor discovers the target, reads every node and plans the deploy --to asks for. A node
+// that cannot be read is a refusal in the plan (only --force leaves it out).
+func planFor(ctx context.Context, c *cli.Context, force bool) (*deployer.Target, deployer.Plan, error) {
+	to, err := target(c)
+	if err != nil {
+		return nil, deployer.Plan{}, err
+	}
+	t, err := discover(ctx, c)
+	if err != nil {
+		return nil, deployer.Plan{}, err
+	}
+	set := releases(c)
+	installed, err := t.Inspect(ctx, set)
+	if err != nil {
+		t.Close()
+		return nil, deployer.Plan{}, err
+	}
+	return t, deployer.NewPlan(installed, set, to, force), nil
+}
+
+type diffJSON struct {
+	To      string     `json:"to"`
+	Pending bool       `json:"pending"`
+	Steps   []stepJSON `json:"steps"`
+	Diffs   []codeJSON `json:"diffs"`
+}
+
+type stepJSON struct {
+	Addr    string `json:"addr"`
+	Role    string `json:"role"`
+	State   string `json:"state"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Action  string `json:"action"`
+	Reason  string `json:"reason,omitempty"`
+	Refusal string `json:"refusal,omitempty"`
+}
+
+func stepsJSON(plan deployer.Plan) []stepJSON {
+	out := make([]stepJSON, 0, len(plan.Steps))
+	for _, s := range plan.Steps {
+		out = append(out, stepJSON{
+			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), From: s.From, To: s.To,
+			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal,
+		})
+	}
+	return out
+}
+
+type codeJSON struct {
+	Nodes []string `json:"nodes"`
+	From  string   `json:"from"`
+	State string   `json:"state"`
+	Diff  string   `json:"diff"` // unified diff; empty when the node has no library
+}
+
+func diffsJSON(plan deployer.Plan) []codeJSON {
+	out := []codeJSON{}
+	for _, g := range groupByCode(plan) {
+		if g.step.FromCode == plan.To.Code {
+			continue
+		}
+		d := codeJSON{Nodes: g.addrs, From: g.step.From, State: string(g.step.State)}
+		if g.step.State != deployer.StateAbsent {
+			d.Diff = g.unified(plan.To)
+		}
+		out = append(out, d)
+	}
+	return out
+}

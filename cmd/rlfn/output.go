@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+)
+
+// jsonFlag and toFlag are built afresh for each command, as flags record being set.
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeJSONLine writes v as one line: --repeat prints one object per call (JSON Lines).
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// usageError is a mistake in the command line: it names the command.
+func usageError(c *cli.Context, msg string) error {
+	return fmt.Errorf("%s: %s (see rlfn %s --help)", c.Command.Name, msg, c.Command.Name)
+}
+
+// table writes aligned columns; human output only, JSON is for scripts.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// palette colours human output on a terminal, unless NO_COLOR is set (https://no-color.org).
+type palette struct{ on bool }
+
+func colours(w io.Writer) palette {
+	_, noColor := os.LookupEnv("NO_COLOR")
+	return palette{on: !noColor && os.Getenv("TERM") != "dumb" && isTerminal(w)}
+}
+
+func (p palette) paint(code, s string) string {
+	if !p.on || s == "" {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+func (p palette) red(s string) string    { return p.paint("31", s) }
+func (p palette) green(s string) string  { return p.paint("32", s) }
+func (p palette) yellow(s string) string { return p.paint("33", s) }
+func (p palette) cyan(s string) string   { return p.paint("36", s) }
+func (p palette) bold(s string) string   { return p.paint("1", s) }

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aymanbagabas/go-udiff"
+
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// Human output. Each function renders data the deployer returned, so golden files pin it
+// without a server. Colour goes on the last column only: escape codes would upset tabwriter's
+// alignment of any column after them.
+
+func renderStatus(w io.Writer, p palette, rows []statusRow) error {
+	t := newTable(w, "ADDR", "ROLE", "SLOTS", "VERSION", "STATE")
+	for _, r := range rows {
+		version := r.Version
+		switch {
+		case r.State == string(deployer.StateDrifted) && r.Declared != "":
+			version = "(declares " + r.Declared + ")"
+		case version == "":
+			version = "-"
+		}
+		role, slots := r.Role, fmt.Sprint(r.Slots)
+		if r.Role == string(deployer.RoleReplica) {
+			role, slots = "replica of "+r.Primary, "-"
+		}
+		state := r.State
+		if r.Error != "" {
+			state += ": " + r.Error
+		}
+		t.row(r.Addr, role, slots, version, p.state(r.State, state))
+	}
+	return t.flush()
+}
+
+func (p palette) state(state, text string) string {
+	switch state {
+	case string(deployer.StateCurrent):
+		return p.green(text)
+	case string(deployer.StateBehind), string(deployer.StateAbsent):
+		return p.yellow(text)
+	}
+	return p.red(text)
+}
+
+// renderPlan prints what a deploy of plan would do, node by node.
+func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
+	loads, replicas, refused := 0, 0, len(plan.Refused())
+	for _, s := range plan.Steps {
+		if s.Action == deployer.ActionLoad {
+			loads++
+		}
+		if s.Node.Role == deployer.RoleReplica {
+			replicas++
+		}
+	}
+	switch {
+	case len(plan.Steps) == 0:
+		fmt.Fprintln(w, "No nodes found.")
+		return nil
+	case loads == 0:
+		fmt.Fprintf(w, "Plan: nothing to do, every primary runs %s.\n", plan.To.Version)
+	default:
+		fmt.Fprintf(w, "Plan: load %s on %s of %d; %s.\n", plan.To.Version,
+			count(loads, "primary", "primaries"), len(plan.Steps)-replicas,
+			count(replicas, "replica follows its primary", "replicas follow their primaries"))
+	}
+	if refused > 0 {
+		fmt.Fprintf(w, "Refused: %s a safety check; --force overrides.\n", count(refused, "node fails", "nodes fail"))
+	}
+	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "ACTION")
+	for _, s := range plan.Steps {
+		from := stepFrom(s)
+		action := s.Reason
+		if action == "" {
+			action = string(s.Action)
+		}
+		if s.Refusal != "" && !plan.Force {
+			action = "refused (" + s.Refusal + "): " + strings.TrimPrefix(s.Reason, s.Refusal+": ")
+		}
+		colour := p.cyan
+		switch {
+		case s.Refusal != "" && !plan.Force:
+			colour = p.red
+		case s.Action == deployer.ActionLoad:
+			colour = p.yellow
+		}
+		t.row(s.Node.Addr, string(s.Node.Role), from, plan.To.Version, colour(action))
+	}
+	return t.flush()
+}
+
+func stepFrom(s deployer.Step) string {
+	switch s.State {
+	case deployer.StateAbsent:
+		return "-"
+	case deployer.StateDrifted:
+		return "drifted"
+	case deployer.StateUnknown:
+		return "?"
+	}
+	if s.From == "" {
+		return "-"
+	}
+	return s.From
+}
+
+// renderDiff prints a unified diff from each distinct code the nodes run to the plan's code,
+// naming the nodes that run it. A node without the library gets one line, not the whole file.
+func renderDiff(w io.Writer, p palette, plan deployer.Plan) error {
+	for _, g := range groupByCode(plan) {
+		s := g.step
+		switch {
+		case s.State == deployer.StateAbsent:
+			fmt.Fprintf(w, "\n%s: no library; %s (%d lines) will be loaded.\n", strings.Join(g.addrs, ", "),
+				plan.To.Version, strings.Count(plan.To.Code, "\n"))
+			continue
+		case s.FromCode == plan.To.Code:
+			continue
+		}
+		text := g.unified(plan.To)
+		fmt.Fprintln(w)
+		for _, line := range strings.SplitAfter(text, "\n") {
+			switch {
+			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
+				line = p.bold(strings.TrimSuffix(line, "\n")) + "\n"
+			case strings.HasPrefix(line, "+"):
+				line = p.green(strings.TrimSuffix(line, "\n")) + "\n"
+			case strings.HasPrefix(line, "-"):
+				line = p.red(strings.TrimSuffix(line, "\n")) + "\n"
+			case strings.HasPrefix(line, "@@"):
+				line = p.cyan(strings.TrimSuffix(line, "\n")) + "\n"
+			}
+			if _, err := io.WriteString(w, line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type codeGroup struct {
+	step  deployer.Step // the first node's step; every node in the group runs its FromCode
+	addrs []string
+}
+
+// unified is the diff from the group's code to release to.
+func (g codeGroup) unified(to versions.Release) string {
+	from := "ratelimit " + stepFrom(g.step) + " on " + strings.Join(g.addrs, ", ")
+	return udiff.Unified(from, "ratelimit "+to.Version, g.step.FromCode, to.Code)
+}
+
+// groupByCode gathers the primaries (what a deploy replaces) by the code they run, in the
+// plan's order.
+func groupByCode(plan deployer.Plan) []codeGroup {
+	var groups []codeGroup
+	index := map[string]int{}
+	for _, s := range plan.Steps {
+		if s.Node.Role != deployer.RolePrimary {
+			continue
+		}
+		key := string(s.State) + "\x00" + s.FromCode
+		i, ok := index[key]
+		if !ok {
+			i = len(groups)
+			index[key] = i
+			groups = append(groups, codeGroup{step: s})
+		}
+		groups[i].addrs = append(groups[i].addrs, s.Node.Addr)
+	}
+	for _, g := range groups {
+		sort.Strings(g.addrs)
+	}
+	return groups
+}
+
+// renderReport prints what a deploy did, node by node, and one summary line.
+func renderReport(w io.Writer, p palette, r deployer.Report) error {
+	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "TIME", "OUTCOME")
+	for _, n := range r.Nodes {
+		from := n.From
+		if from == "" {
+			from = "-"
+		}
+		outcome := string(n.Outcome)
+		if n.Err != nil {
+			outcome += ": " + oneLine(n.Err.Error())
+		}
+		colour := p.green
+		switch n.Outcome {
+		case deployer.OutcomeFailed, deployer.OutcomeRestoreFailed:
+			colour = p.red
+		case deployer.OutcomeRestored, deployer.OutcomeSkipped:
+			colour = p.yellow
+		}
+		t.row(n.Node.Addr, string(n.Node.Role), from, n.To, ms(n.Duration), colour(outcome))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if r.RolledBack {
+		fmt.Fprintf(w, "Deploy of %s failed after %s; every node changed was restored.\n", r.To, ms(r.Duration))
+		return nil
+	}
+	fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
+	return nil
+}
+
+func ms(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// count writes n and the noun in the right number: "1 primary", "3 primaries".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// A cluster in every state, with short code so the golden diffs stay readable. The plan and
+// the status rows come from the deployer's own NewPlan, so the golden files show its reasons.
+var (
+	code100 = "#!lua name=ratelimit\nlocal VERSION = '1.0.0'\nlocal a = 1\nlocal b = 2\nlocal c = 3\n"
+	code110 = "#!lua name=ratelimit\nlocal VERSION = '1.1.0'\nlocal a = 1\nlocal b = 20\nlocal c = 3\nlocal d = 4\n"
+	drifted = "#!lua name=ratelimit\nlocal VERSION = '1.0.0'\nlocal a = 1\nlocal b = 2 -- hotfix\nlocal c = 3\n"
+
+	p1 = deployer.Node{Addr: "127.0.0.1:7001", ID: "a1", Role: deployer.RolePrimary, Slots: 5461}
+	p2 = deployer.Node{Addr: "127.0.0.1:7002", ID: "a2", Role: deployer.RolePrimary, Slots: 5462}
+	p3 = deployer.Node{Addr: "127.0.0.1:7003", ID: "a3", Role: deployer.RolePrimary, Slots: 5461}
+	p4 = deployer.Node{Addr: "127.0.0.1:7007", ID: "a7", Role: deployer.RolePrimary}
+	r1 = deployer.Node{Addr: "127.0.0.1:7004", ID: "b4", Role: deployer.RoleReplica, Primary: p1.Addr}
+	r2 = deployer.Node{Addr: "127.0.0.1:7005", ID: "b5", Role: deployer.RoleReplica, Primary: p2.Addr}
+	r3 = deployer.Node{Addr: "127.0.0.1:7006", ID: "b6", Role: deployer.RoleReplica, Primary: p3.Addr}
+
+	fixtureSet = versions.Set{{Version: "1.0.0", Code: code100}, {Version: "1.1.0", Code: code110}}
+	to         = fixtureSet[1]
+
+	fixtureInstalled = []deployer.Installed{
+		{Node: p1, Code: code100, Version: "1.0.0"},
+		{Node: p2, Code: code110, Version: "1.1.0"},
+		{Node: p3, Code: drifted, Declared: "1.0.0"},
+		{Node: p4},
+		{Node: r1, Code: code100, Version: "1.0.0"},
+		{Node: r2, Code: code110, Version: "1.1.0"},
+		{Node: r3, Err: errors.New("dial tcp 127.0.0.1:7006: connect: connection refused")},
+	}
+	fixturePlan   = deployer.NewPlan(fixtureInstalled, fixtureSet, to, false)
+	fixtureStatus = statusRows(fixtureInstalled, fixturePlan)
+
+	fixtureReport = deployer.Report{To: "1.1.0", Duration: 412 * time.Millisecond, Nodes: []deployer.NodeResult{
+		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
+		{Node: p2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeUnchanged},
+		{Node: p4, To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 9 * time.Millisecond},
+		{Node: r1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeReplicated, Duration: 210 * time.Millisecond},
+		{Node: r2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeReplicated, Duration: 3 * time.Millisecond},
+	}}
+
+	fixtureFailed = deployer.Report{To: "1.1.0", Duration: 95 * time.Millisecond, RolledBack: true, Nodes: []deployer.NodeResult{
+		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestored, Duration: 14 * time.Millisecond},
+		{Node: p2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeUnchanged},
+		{Node: p4, To: "1.1.0", Outcome: deployer.OutcomeFailed, Duration: 2 * time.Millisecond,
+			Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")},
+	}}
+)
+
+func TestRenderGolden(t *testing.T) {
+	forced := deployer.NewPlan(fixtureInstalled, fixtureSet, to, true)
+	var b bytes.Buffer
+	must(t, renderPlan(&b, palette{}, forced))
+	golden(t, "plan-forced.golden", b.String())
+
+	for _, colour := range []bool{false, true} {
+		suffix := ".golden"
+		if colour {
+			suffix = ".color.golden"
+		}
+		p := palette{on: colour}
+		b.Reset()
+		must(t, renderStatus(&b, p, fixtureStatus))
+		golden(t, "status"+suffix, b.String())
+
+		b.Reset()
+		must(t, renderPlan(&b, p, fixturePlan))
+		must(t, renderDiff(&b, p, fixturePlan))
+		golden(t, "diff"+suffix, b.String())
+
+		b.Reset()
+		must(t, renderReport(&b, p, fixtureReport))
+		b.WriteString("\n")
+		must(t, renderReport(&b, p, fixtureFailed))
+		golden(t, "report"+suffix, b.String())
+	}
+}
+
+func TestPlanNothingToDo(t *testing.T) {
+	var b bytes.Buffer
+	plan := deployer.NewPlan(fixtureInstalled[1:2], fixtureSet, to, false)
+	must(t, renderPlan(&b, palette{}, plan))
+	must(t, renderDiff(&b, palette{}, plan))
+	golden(t, "diff-current.golden", b.String())
+}
+
+func TestStatusJSONNames(t *testing.T) {
+	// The JSON names are a contract: scripts read addr, role, state and version.
+	var b bytes.Buffer
+	must(t, writeJSON(&b, fixtureStatus[:1]))
+	golden(t, "status.json.golden", b.String())
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

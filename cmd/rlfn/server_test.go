@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// testReleases is the embedded 1.0.0 and a 1.1.0 that differs only in the version it
+// declares, so a test can upgrade and roll back between two real releases.
+func testReleases(t *testing.T) versions.Set {
+	t.Helper()
+	r100, ok := versions.Embedded().Find("1.0.0")
+	if !ok {
+		t.Fatal("1.0.0 is not embedded")
+	}
+	code := strings.Replace(r100.Code, "local VERSION = '1.0.0'", "local VERSION = '1.1.0'", 1)
+	if code == r100.Code {
+		t.Fatal("1.0.0 declares its version differently than this test expects")
+	}
+	return versions.Set{r100, {Version: "1.1.0", Code: code}}
+}
+
+// standalone is a Valkey primary with one replica, linked.
+func standalone(t *testing.T, start func(testing.TB, ...string) *harness.Server) (primary, replica *harness.Server) {
+	t.Helper()
+	primary = start(t)
+	replica = start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := replica.Client(t)
+	for {
+		info, err := harness.Info(ctx, c, "replication")
+		if err == nil && info["master_link_status"] == "up" {
+			return primary, replica
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("replica %s never linked to %s: %v %v", replica.Addr, primary.Addr, info, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// rlfnAt runs rlfn against the server at addr.
+func rlfnAt(t *testing.T, set versions.Set, addr string, args ...string) result {
+	t.Helper()
+	return rlfn(t, set, append([]string{"--url", "redis://" + addr}, args...)...)
+}
+
+func statusOf(t *testing.T, set versions.Set, addr string) map[string]statusRow {
+	t.Helper()
+	r := rlfnAt(t, set, addr, "status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || r.code != 0 {
+		t.Fatalf("status --json: exit %d, %v\nstdout %s\nstderr %s", r.code, err, r.stdout, r.stderr)
+	}
+	out := map[string]statusRow{}
+	for _, row := range rows {
+		out[row.Addr] = row
+	}
+	return out
+}
+
+func wantExit(t *testing.T, r result, code int, what string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", what, r.code, code, r.stdout, r.stderr)
+	}
+}
+
+// TestLifecycle walks a newcomer's path on a primary and its replica, on Valkey 8 and Redis
+// 7.0: status, diff, deploy, call, upgrade, rollback, drift; every exit code along the way.
+func TestLifecycle(t *testing.T) {
+	for _, server := range []struct {
+		name  string
+		start func(testing.TB, ...string) *harness.Server
+	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+		t.Run(server.name, func(t *testing.T) {
+			t.Setenv("NO_COLOR", "1")
+			set := testReleases(t)
+			primary, replica := standalone(t, server.start)
+			addr := primary.Addr
+
+			st := statusOf(t, set, addr)
+			if len(st) != 2 || st[addr].Role != "primary" || st[addr].State != "absent" ||
+				st[replica.Addr].Role != "replica" || st[replica.Addr].State != "absent" {
+				t.Fatalf("status of a fresh primary and replica = %+v", st)
+			}
+
+			r := rlfnAt(t, set, addr, "diff", "--exit-code")
+			wantExit(t, r, exitPending, "diff --exit-code before the first deploy")
+			if !strings.Contains(r.stdout, "absent: load 1.1.0") {
+				t.Errorf("diff does not show the load:\n%s", r.stdout)
+			}
+
+			// Nobody to ask: no deploy without --yes.
+			r = rlfnAt(t, set, addr, "deploy")
+			wantExit(t, r, exitError, "deploy without --yes or a terminal")
+			if !strings.Contains(r.stderr, "no terminal") {
+				t.Errorf("stderr %q does not say why", r.stderr)
+			}
+			wantExit(t, rlfnAt(t, set, addr, "deploy", "--dry-run"), exitOK, "deploy --dry-run")
+			if s := statusOf(t, set, addr)[addr].State; s != "absent" {
+				t.Fatalf("after a refused deploy and a dry run the primary is %s, want absent", s)
+			}
+
+			r = rlfnAt(t, set, addr, "deploy", "--yes", "--to", "1.0.0", "--json")
+			wantExit(t, r, exitOK, "first deploy")
+			var dep deployJSON
+			if err := json.Unmarshal([]byte(r.stdout), &dep); err != nil || dep.Report == nil {
+				t.Fatalf("deploy --json: %v\n%s", err, r.stdout)
+			}
+			outcomes := map[string]string{}
+			for _, n := range dep.Report.Nodes {
+				outcomes[n.Addr] = n.Outcome
+			}
+			if outcomes[addr] != "loaded" || outcomes[replica.Addr] != "replicated" {
+				t.Errorf("deploy outcomes %v, want the primary loaded and the replica replicated", outcomes)
+			}
+			wantVersion(t, primary, replica, "1.0.0")
+
+			// call composes the key as the client does: the client sees what the CLI spent.
+			limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour}
+			r = rlfnAt(t, set, addr, "call", "token_bucket", "user:42", "--capacity", "3", "--rate", "1", "--period", "1h", "--repeat", "4", "--json")
+			wantExit(t, r, exitOK, "call --repeat 4")
+			var calls []callJSON
+			for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				var c callJSON
+				if err := json.Unmarshal([]byte(line), &c); err != nil {
+					t.Fatalf("call --json line %q: %v", line, err)
+				}
+				calls = append(calls, c)
+			}
+			if len(calls) != 4 || !calls[2].Allowed || calls[3].Allowed || calls[3].Remaining != 0 ||
+				calls[3].Key != client.Key(client.DefaultPrefix, "user:42", limit) || calls[3].RetryAfterMs <= 0 {
+				t.Fatalf("call --repeat 4 on a bucket of 3 = %+v", calls)
+			}
+			lim := client.New(primary.Client(t))
+			if res, err := lim.Peek(context.Background(), "user:42", limit); err != nil || res.Allowed || res.Remaining != 0 {
+				t.Fatalf("the client's Peek after the CLI's calls = %+v, %v; want the bucket empty", res, err)
+			}
+			// A cost above the capacity: retry_after_ms is -1 in JSON, as in the library's reply.
+			r = rlfnAt(t, set, addr, "call", "token_bucket", "user:42", "--capacity", "3", "--rate", "1", "--period", "1h", "--cost", "4", "--peek", "--json")
+			if wantExit(t, r, exitOK, "call --cost 4"); !strings.Contains(r.stdout, `"retry_after_ms":-1`) {
+				t.Errorf("call --cost 4 --json = %s, want retry_after_ms -1", r.stdout)
+			}
+
+			// Upgrade: the library changes, the limiter's state does not.
+			wantExit(t, rlfnAt(t, set, addr, "diff", "--exit-code"), exitPending, "diff before the upgrade")
+			wantExit(t, rlfnAt(t, set, addr, "deploy", "--yes"), exitOK, "upgrade")
+			wantVersion(t, primary, replica, "1.1.0")
+			wantExit(t, rlfnAt(t, set, addr, "diff", "--exit-code"), exitOK, "diff after the upgrade")
+			if res, err := lim.Peek(context.Background(), "user:42", limit); err != nil || res.Remaining != 0 {
+				t.Fatalf("after the upgrade the bucket is %+v, %v; want it still empty", res, err)
+			}
+
+			// Rollback is a downgrade: refused until --force.
+			r = rlfnAt(t, set, addr, "deploy", "--yes", "--to", "1.0.0")
+			wantExit(t, r, exitRefused, "rollback without --force")
+			if !strings.Contains(r.stderr, addr) || !strings.Contains(r.stderr, "downgrade") {
+				t.Errorf("refusal %q does not name the node and the cause", r.stderr)
+			}
+			wantVersion(t, primary, replica, "1.1.0")
+			wantExit(t, rlfnAt(t, set, addr, "deploy", "--yes", "--to", "1.0.0", "--force"), exitOK, "rollback")
+			wantVersion(t, primary, replica, "1.0.0")
+
+			// Drift: code that matches no release is never overwritten silently.
+			hotfix := strings.Replace(functions.Source, "-- ", "--  ", 1)
+			vk := primary.Client(t)
+			if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(hotfix).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if s := statusOf(t, set, addr)[addr]; s.State != "drifted" || s.Declared == "" {
+				t.Errorf("status after a hand-made load = %+v, want drifted with its declared version", s)
+			}
+			r = rlfnAt(t, set, addr, "deploy", "--yes")
+			wantExit(t, r, exitRefused, "deploy over drift")
+			if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); len(lines) != 1 || !strings.Contains(r.stderr, addr) {
+				t.Errorf("refusal is not one line naming the node: %q", r.stderr)
+			}
+			wantCode(t, primary, hotfix)
+			wantExit(t, rlfnAt(t, set, addr, "deploy", "--yes", "--force"), exitOK, "deploy over drift, forced")
+			wantVersion(t, primary, replica, "1.1.0")
+		})
+	}
+}
+
+// wantVersion checks what rl_version answers on the primary and, read-only, on the replica.
+func wantVersion(t *testing.T, primary, replica *harness.Server, want string) {
+	t.Helper()
+	for _, s := range []*harness.Server{primary, replica} {
+		c := s.Client(t)
+		got, err := c.Do(context.Background(), c.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString()
+		if err != nil || got != want {
+			t.Fatalf("rl_version on %s = %q, %v; want %s", s.Addr, got, err, want)
+		}
+	}
+}
+
+func wantCode(t *testing.T, s *harness.Server, want string) {
+	t.Helper()
+	c := s.Client(t)
+	libs, err := c.Do(context.Background(), c.B().FunctionList().Libraryname(functions.Library).Withcode().Build()).ToArray()
+	if err != nil || len(libs) != 1 {
+		t.Fatalf("FUNCTION LIST on %s: %d libraries, %v", s.Addr, len(libs), err)
+	}
+	m, err := libs[0].AsMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := m["library_code"]
+	got, _ := code.ToString()
+	if got != want {
+		t.Fatalf("%s runs other code than expected", s.Addr)
+	}
+}
