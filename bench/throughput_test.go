@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,13 +22,13 @@ import (
 	"github.com/rlfn/rlfn/integration_test/harness"
 )
 
-// The throughput load: callers concurrent goroutines, each decision for a principal drawn at
-// random from principals, under limits so large that every decision is admitted (the write
-// path, the same one for every contender).
+// The throughput load: defaultCallers concurrent goroutines (RLFN_BENCH_CALLERS), each
+// decision for a principal drawn at random from principals, under limits so large that every
+// decision is admitted (the write path, the same one for every contender).
 const (
-	callers    = 64
-	principals = 10000
-	perSecond  = 1_000_000
+	defaultCallers = 64
+	principals     = 10000
+	perSecond      = 1_000_000
 )
 
 // contender is one way of making a call per request.
@@ -41,9 +40,10 @@ type contender struct {
 
 // throughputEnv is one Valkey 8 of the benchmark's own, with a client of each kind.
 type throughputEnv struct {
-	vk  valkey.Client
-	lim *client.Limiter
-	rr  *redis_rate.Limiter
+	callers int
+	vk      valkey.Client
+	lim     *client.Limiter
+	rr      *redis_rate.Limiter
 }
 
 // newThroughputEnv starts a Valkey 8 through the harness (in Docker, on 127.0.0.1; it skips
@@ -54,10 +54,18 @@ type throughputEnv struct {
 //     4), auto-pipelining concurrent calls into shared writes. RLFN_BENCH_FLUSH_DELAY sets its
 //     MaxFlushDelay (e.g. 20us), RLFN_BENCH_MULTIPLEX its PipelineMultiplex (-1: one
 //     connection), to see what they change;
-//   - go-redis with PoolSize = callers: one command in flight per connection and a connection
+//   - go-redis with a PoolSize of one per caller: one command in flight per connection and a connection
 //     for each goroutine, its best case (its default pool, 10 per GOMAXPROCS, would queue
 //     goroutines for a connection).
 func newThroughputEnv(b *testing.B) *throughputEnv {
+	callers := defaultCallers
+	if v := os.Getenv("RLFN_BENCH_CALLERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("RLFN_BENCH_CALLERS=%q: want a positive integer", v)
+		}
+		callers = n
+	}
 	opt := valkey.ClientOption{
 		DisableCache: true, // no CLIENT TRACKING: the server does no tracking work
 	}
@@ -95,7 +103,7 @@ func newThroughputEnv(b *testing.B) *throughputEnv {
 		MinIdleConns:    callers,
 	})
 	b.Cleanup(func() { rdb.Close() })
-	e := &throughputEnv{vk: vk, lim: client.New(vk), rr: redis_rate.NewLimiter(rdb)}
+	e := &throughputEnv{callers: callers, vk: vk, lim: client.New(vk), rr: redis_rate.NewLimiter(rdb)}
 	// Load redis_rate's script, so that every measured call is one EVALSHA.
 	if _, err := e.rr.Allow(ctx, "warmup", redis_rate.PerSecond(perSecond)); err != nil {
 		b.Fatalf("redis_rate warm-up: %v", err)
@@ -150,7 +158,7 @@ func (e *throughputEnv) incr() contender {
 
 // BenchmarkThroughput runs rlfn's Allow (a token bucket through client.New on valkey-go),
 // go-redis/redis_rate's Allow, and a plain INCR through valkey-go side by side against one
-// Valkey 8, each from 64 goroutines over 10,000 principals. Targets (issue 4): rlfn at least
+// Valkey 8, each from 64 goroutines (RLFN_BENCH_CALLERS) over 10,000 principals. Targets (issue 4): rlfn at least
 // 1.5x redis_rate's ops/s and 0.8x INCR's.
 func BenchmarkThroughput(b *testing.B) {
 	e := newThroughputEnv(b)
@@ -182,7 +190,7 @@ func runContenders(b *testing.B, e *throughputEnv, contenders []contender) {
 	}
 }
 
-// parallel runs c from callers goroutines until b.N calls are made. Besides ns/op (wall time
+// parallel runs c from e.callers goroutines until b.N calls are made. Besides ns/op (wall time
 // divided by calls: the inverse of the throughput), it reports
 //
 //   - ops/s, and the p50 and p99 latency of one call, in µs;
@@ -204,31 +212,36 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	}
 	clientCPU0 := clientCPU()
 
-	procs := runtime.GOMAXPROCS(0)
-	b.SetParallelism((callers + procs - 1) / procs)
 	var (
 		mu        sync.Mutex
 		latencies = make([]time.Duration, 0, b.N)
+		calls     atomic.Int64
 		failed    atomic.Bool
+		wg        sync.WaitGroup
 	)
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		// Each goroutine keeps its own latencies (a shared slice would serialise them) and
-		// draws principals from the runtime's per-thread generator (no lock).
-		local := make([]time.Duration, 0, 1024)
-		for pb.Next() {
-			p := rand.IntN(principals)
-			start := time.Now()
-			err := c.op(ctx, p)
-			local = append(local, time.Since(start))
-			if err != nil && !failed.Swap(true) {
-				b.Error(err)
+	// Exactly e.callers goroutines (RunParallel would round them to a multiple of GOMAXPROCS),
+	// sharing b.N calls.
+	for range e.callers {
+		wg.Go(func() {
+			// Each goroutine keeps its own latencies (a shared slice would serialise them) and
+			// draws principals from the runtime's per-thread generator (no lock).
+			local := make([]time.Duration, 0, b.N/e.callers+1)
+			for calls.Add(1) <= int64(b.N) {
+				p := rand.IntN(principals)
+				start := time.Now()
+				err := c.op(ctx, p)
+				local = append(local, time.Since(start))
+				if err != nil && !failed.Swap(true) {
+					b.Error(err)
+				}
 			}
-		}
-		mu.Lock()
-		latencies = append(latencies, local...)
-		mu.Unlock()
-	})
+			mu.Lock()
+			latencies = append(latencies, local...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 	b.StopTimer()
 	if failed.Load() {
 		return
