@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -12,35 +13,66 @@ import (
 )
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
-// concurrent use; its only state is its configuration.
+// concurrent use. Its state is its circuit breaker and, with LocalFallback, the local limiters.
 type Limiter struct {
-	vk     valkey.Client
-	prefix string // escaped, as Key writes it
-}
-
-// Option configures a Limiter.
-type Option func(*options)
-
-type options struct {
-	prefix string
-}
-
-// WithPrefix sets the prefix of every key (see Key). Default: DefaultPrefix, "rl:". The prefix
-// never chooses a cluster slot: its braces are escaped like the key's.
-func WithPrefix(prefix string) Option {
-	return func(o *options) { o.prefix = prefix }
+	vk        valkey.Client
+	prefix    string // escaped, as Key writes it
+	deadline  time.Duration
+	deadlines deadlines
+	policy    Policy
+	instances int64
+	breaker   *breaker
+	local     *localStore // LocalFallback only
+	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
+	clock     func() int64
 }
 
 // New returns a Limiter that sends its commands through vk. The caller owns vk: the Limiter
 // never dials, and never closes it. Read-only commands (Peek) go where vk sends them, e.g. to
 // replicas with valkey.ClientOption.SendToReplicas.
+//
+// New panics with an *OptionError when an option is invalid (a zero deadline...): options
+// are the program's constants, checked when it starts.
 func New(vk valkey.Client, opts ...Option) *Limiter {
-	o := options{prefix: DefaultPrefix}
+	o := options{
+		prefix:          DefaultPrefix,
+		deadline:        DefaultDeadline,
+		instances:       1,
+		breakerFailures: DefaultBreakerFailures,
+		breakerCooldown: DefaultBreakerCooldown,
+		localKeys:       DefaultLocalKeys,
+		clock:           monotonicClock,
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Limiter{vk: vk, prefix: string(appendEscaped(nil, o.prefix))}
+	if len(o.errs) > 0 {
+		panic(o.errs[0])
+	}
+	l := &Limiter{
+		vk:        vk,
+		prefix:    string(appendEscaped(nil, o.prefix)),
+		deadline:  o.deadline,
+		policy:    o.policy,
+		instances: int64(o.instances),
+		breaker:   newBreaker(o.breakerFailures, o.breakerCooldown),
+		clock:     o.clock,
+	}
+	if o.policy == LocalFallback {
+		l.local = newLocalStore(o.localKeys)
+	}
+	if o.meterProvider != nil {
+		l.metrics = newMetricsOrPanic(o.meterProvider)
+	}
+	return l
 }
+
+// clockBase anchors monotonicClock: Unix time that a wall-clock step cannot move, so that
+// neither the breaker's cooldown nor a local window jumps with it.
+var clockBase = time.Now()
+
+// monotonicClock is the default clock: Unix nanoseconds, advancing with the monotonic clock.
+func monotonicClock() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
 
 // Allow takes one unit from key's limiter.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
@@ -49,12 +81,15 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 
 // AllowN takes n units (0 to 999999999999999) from key's limiter, all or nothing: a denied
 // call consumes nothing. An n above the limit is denied with RetryAfter = Never.
+//
+// The call gives up at its deadline (WithDeadline), and when the server cannot decide, the
+// Limiter's Policy does.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	c, err := prepare(limit, n)
 	if err != nil {
 		return Result{}, err
 	}
-	return decode(c.fn.name, l.vk.Do(ctx, l.command(false, c.fn.name, key, c)))
+	return l.decide(ctx, opAllow, key, c)
 }
 
 // Peek reports whether one unit would be admitted now, consuming nothing.
@@ -66,10 +101,76 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // function with FCALL_RO, so a client that sends read-only commands to replicas runs it on a
 // replica, whose state lags the primary's by the replication delay. A replica that has no
 // library yet (a deploy in progress) is skipped: the call is repeated on the primary.
+//
+// The deadline, the circuit breaker and the Policy apply as to AllowN; a local peek consumes
+// nothing either.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	c, err := prepare(limit, n)
 	if err != nil {
 		return Result{}, err
+	}
+	return l.decide(ctx, opPeek, key, c)
+}
+
+// decide asks the server unless the breaker is open, and turns a failure into the policy's
+// decision.
+func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	pass, probe := l.breaker.acquire(l.clock)
+	if !pass {
+		return l.fail(ctx, op, key, c, kindCircuitOpen, ErrCircuitOpen)
+	}
+	if probe {
+		l.transition(ctx, halfOpen)
+	}
+	var start time.Time
+	if l.metrics != nil {
+		start = time.Now()
+	}
+	res, err := l.server(ctx, op, key, c)
+	kind := kindNone
+	if err != nil {
+		kind = classify(ctx, err)
+	}
+	switch {
+	case kind == kindNone || kind == kindLibrary:
+		// the server answered
+		l.transition(ctx, l.breaker.success(probe))
+	case kind == kindCanceled:
+		l.transition(ctx, l.breaker.release(probe))
+	default:
+		l.transition(ctx, l.breaker.failure(probe, l.clock()))
+	}
+	if m := l.metrics; m != nil {
+		out := outError
+		if err == nil {
+			out = outDenied
+			if res.Allowed {
+				out = outAllowed
+			}
+		}
+		m.duration.Record(ctx, time.Since(start).Seconds(), m.durationOpts[c.fn.id][op][out]...)
+		if err == nil {
+			m.decisions.Add(ctx, 1, m.decisionOpts[c.fn.id][op][b2i(res.Allowed)][0]...)
+		}
+	}
+	if err == nil {
+		return res, nil
+	}
+	if !kind.failure() {
+		l.countError(ctx, op, c, kind)
+		return Result{}, err
+	}
+	return l.fail(ctx, op, key, c, kind, err)
+}
+
+// server runs c on the server, within the deadline.
+func (l *Limiter) server(ctx context.Context, op operation, key string, c call) (Result, error) {
+	ctx = l.withDeadline(ctx)
+	if op == opAllow {
+		return decode(c.fn.name, l.vk.Do(ctx, l.command(false, c.fn.name, key, c)))
 	}
 	res, err := decode(c.fn.peek, l.vk.Do(ctx, l.command(true, c.fn.peek, key, c)))
 	if errors.Is(err, ErrNotLoaded) {
@@ -78,6 +179,85 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 		res, err = decode(c.fn.peek, l.vk.Do(ctx, l.command(false, c.fn.peek, key, c)))
 	}
 	return res, err
+}
+
+// fail applies the policy to a call the server could not decide.
+func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
+	l.countError(ctx, op, c, kind)
+	limit, cost := c.nums[0], c.nums[c.n-1]
+	var r Result
+	switch l.policy {
+	case FailOpen:
+		r = Result{Allowed: true, Limit: limit, Remaining: limit - cost, Local: true}
+		if cost > limit {
+			r = Result{Limit: limit, Remaining: limit, RetryAfter: Never, Local: true}
+		}
+	case FailClosed:
+		wait := l.breaker.retryAfter(l.clock())
+		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
+		if cost > limit {
+			r.RetryAfter = Never
+		}
+	case LocalFallback:
+		var b [128]byte
+		k := appendKey(b[:0], l.prefix, key, c.fn.algorithm)
+		r = l.local.decide(k, c, l.instances, l.clock(), op == opAllow)
+	default:
+		return Result{}, err
+	}
+	if m := l.metrics; m != nil {
+		m.decisions.Add(ctx, 1, m.decisionOpts[c.fn.id][op][b2i(r.Allowed)][l.policy]...)
+	}
+	return r, nil
+}
+
+func (l *Limiter) countError(ctx context.Context, op operation, c call, kind errKind) {
+	if m := l.metrics; m != nil {
+		m.errors.Add(ctx, 1, m.errorOpts[c.fn.id][op][kind]...)
+	}
+}
+
+// transition follows the breaker into a new state (none when s < 0).
+func (l *Limiter) transition(ctx context.Context, s breakerState) {
+	if s < 0 {
+		return
+	}
+	if s == closed && l.local != nil {
+		// The server decides again, and its state is the truth: the local one is memory.
+		l.local.clear()
+	}
+	if m := l.metrics; m != nil {
+		m.transitions.Add(ctx, 1, m.transitionOpts[s]...)
+	}
+}
+
+// classify tells what err means; ctx is the caller's.
+func classify(ctx context.Context, err error) errKind {
+	var le *LibraryError
+	var re *ReplyError
+	switch {
+	case errors.As(err, &le):
+		return kindLibrary
+	case errors.Is(err, ErrNotLoaded):
+		return kindNotLoaded
+	case errors.As(err, &re):
+		return kindReply
+	case errors.Is(ctx.Err(), context.Canceled):
+		return kindCanceled
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return kindTimeout
+	}
+	if _, ok := valkey.IsValkeyErr(err); ok {
+		return kindServer
+	}
+	return kindUnreachable
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func prepare(limit Limit, n int64) (call, error) {

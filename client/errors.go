@@ -9,6 +9,10 @@ import (
 // found"): the library is loaded once per server by a deploy, never by this client.
 var ErrNotLoaded = errors.New("rlfn: the ratelimit library is not loaded on the server (run rlfn deploy)")
 
+// ErrCircuitOpen is returned, with the ReturnError policy, by the calls made while the circuit
+// breaker is open: the server failed repeatedly, and no call is sent until the breaker's probe.
+var ErrCircuitOpen = errors.New("rlfn: circuit breaker open: the server failed repeatedly; no call is sent until its cooldown ends")
+
 // LimitError reports a limit or cost that the library would refuse, found before any network
 // call.
 type LimitError struct {

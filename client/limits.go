@@ -30,15 +30,20 @@ type function struct {
 	name      string // the function FCALL runs
 	peek      string // its no-writes twin, for FCALL_RO
 	algorithm string // the suffix of its keys
+	id        int    // its index in functions, for per-algorithm tables (metrics)
 }
 
 var (
-	fixedWindowFn   = &function{"rl_fixed_window", "rl_fixed_window_peek", "fixed_window"}
-	slidingLogFn    = &function{"rl_sliding_log", "rl_sliding_log_peek", "sliding_log"}
-	slidingWindowFn = &function{"rl_sliding_window", "rl_sliding_window_peek", "sliding_window"}
-	tokenBucketFn   = &function{"rl_token_bucket", "rl_token_bucket_peek", "token_bucket"}
-	leakyBucketFn   = &function{"rl_leaky_bucket", "rl_leaky_bucket_peek", "leaky_bucket"}
+	fixedWindowFn   = &function{"rl_fixed_window", "rl_fixed_window_peek", "fixed_window", 0}
+	slidingLogFn    = &function{"rl_sliding_log", "rl_sliding_log_peek", "sliding_log", 1}
+	slidingWindowFn = &function{"rl_sliding_window", "rl_sliding_window_peek", "sliding_window", 2}
+	tokenBucketFn   = &function{"rl_token_bucket", "rl_token_bucket_peek", "token_bucket", 3}
+	leakyBucketFn   = &function{"rl_leaky_bucket", "rl_leaky_bucket_peek", "leaky_bucket", 4}
+
+	functions = [nAlgorithms]*function{fixedWindowFn, slidingLogFn, slidingWindowFn, tokenBucketFn, leakyBucketFn}
 )
+
+const nAlgorithms = 5
 
 // call is one call's ARGV: integers (the cost last), then, for a leaky bucket, the mode.
 type call struct {

@@ -27,7 +27,7 @@ type Result struct {
 	// Delay is how long to hold an admitted request before forwarding it: a leaky bucket in
 	// Shape mode spaces requests this way. Zero for every other limiter.
 	Delay time.Duration
-	// Local reports a decision made in this process without the server, as a fallback policy
-	// will; every decision the server makes, which is all of them for now, leaves it false.
+	// Local reports a decision made in this process without the server, by the Limiter's
+	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
 	Local bool
 }

@@ -1,0 +1,136 @@
+package client
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breakerState is where a circuit breaker stands.
+type breakerState int32
+
+const (
+	// closed: calls go to the server; consecutive failures are counted.
+	closed breakerState = iota
+	// open: no call goes to the server until the cooldown has passed since it opened.
+	open
+	// halfOpen: one call, the probe, is on its way to the server; the others are not sent.
+	halfOpen
+)
+
+func (s breakerState) String() string {
+	switch s {
+	case closed:
+		return "closed"
+	case open:
+		return "open"
+	case halfOpen:
+		return "half_open"
+	}
+	return "unknown"
+}
+
+// breaker is a circuit breaker, a pure state machine: it never reads a clock itself, every
+// method that needs the time is given it (nanoseconds on any monotonic scale), so tests drive
+// it with a fake clock.
+//
+// The closed state, where a healthy server keeps it, costs one atomic load per call and one
+// more per success; transitions take the mutex.
+type breaker struct {
+	threshold int64 // consecutive failures that open it
+	cooldown  int64 // nanoseconds from opening to the probe
+
+	state    atomic.Int32 // a breakerState
+	failures atomic.Int64 // consecutive failures while closed
+
+	mu       sync.Mutex // serializes transitions
+	openedAt int64      // when it last opened; under mu
+}
+
+func newBreaker(threshold int, cooldown time.Duration) *breaker {
+	return &breaker{threshold: int64(threshold), cooldown: int64(cooldown)}
+}
+
+func (b *breaker) current() breakerState { return breakerState(b.state.Load()) }
+
+// acquire reports whether a call may go to the server, and whether it is the probe, the one
+// call of the half-open state. now is read only when the breaker is not closed.
+func (b *breaker) acquire(now func() int64) (pass, probe bool) {
+	if b.current() == closed {
+		return true, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.current() {
+	case closed:
+		return true, false
+	case open:
+		if now()-b.openedAt >= b.cooldown {
+			b.state.Store(int32(halfOpen))
+			return true, true
+		}
+	}
+	return false, false
+}
+
+// success records a call the server answered. Only the probe closes an open breaker: a call
+// sent before the breaker opened says nothing about the server now. It returns the state
+// entered, or -1 for none.
+func (b *breaker) success(probe bool) breakerState {
+	if !probe {
+		// Load before Store: a healthy server makes every call a success, and a store on
+		// every call would bounce the cache line between cores.
+		if b.failures.Load() != 0 {
+			b.failures.Store(0)
+		}
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures.Store(0)
+	b.state.Store(int32(closed))
+	return closed
+}
+
+// failure records a call the server did not answer (or answered with a failure) at now. The
+// probe's failure opens the breaker again for a full cooldown. It returns the state entered,
+// or -1 for none.
+func (b *breaker) failure(probe bool, now int64) breakerState {
+	if !probe && b.failures.Add(1) < b.threshold {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !probe && b.current() != closed {
+		// Another call opened it already; the cooldown runs from then.
+		return -1
+	}
+	b.state.Store(int32(open))
+	b.openedAt = now
+	b.failures.Store(0)
+	return open
+}
+
+// release returns the probe's slot without a verdict (its caller gave up): the breaker is open
+// again with its old opening time, so the next call probes at once.
+func (b *breaker) release(probe bool) breakerState {
+	if !probe {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.state.Store(int32(open))
+	return open
+}
+
+// retryAfter is when a call could next reach the server: the time left until the probe when
+// open (at least a millisecond, as the probe may fail), the cooldown otherwise.
+func (b *breaker) retryAfter(now int64) time.Duration {
+	if b.current() == closed {
+		return time.Duration(b.cooldown)
+	}
+	b.mu.Lock()
+	left := b.openedAt + b.cooldown - now
+	b.mu.Unlock()
+	return max(time.Duration(left), time.Millisecond)
+}

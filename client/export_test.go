@@ -1,0 +1,10 @@
+package client
+
+// WithClock replaces the Limiter's clock (Unix nanoseconds) in tests, so that the breaker's
+// cooldown and the local limiters' windows run on a fake clock.
+func WithClock(now func() int64) Option {
+	return func(o *options) { o.clock = now }
+}
+
+// LocalKeys is how many keys the Limiter's local fallback holds.
+func (l *Limiter) LocalKeys() int { return l.local.len() }

@@ -1,0 +1,353 @@
+package client
+
+import (
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+)
+
+// The local fallback: in-process limiters of the library's algorithms, each admitting a share
+// of its limit, for the calls the server cannot decide. Times are Unix nanoseconds from the
+// Limiter's clock, and windows are aligned to the Unix epoch as the server aligns them.
+
+const (
+	// localShards spreads the fallback's state over mutexes, so that goroutines deciding for
+	// different keys rarely wait for one another.
+	localShards = 64
+	// logSlots is the resolution of a local sliding log: it keeps one count per 1/logSlots of
+	// its window rather than one entry per unit, so its memory is bounded whatever the limit.
+	logSlots = 16
+	// sweepEvery is how often a shard that receives new keys drops its expired ones.
+	sweepEvery = int64(time.Second)
+	// evictSample is how many entries a full shard looks at to evict the one expiring first.
+	evictSample = 8
+)
+
+// localState is one key's state. Which fields mean what depends on the algorithm: a window's
+// start and counts, or a bucket's time and level.
+type localState struct {
+	expires int64 // when the state is back to its initial value; the entry is dead from then
+	t       int64 // fixed and sliding window: window start (ms); buckets: time of level (ns)
+	a, b    int64 // fixed window: count in a; sliding window: previous in a, current in b
+	level   float64
+	log     []logSlot // sliding log, oldest first
+}
+
+// logSlot counts the units a sliding log admitted during one slot of its window.
+type logSlot struct {
+	slot int64 // start of the slot (ms) / slot width
+	n    int64
+}
+
+// localStore holds the local limiters' state, bounded: each shard holds at most perShard keys.
+type localStore struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [localShards]localShard
+}
+
+type localShard struct {
+	mu        sync.Mutex
+	m         map[string]*localState
+	nextSweep int64
+	_         [40]byte // keeps two shards' mutexes off one cache line
+}
+
+func newLocalStore(maxKeys int) *localStore {
+	s := &localStore{seed: maphash.MakeSeed(), perShard: max(1, (maxKeys+localShards-1)/localShards)}
+	for i := range s.shards {
+		s.shards[i].m = map[string]*localState{}
+	}
+	return s
+}
+
+// len is the number of keys held, expired ones included until swept.
+func (s *localStore) len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// clear forgets every key: the server decides again, and its state is the truth.
+func (s *localStore) clear() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+}
+
+// decide runs c on key's local limiter (key as the server names it) with limits divided by
+// instances. A peek (write false) neither changes nor creates state.
+func (s *localStore) decide(key []byte, c call, instances, now int64, write bool) Result {
+	sh := &s.shards[maphash.Bytes(s.seed, key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st := sh.m[string(key)] // no allocation: the conversion is only for the lookup
+	if st != nil && st.expires <= now {
+		*st = localState{log: st.log[:0]}
+	}
+	if st == nil {
+		if !write {
+			var zero localState
+			return decideLocal(&zero, c, instances, now, false)
+		}
+		st = &localState{}
+		res := decideLocal(st, c, instances, now, true)
+		if st.expires > now {
+			sh.insert(string(key), st, s.perShard, now)
+		}
+		return res
+	}
+	return decideLocal(st, c, instances, now, write)
+}
+
+// insert adds a key, first making room: expired keys go once per sweepEvery, or whenever the
+// shard is full; a shard still full evicts, of a few keys, the one whose state expires first
+// (the closest to its initial state anyway).
+func (sh *localShard) insert(key string, st *localState, perShard int, now int64) {
+	if now >= sh.nextSweep || len(sh.m) >= perShard {
+		for k, v := range sh.m {
+			if v.expires <= now {
+				delete(sh.m, k)
+			}
+		}
+		sh.nextSweep = now + sweepEvery
+	}
+	if len(sh.m) >= perShard {
+		var victim string
+		soonest := int64(math.MaxInt64)
+		n := 0
+		for k, v := range sh.m {
+			if v.expires < soonest {
+				victim, soonest = k, v.expires
+			}
+			if n++; n == evictSample {
+				break
+			}
+		}
+		delete(sh.m, victim)
+	}
+	sh.m[key] = st
+}
+
+// share is a limit's local part: v / instances rounded down, so that the instances together
+// never admit more than the limit, and at least 1, so that every instance admits something.
+func share(v, instances int64) int64 {
+	return max(1, v/instances)
+}
+
+// decideLocal dispatches to the algorithm of c.
+func decideLocal(st *localState, c call, instances, now int64, write bool) Result {
+	switch c.fn {
+	case fixedWindowFn:
+		return localFixedWindow(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
+	case slidingWindowFn:
+		return localSlidingWindow(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
+	case slidingLogFn:
+		return localSlidingLog(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
+	case tokenBucketFn:
+		return localBucket(st, c.nums[0], c.nums[1], c.nums[2], c.nums[3], instances, now, write, false)
+	default:
+		return localBucket(st, c.nums[0], c.nums[1], c.nums[2], c.nums[3], instances, now, write, c.mode == "shape")
+	}
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// localFixedWindow is rl_fixed_window: at most limit units per aligned window of windowMs.
+func localFixedWindow(st *localState, limit, windowMs, cost, now int64, write bool) Result {
+	nowMs := now / int64(time.Millisecond)
+	start := nowMs - nowMs%windowMs
+	resetNs := (start+windowMs)*int64(time.Millisecond) - now
+	var count int64
+	if st.t == start {
+		count = st.a
+	}
+	r := Result{Limit: limit, Remaining: limit - count, Local: true}
+	if count > 0 {
+		r.ResetAfter = time.Duration(resetNs)
+	}
+	switch {
+	case cost > limit:
+		r.RetryAfter = Never
+		return r
+	case count+cost > limit:
+		r.RetryAfter = time.Duration(resetNs)
+		return r
+	}
+	r.Allowed = true
+	if write && cost > 0 {
+		st.t, st.a = start, count+cost
+		st.expires = (start + windowMs) * int64(time.Millisecond)
+		r.Remaining = limit - st.a
+		r.ResetAfter = time.Duration(resetNs)
+	}
+	return r
+}
+
+// localSlidingWindow is rl_sliding_window, in the same integer arithmetic (units * ms): admits
+// while prev * (window - elapsed) / window + curr + cost <= limit.
+func localSlidingWindow(st *localState, limit, window, cost, now int64, write bool) Result {
+	nowMs := now / int64(time.Millisecond)
+	start := nowMs - nowMs%window
+	elapsed := nowMs - start
+	var prev, curr int64
+	switch st.t {
+	case start:
+		prev, curr = st.a, st.b
+	case start - window:
+		prev = st.b
+	}
+	room := limit*window - prev*(window-elapsed) - curr*window
+	whole := func(room int64) int64 { return max(0, room) / window }
+	r := Result{Limit: limit, Remaining: whole(room), Local: true}
+	switch {
+	case curr > 0:
+		r.ResetAfter = ms(start + 2*window - nowMs)
+	case prev > 0:
+		r.ResetAfter = ms(start + window - nowMs)
+	}
+	if cost > limit {
+		r.RetryAfter = Never
+		return r
+	}
+	if cost*window > room {
+		// The first elapsed e of this window whose weight of prev admits; failing that, the
+		// first of the next window, where curr becomes the previous count.
+		target := int64(-1)
+		if left := (limit - curr - cost) * window; left >= 0 && prev > 0 {
+			if e := window - left/prev; e < window {
+				target = start + e
+			}
+		}
+		if target < 0 {
+			e := int64(0)
+			if curr > 0 {
+				e = max(0, window-(limit-cost)*window/curr)
+			}
+			target = start + window + e
+		}
+		r.RetryAfter = ms(target - nowMs)
+		return r
+	}
+	r.Allowed = true
+	if write && cost > 0 {
+		st.t, st.a, st.b = start, prev, curr+cost
+		st.expires = (start + 2*window) * int64(time.Millisecond)
+		r.Remaining = whole(room - cost*window)
+		r.ResetAfter = ms(start + 2*window - nowMs)
+	}
+	return r
+}
+
+// localSlidingLog is rl_sliding_log with admissions counted per slot of window/logSlots (at
+// least 1ms) rather than per unit: a unit leaves the window when its slot's end does, up to a
+// slot later than on the server, so the local log never admits more than limit units in any
+// span of window.
+func localSlidingLog(st *localState, limit, window, cost, now int64, write bool) Result {
+	nowMs := now / int64(time.Millisecond)
+	width := max(1, window/logSlots)
+	slot := nowMs / width
+	leaves := func(s int64) int64 { return (s+1)*width + window } // ms at which a slot's units leave
+	drop := 0
+	for drop < len(st.log) && leaves(st.log[drop].slot) <= nowMs {
+		drop++
+	}
+	live := st.log[drop:]
+	var count int64
+	for _, e := range live {
+		count += e.n
+	}
+	r := Result{Limit: limit, Remaining: max(0, limit-count), Local: true}
+	if len(live) > 0 {
+		r.ResetAfter = ms(leaves(live[len(live)-1].slot) - nowMs)
+	}
+	if cost > limit {
+		r.RetryAfter = Never
+		return r
+	}
+	if count+cost > limit {
+		// the (count + cost - limit)-th oldest unit must leave first
+		k := count + cost - limit
+		for _, e := range live {
+			if k -= e.n; k <= 0 {
+				r.RetryAfter = ms(leaves(e.slot) - nowMs)
+				break
+			}
+		}
+		return r
+	}
+	r.Allowed = true
+	if write && cost > 0 {
+		if drop > 0 {
+			st.log = append(st.log[:0], live...)
+		}
+		if n := len(st.log); n > 0 && st.log[n-1].slot == slot {
+			st.log[n-1].n += cost
+		} else {
+			st.log = append(st.log, logSlot{slot: slot, n: cost})
+		}
+		st.expires = leaves(slot) * int64(time.Millisecond)
+		r.Remaining = limit - count - cost
+		r.ResetAfter = ms(leaves(slot) - nowMs)
+	}
+	return r
+}
+
+// localBucket is the token bucket (the level is the tokens missing from a full bucket) and the
+// leaky bucket (the level is what the bucket holds), sharing the library's core: capacity is
+// divided by instances as a window's limit is, and the rate is kept whole over a period
+// instances times as long, so no rate rounds down to nothing. The level is a float64: exact
+// for whole units, and a fallback need not be exact to the nanosecond in between.
+func localBucket(st *localState, capacity, rate, periodMs, cost, instances, now int64, write, shape bool) Result {
+	capacity = share(capacity, instances)
+	periodNs := float64(periodMs) * float64(time.Millisecond) * float64(instances)
+	// drain is the time the level x takes to drain; the product first, so that round numbers
+	// stay exact.
+	drain := func(x float64) time.Duration { return duration(x * periodNs / float64(rate)) }
+	level := 0.0
+	if st.expires > now {
+		level = min(st.level, float64(capacity)) // a lowered capacity keeps at most a full bucket
+		if elapsed := now - st.t; elapsed > 0 {
+			level = max(0, level-float64(elapsed)*float64(rate)/periodNs)
+		}
+	}
+	r := Result{Limit: capacity, Remaining: int64(float64(capacity) - level), Local: true, ResetAfter: drain(level)}
+	if cost > capacity {
+		r.RetryAfter = Never
+		return r
+	}
+	if level+float64(cost) > float64(capacity) {
+		r.RetryAfter = drain(level + float64(cost) - float64(capacity))
+		return r
+	}
+	r.Allowed = true
+	if shape {
+		// this call leaves once the level ahead of it has drained
+		r.Delay = drain(level)
+	}
+	if write && cost > 0 {
+		level += float64(cost)
+		st.t, st.level = now, level
+		r.ResetAfter = drain(level)
+		st.expires = now + int64(r.ResetAfter)
+		r.Remaining = int64(float64(capacity) - level)
+	}
+	return r
+}
+
+// duration rounds ns up to a Duration, short of Never.
+func duration(ns float64) time.Duration {
+	if ns >= float64(Never-1) {
+		return Never - 1
+	}
+	return time.Duration(math.Ceil(ns))
+}

@@ -1,0 +1,148 @@
+package client
+
+import (
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Instrument names, with their attributes.
+const (
+	// MetricDecisions counts decisions ({decision}), by rlfn.algorithm, rlfn.operation (allow,
+	// peek), rlfn.outcome (allowed, denied) and rlfn.source (server, or the policy that
+	// decided: fail_open, fail_closed, local_fallback).
+	MetricDecisions = "rlfn.client.decisions"
+	// MetricErrors counts the errors calls met ({error}), returned or decided by a policy, by
+	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, circuit_open,
+	// not_loaded, server_error, reply_error, library_error or canceled. Limits refused before
+	// any call (*LimitError) are not counted.
+	MetricErrors = "rlfn.client.errors"
+	// MetricDuration is the latency of the calls sent to the server, in seconds, by
+	// rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).
+	MetricDuration = "rlfn.client.call.duration"
+	// MetricBreakerTransitions counts the circuit breaker's changes of state
+	// ({transition}), by rlfn.breaker.state: open, half_open, closed.
+	MetricBreakerTransitions = "rlfn.client.breaker.transitions"
+)
+
+// errKind is what a call's error means for the breaker, the policy and the errors metric.
+type errKind uint8
+
+const (
+	kindNone errKind = iota
+	kindTimeout
+	kindUnreachable
+	kindCircuitOpen
+	kindNotLoaded
+	kindServer
+	kindReply
+	kindLibrary
+	kindCanceled
+	nKinds
+)
+
+var kindNames = [nKinds]string{"", "timeout", "unreachable", "circuit_open", "not_loaded",
+	"server_error", "reply_error", "library_error", "canceled"}
+
+// failure reports whether the server could not decide: the breaker counts it and the policy
+// applies. A library error or a canceled call is the caller's.
+func (k errKind) failure() bool { return k >= kindTimeout && k <= kindReply }
+
+type operation uint8
+
+const (
+	opAllow operation = iota
+	opPeek
+)
+
+var opNames = [2]string{"allow", "peek"}
+
+// Decision sources: the server, or the policy that decided (Policy's values 1 to 3).
+const nSources = 4
+
+var sourceNames = [nSources]string{"server", "fail_open", "fail_closed", "local_fallback"}
+
+// Outcomes of the duration histogram.
+const (
+	outAllowed = iota
+	outDenied
+	outError
+)
+
+var outcomeNames = [3]string{"allowed", "denied", "error"}
+
+// metrics holds the instruments and every attribute set they are recorded with, built once so
+// that recording allocates nothing.
+type metrics struct {
+	decisions   metric.Int64Counter
+	errors      metric.Int64Counter
+	duration    metric.Float64Histogram
+	transitions metric.Int64Counter
+
+	decisionOpts   [nAlgorithms][2][2][nSources][]metric.AddOption // algorithm, op, allowed, source
+	errorOpts      [nAlgorithms][2][nKinds][]metric.AddOption
+	durationOpts   [nAlgorithms][2][3][]metric.RecordOption
+	transitionOpts [3][]metric.AddOption // by breakerState
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	meter := mp.Meter("github.com/rlfn/rlfn/client")
+	m := &metrics{}
+	var err error
+	if m.decisions, err = meter.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy.")); err != nil {
+		return nil, err
+	}
+	if m.errors, err = meter.Int64Counter(MetricErrors, metric.WithUnit("{error}"),
+		metric.WithDescription("Errors met by calls, whether returned or decided by a failure policy.")); err != nil {
+		return nil, err
+	}
+	if m.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Latency of the calls sent to the server."),
+		// A call takes tens of microseconds on a LAN and at most the deadline.
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+			0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)); err != nil {
+		return nil, err
+	}
+	if m.transitions, err = meter.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
+		metric.WithDescription("Changes of state of the circuit breaker.")); err != nil {
+		return nil, err
+	}
+	for a, fn := range functions {
+		for op := range 2 {
+			alg := attribute.String("rlfn.algorithm", fn.algorithm)
+			opa := attribute.String("rlfn.operation", opNames[op])
+			for allowed := range 2 {
+				for src := range nSources {
+					set := attribute.NewSet(alg, opa, attribute.String("rlfn.outcome", outcomeNames[1-allowed]),
+						attribute.String("rlfn.source", sourceNames[src]))
+					m.decisionOpts[a][op][allowed][src] = []metric.AddOption{metric.WithAttributeSet(set)}
+				}
+			}
+			for k := kindTimeout; k < nKinds; k++ {
+				set := attribute.NewSet(alg, opa, attribute.String("error.type", kindNames[k]))
+				m.errorOpts[a][op][k] = []metric.AddOption{metric.WithAttributeSet(set)}
+			}
+			for out := range 3 {
+				set := attribute.NewSet(alg, opa, attribute.String("rlfn.outcome", outcomeNames[out]))
+				m.durationOpts[a][op][out] = []metric.RecordOption{metric.WithAttributeSet(set)}
+			}
+		}
+	}
+	for s := closed; s <= halfOpen; s++ {
+		set := attribute.NewSet(attribute.String("rlfn.breaker.state", s.String()))
+		m.transitionOpts[s] = []metric.AddOption{metric.WithAttributeSet(set)}
+	}
+	return m, nil
+}
+
+// newMetricsOrPanic is newMetrics for New, which cannot return an error: the API's
+// instruments never fail to be created with valid names, so an error is a broken provider.
+func newMetricsOrPanic(mp metric.MeterProvider) *metrics {
+	m, err := newMetrics(mp)
+	if err != nil {
+		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
+	}
+	return m
+}

@@ -1,0 +1,182 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Defaults of the options.
+const (
+	// DefaultDeadline bounds every call: a few round trips on a loaded network, far below
+	// what a request can wait for its rate limit.
+	DefaultDeadline = 100 * time.Millisecond
+	// DefaultBreakerFailures consecutive failures open the circuit breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCooldown is how long an open breaker sends nothing before its probe.
+	DefaultBreakerCooldown = time.Second
+	// DefaultLocalKeys is how many keys the local fallback holds state for, at most.
+	DefaultLocalKeys = 100_000
+)
+
+// Policy is what a call does when the server cannot decide it: the server is unreachable, the
+// call ran past its deadline, the circuit breaker is open, or the server answered with an
+// error that is not the caller's (ErrNotLoaded, LOADING, CLUSTERDOWN, OOM, NOPERM, a reply out
+// of contract...).
+//
+// A *LimitError (refused before any call) and a *LibraryError (RLERR: the key holds other
+// state) are the caller's bugs: every policy returns them as they are. So does a call whose
+// context the caller canceled, or that was done before the call: nobody waits for its answer.
+//
+// ErrNotLoaded does fall under the policy: a server restarted without persistence comes back
+// without its functions, and a service must not go down until someone runs rlfn deploy.
+// Check at startup catches a missing deploy, and the errors metric counts not_loaded.
+//
+// Every policy but ReturnError answers with err == nil and Result.Local set, so that the usual
+// `if err != nil` handles only what no policy can decide; the cause is counted in metrics.
+type Policy uint8
+
+const (
+	// ReturnError returns the error (ErrCircuitOpen while the breaker is open), and leaves the
+	// decision to the caller. The default.
+	ReturnError Policy = iota
+	// FailOpen admits: Allowed, Remaining = Limit - cost, as a fresh limiter would answer. A
+	// cost above the limit is still denied with RetryAfter = Never.
+	FailOpen
+	// FailClosed denies: Remaining 0, RetryAfter (and ResetAfter) the time until the breaker
+	// probes the server again, or its cooldown when it is not open.
+	FailClosed
+	// LocalFallback decides with an in-process limiter of the same algorithm, admitting a
+	// share of the limit: see WithInstances. Its Result.Limit is that share.
+	LocalFallback
+)
+
+func (p Policy) String() string {
+	switch p {
+	case ReturnError:
+		return "return_error"
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	case LocalFallback:
+		return "local_fallback"
+	}
+	return fmt.Sprintf("Policy(%d)", uint8(p))
+}
+
+// OptionError reports an option New cannot use. New panics with it: options are the
+// program's constants, and a Limiter that silently ran with other settings would be worse.
+type OptionError struct {
+	Option string // e.g. "WithDeadline"
+	Reason string // e.g. "must be positive, got 0s"
+}
+
+func (e *OptionError) Error() string { return "rlfn: " + e.Option + " " + e.Reason }
+
+// Option configures a Limiter.
+type Option func(*options)
+
+type options struct {
+	prefix          string
+	deadline        time.Duration
+	policy          Policy
+	instances       int
+	breakerFailures int
+	breakerCooldown time.Duration
+	localKeys       int
+	meterProvider   metric.MeterProvider
+	clock           func() int64
+	errs            []error
+}
+
+func (o *options) invalid(option, format string, args ...any) {
+	o.errs = append(o.errs, &OptionError{Option: option, Reason: fmt.Sprintf(format, args...)})
+}
+
+// WithPrefix sets the prefix of every key (see Key). Default: DefaultPrefix, "rl:". The prefix
+// never chooses a cluster slot: its braces are escaped like the key's.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+// WithDeadline bounds every call, Allow and Peek alike: a call whose context has a later
+// deadline, or none, gets this one. A call that reaches it is a failure (see Policy). Default:
+// DefaultDeadline, 100ms.
+func WithDeadline(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.invalid("WithDeadline", "must be positive, got %s", d)
+		}
+		o.deadline = d
+	}
+}
+
+// WithPolicy sets what a call does when the server cannot decide it. Default: ReturnError.
+func WithPolicy(p Policy) Option {
+	return func(o *options) {
+		if p > LocalFallback {
+			o.invalid("WithPolicy", "must be ReturnError, FailOpen, FailClosed or LocalFallback, got %s", p)
+		}
+		o.policy = p
+	}
+}
+
+// WithInstances is how many processes share the limits, for LocalFallback: each admits limit /
+// n units of a window, and a bucket of capacity / n refilled at rate / n (kept exact as rate
+// per n periods), rounded down so that the processes together stay within the limit, and at
+// least 1 so that each admits something. n from 1 to 1000000. Default: 1, the whole limit in
+// every process.
+func WithInstances(n int) Option {
+	return func(o *options) {
+		if n < 1 || n > 1_000_000 {
+			o.invalid("WithInstances", "must be from 1 to 1000000, got %d", n)
+		}
+		o.instances = n
+	}
+}
+
+// WithBreaker sets the circuit breaker: it opens after failures consecutive failures, sends
+// nothing to the server while open, lets one call through as a probe once cooldown has passed,
+// and closes when the probe is answered (or opens for another cooldown when it fails). A
+// failure is what a Policy applies to. Defaults: DefaultBreakerFailures (5) and
+// DefaultBreakerCooldown (1s).
+//
+// The breaker belongs to the Limiter, not to a node: in a cluster, calls to healthy shards
+// reset the count of consecutive failures, so one dead shard among live ones rarely opens it
+// (its calls fail at the deadline or at once, and fall under the policy one by one).
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(o *options) {
+		if failures < 1 {
+			o.invalid("WithBreaker", "failures must be at least 1, got %d", failures)
+		}
+		if cooldown <= 0 {
+			o.invalid("WithBreaker", "cooldown must be positive, got %s", cooldown)
+		}
+		o.breakerFailures, o.breakerCooldown = failures, cooldown
+	}
+}
+
+// WithLocalKeys bounds the keys LocalFallback holds state for: at most about n (a little more
+// as it is split in shards). A full shard drops expired state, then evicts the state closest to
+// expiring. Default: DefaultLocalKeys, 100000 (a few tens of MB at most).
+func WithLocalKeys(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.invalid("WithLocalKeys", "must be at least 1, got %d", n)
+		}
+		o.localKeys = n
+	}
+}
+
+// WithMeterProvider records metrics through mp (see the package documentation for the
+// instruments). Default: none, and then no instrument exists and a call costs nothing more.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) {
+		if mp == nil {
+			o.invalid("WithMeterProvider", "must not be nil")
+		}
+		o.meterProvider = mp
+	}
+}

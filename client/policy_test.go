@@ -1,0 +1,346 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(1_700_000_000_000 * int64(time.Millisecond))
+	return c
+}
+
+func (c *fakeClock) now() int64              { return c.ns.Load() }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+var (
+	refused  = mock.ErrorResult(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	timedOut = mock.ErrorResult(context.DeadlineExceeded)
+	missing  = mock.Result(mock.ValkeyError("ERR Function not found"))
+	loading  = mock.Result(mock.ValkeyError("LOADING Valkey is loading the dataset in memory"))
+	garbled  = mock.Result(ints(9))
+	rlerr    = mock.Result(mock.ValkeyError("RLERR rl_token_bucket: key 'k' does not hold rl_token_bucket state"))
+)
+
+// Each policy decides the calls the server could not, and none decides a caller's bug.
+func TestPolicies(t *testing.T) {
+	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	failures := []struct {
+		name string
+		give valkey.ValkeyResult
+	}{
+		{"unreachable", refused},
+		{"timeout", timedOut},
+		{"not loaded", missing},
+		{"server error", loading},
+		{"reply out of contract", garbled},
+	}
+	tests := []struct {
+		policy client.Policy
+		want   client.Result
+	}{
+		{policy: client.FailOpen, want: client.Result{Allowed: true, Limit: 10, Remaining: 9, Local: true}},
+		{policy: client.FailClosed, want: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second, Local: true}},
+		// 2 instances: capacity 5, 1 token per 2s
+		{policy: client.LocalFallback, want: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 2 * time.Second, Local: true}},
+	}
+	for _, tt := range tests {
+		for _, f := range failures {
+			t.Run(tt.policy.String()+"/"+f.name, func(t *testing.T) {
+				vk := mock.NewClient(gomock.NewController(t))
+				vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(f.give).AnyTimes()
+				lim := client.New(vk, client.WithPolicy(tt.policy), client.WithInstances(2))
+				got, err := lim.Allow(context.Background(), "k", bucket)
+				if err != nil || got != tt.want {
+					t.Fatalf("got %+v, %v; want %+v, nil", got, err, tt.want)
+				}
+			})
+		}
+		t.Run(tt.policy.String()+"/RLERR is returned", func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(rlerr)
+			got, err := client.New(vk, client.WithPolicy(tt.policy)).Allow(context.Background(), "k", bucket)
+			var le *client.LibraryError
+			if !errors.As(err, &le) || got != (client.Result{}) {
+				t.Fatalf("got %+v, %v; want a *LibraryError", got, err)
+			}
+		})
+		t.Run(tt.policy.String()+"/a bad limit is returned", func(t *testing.T) {
+			lim := client.New(mock.NewClient(gomock.NewController(t)), client.WithPolicy(tt.policy))
+			var le *client.LimitError
+			if _, err := lim.Allow(context.Background(), "k", client.TokenBucket{}); !errors.As(err, &le) {
+				t.Fatalf("got %v, want a *LimitError", err)
+			}
+		})
+		t.Run(tt.policy.String()+"/a canceled call is returned", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(context.Context, valkey.Completed) valkey.ValkeyResult {
+				cancel()
+				return mock.ErrorResult(context.Canceled)
+			})
+			_, err := client.New(vk, client.WithPolicy(tt.policy)).Allow(ctx, "k", bucket)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want context.Canceled", err)
+			}
+			// and a context done before the call sends nothing
+			if _, err := client.New(vk, client.WithPolicy(tt.policy)).Allow(ctx, "k", bucket); !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want context.Canceled", err)
+			}
+		})
+		t.Run(tt.policy.String()+"/cost above the limit is never admitted", func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
+			got, err := client.New(vk, client.WithPolicy(tt.policy)).AllowN(context.Background(), "k", bucket, 11)
+			if err != nil || got.Allowed || got.RetryAfter != client.Never || !got.Local {
+				t.Fatalf("got %+v, %v; want denied, RetryAfter Never", got, err)
+			}
+		})
+	}
+	t.Run("return_error returns the error", func(t *testing.T) {
+		for _, f := range failures {
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(f.give)
+			got, err := client.New(vk).Allow(context.Background(), "k", bucket)
+			if err == nil || got != (client.Result{}) {
+				t.Errorf("%s: got %+v, %v; want the error", f.name, got, err)
+			}
+		}
+	})
+}
+
+// The breaker opens after its failures and sends nothing until the cooldown: gomock fails the
+// test on any call beyond those expected.
+func TestBreakerStopsCalls(t *testing.T) {
+	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	for _, policy := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		t.Run(policy.String(), func(t *testing.T) {
+			clock := newFakeClock()
+			vk := mock.NewClient(gomock.NewController(t))
+			ctx := context.Background()
+			lim := client.New(vk, client.WithPolicy(policy), client.WithBreaker(3, time.Second), client.WithClock(clock.now))
+
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused).Times(3)
+			for range 3 {
+				lim.Allow(ctx, "k", bucket)
+			}
+			// open: 100 calls, none sent
+			for i := range 100 {
+				var got client.Result
+				var err error
+				if i%2 == 0 {
+					got, err = lim.Allow(ctx, "k", bucket)
+				} else {
+					got, err = lim.Peek(ctx, "k", bucket)
+				}
+				if policy == client.ReturnError {
+					if !errors.Is(err, client.ErrCircuitOpen) {
+						t.Fatalf("call %d while open: %v, want ErrCircuitOpen", i, err)
+					}
+				} else if err != nil || !got.Local {
+					t.Fatalf("call %d while open: %+v, %v; want a local decision", i, got, err)
+				}
+				if policy == client.FailClosed && got.RetryAfter != time.Second {
+					t.Fatalf("fail closed RetryAfter %s, want the time to the probe, 1s", got.RetryAfter)
+				}
+			}
+			clock.advance(400 * time.Millisecond)
+			if got, _ := lim.Allow(ctx, "k", bucket); policy == client.FailClosed && got.RetryAfter != 600*time.Millisecond {
+				t.Fatalf("fail closed RetryAfter %s, want 600ms", got.RetryAfter)
+			}
+			// the probe fails: another cooldown
+			clock.advance(600 * time.Millisecond)
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused).Times(1)
+			lim.Allow(ctx, "k", bucket)
+			lim.Allow(ctx, "k", bucket)
+			clock.advance(999 * time.Millisecond)
+			lim.Allow(ctx, "k", bucket)
+			// the probe succeeds: closed, every call goes to the server
+			clock.advance(time.Millisecond)
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply).Times(3)
+			for i := range 3 {
+				if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Local {
+					t.Fatalf("call %d after the probe: %+v, %v; want the server's decision", i, got, err)
+				}
+			}
+		})
+	}
+}
+
+// The local fallback's peek consumes nothing, and its allow does.
+func TestLocalPeekConsumesNothing(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused).AnyTimes()
+	lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithInstances(5), client.WithClock(newFakeClock().now))
+	ctx := context.Background()
+	limit := client.SlidingLog{Limit: 10, Window: time.Minute} // 2 per instance
+	for range 10 {
+		if got, err := lim.Peek(ctx, "k", limit); err != nil || !got.Allowed || got.Remaining != 2 || !got.Local {
+			t.Fatalf("peek: %+v, %v", got, err)
+		}
+	}
+	if n := lim.LocalKeys(); n != 0 {
+		t.Fatalf("peeks left %d keys", n)
+	}
+	for i, want := range []bool{true, true, false, false} {
+		if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Allowed != want || !got.Local {
+			t.Fatalf("allow %d: %+v, %v; want allowed %v", i, got, err, want)
+		}
+	}
+	// another principal, and another algorithm of the same principal, have their own share
+	if got, _ := lim.Allow(ctx, "k2", limit); !got.Allowed {
+		t.Errorf("another key: %+v", got)
+	}
+	if got, _ := lim.Allow(ctx, "k", client.FixedWindow{Limit: 10, Window: time.Minute}); !got.Allowed {
+		t.Errorf("another algorithm: %+v", got)
+	}
+}
+
+// A probe that answers closes the breaker and drops the local state: the server is the truth.
+func TestRecoveryDropsLocalState(t *testing.T) {
+	clock := newFakeClock()
+	vk := mock.NewClient(gomock.NewController(t))
+	lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithBreaker(1, time.Second), client.WithClock(clock.now))
+	ctx := context.Background()
+	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
+	lim.Allow(ctx, "k", limit)
+	lim.Allow(ctx, "k2", limit)
+	if n := lim.LocalKeys(); n != 2 {
+		t.Fatalf("%d local keys, want 2", n)
+	}
+	clock.advance(time.Second)
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Local {
+		t.Fatalf("probe: %+v, %v", got, err)
+	}
+	if n := lim.LocalKeys(); n != 0 {
+		t.Fatalf("%d local keys after recovery, want 0", n)
+	}
+}
+
+// Every call gets the Limiter's deadline unless the caller's comes first, and returns by it.
+func TestDeadline(t *testing.T) {
+	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	block := func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+		<-ctx.Done()
+		return mock.ErrorResult(ctx.Err())
+	}
+	t.Run("a call without deadline gets it", func(t *testing.T) {
+		vk := mock.NewClient(gomock.NewController(t))
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(block)
+		start := time.Now()
+		_, err := client.New(vk, client.WithDeadline(50*time.Millisecond)).Allow(context.Background(), "k", bucket)
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want DeadlineExceeded", err)
+		}
+		// timers never fire early; the upper bound is generous for a loaded machine
+		if took < 50*time.Millisecond || took > 50*time.Millisecond+250*time.Millisecond {
+			t.Fatalf("returned after %s, want 50ms (+ up to 250ms)", took)
+		}
+	})
+	t.Run("a later deadline is shortened", func(t *testing.T) {
+		vk := mock.NewClient(gomock.NewController(t))
+		var got time.Time
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+			got, _ = ctx.Deadline()
+			return okReply
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		if _, err := client.New(vk, client.WithDeadline(80*time.Millisecond)).Allow(ctx, "k", bucket); err != nil {
+			t.Fatal(err)
+		}
+		if d := got.Sub(start); d < 80*time.Millisecond || d > 80*time.Millisecond+250*time.Millisecond {
+			t.Fatalf("deadline %s after the call, want 80ms (shared timers round up by 1ms)", d)
+		}
+	})
+	t.Run("an earlier deadline is kept", func(t *testing.T) {
+		vk := mock.NewClient(gomock.NewController(t))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		want, _ := ctx.Deadline()
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+			if got, _ := ctx.Deadline(); !got.Equal(want) {
+				t.Errorf("deadline %s, want the caller's %s", got, want)
+			}
+			return okReply
+		})
+		if _, err := client.New(vk).Allow(ctx, "k", bucket); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a peek and its retry on the primary share one deadline", func(t *testing.T) {
+		vk := mock.NewClient(gomock.NewController(t))
+		gomock.InOrder(
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(missing),
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(block),
+		)
+		start := time.Now()
+		got, err := client.New(vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.FailOpen)).Peek(context.Background(), "k", bucket)
+		if took := time.Since(start); took > 300*time.Millisecond || err != nil || !got.Allowed || !got.Local {
+			t.Fatalf("got %+v, %v after %s; want fail open within the deadline", got, err, took)
+		}
+	})
+}
+
+// An option New cannot use panics with an *OptionError naming it.
+func TestInvalidOptions(t *testing.T) {
+	tests := []struct {
+		give client.Option
+		want string
+	}{
+		{client.WithDeadline(0), "rlfn: WithDeadline must be positive, got 0s"},
+		{client.WithDeadline(-time.Second), "rlfn: WithDeadline must be positive, got -1s"},
+		{client.WithPolicy(9), "rlfn: WithPolicy must be ReturnError, FailOpen, FailClosed or LocalFallback, got Policy(9)"},
+		{client.WithInstances(0), "rlfn: WithInstances must be from 1 to 1000000, got 0"},
+		{client.WithInstances(1_000_001), "rlfn: WithInstances must be from 1 to 1000000, got 1000001"},
+		{client.WithBreaker(0, time.Second), "rlfn: WithBreaker failures must be at least 1, got 0"},
+		{client.WithBreaker(1, 0), "rlfn: WithBreaker cooldown must be positive, got 0s"},
+		{client.WithLocalKeys(0), "rlfn: WithLocalKeys must be at least 1, got 0"},
+		{client.WithMeterProvider(nil), "rlfn: WithMeterProvider must not be nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			defer func() {
+				var oe *client.OptionError
+				err, _ := recover().(error)
+				if !errors.As(err, &oe) || err.Error() != tt.want {
+					t.Fatalf("panicked with %v, want %s", err, tt.want)
+				}
+			}()
+			client.New(mock.NewClient(nil), tt.give)
+		})
+	}
+	// the valid extremes are accepted
+	client.New(mock.NewClient(nil), client.WithDeadline(time.Nanosecond), client.WithInstances(1_000_000),
+		client.WithBreaker(1, time.Nanosecond), client.WithLocalKeys(1), client.WithPolicy(client.LocalFallback))
+}
+
+func TestPolicyString(t *testing.T) {
+	var got []string
+	for p := client.ReturnError; p <= client.LocalFallback+1; p++ {
+		got = append(got, p.String())
+	}
+	if s := strings.Join(got, " "); s != "return_error fail_open fail_closed local_fallback Policy(4)" {
+		t.Errorf("got %s", s)
+	}
+}
