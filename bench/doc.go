@@ -52,11 +52,18 @@
 // (Docker, 127.0.0.1), each from 64 goroutines over 10,000 principals, every decision admitted.
 // Each reports ops/s, p50 and p99 latency, and the server's and this process's CPU time per
 // call, which say which side limits the throughput when both share the machine.
-// BenchmarkThroughputAlgorithms does the same for every limiter of the library. Run:
+// BenchmarkThroughputAlgorithms does the same for every limiter of the library. -count would
+// run each contender's rounds back to back; separate runs interleave them, so that a busy
+// spell of the machine does not fall on one contender only:
 //
-//	go test ./bench -run '^$' -bench 'Throughput$' -count 5 -timeout 0 | tee throughput.txt
-//	go run golang.org/x/perf/cmd/benchstat@latest -col /name throughput.txt  # optional
+//	for i in 1 2 3 4 5 6; do go test ./bench -run '^$' -bench 'Throughput$' -count 1 -timeout 0; done | tee throughput.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest throughput.txt  # optional; 6 runs give it a confidence interval
 //
-// RLFN_BENCH_FLUSH_DELAY (valkey-go's MaxFlushDelay, e.g. 20us) and RLFN_BENCH_MULTIPLEX (its
-// PipelineMultiplex; -1 for one connection) change the valkey-go client of both rlfn and INCR.
+// Environment (each applies to the valkey-go client of both rlfn and INCR, or to every
+// contender for the callers):
+//
+//	RLFN_BENCH_CALLERS      concurrent goroutines (default 64)
+//	RLFN_BENCH_FLUSH_DELAY  valkey-go's MaxFlushDelay, e.g. 20us (default 0)
+//	RLFN_BENCH_MULTIPLEX    valkey-go's PipelineMultiplex; -1 for one connection (default:
+//	                        valkey-go's, 2 connections with GOMAXPROCS 2, 4 from 4)
 package bench
