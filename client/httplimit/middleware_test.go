@@ -391,3 +391,47 @@ func TestErrorLogIsThrottled(t *testing.T) {
 		t.Fatalf("after the interval: %q; want a second line with errors_not_logged=2", lines)
 	}
 }
+
+// BenchmarkMiddleware is the middleware's own cost per request around a decision that takes
+// no time: policy, key, headers, and the 429 body when denied.
+func BenchmarkMiddleware(b *testing.B) {
+	for _, bb := range []struct {
+		name string
+		res  client.Result
+	}{
+		{"allowed", client.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 100 * time.Millisecond}},
+		{"denied", client.Result{Limit: 100, RetryAfter: 1500 * time.Millisecond, ResetAfter: 10 * time.Second}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			m, err := New(&constant{bb.res}, Options{
+				Key:    RemoteIP,
+				Policy: func(*http.Request) Policy { return Policy{Name: "api", Limit: tokenBucket} },
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			w := discard{http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// constant is a Limiter that answers one Result, recording nothing.
+type constant struct{ res client.Result }
+
+func (c *constant) Allow(context.Context, string, client.Limit) (client.Result, error) {
+	return c.res, nil
+}
+
+// discard is a ResponseWriter that keeps nothing but its header map.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header       { return d.h }
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) WriteHeader(int)             {}
