@@ -547,8 +547,10 @@ func (r *run) restore(parent context.Context) {
 		}
 		wg.Go(func() {
 			began := time.Now()
-			err := r.await(ctx, s.Node, r.p.Steps[root].FromCode, "")
-			if err == nil && !restored[root] {
+			var err error
+			if restored[root] {
+				err = r.await(ctx, s.Node, r.p.Steps[root].FromCode, "")
+			} else {
 				err = fmt.Errorf("its primary %s was not restored", r.p.Steps[root].Node.Addr)
 			}
 			r.settle(i, err, began)

@@ -130,3 +130,12 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ACLRules are the rules of an ACL user that can deploy and do nothing else, for
+// ACL SETUSER <name> on ><password> ACLRules... (see the package doc for what each is for).
+var ACLRules = []string{
+	"resetkeys", "~" + LockKey, "resetchannels", "-@all",
+	"+info", "+cluster|nodes", "+cluster|shards", "+cluster|slots",
+	"+function|list", "+function|load", "+function|delete", "+fcall_ro",
+	"+set", "+get", "+pttl", "+eval", "+pexpire", "+del",
+}

@@ -1,0 +1,321 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/integration_test/harness"
+)
+
+// TestStandalone: Valkey 8 and Redis 7.0, each a primary with a replica (and on Valkey a
+// replica of that replica), found from the last replica's URL; a deploy reaches every
+// replica and is verified there.
+func TestStandalone(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		start   func(testing.TB, ...string) *harness.Server
+		chained bool
+	}{
+		{"valkey8", harness.StartValkey, true},
+		{"redis7.0", harness.StartRedis, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := tt.start(t)
+			r := tt.start(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+			nodes := []*harness.Server{p, r}
+			waitReplicas(t, p, 1)
+			want := map[string]deployer.Node{
+				p.Addr: {Addr: p.Addr, Role: deployer.RolePrimary},
+				r.Addr: {Addr: r.Addr, Role: deployer.RoleReplica, Primary: p.Addr},
+			}
+			if tt.chained {
+				rr := tt.start(t, "--replicaof", "127.0.0.1", fmt.Sprint(r.Port))
+				waitReplicas(t, r, 1)
+				nodes = append(nodes, rr)
+				want[rr.Addr] = deployer.Node{Addr: rr.Addr, Role: deployer.RoleReplica, Primary: r.Addr}
+			}
+
+			tg := discover(t, urlOf(nodes[len(nodes)-1]))
+			topo := tg.Topology()
+			if topo.Cluster || len(topo.Nodes) != len(want) || topo.Nodes[0].Addr != p.Addr {
+				t.Fatalf("topology %+v, want %v with the primary first", topo, want)
+			}
+			for _, n := range topo.Nodes {
+				if n != want[n.Addr] {
+					t.Errorf("node %+v, want %+v", n, want[n.Addr])
+				}
+			}
+
+			for _, to := range []struct {
+				name  string
+				force bool
+			}{{"1.0.0", false}, {"1.1.0", false}} {
+				rel := must(releases.Find(to.name))
+				rep := deploy(t, tg, rel, to.force)
+				for _, n := range rep.Nodes {
+					wantOutcome := deployer.OutcomeReplicated
+					if n.Node.Role == deployer.RolePrimary {
+						wantOutcome = deployer.OutcomeLoaded
+					}
+					if n.Outcome != wantOutcome {
+						t.Errorf("deploy %s: %s, want %s", rel.Version, n, wantOutcome)
+					}
+				}
+				for _, s := range nodes {
+					if v, err := rlVersion(t, s); err != nil || v != rel.Version {
+						t.Errorf("%s: rl_version %q, %v, want %s", s.Addr, v, err, rel.Version)
+					}
+				}
+			}
+		})
+	}
+}
+
+// waitReplicas waits until a primary has n replicas online.
+func waitReplicas(t *testing.T, p *harness.Server, n int) {
+	t.Helper()
+	c := p.Client(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := harness.Info(t.Context(), c, "replication")
+		if err == nil && info["connected_slaves"] == fmt.Sprint(n) && strings.Contains(info["slave0"], "state=online") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d replicas not online after 15s: %v %v", p.Addr, n, info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// addDeployer creates the deploy-only ACL user on every node (ACL users are per node).
+func addDeployer(t *testing.T, nodes []*harness.Server, name, password string, rules []string) {
+	t.Helper()
+	for _, s := range nodes {
+		c := s.Client(t)
+		args := append([]string{"SETUSER", name, "reset", "on", ">" + password}, rules...)
+		if err := c.Do(t.Context(), c.B().Arbitrary("ACL").Args(args...).Build()).Error(); err != nil {
+			t.Fatalf("%s: ACL %v: %v", s.Addr, args, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = c.Do(ctx, c.B().AclDeluser().Username(name).Build()).Error()
+		})
+	}
+}
+
+// TestTLSAndACL: a TLS-only Valkey primary and replica, reached with rediss:// as a user
+// holding only deployer.ACLRules: discover, deploy, verify on the replica. The user can
+// touch nothing else.
+func TestTLSAndACL(t *testing.T) {
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := harness.StartValkeyTLS(t, ca)
+	r := harness.StartValkeyTLS(t, ca, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+	waitReplicas(t, p, 1)
+	addDeployer(t, []*harness.Server{p, r}, "deployer", "s3cret", deployer.ACLRules)
+
+	opt, err := deployer.ParseURL("rediss://deployer:s3cret@" + r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.TLSConfig.RootCAs = ca.ClientConfig().RootCAs
+
+	// Without the CA, the server's certificate is not trusted.
+	untrusted := opt
+	untrusted.TLSConfig = opt.TLSConfig.Clone()
+	untrusted.TLSConfig.RootCAs = nil
+	if tg, err := deployer.Discover(t.Context(), untrusted); err == nil {
+		tg.Close()
+		t.Error("Discover trusted a certificate from an unknown CA")
+	}
+
+	tg := discoverOpt(t, opt)
+	if n := tg.Topology().Nodes; len(n) != 2 || n[0].Addr != p.Addr || n[1].Addr != r.Addr {
+		t.Fatalf("topology over TLS: %+v", n)
+	}
+	deploy(t, tg, v100, false)
+	rep := deploy(t, tg, v110, false)
+	t.Logf("over TLS as an ACL user:\n%s", describe(rep))
+	if v, err := rlVersion(t, r); err != nil || v != "1.1.0" {
+		t.Errorf("replica: rl_version %q, %v", v, err)
+	}
+
+	// The deploy user can do nothing else.
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c2, err := valkey.NewClient(func() valkey.ClientOption { o := opt; o.InitAddress = []string{p.Addr}; return o }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	for _, cmd := range []valkey.Completed{
+		c2.B().Get().Key("someone:else").Build(),
+		c2.B().Set().Key("someone:else").Value("x").Build(),
+		c2.B().Fcall().Function("rl_fixed_window").Numkeys(1).Key("k").Arg("1", "1000", "1").Build(),
+		c2.B().FunctionFlush().Build(),
+		c2.B().Flushall().Build(),
+		c2.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build(),
+		c2.B().Keys().Pattern("*").Build(),
+	} {
+		err := c2.Do(t.Context(), cmd).Error()
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v as the deploy user: %v, want NOPERM", cmd.Commands(), err)
+		}
+	}
+}
+
+// TestACLCluster: the deploy-only user deploys to the cluster (the lock through the
+// routed client, which needs CLUSTER SHARDS) and, when a primary refuses, restores the
+// others to no library (FUNCTION DELETE). Each rule is needed: without it, some part fails.
+func TestACLCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	addDeployer(t, cl.Nodes(), "deployer", "s3cret", deployer.ACLRules)
+	url := "redis://deployer:s3cret@" + cl.Replicas[0].Addr
+	tg := discover(t, url)
+	if n := len(tg.Topology().Nodes); n != 6 {
+		t.Fatalf("%d nodes found as the deploy user", n)
+	}
+
+	// A failed first deploy: the restored primaries have no library again.
+	full := cl.Primaries[0]
+	if full == lockOwner(t, cl) {
+		full = cl.Primaries[1]
+	}
+	fc := full.Client(t)
+	if err := fc.Do(t.Context(), fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{})
+	var partial *deployer.PartialError
+	if !errors.As(err, &partial) {
+		t.Fatalf("deploy onto a full primary as the deploy user: %v", err)
+	}
+	for _, n := range partial.Report.Nodes {
+		if n.Outcome == deployer.OutcomeRestoreFailed {
+			t.Errorf("as the deploy user: %s", n)
+		}
+	}
+	for _, s := range cl.Nodes() {
+		waitCode(t, s, "")
+	}
+	if err := fc.Do(t.Context(), fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	deploy(t, tg, v100, false)
+	deploy(t, tg, v110, false)
+
+	// Without any one rule, discovering, deploying and restoring does not all work.
+	for _, rule := range deployer.ACLRules {
+		if !strings.HasPrefix(rule, "+") || rule == "+cluster|slots" { // SLOTS: Redis 7 only
+			continue
+		}
+		t.Run(rule, func(t *testing.T) {
+			reset(t, cl.Nodes())
+			rules := make([]string, 0, len(deployer.ACLRules))
+			for _, r := range deployer.ACLRules {
+				if r != rule {
+					rules = append(rules, r)
+				}
+			}
+			addDeployer(t, cl.Nodes(), "partial", "s3cret", rules)
+			if err := cycle(t, cl, "redis://partial:s3cret@"+cl.Primaries[0].Addr); err == nil {
+				t.Errorf("deploys fully without %s", rule)
+			} else {
+				t.Logf("without %s: %v", rule, err)
+			}
+		})
+	}
+}
+
+// cycle is everything a deploy user does, and returns the first thing that did not work:
+// discover the cluster; find the lock held by a dead deployer and say who holds it for
+// how long; deploy 1.0.0 with one primary refusing, so the others are restored to no
+// library; deploy 1.0.0, stalled past its lease, so that only renewal keeps the lock.
+func cycle(t *testing.T, cl *harness.Cluster, url string) error {
+	opt, err := deployer.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	tg, err := deployer.Discover(ctx, opt)
+	if err != nil {
+		return err
+	}
+	defer tg.Close()
+	inspect := func() (deployer.Plan, error) {
+		installed, err := tg.Inspect(ctx, releases)
+		if err != nil {
+			return deployer.Plan{}, err
+		}
+		for _, in := range installed {
+			if in.Err != nil {
+				return deployer.Plan{}, in.Err
+			}
+		}
+		return deployer.NewPlan(installed, releases, v100, false), nil
+	}
+	p, err := inspect()
+	if err != nil {
+		return err
+	}
+
+	oc := lockOwner(t, cl).Client(t)
+	if err := oc.Do(ctx, oc.B().Set().Key(deployer.LockKey).Value("ghost|0").Px(time.Minute).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tg.Apply(ctx, p, deployer.Options{})
+	_ = oc.Do(ctx, oc.B().Del().Key(deployer.LockKey).Build()).Error()
+	if !errors.Is(err, deployer.ErrLocked) || !strings.Contains(err.Error(), "held by ghost, lease expires in 59") {
+		return fmt.Errorf("deploy under a held lock: %v, want ErrLocked saying who and how long", err)
+	}
+
+	full := cl.Primaries[0]
+	if full == lockOwner(t, cl) {
+		full = cl.Primaries[1]
+	}
+	fc := full.Client(t)
+	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error()
+	rep, err := tg.Apply(ctx, p, deployer.Options{VerifyTimeout: 2 * time.Second})
+	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error()
+	var partial *deployer.PartialError
+	if !errors.As(err, &partial) {
+		return fmt.Errorf("refused deploy: %v, want a PartialError", err)
+	}
+	for _, n := range rep.Nodes {
+		if n.Outcome == deployer.OutcomeRestoreFailed {
+			return n.Err
+		}
+	}
+
+	if p, err = inspect(); err != nil {
+		return err
+	}
+	var once sync.Once
+	_, err = tg.Apply(ctx, p, deployer.Options{
+		VerifyTimeout: 2 * time.Second,
+		LockLease:     300 * time.Millisecond,
+		Progress: func(e deployer.Event) {
+			if e.Phase == deployer.PhaseLoad {
+				once.Do(func() { time.Sleep(700 * time.Millisecond) })
+			}
+		},
+	})
+	return err
+}
