@@ -125,7 +125,8 @@ type run struct {
 	opts  Options
 	began time.Time
 
-	mu      sync.Mutex // guards res, changed, failed and calls to Progress
+	emitMu  sync.Mutex // serialises calls to Progress
+	mu      sync.Mutex // guards res, changed and failed
 	res     []NodeResult
 	changed []bool // primaries this run may have changed (a load that succeeded or whose fate is unknown)
 	failed  error  // the first failure
@@ -135,8 +136,8 @@ func (r *run) emit(e Event) {
 	if r.opts.Progress == nil {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
 	r.opts.Progress(e)
 }
 
@@ -452,7 +453,7 @@ func (r *run) await(ctx context.Context, n Node, code, version string) error {
 				return ErrLockLost
 			}
 			return fmt.Errorf("%w after %s", last, time.Since(began).Round(time.Millisecond))
-		case <-time.After(25 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond): // replication usually takes under a millisecond
 		}
 	}
 }

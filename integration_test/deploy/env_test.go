@@ -46,7 +46,7 @@ func unavailable(t testing.TB, what string, err error) {
 
 // sharedCluster returns the shared 3-primary, 3-replica cluster, reset: no library on any
 // node, no deploy lock. Tests using it must not run in parallel.
-func sharedCluster(t *testing.T) *harness.Cluster {
+func sharedCluster(t testing.TB) *harness.Cluster {
 	t.Helper()
 	env.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -66,7 +66,7 @@ func sharedCluster(t *testing.T) *harness.Cluster {
 
 // reset removes every function library and the deploy lock from the primaries, and
 // waits until the replicas have followed.
-func reset(t *testing.T, nodes []*harness.Server) {
+func reset(t testing.TB, nodes []*harness.Server) {
 	t.Helper()
 	for _, s := range nodes {
 		c := s.Client(t)
@@ -89,7 +89,7 @@ func reset(t *testing.T, nodes []*harness.Server) {
 	}
 }
 
-func isReplica(t *testing.T, c valkey.Client) bool {
+func isReplica(t testing.TB, c valkey.Client) bool {
 	t.Helper()
 	role, err := c.Do(t.Context(), c.B().Role().Build()).ToArray()
 	if err != nil || len(role) == 0 {
