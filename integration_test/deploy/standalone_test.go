@@ -55,6 +55,20 @@ func TestStandalone(t *testing.T) {
 				}
 			}
 
+			// LIBRARYNAME is a pattern, case-insensitive on Redis 7.0: another library whose
+			// name only differs in case is not ours, and a deploy leaves it alone.
+			pc := p.Client(t)
+			other := "#!lua name=RATELIMIT\nredis.register_function{function_name = 'rltest_other', " +
+				"callback = function() return 1 end, flags = {'no-writes'}}\n"
+			if err := pc.Do(t.Context(), pc.B().FunctionLoad().FunctionCode(other).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range plan(t, tg, v100, false).Steps {
+				if s.State != deployer.StateAbsent || s.FromCode != "" {
+					t.Errorf("%s: %s with code %q, want absent", s.Node.Addr, s.State, s.FromCode)
+				}
+			}
+
 			for _, to := range []struct {
 				name  string
 				force bool
@@ -74,6 +88,12 @@ func TestStandalone(t *testing.T) {
 					if v, err := rlVersion(t, s); err != nil || v != rel.Version {
 						t.Errorf("%s: rl_version %q, %v, want %s", s.Addr, v, err, rel.Version)
 					}
+				}
+			}
+			for _, s := range nodes {
+				c := s.Client(t)
+				if v, err := c.Do(t.Context(), c.B().FcallRo().Function("rltest_other").Numkeys(0).Build()).AsInt64(); err != nil || v != 1 {
+					t.Errorf("%s: the other library is gone: %d, %v", s.Addr, v, err)
 				}
 			}
 		})

@@ -1,0 +1,60 @@
+package deployer
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestApplyWithoutServer: the refusals Apply makes before touching any node. The target
+// has no connections, so any attempt to reach a server would fail the test.
+func TestApplyWithoutServer(t *testing.T) {
+	p1 := primary("127.0.0.1:7001")
+	tests := []struct {
+		name    string
+		give    Plan
+		wantErr func(error) bool
+		want    Outcome
+	}{
+		{
+			name:    "empty target",
+			give:    NewPlan(nil, set, r110, false),
+			wantErr: func(err error) bool { return errors.Is(err, ErrNoNodes) },
+		},
+		{
+			name: "refused",
+			give: NewPlan([]Installed{on(p1, drifted)}, set, r110, false),
+			wantErr: func(err error) bool {
+				var re *RefusedError
+				return errors.As(err, &re) && len(re.Steps) == 1 && re.Steps[0].Refusal == RefusalDrift
+			},
+			want: OutcomeUnchanged,
+		},
+		{
+			name:    "nothing pending",
+			give:    NewPlan([]Installed{on(p1, r110.Code)}, set, r110, false),
+			wantErr: func(err error) bool { return err == nil },
+			want:    OutcomeUnchanged,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var events []Event
+			tg := &Target{conns: map[string]*conn{}}
+			rep, err := tg.Apply(t.Context(), tt.give, Options{Progress: func(e Event) { events = append(events, e) }})
+			if !tt.wantErr(err) {
+				t.Fatalf("Apply: %v", err)
+			}
+			if rep.To != tt.give.To.Version || len(rep.Nodes) != len(tt.give.Steps) {
+				t.Errorf("report to %q with %d nodes", rep.To, len(rep.Nodes))
+			}
+			for _, n := range rep.Nodes {
+				if n.Outcome != tt.want {
+					t.Errorf("%s", n)
+				}
+			}
+			if len(events) != 1 || events[0].Phase != PhaseDone || !errors.Is(events[0].Err, err) {
+				t.Errorf("events %+v, want one done event carrying the error", events)
+			}
+		})
+	}
+}
