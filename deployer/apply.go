@@ -79,7 +79,7 @@ type Report struct {
 	To         string
 	Nodes      []NodeResult
 	Duration   time.Duration
-	RolledBack bool // a failure made Apply restore the nodes it had changed
+	RolledBack bool // the deploy failed and Apply put back every node it had changed (see each Outcome)
 }
 
 // NodeResult is what Apply did to one node.
