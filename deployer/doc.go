@@ -2,8 +2,8 @@
 // release of the ratelimit library each one runs, plans a deploy as data, and applies it:
 // FUNCTION LOAD REPLACE on every primary, verify every node, restore on any failure.
 //
-// The flow is Discover -> Target.Inspect -> NewPlan -> Target.Apply. NewPlan is a pure function,
-// so what a deploy would do can be printed, diffed or tested without a server.
+// The flow is Discover -> Target.Inspect -> NewPlan -> Target.Apply. NewPlan is a pure
+// function, so what a deploy would do can be printed, diffed or tested without a server.
 //
 // # Lock
 //
