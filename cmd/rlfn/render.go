@@ -68,9 +68,12 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 	case loads == 0:
 		fmt.Fprintf(w, "Plan: nothing to do, every primary runs %s.\n", plan.To.Version)
 	default:
-		fmt.Fprintf(w, "Plan: load %s on %s of %d; %s.\n", plan.To.Version,
-			count(loads, "primary", "primaries"), len(plan.Steps)-replicas,
-			count(replicas, "replica follows its primary", "replicas follow their primaries"))
+		fmt.Fprintf(w, "Plan: load %s on %s of %d", plan.To.Version,
+			count(loads, "primary", "primaries"), len(plan.Steps)-replicas)
+		if replicas > 0 {
+			fmt.Fprintf(w, "; %s", count(replicas, "replica follows its primary", "replicas follow their primaries"))
+		}
+		fmt.Fprintln(w, ".")
 	}
 	if refused > 0 {
 		fmt.Fprintf(w, "Refused: %s a safety check; --force overrides.\n", count(refused, "node fails", "nodes fail"))
