@@ -2,11 +2,13 @@ package client_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
 	"github.com/valkey-io/valkey-go/mock"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -25,17 +27,30 @@ func (c replyClient) Do(context.Context, valkey.Completed) valkey.ValkeyResult {
 // A real valkey-go client recycles each command after Do; this one cannot (the pool is
 // internal), so the numbers include building one command from scratch (BenchmarkBuilder).
 func BenchmarkAllow(b *testing.B) {
-	vk := replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}
-	lim := client.New(vk)
+	benchmarkAllow(b, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+}
+
+// BenchmarkAllowMetrics is BenchmarkAllow recording metrics with the OpenTelemetry SDK.
+func BenchmarkAllowMetrics(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	benchmarkAllow(b, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
+		client.WithMeterProvider(mp)))
+}
+
+var benchLimits = []client.Limit{
+	client.FixedWindow{Limit: 100, Window: time.Minute},
+	client.SlidingLog{Limit: 100, Window: time.Minute},
+	client.SlidingWindow{Limit: 100, Window: time.Minute},
+	client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
+	client.LeakyBucket{Capacity: 100, Rate: 10, Period: time.Second, Mode: client.Shape},
+}
+
+func benchName(l client.Limit) string { return client.Key("", "", l)[len("{%}:"):] }
+
+func benchmarkAllow(b *testing.B, lim *client.Limiter) {
 	ctx := context.Background()
-	for _, l := range []client.Limit{
-		client.FixedWindow{Limit: 100, Window: time.Minute},
-		client.SlidingLog{Limit: 100, Window: time.Minute},
-		client.SlidingWindow{Limit: 100, Window: time.Minute},
-		client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
-		client.LeakyBucket{Capacity: 100, Rate: 10, Period: time.Second, Mode: client.Shape},
-	} {
-		b.Run(client.Key("", "", l)[len("{%}:"):], func(b *testing.B) {
+	for _, l := range benchLimits {
+		b.Run(benchName(l), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := lim.Allow(ctx, "user:42", l); err != nil {
@@ -54,5 +69,50 @@ func BenchmarkBuilder(b *testing.B) {
 	for b.Loop() {
 		_ = vk.B().Fcall().Function("rl_token_bucket").Numkeys(1).Key("rl:{user:42}:token_bucket").
 			Arg("100", "10", "1000", "1").Build()
+	}
+}
+
+// BenchmarkLocalFallback is the cost of a decision made by the local fallback, the breaker
+// open: one key, then 10000 keys from parallel goroutines (the store's shards at work).
+func BenchmarkLocalFallback(b *testing.B) {
+	vk := replyClient{mock.NewClient(nil), mock.ErrorResult(context.DeadlineExceeded)}
+	ctx := context.Background()
+	newLimiter := func(b *testing.B) *client.Limiter {
+		lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithInstances(4),
+			client.WithBreaker(1, time.Hour))
+		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || !r.Local {
+			b.Fatalf("the breaker did not open: %+v, %v", r, err)
+		}
+		return lim
+	}
+	for _, l := range benchLimits {
+		b.Run(benchName(l), func(b *testing.B) {
+			lim := newLimiter(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if r, err := lim.Allow(ctx, "user:42", l); err != nil || !r.Local {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	for _, l := range benchLimits {
+		b.Run(benchName(l)+"/parallel_10000_keys", func(b *testing.B) {
+			lim := newLimiter(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || !r.Local {
+						b.Fatal(r, err)
+					}
+					i += 7
+				}
+			})
+		})
 	}
 }

@@ -2,11 +2,14 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"go.opentelemetry.io/otel"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -33,6 +36,106 @@ func Example() {
 	}
 	if !res.Allowed {
 		fmt.Printf("429, retry in %s\n", res.RetryAfter)
+	}
+}
+
+// AllowN takes several units at once, all or nothing: here an upload counted in MB against a
+// per-tenant budget of 1 GB a day, which no burst can exceed.
+func ExampleLimiter_AllowN() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+
+	sizeMB := int64(120)
+	res, err := lim.AllowN(context.Background(), "tenant:7", client.SlidingWindow{Limit: 1024, Window: 24 * time.Hour}, sizeMB)
+	if err != nil {
+		log.Fatal(err)
+	}
+	switch {
+	case res.RetryAfter == client.Never:
+		fmt.Println("larger than the whole budget")
+	case !res.Allowed:
+		fmt.Printf("over budget: %d MB left, retry in %s\n", res.Remaining, res.RetryAfter)
+	}
+}
+
+// Peek answers "would this pass?" without consuming anything, and may run on a replica: e.g.
+// to show a user their remaining quota.
+func ExampleLimiter_Peek() {
+	vk, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:    []string{"127.0.0.1:6379"},
+		SendToReplicas: func(cmd valkey.Completed) bool { return cmd.IsReadOnly() },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+
+	res, err := lim.Peek(context.Background(), "user:42", client.FixedWindow{Limit: 1000, Window: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d of %d requests left this hour\n", res.Remaining, res.Limit)
+}
+
+// A Limiter that never takes the service down with the server: each call waits 50ms at most,
+// five failures in a row open the circuit breaker (no call is sent for a second, then one
+// probes), and meanwhile each of the 8 instances of the service admits its eighth of the limit
+// by itself. The decisions it makes are Result.Local, and counted in metrics.
+func ExampleWithPolicy() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk,
+		client.WithDeadline(50*time.Millisecond),
+		client.WithBreaker(5, time.Second),
+		client.WithPolicy(client.LocalFallback),
+		client.WithInstances(8),
+		client.WithMeterProvider(otel.GetMeterProvider()),
+	)
+	limit := client.TokenBucket{Capacity: 800, Rate: 400, Period: time.Second}
+
+	http.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		res, err := lim.Allow(r.Context(), r.Header.Get("X-API-Key"), limit)
+		if err != nil {
+			// only what no policy decides: a bad limit, RLERR, a canceled request
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if !res.Allowed {
+			w.Header().Set("Retry-After", fmt.Sprint(int(res.RetryAfter.Seconds()+0.999)))
+			http.Error(w, "rate limited", http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", nil))
+}
+
+// With ReturnError, the default, the caller sees why the server did not decide, and
+// ErrCircuitOpen while the breaker spares the server.
+func ExampleErrCircuitOpen() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+
+	_, err = lim.Allow(context.Background(), "user:42", client.FixedWindow{Limit: 10, Window: time.Second})
+	switch {
+	case errors.Is(err, client.ErrCircuitOpen):
+		log.Print("rate limiter down, admitting without it")
+	case errors.Is(err, client.ErrNotLoaded):
+		log.Print("run rlfn deploy")
+	case err != nil:
+		log.Print(err)
 	}
 }
 

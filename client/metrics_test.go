@@ -112,3 +112,31 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Recording allocates nothing: every attribute set is built in New. (Allocation counts, not
+// times, so this holds on any machine.)
+func TestMetricsAllocateNothing(t *testing.T) {
+	ctx := context.Background()
+	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
+	allocs := func(opts ...client.Option) float64 {
+		lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, opts...)
+		return testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) })
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	if without, with := allocs(), allocs(client.WithMeterProvider(mp)); with != without {
+		t.Errorf("%v allocations per call with metrics, %v without", with, without)
+	}
+}
+
+// A local decision on a key the fallback holds allocates nothing.
+func TestLocalDecisionAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	lim := client.New(replyClient{mock.NewClient(nil), refused}, client.WithPolicy(client.LocalFallback),
+		client.WithBreaker(1, time.Hour))
+	for _, limit := range benchLimits {
+		lim.Allow(ctx, "k", limit)
+		if n := testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) }); n != 0 {
+			t.Errorf("%T: %v allocations per local decision", limit, n)
+		}
+	}
+}
