@@ -37,7 +37,11 @@ rlfn() {
   echo "\$ rlfn $*"
   "$work/rlfn" "$@"
 }
-for _ in $(seq 100); do "$work/rlfn" status >/dev/null 2>&1 && break; sleep 0.1; done
+# Wait until the replica has linked to its primary, so that rlfn finds both.
+for _ in $(seq 100); do
+  "$work/rlfn" status --json 2>/dev/null | grep -q '"role": "replica"' && break
+  sleep 0.1
+done
 
 rlfn versions
 rlfn status

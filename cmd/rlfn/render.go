@@ -17,7 +17,8 @@ import (
 // without a server. Colour goes on the last column only: escape codes would upset tabwriter's
 // alignment of any column after them.
 
-func renderStatus(w io.Writer, p palette, rows []statusRow) error {
+// renderStatus prints one row per node; SLOTS only means something in a cluster.
+func renderStatus(w io.Writer, p palette, rows []statusRow, cluster bool) error {
 	t := newTable(w, "ADDR", "ROLE", "SLOTS", "VERSION", "STATE")
 	for _, r := range rows {
 		version := r.Version
@@ -28,6 +29,9 @@ func renderStatus(w io.Writer, p palette, rows []statusRow) error {
 			version = "-"
 		}
 		role, slots := r.Role, fmt.Sprint(r.Slots)
+		if !cluster {
+			slots = "-"
+		}
 		if r.Role == string(deployer.RoleReplica) {
 			role, slots = "replica of "+r.Primary, "-"
 		}

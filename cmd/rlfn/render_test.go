@@ -69,7 +69,7 @@ func TestRenderGolden(t *testing.T) {
 		}
 		p := palette{on: colour}
 		b.Reset()
-		must(t, renderStatus(&b, p, fixtureStatus))
+		must(t, renderStatus(&b, p, fixtureStatus, true))
 		golden(t, "status"+suffix, b.String())
 
 		b.Reset()

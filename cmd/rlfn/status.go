@@ -39,7 +39,7 @@ func statusCommand() *cli.Command {
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, rows)
 			} else {
-				err = renderStatus(c.App.Writer, colours(c.App.Writer), rows)
+				err = renderStatus(c.App.Writer, colours(c.App.Writer), rows, t.Topology().Cluster)
 			}
 			if err != nil {
 				return err
