@@ -60,6 +60,12 @@ func New() *cli.App {
 			deployCommand(),
 			callCommand(),
 		},
+		Before: func(c *cli.Context) error {
+			if c.Duration("timeout") <= 0 {
+				return errors.New("--timeout must be positive")
+			}
+			return nil
+		},
 		HideHelpCommand: true,
 		// Errors are printed once, by run, as one line; the default handler would exit.
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -108,6 +108,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"deploy", "--parallel", "0"}, "--parallel must be at least 1"},
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
 		{[]string{"bogus"}, "No help topic for 'bogus'"},
+		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {

@@ -69,7 +69,10 @@ func callAction(c *cli.Context) error {
 		return fmt.Errorf("%s: %w", opt.InitAddress[0], err)
 	}
 	defer vk.Close()
-	lim := client.New(vk, client.WithPrefix(c.String("prefix")))
+	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
+	// service's hot path rather than a person across a slow link; errors are returned, never
+	// replaced by a fallback decision (the client's default policy).
+	lim := client.New(vk, client.WithPrefix(c.String("prefix")), client.WithDeadline(c.Duration("timeout")))
 	serverKey := client.Key(c.String("prefix"), key, limit)
 
 	var t *table
