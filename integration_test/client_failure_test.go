@@ -330,3 +330,168 @@ func transitions(t *testing.T, reader *sdkmetric.ManualReader, state string) int
 	}
 	return 0
 }
+
+// On a cluster, the primary holding a principal's slot killed mid-traffic: the principal's
+// calls fall to the local fallback within the deadline, the breaker spares the dead node all
+// but its probes, and once the node is back with the library the cluster decides again.
+func TestClientClusterPrimaryKilled(t *testing.T) {
+	cl := harness.StartCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, p := range cl.Primaries {
+		if err := load(ctx, p.Client(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	dials := map[string]int64{}
+	dialsTo := func(addr string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return dials[addr]
+	}
+	vk, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:  cl.Addrs(),
+		DisableCache: true,
+		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			mu.Lock()
+			dials[addr]++
+			mu.Unlock()
+			return d.DialContext(ctx, "tcp", addr)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vk.Close)
+	reader := sdkmetric.NewManualReader()
+	lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
+		client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
+		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+
+	key := keyFor(t)
+	if res, err := lim.Allow(ctx, key, failLimit); err != nil || res.Local {
+		t.Fatalf("first call: %+v, %v", res, err)
+	}
+	var victim *harness.Server
+	for _, p := range cl.Primaries {
+		pc := p.Client(t)
+		n, err := pc.Do(ctx, pc.B().Exists().Key(client.Key(client.DefaultPrefix, key, failLimit)).Build()).AsInt64()
+		if err == nil && n == 1 {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no primary holds %s", key)
+	}
+
+	const workers = 2 // on one key: the share is the key's, whichever goroutine asks
+	records := make([][]record, workers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				res, err := lim.Allow(context.Background(), key, failLimit)
+				records[w] = append(records[w], record{start, time.Since(start), res, err})
+				time.Sleep(500 * time.Microsecond)
+			}
+		})
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	killAt := time.Now()
+	if err := victim.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	time.Sleep(4 * failCooldown)
+	dials0, probes0, at0 := dialsTo(victim.Addr), transitions(t, reader, "half_open"), time.Now()
+	time.Sleep(2 * failCooldown)
+	dials1, probes1, at1 := dialsTo(victim.Addr), transitions(t, reader, "half_open"), time.Now()
+
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// back empty: the deploy's job, done here
+	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{victim.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vc.Close)
+	if err := load(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	loadedAt := time.Now()
+	recoverBy := loadedAt.Add(failCooldown + failDeadline + slack)
+	time.Sleep(time.Until(recoverBy) + 300*time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	var maxTook time.Duration
+	var calls, local, allowedLocally int
+	for w, recs := range records {
+		var recovered time.Time
+		for _, rec := range recs {
+			calls++
+			maxTook = max(maxTook, rec.took)
+			if rec.took > failDeadline+slack {
+				t.Errorf("a call took %s, past the deadline %s + %s", rec.took, failDeadline, slack)
+			}
+			if rec.res.Local {
+				local++
+				if rec.res.Allowed {
+					allowedLocally++
+				}
+			}
+			switch {
+			case rec.start.Before(killAt):
+				if rec.err != nil || rec.res.Local {
+					t.Errorf("before the kill: %+v, %v; want the server's decision", rec.res, rec.err)
+				}
+			case rec.start.After(stoppedAt) && rec.start.Before(loadedAt):
+				checkPolicy(t, "primary down", client.LocalFallback, rec, false)
+			case rec.start.After(loadedAt):
+				if recovered.IsZero() && rec.err == nil && !rec.res.Local {
+					recovered = rec.start
+				}
+				if !recovered.IsZero() && (rec.err != nil || rec.res.Local) {
+					t.Errorf("after recovery: %+v, %v; want the server's decision", rec.res, rec.err)
+				}
+			}
+		}
+		if recovered.IsZero() || recovered.After(recoverBy) {
+			t.Errorf("worker %d: the cluster decides again %s after the library is back, want within %s",
+				w, recovered.Sub(loadedAt), recoverBy.Sub(loadedAt))
+		}
+	}
+	if share := int(failLimit.Capacity / instances); allowedLocally != share {
+		t.Errorf("the local fallback admitted %d for the key, want its share %d", allowedLocally, share)
+	}
+	// A failed probe makes valkey-go refresh the cluster's topology, which may dial the dead
+	// node again: a few dials per probe, against the thousands of calls of the same second.
+	if probes := probes1 - probes0; probes < 1 || probes > 3 || dials1-dials0 > 4*probes {
+		t.Errorf("primary down for %s: %d dials to it for %d probes; want 1 to 3 probes and at most 4 dials each",
+			at1.Sub(at0), dials1-dials0, probes)
+	}
+	t.Logf("%d calls, %d decided locally (%d allowed), max latency %s; primary down, over %s: %d dials to it, %d probes",
+		calls, local, allowedLocally, maxTook.Round(time.Microsecond), at1.Sub(at0).Round(time.Millisecond),
+		dials1-dials0, probes1-probes0)
+}
