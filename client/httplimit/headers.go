@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"math/bits"
 	"net/http"
 	"strconv"
@@ -13,6 +12,16 @@ import (
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651, section 3.3.1).
 const maxSFInteger = 999_999_999_999_999
 
+// The header names in the form http.Header keeps them (textproto.CanonicalMIMEHeaderKey), so
+// that setHeaders can write the map without canonicalising each name on every request.
+const (
+	headerPolicy    = "Ratelimit-Policy" // RateLimit-Policy
+	headerRateLimit = "Ratelimit"        // RateLimit
+	headerLimit     = "X-Ratelimit-Limit"
+	headerRemaining = "X-Ratelimit-Remaining"
+	headerReset     = "X-Ratelimit-Reset"
+)
+
 // setHeaders writes the rate-limit headers of a decision. A refused request's t is wait, the
 // Retry-After it gets, because the draft asks that Retry-After not point before the end of t;
 // a served request's t is the time until the limiter is back to its initial state.
@@ -21,32 +30,57 @@ func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, 
 	if refused && wait != client.Never {
 		t = wait
 	}
-	limit := strconv.FormatInt(res.Limit, 10)
-	remaining := strconv.FormatInt(res.Remaining, 10)
-	reset := seconds(t)
+	// Every value is written into one buffer, converted to one string that the values slice,
+	// and the five one-value slices share one array: two allocations per request, not ten.
+	var b [256]byte
+	buf := b[:0]
+	var ends [5]int
 	// Policy names are restricted to characters a Structured Field String holds unescaped.
-	policy := `"` + p.Name + `";q=` + limit
+	buf = append(append(append(buf, '"'), p.Name...), `";q=`...)
+	buf = strconv.AppendInt(buf, res.Limit, 10)
 	if w, ok := window(p.Limit); ok {
-		policy += ";w=" + strconv.FormatInt(w, 10)
+		buf = strconv.AppendInt(append(buf, ";w="...), w, 10)
 	}
-	h.Set("RateLimit-Policy", policy)
-	h.Set("RateLimit", `"`+p.Name+`";r=`+remaining+";t="+reset)
-	h.Set("X-RateLimit-Limit", limit)
-	h.Set("X-RateLimit-Remaining", remaining)
-	h.Set("X-RateLimit-Reset", reset)
+	ends[0] = len(buf)
+	buf = append(append(append(buf, '"'), p.Name...), `";r=`...)
+	buf = strconv.AppendInt(buf, res.Remaining, 10)
+	buf = appendSeconds(append(buf, ";t="...), t)
+	ends[1] = len(buf)
+	buf = strconv.AppendInt(buf, res.Limit, 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendInt(buf, res.Remaining, 10)
+	ends[3] = len(buf)
+	buf = appendSeconds(buf, t)
+	ends[4] = len(buf)
+	s := string(buf)
+	vals := make([]string, 5)
+	from := 0
+	for i, end := range ends {
+		vals[i] = s[from:end]
+		from = end
+	}
+	h[headerPolicy] = vals[0:1:1]
+	h[headerRateLimit] = vals[1:2:2]
+	h[headerLimit] = vals[2:3:3]
+	h[headerRemaining] = vals[3:4:4]
+	h[headerReset] = vals[4:5:5]
 }
 
 // seconds formats d as delay-seconds, rounded up: a client that waits that long has waited
 // at least d.
 func seconds(d time.Duration) string {
+	return string(appendSeconds(nil, d))
+}
+
+func appendSeconds(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0"
+		return append(b, '0')
 	}
 	s := int64(d / time.Second)
 	if d%time.Second != 0 {
 		s++
 	}
-	return strconv.FormatInt(s, 10)
+	return strconv.AppendInt(b, s, 10)
 }
 
 // window is the RateLimit-Policy w of a limit in seconds, rounded up to at least 1 (the draft
@@ -106,16 +140,30 @@ func bucketSeconds(capacity, rate int64, period time.Duration) (int64, bool) {
 
 // body is the JSON body of a response the middleware writes itself.
 type body struct {
-	Error        string `json:"error"`
-	Policy       string `json:"policy,omitempty"`
-	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"` // absent when no wait helps
+	Error        string // a constant of this package: no character JSON would escape
+	Policy       string // a valid policy name, likewise; left out when empty
+	RetryAfterMs int64  // left out when negative: no wait helps
+}
+
+// appendJSON writes b as JSON by hand: a denied request is the cheap path that a flood of
+// them takes, and every string in b is known to need no escaping.
+func (b body) appendJSON(buf []byte) []byte {
+	buf = append(append(append(buf, `{"error":"`...), b.Error...), '"')
+	if b.Policy != "" {
+		buf = append(append(append(buf, `,"policy":"`...), b.Policy...), '"')
+	}
+	if b.RetryAfterMs >= 0 {
+		buf = strconv.AppendInt(append(buf, `,"retry_after_ms":`...), b.RetryAfterMs, 10)
+	}
+	return append(buf, "}\n"...)
 }
 
 func writeJSON(w http.ResponseWriter, status int, b body) {
-	data, _ := json.Marshal(b) // three plain fields: cannot fail
+	var arr [128]byte
+	data := b.appendJSON(arr[:0])
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(data)+1))
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(data))}
 	w.WriteHeader(status)
-	w.Write(append(data, '\n'))
+	w.Write(data)
 }

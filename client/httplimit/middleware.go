@@ -134,7 +134,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := m.opts.Key(r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, body{Error: "bad request"})
+		writeJSON(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
 		return
 	}
 	// The name cannot contain ':', so "name:key" is injective.
@@ -157,7 +157,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	default:
 		setHeaders(h, p, res, 0, false)
 		if res.Delay > 0 && !hold(r.Context(), res.Delay) {
-			writeJSON(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: p.Name})
+			writeJSON(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: p.Name, RetryAfterMs: -1})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -183,18 +183,17 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		next.ServeHTTP(w, r)
 		return
 	}
-	writeJSON(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable"})
+	writeJSON(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable", RetryAfterMs: -1})
 }
 
 func deny(w http.ResponseWriter, policy string, wait time.Duration) {
-	b := body{Error: "rate limited", Policy: policy}
+	b := body{Error: "rate limited", Policy: policy, RetryAfterMs: -1}
 	if wait != client.Never {
-		w.Header().Set("Retry-After", seconds(wait))
-		ms := wait.Milliseconds()
+		w.Header()["Retry-After"] = []string{seconds(wait)}
+		b.RetryAfterMs = wait.Milliseconds()
 		if wait%time.Millisecond != 0 {
-			ms++
+			b.RetryAfterMs++
 		}
-		b.RetryAfterMs = &ms
 	}
 	writeJSON(w, http.StatusTooManyRequests, b)
 }

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -201,6 +202,9 @@ func TestResponses(t *testing.T) {
 			}
 			if tt.giveErr != nil && (len(errs) != 1 || errs[0] != tt.giveErr) {
 				t.Errorf("OnError got %v, want exactly the limiter's error", errs)
+			}
+			if rec.Header().Get("Content-Type") == "application/json" && !json.Valid(rec.Body.Bytes()) {
+				t.Errorf("body is not JSON: %q", rec.Body)
 			}
 			fmt.Fprintf(&out, "=== %s\n%s\n", tt.name, dump(rec))
 		})
