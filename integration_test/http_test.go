@@ -246,7 +246,8 @@ func TestHTTPShape(t *testing.T) {
 			}
 		case res.Delay > maxDelay:
 			overMax++
-			want := int64(math.Ceil((res.Delay - maxDelay).Seconds()))
+			// The refused request's own unit (500ms) must leak out too.
+			want := int64(math.Ceil((res.Delay + 500*time.Millisecond - maxDelay).Seconds()))
 			if r.status != http.StatusTooManyRequests || headerInt(t, r, "Retry-After") != want || !d.reached.IsZero() {
 				t.Errorf("request %d: delay %s above MaxDelay: status %d, Retry-After %q, reached handler %v; want 429, %d",
 					i, res.Delay, r.status, r.header.Get("Retry-After"), !d.reached.IsZero(), want)

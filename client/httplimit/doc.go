@@ -31,7 +31,10 @@
 //
 // With a client.LeakyBucket in client.Shape mode the limiter admits a request with a delay:
 // the middleware holds it that long before calling the next handler, so requests leave evenly
-// spaced. A delay above Options.MaxDelay is answered 429 instead, with Retry-After the excess.
+// spaced. A delay above Options.MaxDelay is answered 429 instead, with a Retry-After after
+// which a request would be held no longer than MaxDelay. That request still took its place in
+// the queue (the server admitted it): size Capacity so that Capacity units leak out within
+// MaxDelay, and the server itself refuses what would wait longer, at no cost to the queue.
 // A request whose context ends while it is held is answered 503 and never reaches the next
 // handler.
 //

@@ -149,9 +149,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		setHeaders(h, p, res, res.RetryAfter, true)
 		deny(w, p.Name, res.RetryAfter)
 	case res.Delay > m.opts.MaxDelay:
-		// The server has counted this request; it is refused all the same, as promised, and
-		// can come back when its delay would be within MaxDelay.
-		wait := res.Delay - m.opts.MaxDelay
+		// The server has counted this request (its unit is in the queue) and it is refused all
+		// the same, as promised. A request made later waits behind that unit too: the delay it
+		// would get is within MaxDelay once Delay plus one unit's leak time has passed down to
+		// MaxDelay.
+		wait := res.Delay + unitLeak(p.Limit) - m.opts.MaxDelay
 		setHeaders(h, p, res, wait, true)
 		deny(w, p.Name, wait)
 	default:
@@ -162,6 +164,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		next.ServeHTTP(w, r)
 	}
+}
+
+// unitLeak is how long one unit takes to leak out of a leaky bucket: Period / Rate, rounded
+// up; zero for every other limit.
+func unitLeak(l client.Limit) time.Duration {
+	var lb client.LeakyBucket
+	switch l := l.(type) {
+	case client.LeakyBucket:
+		lb = l
+	case *client.LeakyBucket:
+		lb = *l
+	default:
+		return 0
+	}
+	if lb.Rate <= 0 || lb.Period <= 0 {
+		return 0
+	}
+	rate := time.Duration(lb.Rate)
+	return (lb.Period + rate - 1) / rate
 }
 
 // hold waits d, and reports false if ctx ends first.

@@ -308,6 +308,24 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+func TestUnitLeak(t *testing.T) {
+	tests := []struct {
+		give client.Limit
+		want time.Duration
+	}{
+		{client.LeakyBucket{Capacity: 5, Rate: 2, Period: time.Second, Mode: client.Shape}, 500 * time.Millisecond},
+		{&client.LeakyBucket{Capacity: 5, Rate: 3, Period: time.Millisecond}, 333334 * time.Nanosecond},
+		{client.LeakyBucket{Capacity: 5, Rate: 3, Period: time.Second}, 333333334 * time.Nanosecond},
+		{client.TokenBucket{Capacity: 5, Rate: 2, Period: time.Second}, 0},
+		{client.LeakyBucket{Capacity: 5, Period: time.Second}, 0},
+	}
+	for _, tt := range tests {
+		if got := unitLeak(tt.give); got != tt.want {
+			t.Errorf("unitLeak(%#v) = %s, want %s", tt.give, got, tt.want)
+		}
+	}
+}
+
 func TestSeconds(t *testing.T) {
 	tests := []struct {
 		give time.Duration
