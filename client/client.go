@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -23,6 +24,7 @@ type Limiter struct {
 	instances int64
 	breaker   *breaker
 	local     *localStore // LocalFallback only
+	localUsed atomic.Bool // local holds state the server has not superseded yet
 	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
 	clock     func() int64
 }
@@ -135,13 +137,17 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 		kind = classify(ctx, err)
 	}
 	switch {
-	case kind == kindNone || kind == kindLibrary:
-		// the server answered
-		l.transition(ctx, l.breaker.success(probe))
+	case kind.unanswered():
+		l.transition(ctx, l.breaker.failure(probe, l.clock()))
 	case kind == kindCanceled:
 		l.transition(ctx, l.breaker.release(probe))
 	default:
-		l.transition(ctx, l.breaker.failure(probe, l.clock()))
+		// the server answered, if only with an error
+		l.transition(ctx, l.breaker.success(probe))
+	}
+	if kind == kindNone && l.local != nil && l.localUsed.Load() && l.localUsed.CompareAndSwap(true, false) {
+		// The server decides again, and its state is the truth: the local one is memory.
+		l.local.clear()
 	}
 	if m := l.metrics; m != nil {
 		out := outError
@@ -202,6 +208,9 @@ func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, ki
 		var b [128]byte
 		k := appendKey(b[:0], l.prefix, key, c.fn.algorithm)
 		r = l.local.decide(k, c, l.instances, l.clock(), op == opAllow)
+		if !l.localUsed.Load() {
+			l.localUsed.Store(true)
+		}
 	default:
 		return Result{}, err
 	}
@@ -221,10 +230,6 @@ func (l *Limiter) countError(ctx context.Context, op operation, c call, kind err
 func (l *Limiter) transition(ctx context.Context, s breakerState) {
 	if s < 0 {
 		return
-	}
-	if s == closed && l.local != nil {
-		// The server decides again, and its state is the truth: the local one is memory.
-		l.local.clear()
 	}
 	if m := l.metrics; m != nil {
 		m.transitions.Add(ctx, 1, m.transitionOpts[s]...)
@@ -247,7 +252,9 @@ func classify(ctx context.Context, err error) errKind {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
 		return kindTimeout
 	}
-	if _, ok := valkey.IsValkeyErr(err); ok {
+	// replyErr wraps the server's error, and IsValkeyErr does not unwrap
+	var ve *valkey.ValkeyError
+	if errors.As(err, &ve) {
 		return kindServer
 	}
 	return kindUnreachable

@@ -45,9 +45,13 @@ const (
 var kindNames = [nKinds]string{"", "timeout", "unreachable", "circuit_open", "not_loaded",
 	"server_error", "reply_error", "library_error", "canceled"}
 
-// failure reports whether the server could not decide: the breaker counts it and the policy
-// applies. A library error or a canceled call is the caller's.
+// failure reports whether the server could not decide: the policy applies. A library error or
+// a canceled call is the caller's.
 func (k errKind) failure() bool { return k >= kindTimeout && k <= kindReply }
+
+// unanswered reports a call the server did not answer: the breaker counts it. A server that
+// answers with an error is reachable, and costs a round trip to ask, not a deadline.
+func (k errKind) unanswered() bool { return k == kindTimeout || k == kindUnreachable }
 
 type operation uint8
 

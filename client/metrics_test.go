@@ -76,6 +76,7 @@ func TestMetrics(t *testing.T) {
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(ints(0, 1, 0, 10, 1000, 0))),
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(rlerr),
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(missing),
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused),
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused), // opens the breaker
 	)
 	lim.Allow(ctx, "k", bucket) // server allowed
@@ -83,6 +84,7 @@ func TestMetrics(t *testing.T) {
 	lim.Allow(ctx, "k", bucket) // RLERR: returned
 	lim.Allow(ctx, "k", bucket) // not loaded: local allowed
 	lim.Allow(ctx, "k", bucket) // unreachable: local denied (capacity 1 taken)
+	lim.Allow(ctx, "k", bucket) // again: local denied, and the breaker opens
 	lim.Allow(ctx, "w", window) // open: local allowed
 	clock.advance(time.Second)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(ints(1, 1, 0, 0, 1000, 0)))
@@ -94,18 +96,18 @@ func TestMetrics(t *testing.T) {
 		"rlfn.client.breaker.transitions{rlfn.breaker.state=open} 1",
 		"rlfn.client.call.duration{rlfn.algorithm=fixed_window,rlfn.operation=allow,rlfn.outcome=allowed} 1",
 		"rlfn.client.call.duration{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=allowed} 1",
-		"rlfn.client.call.duration{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=error} 3",
+		"rlfn.client.call.duration{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=error} 4",
 		"rlfn.client.call.duration{rlfn.algorithm=token_bucket,rlfn.operation=peek,rlfn.outcome=denied} 1",
 		"rlfn.client.decisions{rlfn.algorithm=fixed_window,rlfn.operation=allow,rlfn.outcome=allowed,rlfn.source=local_fallback} 1",
 		"rlfn.client.decisions{rlfn.algorithm=fixed_window,rlfn.operation=allow,rlfn.outcome=allowed,rlfn.source=server} 1",
 		"rlfn.client.decisions{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=allowed,rlfn.source=local_fallback} 1",
 		"rlfn.client.decisions{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=allowed,rlfn.source=server} 1",
-		"rlfn.client.decisions{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=denied,rlfn.source=local_fallback} 1",
+		"rlfn.client.decisions{rlfn.algorithm=token_bucket,rlfn.operation=allow,rlfn.outcome=denied,rlfn.source=local_fallback} 2",
 		"rlfn.client.decisions{rlfn.algorithm=token_bucket,rlfn.operation=peek,rlfn.outcome=denied,rlfn.source=server} 1",
 		"rlfn.client.errors{error.type=circuit_open,rlfn.algorithm=fixed_window,rlfn.operation=allow} 1",
 		"rlfn.client.errors{error.type=library_error,rlfn.algorithm=token_bucket,rlfn.operation=allow} 1",
 		"rlfn.client.errors{error.type=not_loaded,rlfn.algorithm=token_bucket,rlfn.operation=allow} 1",
-		"rlfn.client.errors{error.type=unreachable,rlfn.algorithm=token_bucket,rlfn.operation=allow} 1",
+		"rlfn.client.errors{error.type=unreachable,rlfn.algorithm=token_bucket,rlfn.operation=allow} 2",
 	}
 	got := points(t, reader)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

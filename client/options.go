@@ -48,7 +48,8 @@ const (
 	// probes the server again, or its cooldown when it is not open.
 	FailClosed
 	// LocalFallback decides with an in-process limiter of the same algorithm, admitting a
-	// share of the limit: see WithInstances. Its Result.Limit is that share.
+	// share of the limit: see WithInstances. Its Result.Limit is that share. The local state
+	// lasts until the server decides again.
 	LocalFallback
 )
 
@@ -137,11 +138,12 @@ func WithInstances(n int) Option {
 	}
 }
 
-// WithBreaker sets the circuit breaker: it opens after failures consecutive failures, sends
-// nothing to the server while open, lets one call through as a probe once cooldown has passed,
-// and closes when the probe is answered (or opens for another cooldown when it fails). A
-// failure is what a Policy applies to. Defaults: DefaultBreakerFailures (5) and
-// DefaultBreakerCooldown (1s).
+// WithBreaker sets the circuit breaker: it opens after failures consecutive calls the server
+// did not answer (a timeout, a network error), sends nothing to the server while open, lets
+// one call through as a probe once cooldown has passed, and closes when the probe is answered
+// (or opens for another cooldown when it is not). An error reply (ErrNotLoaded, LOADING...)
+// is an answer: such a server is reachable and quick to ask, and a deploy is seen at once.
+// Defaults: DefaultBreakerFailures (5) and DefaultBreakerCooldown (1s).
 //
 // The breaker belongs to the Limiter, not to a node: in a cluster, calls to healthy shards
 // reset the count of consecutive failures, so one dead shard among live ones rarely opens it

@@ -183,6 +183,28 @@ func TestBreakerStopsCalls(t *testing.T) {
 	}
 }
 
+// A server that answers with an error is reachable: the policy decides each call, but the
+// breaker stays closed, so every call asks the server and a deploy is seen at once.
+func TestErrorRepliesKeepTheBreakerClosed(t *testing.T) {
+	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	for _, give := range []valkey.ValkeyResult{missing, loading, garbled, rlerr} {
+		vk := mock.NewClient(gomock.NewController(t))
+		lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithBreaker(1, time.Hour))
+		ctx := context.Background()
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(give).Times(20)
+		for range 20 {
+			lim.Allow(ctx, "k", bucket)
+		}
+		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
+		if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Local {
+			t.Fatalf("%v, then the server answers: %+v, %v; want its decision", give, got, err)
+		}
+		if n := lim.LocalKeys(); n != 0 {
+			t.Fatalf("%v: %d local keys once the server decides, want 0", give, n)
+		}
+	}
+}
+
 // The local fallback's peek consumes nothing, and its allow does.
 func TestLocalPeekConsumesNothing(t *testing.T) {
 	vk := mock.NewClient(gomock.NewController(t))
@@ -212,7 +234,8 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 	}
 }
 
-// A probe that answers closes the breaker and drops the local state: the server is the truth.
+// A probe that answers closes the breaker, and the server's decision drops the local state:
+// the server is the truth.
 func TestRecoveryDropsLocalState(t *testing.T) {
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
