@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -67,6 +69,7 @@ func New() *cli.App {
 			return nil
 		},
 		HideHelpCommand: true,
+		OnUsageError:    usageErrorHandler,
 		// Errors are printed once, by run, as one line; the default handler would exit.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Metadata: map[string]any{
@@ -76,15 +79,25 @@ func New() *cli.App {
 }
 
 // run executes args (args[0] is the program name) and returns the exit code.
+//
+// The first SIGINT or SIGTERM cancels the command's context, so that a deploy in progress
+// restores what it changed, releases its lock and reports; a second one ends the process at
+// once, as usual.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	app := New()
 	app.Reader, app.Writer, app.ErrWriter = stdin, stdout, stderr
-	return runApp(app, args)
+	return runApp(ctx, app, args)
 }
 
 // runApp is run for an app that tests may have adjusted (for instance its releases).
-func runApp(app *cli.App, args []string) int {
-	err := app.RunContext(context.Background(), permute(app, args))
+func runApp(ctx context.Context, app *cli.App, args []string) int {
+	err := app.RunContext(ctx, permute(app, args))
 	code := exitCode(err)
 	if err != nil && !errors.Is(err, errPending) {
 		fmt.Fprintln(app.ErrWriter, "rlfn: "+oneLine(err.Error()))
@@ -110,6 +123,16 @@ func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	s = strings.TrimPrefix(s, "rlfn: ")
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// usageErrorHandler keeps a flag mistake to the one error line run prints on stderr: by
+// default cli prints the whole help on stdout, where a script expects JSON.
+func usageErrorHandler(c *cli.Context, err error, _ bool) error {
+	name := "rlfn"
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+		name += " " + c.Command.Name
+	}
+	return fmt.Errorf("%w (see %s --help)", err, name)
 }
 
 // releasesKey is where the app keeps the releases it deploys: the embedded ones, or a test's.

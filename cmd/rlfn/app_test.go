@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -49,7 +50,7 @@ func rlfn(t *testing.T, set versions.Set, args ...string) result {
 	}
 	var stdout, stderr bytes.Buffer
 	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(""), &stdout, &stderr
-	code := runApp(app, append([]string{"rlfn"}, args...))
+	code := runApp(context.Background(), app, append([]string{"rlfn"}, args...))
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
@@ -102,6 +103,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "drip"}, "--mode is police or shape"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--repeat", "0"}, "--repeat must be at least 1"},
 		{[]string{"call", "fixed_window", "k", "--limit", "x"}, "invalid value"},
+		{[]string{"status", "--bogus"}, "flag provided but not defined: -bogus (see rlfn status --help)"},
+		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus (see rlfn --help)"},
 		{[]string{"--url", "http://127.0.0.1:1", "status"}, "scheme"},
 		{[]string{"--url", "redis://127.0.0.1:1", "--tls-ca", "ca.pem", "status"}, "--tls-ca needs a rediss://"},
 		{[]string{"status", "extra"}, "status: takes no arguments"},
@@ -118,6 +121,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr %q does not contain %q", r.stderr, tt.want)
+			}
+			if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || r.stdout != "" {
+				t.Errorf("want one line on stderr and nothing on stdout; got stdout %q, stderr %q", r.stdout, r.stderr)
 			}
 		})
 	}
@@ -146,6 +152,8 @@ func TestPermute(t *testing.T) {
 		{"rlfn call a -- -k --limit", "rlfn call -- a -k --limit"},
 		{"rlfn call --limit 3 a k", "rlfn call --limit 3 -- a k"},
 		{"rlfn bogus --x y", "rlfn bogus --x y"},
+		{"rlfn status --url redis://x:1 --json", "rlfn --url redis://x:1 status --json"},
+		{"rlfn --timeout 1s call a k --url=redis://x:1 --limit 3", "rlfn --timeout 1s --url=redis://x:1 call --limit 3 -- a k"},
 		{"rlfn --url", "rlfn --url"},
 	}
 	for _, tt := range tests {

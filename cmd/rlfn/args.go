@@ -9,7 +9,8 @@ import (
 // permute moves a command's flags before its positional arguments, so that
 // "rlfn call token_bucket user:42 --capacity 10" works: urfave/cli v2 stops parsing flags at
 // the first positional argument, and the documented syntax puts them after ALGORITHM KEY.
-// Arguments after "--" stay positional; global flags before the command are left alone.
+// A global flag written after the command ("rlfn status --url ...") moves before it.
+// Arguments after "--" stay positional.
 func permute(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
@@ -33,8 +34,7 @@ func permute(app *cli.App, args []string) []string {
 	if cmd == nil {
 		return args
 	}
-	out := append([]string{}, args[:i+1]...)
-	var flags, positional []string
+	var global, flags, positional []string
 	rest := args[i+1:]
 	for j := 0; j < len(rest); j++ {
 		a := rest[j]
@@ -43,15 +43,20 @@ func permute(app *cli.App, args []string) []string {
 			positional = append(positional, rest[j+1:]...)
 			j = len(rest)
 		case strings.HasPrefix(a, "-") && a != "-":
-			flags = append(flags, a)
-			if takesValue(cmd.Flags, a) && j+1 < len(rest) {
+			dst, flagSet := &flags, cmd.Flags
+			if !defines(cmd.Flags, a) && defines(app.Flags, a) {
+				dst, flagSet = &global, app.Flags
+			}
+			*dst = append(*dst, a)
+			if takesValue(flagSet, a) && j+1 < len(rest) {
 				j++
-				flags = append(flags, rest[j])
+				*dst = append(*dst, rest[j])
 			}
 		default:
 			positional = append(positional, a)
 		}
 	}
+	out := append(append(append([]string{}, args[:i]...), global...), args[i])
 	out = append(out, flags...)
 	if len(positional) > 0 {
 		// "--" keeps a positional argument that starts with "-" (a key "-1") positional.
@@ -59,6 +64,19 @@ func permute(app *cli.App, args []string) []string {
 		out = append(out, positional...)
 	}
 	return out
+}
+
+// defines reports whether arg ("--name", "-name" or "--name=value") names one of flags.
+func defines(flags []cli.Flag, arg string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // takesValue reports whether arg ("--name" or "-name", without "=value") names one of flags

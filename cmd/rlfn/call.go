@@ -14,9 +14,10 @@ import (
 // callCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func callCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "call",
-		Usage:     "make a decision as a service would, on the same key",
-		ArgsUsage: "ALGORITHM KEY",
+		OnUsageError: usageErrorHandler,
+		Name:         "call",
+		Usage:        "make a decision as a service would, on the same key",
+		ArgsUsage:    "ALGORITHM KEY",
 		Description: "ALGORITHM is fixed_window, sliding_log, sliding_window (--limit, --window),\n" +
 			"token_bucket or leaky_bucket (--capacity, --rate, --period; leaky_bucket also --mode).\n" +
 			"KEY is the principal (user:42); the server key is composed as the Go client composes it,\n" +

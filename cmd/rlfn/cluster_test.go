@@ -118,7 +118,7 @@ func TestConfirm(t *testing.T) {
 		app := New()
 		var stdout, stderr strings.Builder
 		app.Reader, app.Writer, app.ErrWriter = strings.NewReader(tt.give), &stdout, &stderr
-		code := runApp(app, []string{"rlfn", "--url", "redis://" + s.Addr, "deploy"})
+		code := runApp(context.Background(), app, []string{"rlfn", "--url", "redis://" + s.Addr, "deploy"})
 		if code != tt.code || !strings.Contains(stdout.String()+stderr.String(), tt.want) {
 			t.Errorf("answer %q: exit %d\nstdout:\n%s\nstderr:\n%s", tt.give, code, stdout.String(), stderr.String())
 		}

@@ -16,9 +16,10 @@ import (
 // deployCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func deployCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "deploy",
-		Usage:     "load a release on every primary, verify every node, restore all on failure",
-		ArgsUsage: " ",
+		OnUsageError: usageErrorHandler,
+		Name:         "deploy",
+		Usage:        "load a release on every primary, verify every node, restore all on failure",
+		ArgsUsage:    " ",
 		Description: "deploy loads the release (--to, default the newest embedded) with FUNCTION LOAD REPLACE on\n" +
 			"every primary that needs it, including primaries that own no slots, then checks that\n" +
 			"every node, replicas included, answers the new rl_version. If a primary refuses or a\n" +
@@ -111,7 +112,7 @@ func confirm(c *cli.Context, plan deployer.Plan) error {
 			loads++
 		}
 	}
-	fmt.Fprintf(c.App.ErrWriter, "Load %s on %d primaries? [y/N] ", plan.To.Version, loads)
+	fmt.Fprintf(c.App.ErrWriter, "Load %s on %s? [y/N] ", plan.To.Version, count(loads, "primary", "primaries"))
 	answer, _ := bufio.NewReader(c.App.Reader).ReadString('\n')
 	switch strings.ToLower(strings.TrimSpace(answer)) {
 	case "y", "yes":
@@ -130,11 +131,12 @@ func progress(c *cli.Context, p palette) func(deployer.Event) {
 		if e.Err != nil {
 			status = p.red(oneLine(e.Err.Error()))
 		}
-		addr := e.Node.Addr
-		if addr == "" {
-			addr = "-"
+		if e.Node.Addr == "" {
+			// A step of the whole deploy (inspect, done), not of one node.
+			fmt.Fprintf(c.App.ErrWriter, "  %-30s %s\n", e.Phase, status)
+			return
 		}
-		fmt.Fprintf(c.App.ErrWriter, "  %-21s %-8s %s\n", addr, e.Phase, status)
+		fmt.Fprintf(c.App.ErrWriter, "  %-21s %-8s %s\n", e.Node.Addr, e.Phase, status)
 	}
 }
 

@@ -18,9 +18,10 @@ func toFlag() cli.Flag {
 // diffCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func diffCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "diff",
-		Usage:     "show the plan of a deploy and a unified diff of the code",
-		ArgsUsage: " ",
+		OnUsageError: usageErrorHandler,
+		Name:         "diff",
+		Usage:        "show the plan of a deploy and a unified diff of the code",
+		ArgsUsage:    " ",
 		Flags: []cli.Flag{
 			toFlag(),
 			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when a deploy would change something"},

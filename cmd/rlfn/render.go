@@ -212,11 +212,26 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	if r.RolledBack {
-		fmt.Fprintf(w, "Deploy of %s failed after %s; every node changed was restored.\n", r.To, ms(r.Duration))
-		return nil
+	var failed, unrestored []string
+	for _, n := range r.Nodes {
+		switch n.Outcome {
+		case deployer.OutcomeFailed:
+			failed = append(failed, n.Node.Addr)
+		case deployer.OutcomeRestoreFailed:
+			unrestored = append(unrestored, n.Node.Addr)
+		}
 	}
-	fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
+	switch {
+	case len(unrestored) > 0:
+		fmt.Fprintf(w, "%s: deploy of %s failed after %s and %s NOT restored: %s. Check them with rlfn status.\n",
+			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(unrestored), "node was", "nodes were"), strings.Join(unrestored, ", "))
+	case r.RolledBack:
+		fmt.Fprintf(w, "Deploy of %s failed after %s; every node it changed was restored.\n", r.To, ms(r.Duration))
+	case len(failed) > 0:
+		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), strings.Join(failed, ", "))
+	default:
+		fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
+	}
 	return nil
 }
 

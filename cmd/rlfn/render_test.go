@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,14 @@ var (
 	}}
 )
 
+// fixtureUnrestored is a failed deploy that could not put one node back.
+var fixtureUnrestored = deployer.Report{To: "1.1.0", Duration: 5 * time.Second, Nodes: []deployer.NodeResult{
+	{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestoreFailed, Duration: 5 * time.Second,
+		Err: errors.New("127.0.0.1:7001: i/o timeout")},
+	{Node: p4, To: "1.1.0", Outcome: deployer.OutcomeFailed, Duration: 2 * time.Millisecond,
+		Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")},
+}}
+
 func TestRenderGolden(t *testing.T) {
 	forced := deployer.NewPlan(fixtureInstalled, fixtureSet, to, true)
 	var b bytes.Buffer
@@ -81,6 +91,8 @@ func TestRenderGolden(t *testing.T) {
 		must(t, renderReport(&b, p, fixtureReport))
 		b.WriteString("\n")
 		must(t, renderReport(&b, p, fixtureFailed))
+		b.WriteString("\n")
+		must(t, renderReport(&b, p, fixtureUnrestored))
 		golden(t, "report"+suffix, b.String())
 	}
 }
@@ -104,5 +116,35 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestColours: colour only on a terminal, and never with NO_COLOR or TERM=dumb.
+func TestColours(t *testing.T) {
+	defer func(f func(any) bool) { isTerminal = f }(isTerminal)
+	tests := []struct {
+		terminal bool
+		env      map[string]string
+		want     bool
+	}{
+		{terminal: false, want: false},
+		{terminal: true, want: true},
+		{terminal: true, env: map[string]string{"NO_COLOR": ""}, want: false},
+		{terminal: true, env: map[string]string{"NO_COLOR": "1"}, want: false},
+		{terminal: true, env: map[string]string{"TERM": "dumb"}, want: false},
+	}
+	for _, tt := range tests {
+		isTerminal = func(any) bool { return tt.terminal }
+		t.Setenv("NO_COLOR", "") // restored after the test...
+		os.Unsetenv("NO_COLOR")  // ...and unset for this case
+		t.Setenv("TERM", "xterm")
+		for k, v := range tt.env {
+			t.Setenv(k, v)
+		}
+		var b bytes.Buffer
+		must(t, renderStatus(&b, colours(&b), fixtureStatus, true))
+		if got := strings.Contains(b.String(), "\x1b["); got != tt.want {
+			t.Errorf("terminal %v, env %v: coloured %v, want %v", tt.terminal, tt.env, got, tt.want)
+		}
 	}
 }

@@ -182,6 +182,9 @@ func TestLifecycle(t *testing.T) {
 			if s := statusOf(t, set, addr)[addr]; s.State != "drifted" || s.Declared == "" {
 				t.Errorf("status after a hand-made load = %+v, want drifted with its declared version", s)
 			}
+			// A refusal comes before the question and the dry run: a script learns of it either way.
+			wantExit(t, rlfnAt(t, set, addr, "deploy", "--dry-run"), exitRefused, "deploy --dry-run over drift")
+			wantExit(t, rlfnAt(t, set, addr, "deploy"), exitRefused, "deploy over drift without --yes")
 			r = rlfnAt(t, set, addr, "deploy", "--yes")
 			wantExit(t, r, exitRefused, "deploy over drift")
 			if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); len(lines) != 1 || !strings.Contains(r.stderr, addr) {

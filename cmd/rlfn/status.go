@@ -12,9 +12,10 @@ import (
 // statusCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func statusCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "status",
-		Usage:     "show every node: address, role, state and version of its library",
-		ArgsUsage: " ",
+		OnUsageError: usageErrorHandler,
+		Name:         "status",
+		Usage:        "show every node: address, role, state and version of its library",
+		ArgsUsage:    " ",
 		Description: "STATE compares a node's library with the newest release in this binary: current, absent,\n" +
 			"behind, ahead, or drifted (code that matches no release). A node that cannot be read\n" +
 			"is shown as unreachable, and status exits 1.",

@@ -7,10 +7,11 @@ import (
 // versionsCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func versionsCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "versions",
-		Usage:     "list the releases embedded in this binary, newest last",
-		ArgsUsage: " ",
-		Flags:     []cli.Flag{jsonFlag()},
+		OnUsageError: usageErrorHandler,
+		Name:         "versions",
+		Usage:        "list the releases embedded in this binary, newest last",
+		ArgsUsage:    " ",
+		Flags:        []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError(c, "takes no arguments")
