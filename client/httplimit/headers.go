@@ -31,7 +31,9 @@ func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, 
 		t = wait
 	}
 	// Every value is written into one buffer, converted to one string that the values slice,
-	// and the five one-value slices share one array: two allocations per request, not ten.
+	// and the five one-value slices share one array, each capped at its own element so that a
+	// later handler's Header.Add copies it rather than overwriting the next: two allocations
+	// per request, not ten.
 	var b [256]byte
 	buf := b[:0]
 	var ends [5]int
