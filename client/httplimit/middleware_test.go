@@ -457,3 +457,29 @@ type discard struct{ h http.Header }
 func (d discard) Header() http.Header       { return d.h }
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func (discard) WriteHeader(int)             {}
+
+// A handler after the middleware may add to its headers without changing the others: the
+// values share one array, each capped at its own element.
+func TestHeadersAddIndependently(t *testing.T) {
+	lim := &fake{res: client.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Second}}
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining"} {
+			w.Header().Add(k, `"other";q=1`)
+		}
+	})
+	rec := httptest.NewRecorder()
+	mustNew(t, lim, Options{}).Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	h := rec.Result().Header
+	want := http.Header{
+		"Ratelimit-Policy":      {`"p";q=100;w=1`, `"other";q=1`},
+		"Ratelimit":             {`"p";r=99;t=1`, `"other";q=1`},
+		"X-Ratelimit-Limit":     {"100", `"other";q=1`},
+		"X-Ratelimit-Remaining": {"99", `"other";q=1`},
+		"X-Ratelimit-Reset":     {"1"},
+	}
+	for k, v := range want {
+		if !slices.Equal(h[k], v) {
+			t.Errorf("%s: %q, want %q", k, h[k], v)
+		}
+	}
+}
