@@ -1,24 +1,44 @@
 package deployer
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 )
+
+// errURLPassword is the whole message for a URL that holds (or may hold) a password and
+// does not parse as meant: any detail would quote part of the raw URL, and so perhaps of
+// the password.
+const errURLPassword = "deployer: URL is not valid (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
 
 // ParseURL turns a redis://, valkey://, rediss:// or valkeys:// URL
 // (user:password@host:port[/db], TLS for the "s" schemes) into client options for any one
 // node; a cluster is detected from there by Discover, or by valkey.NewClient. Client-side
 // caching is disabled: the deployer and the CLI read the server's answers, and tracking
 // would need more ACL permissions. valkey-go's query parameters (dial_timeout,
-// skip_verify, ...) are passed through. Errors never repeat the password.
+// skip_verify, ...) are passed through. Errors never repeat the password, nor any part of
+// a URL that may hold one.
 func ParseURL(raw string) (valkey.ClientOption, error) {
+	// A password is always followed by '@': without one, the URL holds none and the
+	// parser's own words are safe to show.
+	mayHoldPassword := strings.Contains(raw, "@")
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url's error quotes the whole URL, password included.
+		if mayHoldPassword {
+			return valkey.ClientOption{}, errors.New(errURLPassword)
+		}
+		// url's error quotes the whole URL; keep only what is wrong with it.
 		return valkey.ClientOption{}, fmt.Errorf("deployer: URL is not valid: %v", redactErr(err))
+	}
+	// An '@' outside the user info, or a fragment, is a password that a '#', '/' or '?'
+	// cut short: the rest of it now sits in the path, query or fragment, and the host may
+	// be its first half. Redacted() would not hide it.
+	if u.Fragment != "" || (u.User == nil && mayHoldPassword) {
+		return valkey.ClientOption{}, errors.New(errURLPassword)
 	}
 	safe := u.Redacted()
 	switch u.Scheme {
@@ -35,6 +55,12 @@ func ParseURL(raw string) (valkey.ClientOption, error) {
 		if _, err := net.LookupPort("tcp", u.Port()); err != nil {
 			return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q: port %q is not a port", safe, u.Port())
 		}
+	}
+	if u.Path == "/" {
+		// redis://host:6379/ is database 0, as with no path; valkey-go reads the empty
+		// database number as an error.
+		u.Path, u.RawPath = "", ""
+		raw = u.String()
 	}
 	opt, err := valkey.ParseURL(raw)
 	if err != nil {

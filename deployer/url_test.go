@@ -15,6 +15,7 @@ func TestParseURL(t *testing.T) {
 		wantTLS  bool
 		wantSNI  string
 		wantErr  string
+		hidden   []string // parts of the password no error may show
 	}{
 		{give: "redis://127.0.0.1:7001", wantAddr: "127.0.0.1:7001"},
 		{give: "valkey://127.0.0.1:7001", wantAddr: "127.0.0.1:7001"},
@@ -33,6 +34,20 @@ func TestParseURL(t *testing.T) {
 		{give: "redis://u:hunter2@127.0.0.1:7001/x", wantErr: "invalid database number"},
 		{give: "redis://u:hunter2@127.0.0.1:7001/1/2", wantErr: "invalid URL path"},
 		{give: "redis://u:hunter2@[::1", wantErr: "URL is not valid"},
+		{give: "redis://127.0.0.1:6379/", wantAddr: "127.0.0.1:6379"},
+		{give: "redis://u:p@127.0.0.1:6379/", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p"},
+		{give: "redis://u:s3cr%23et@127.0.0.1:6379", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr#et"},
+		{give: "redis://u:s3cr%2Fet%3F@127.0.0.1:6379/1", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr/et?", wantDB: 1},
+		// A password with a bare # / ? or % breaks the URL apart; the error must quote none
+		// of it, whichever part of the URL the parser complains about.
+		{give: "redis://u:s3cr#et@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"s3cr", "et@"}},
+		{give: "redis://u:s3cr/et@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"s3cr", "et@"}},
+		{give: "redis://u:s3cr?et@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"s3cr", "et@"}},
+		{give: "redis://u:s3cr%zzet@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"s3cr", "zzet"}},
+		// Digits before the # parse as a port: the URL is "valid", the password still cut.
+		{give: "redis://u:4242#9191@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"4242", "9191"}},
+		{give: "redis://u:4242/9191@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"4242", "9191"}},
+		{give: "redis://u:4242?db=9191@127.0.0.1:6379", wantErr: "must be URL-encoded", hidden: []string{"4242", "9191"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -44,8 +59,10 @@ func TestParseURL(t *testing.T) {
 				if !strings.HasPrefix(err.Error(), "deployer: ") {
 					t.Errorf("err %q does not name the package", err)
 				}
-				if strings.Contains(err.Error(), "hunter2") {
-					t.Errorf("err %q shows the password", err)
+				for _, h := range append(tt.hidden, "hunter2") {
+					if strings.Contains(err.Error(), h) {
+						t.Errorf("err %q shows the password (%q)", err, h)
+					}
 				}
 				return
 			}
