@@ -87,7 +87,7 @@ type NodeResult struct {
 	Node     Node
 	From, To string // From as in Step: a release, "" for absent, FromDrifted
 	Outcome  Outcome
-	Err      error
+	Err      error         // what went wrong on this node, without its address (Node says it)
 	Duration time.Duration // from the start of this node's load (or verification) to its outcome
 }
 
@@ -243,8 +243,14 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		r.verify(dctx)
 	}
 	if err := r.failure(); err != nil {
-		if c := context.Cause(dctx); c != nil && !errors.Is(err, c) {
-			err = fmt.Errorf("%w (%w)", c, err)
+		if c := context.Cause(dctx); c != nil {
+			// The cancellation or lost lock is the cause; a node's failure that is only its
+			// consequence is not worth naming.
+			if errors.Is(err, c) {
+				err = c
+			} else {
+				err = fmt.Errorf("%w (%w)", c, err)
+			}
 		}
 		r.restore(ctx)
 		rep := r.report()
@@ -388,9 +394,8 @@ func (r *run) loadOne(ctx context.Context, i int) {
 		r.mu.Unlock()
 	}
 	if err != nil {
-		err = fmt.Errorf("%s: %w", s.Node.Addr, err)
 		r.set(i, OutcomeFailed, err, began)
-		r.fail(err)
+		r.fail(&NodeError{Addr: s.Node.Addr, Err: err})
 	} else {
 		r.set(i, OutcomeLoaded, nil, began)
 	}
@@ -418,9 +423,9 @@ func (r *run) verify(ctx context.Context) {
 			}
 			err := r.await(vctx, s.Node, r.p.To.Code, r.p.To.Version)
 			if err != nil {
-				err = fmt.Errorf("%s: verify: %w", s.Node.Addr, err)
+				err = fmt.Errorf("verify: %w", err)
 				r.set(i, OutcomeFailed, err, began)
-				r.fail(err)
+				r.fail(&NodeError{Addr: s.Node.Addr, Err: err})
 			} else {
 				o := OutcomeUnchanged
 				switch s.Action {
@@ -570,7 +575,7 @@ func (r *run) settle(i int, err error, began time.Time) {
 	res.Duration += time.Since(began)
 	switch {
 	case err != nil:
-		err = fmt.Errorf("%s: restore: %w", res.Node.Addr, err)
+		err = fmt.Errorf("restore: %w", err)
 		res.Outcome, res.Err = OutcomeRestoreFailed, errors.Join(res.Err, err)
 	case res.Outcome != OutcomeFailed:
 		res.Outcome = OutcomeRestored

@@ -53,23 +53,27 @@ func refusalText(s Step) string {
 	return "is refused: " + s.Refusal
 }
 
+// NodeError is a failure on one node. It is the cause a PartialError carries when a node
+// failed; NodeResult.Err, which sits beside its node already, holds only the inner Err.
+type NodeError struct {
+	Addr string
+	Err  error
+}
+
+func (e *NodeError) Error() string { return e.Addr + ": " + e.Err.Error() }
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
 // PartialError is returned by Apply when a deploy did not complete: Report says, node by
-// node, what was loaded, what failed and what was restored.
+// node, what was loaded, what failed and what was restored. Its message is one line that
+// names the failed node and the cause once, then any other node that failed, then every
+// node that was NOT restored.
 type PartialError struct {
 	Report Report
 	Err    error
 }
 
 func (e *PartialError) Error() string {
-	var failed, unrestored []string
-	for _, n := range e.Report.Nodes {
-		switch n.Outcome {
-		case OutcomeFailed:
-			failed = append(failed, n.Node.Addr)
-		case OutcomeRestoreFailed:
-			unrestored = append(unrestored, n.Node.Addr)
-		}
-	}
 	var b strings.Builder
 	b.WriteString("deployer: deploy of " + e.Report.To)
 	if e.Report.RolledBack {
@@ -77,16 +81,35 @@ func (e *PartialError) Error() string {
 	} else {
 		b.WriteString(" incomplete")
 	}
-	if len(failed) > 0 {
-		b.WriteString(": " + strings.Join(failed, ", ") + " failed")
+	named := ""
+	if ne, ok := e.Err.(*NodeError); ok {
+		named = ne.Addr
+		b.WriteString(": " + ne.Addr + " failed: " + causeText(ne.Err))
+	} else if e.Err != nil {
+		b.WriteString(": " + causeText(e.Err))
 	}
-	if e.Err != nil {
-		b.WriteString(": " + oneLine(e.Err.Error()))
+	var failed, unrestored []string
+	for _, n := range e.Report.Nodes {
+		switch {
+		case n.Outcome == OutcomeFailed && n.Node.Addr != named:
+			failed = append(failed, n.Node.Addr)
+		case n.Outcome == OutcomeRestoreFailed:
+			unrestored = append(unrestored, n.Node.Addr)
+		}
+	}
+	if len(failed) > 0 {
+		b.WriteString("; also failed: " + strings.Join(failed, ", "))
 	}
 	if len(unrestored) > 0 {
 		b.WriteString("; NOT restored: " + strings.Join(unrestored, ", "))
 	}
 	return b.String()
+}
+
+// causeText is an error on one line, without this package's prefix when it is inside a
+// message that already starts with it.
+func causeText(err error) string {
+	return strings.TrimPrefix(oneLine(err.Error()), "deployer: ")
 }
 
 func (e *PartialError) Unwrap() error { return e.Err }

@@ -2,6 +2,7 @@ package deployer
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,7 +10,7 @@ import (
 func TestNodeResultString(t *testing.T) {
 	p := Node{Addr: "127.0.0.1:7001", Role: RolePrimary}
 	r := Node{Addr: "127.0.0.1:7004", Role: RoleReplica, Primary: p.Addr}
-	oom := errors.New("127.0.0.1:7001: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.")
+	oom := errors.New("FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.")
 	tests := []struct {
 		give NodeResult
 		want string
@@ -36,7 +37,7 @@ func TestNodeResultString(t *testing.T) {
 		},
 		{
 			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeFailed, Err: oom, Duration: time.Millisecond},
-			want: "127.0.0.1:7001 primary failed 1.0.0 -> 1.1.0 (1ms): 127.0.0.1:7001: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.",
+			want: "127.0.0.1:7001 primary failed 1.0.0 -> 1.1.0 (1ms): FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.",
 		},
 		{
 			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeSkipped},
@@ -51,19 +52,54 @@ func TestNodeResultString(t *testing.T) {
 }
 
 func TestPartialError(t *testing.T) {
-	oom := errors.New("127.0.0.1:7003: FUNCTION LOAD: OOM command not allowed\nwhen used memory > 'maxmemory'")
-	rep := Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
-		{Node: Node{Addr: "127.0.0.1:7001"}, Outcome: OutcomeRestored},
-		{Node: Node{Addr: "127.0.0.1:7002"}, Outcome: OutcomeRestoreFailed},
-		{Node: Node{Addr: "127.0.0.1:7003"}, Outcome: OutcomeFailed, Err: oom},
-	}}
-	err := &PartialError{Report: rep, Err: oom}
-	want := "deployer: deploy of 1.1.0 rolled back: 127.0.0.1:7003 failed: " +
-		"127.0.0.1:7003: FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; NOT restored: 127.0.0.1:7002"
-	if err.Error() != want {
-		t.Errorf("got  %s\nwant %s", err, want)
+	oom := errors.New("FUNCTION LOAD: OOM command not allowed\nwhen used memory > 'maxmemory'")
+	n1, n2, n3 := Node{Addr: "127.0.0.1:7001"}, Node{Addr: "127.0.0.1:7002"}, Node{Addr: "127.0.0.1:7003"}
+	tests := []struct {
+		name string
+		give *PartialError
+		want string
+	}{
+		{
+			name: "a primary refused, the others restored",
+			give: &PartialError{Err: &NodeError{Addr: n3.Addr, Err: oom}, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
+				{Node: n1, Outcome: OutcomeRestored},
+				{Node: n2, Outcome: OutcomeRestored},
+				{Node: n3, Outcome: OutcomeFailed, Err: oom},
+			}}},
+			want: "deployer: deploy of 1.1.0 rolled back: 127.0.0.1:7003 failed: " +
+				"FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'",
+		},
+		{
+			name: "two primaries refused",
+			give: &PartialError{Err: &NodeError{Addr: n3.Addr, Err: oom}, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
+				{Node: n1, Outcome: OutcomeFailed, Err: oom},
+				{Node: n2, Outcome: OutcomeRestored},
+				{Node: n3, Outcome: OutcomeFailed, Err: oom},
+			}}},
+			want: "deployer: deploy of 1.1.0 rolled back: 127.0.0.1:7003 failed: " +
+				"FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; also failed: 127.0.0.1:7001",
+		},
+		{
+			name: "the lock was lost",
+			give: &PartialError{Err: ErrLockLost, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
+				{Node: n1, Outcome: OutcomeRestored},
+			}}},
+			want: "deployer: deploy of 1.1.0 rolled back: the deploy lock was lost",
+		},
 	}
-	if !errors.Is(err, oom) {
-		t.Error("PartialError does not unwrap to its cause")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.give.Error()
+			if got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+			if !errors.Is(tt.give, tt.give.Err) {
+				t.Error("PartialError does not unwrap to its cause")
+			}
+			var ne *NodeError
+			if errors.As(tt.give.Err, &ne) && strings.Count(got, ne.Addr) != 1 {
+				t.Errorf("%q names %s more than once", got, ne.Addr)
+			}
+		})
 	}
 }

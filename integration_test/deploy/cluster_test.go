@@ -258,8 +258,14 @@ func TestRefusingPrimary(t *testing.T) {
 		t.Fatalf("deploy onto a full primary: %v, want a PartialError\n%s", err, describe(rep))
 	}
 	t.Logf("error: %v\n%s", err, describe(rep))
-	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, full.Addr+" failed") || !strings.Contains(msg, "OOM") {
-		t.Errorf("error %q does not name %s and OOM on one line", msg, full.Addr)
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, full.Addr+" failed: FUNCTION LOAD: OOM") ||
+		strings.Count(msg, full.Addr) != 1 {
+		t.Errorf("error %q does not name %s and OOM once, on one line", msg, full.Addr)
+	}
+	for _, n := range rep.Nodes {
+		if line := n.String(); strings.Count(line, n.Node.Addr) != 1 {
+			t.Errorf("%q names its node more than once", line)
+		}
 	}
 	if !rep.RolledBack || !partial.Report.RolledBack {
 		t.Error("report does not say it rolled back")
