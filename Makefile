@@ -3,7 +3,7 @@ export TESTCONTAINERS_RYUK_DISABLED ?= true
 
 GO ?= go
 
-.PHONY: all deps images demo test unit lint fuzz bench-cost
+.PHONY: all deps images demo test unit lint fuzz bench-cost bench-throughput
 
 all: lint test
 
@@ -21,7 +21,7 @@ lint:
 	$(GO) vet ./...
 
 unit: ## tests that need no server
-	$(GO) test -count=1 ./functions/... ./versions/...
+	$(GO) test -count=1 ./functions/... ./versions/... ./deployer/...
 
 test: images lint ## every test, against Valkey 8, Redis 7.0 and a Valkey cluster
 	$(GO) test -count=1 -timeout 20m ./...
@@ -33,3 +33,8 @@ fuzz: images ## explore the argument validation on a real server
 
 bench-cost: ## server cost per decision against redis_rate (callgrind and INFO commandstats)
 	bash scripts/bench-cost.sh
+
+bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR on one Valkey 8, 6 interleaved runs
+	@out=$$(mktemp); for i in 1 2 3 4 5 6; do \
+	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$' -count 1 -timeout 0 | tee -a $$out || exit 1; done; \
+	  echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
