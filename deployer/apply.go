@@ -79,7 +79,21 @@ type Report struct {
 	To         string
 	Nodes      []NodeResult
 	Duration   time.Duration
-	RolledBack bool // the deploy failed and Apply put back every node it had changed (see each Outcome)
+	// RolledBack: the deploy failed and every node it had changed is back as it was. False
+	// when any node could not be put back (see NotRestored), or when nothing failed.
+	RolledBack bool
+}
+
+// NotRestored returns the nodes a failed deploy changed and could not put back
+// (OutcomeRestoreFailed): look at them.
+func (r Report) NotRestored() []NodeResult {
+	var out []NodeResult
+	for _, n := range r.Nodes {
+		if n.Outcome == OutcomeRestoreFailed {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // NodeResult is what Apply did to one node.
@@ -254,7 +268,7 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		}
 		r.restore(ctx)
 		rep := r.report()
-		rep.RolledBack = true
+		rep.RolledBack = len(rep.NotRestored()) == 0
 		return rep, &PartialError{Report: rep, Err: err}
 	}
 	return r.report(), nil

@@ -80,6 +80,17 @@ func TestPartialError(t *testing.T) {
 				"FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; also failed: 127.0.0.1:7001",
 		},
 		{
+			name: "a restore failed: not rolled back, and the nodes NOT restored named",
+			give: &PartialError{Err: &NodeError{Addr: n3.Addr, Err: oom}, Report: Report{To: "1.1.0", RolledBack: false, Nodes: []NodeResult{
+				{Node: n1, Outcome: OutcomeRestored},
+				{Node: n2, Outcome: OutcomeRestoreFailed, Err: errors.New("restore: i/o timeout")},
+				{Node: n3, Outcome: OutcomeFailed, Err: oom},
+				{Node: Node{Addr: "127.0.0.1:7004"}, Outcome: OutcomeRestoreFailed},
+			}}},
+			want: "deployer: deploy of 1.1.0 incomplete: 127.0.0.1:7003 failed: " +
+				"FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; NOT restored: 127.0.0.1:7002, 127.0.0.1:7004",
+		},
+		{
 			name: "the lock was lost",
 			give: &PartialError{Err: ErrLockLost, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
 				{Node: n1, Outcome: OutcomeRestored},
@@ -101,5 +112,17 @@ func TestPartialError(t *testing.T) {
 				t.Errorf("%q names %s more than once", got, ne.Addr)
 			}
 		})
+	}
+}
+
+func TestReportNotRestored(t *testing.T) {
+	rep := Report{Nodes: []NodeResult{
+		{Node: Node{Addr: "127.0.0.1:7001"}, Outcome: OutcomeRestored},
+		{Node: Node{Addr: "127.0.0.1:7002"}, Outcome: OutcomeRestoreFailed},
+		{Node: Node{Addr: "127.0.0.1:7003"}, Outcome: OutcomeFailed},
+	}}
+	got := rep.NotRestored()
+	if len(got) != 1 || got[0].Node.Addr != "127.0.0.1:7002" {
+		t.Errorf("NotRestored() = %v, want 127.0.0.1:7002 only", got)
 	}
 }

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -324,4 +325,64 @@ func lockValue(t *testing.T, cl *harness.Cluster) string {
 		return ""
 	}
 	return v
+}
+
+// TestRestoreFails: a primary loaded by the deploy then refuses its restore (maxmemory set
+// under it once loaded: FUNCTION LOAD is refused, FUNCTION DELETE would not be), after a
+// later primary refused the load. The deploy is not rolled back: the report says so, and
+// the error names the nodes NOT restored, the primary and its replica.
+func TestRestoreFails(t *testing.T) {
+	cl := sharedCluster(t)
+	tg := discover(t, urlOf(cl.Primaries[0]))
+	deploy(t, tg, v100, false)
+
+	// One load at a time in topology order: broken is loaded first of the two, then full
+	// refuses. Neither owns the lock (SET NX is refused under maxmemory too).
+	owner := lockOwner(t, cl)
+	var order []*harness.Server
+	for _, n := range tg.Topology().Nodes {
+		for _, p := range cl.Primaries {
+			if p.Addr == n.Addr && p != owner {
+				order = append(order, p)
+			}
+		}
+	}
+	broken, full := order[0], order[1]
+	setMaxmemory := func(s *harness.Server, v string) {
+		c := s.Client(t)
+		if err := c.Do(context.Background(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
+			t.Error(err)
+		}
+	}
+	setMaxmemory(full, "1")
+	t.Cleanup(func() { setMaxmemory(full, "0"); setMaxmemory(broken, "0") })
+
+	rep, err := tg.Apply(t.Context(), plan(t, tg, v110, false), deployer.Options{
+		Parallelism:   1,
+		VerifyTimeout: 2 * time.Second,
+		Progress: func(e deployer.Event) {
+			if e.Phase == deployer.PhaseLoad && e.Node.Addr == broken.Addr && e.Err == nil {
+				setMaxmemory(broken, "1")
+			}
+		},
+	})
+	var partial *deployer.PartialError
+	if !errors.As(err, &partial) {
+		t.Fatalf("deploy: %v, want a PartialError\n%s", err, describe(rep))
+	}
+	t.Logf("error: %v\n%s", err, describe(rep))
+	if rep.RolledBack || partial.Report.RolledBack {
+		t.Error("report says rolled back, but a node was not restored")
+	}
+	wantNot := []string{broken.Addr, cl.ReplicasOf(broken)[0].Addr}
+	var got []string
+	for _, n := range rep.NotRestored() {
+		got = append(got, n.Node.Addr)
+	}
+	if !slices.Equal(got, wantNot) {
+		t.Errorf("NotRestored: %v, want %v", got, wantNot)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "NOT restored: "+strings.Join(wantNot, ", ")) || strings.Contains(msg, "rolled back") {
+		t.Errorf("error %q does not say the deploy is not rolled back and which nodes are NOT restored", msg)
+	}
 }
