@@ -76,9 +76,9 @@ const (
 
 // Report is what Apply did, one NodeResult per plan step, same order.
 type Report struct {
-	To         string
-	Nodes      []NodeResult
-	Duration   time.Duration
+	To       string
+	Nodes    []NodeResult
+	Duration time.Duration
 	// RolledBack: the deploy failed and every node it had changed is back as it was. False
 	// when any node could not be put back (see NotRestored), or when nothing failed.
 	RolledBack bool
