@@ -72,6 +72,9 @@ const (
 	OutcomeRestored      Outcome = "restored"       // changed, then put back as it was
 	OutcomeRestoreFailed Outcome = "restore-failed" // changed, and could not be put back: look at it
 	OutcomeSkipped       Outcome = "skipped"        // not attempted, because the deploy failed first
+	// OutcomeLeftOut: the node could not be inspected and the plan was forced, so the
+	// deploy did not touch it: it is NOT deployed, whatever it runs (see Report.LeftOut).
+	OutcomeLeftOut Outcome = "left-out"
 )
 
 // Report is what Apply did, one NodeResult per plan step, same order.
@@ -82,6 +85,18 @@ type Report struct {
 	// RolledBack: the deploy failed and every node it had changed is back as it was. False
 	// when any node could not be put back (see NotRestored), or when nothing failed.
 	RolledBack bool
+}
+
+// LeftOut returns the nodes a forced deploy left out because they could not be inspected
+// (OutcomeLeftOut): they are NOT deployed, and nothing is known of what they run.
+func (r Report) LeftOut() []NodeResult {
+	var out []NodeResult
+	for _, n := range r.Nodes {
+		if n.Outcome == OutcomeLeftOut {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // NotRestored returns the nodes a failed deploy changed and could not put back
@@ -107,13 +122,18 @@ type NodeResult struct {
 
 // String is one line for the CLI, e.g.
 // "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)", or after a rollback
-// "127.0.0.1:7001 primary restored 1.0.0 (9ms)".
+// "127.0.0.1:7001 primary restored 1.0.0 (9ms)", or for a node a forced deploy left out
+// "127.0.0.1:7002 primary left-out: NOT deployed (could not be inspected)".
 func (r NodeResult) String() string {
 	from := r.From
 	if from == "" {
 		from = "absent"
 	}
 	var b strings.Builder
+	if r.Outcome == OutcomeLeftOut {
+		// From is empty here: what it runs is unknown, not absent.
+		return fmt.Sprintf("%s %s %s: NOT deployed (could not be inspected)", r.Node.Addr, r.Node.Role, r.Outcome)
+	}
 	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
 	switch {
 	case r.Outcome == OutcomeUnchanged && r.From == r.To:
@@ -185,10 +205,12 @@ func (r *run) report() Report {
 // Apply carries out a plan made from this target:
 //
 //  1. refuse a plan with refused steps (RefusedError) or no nodes (ErrNoNodes); a plan
-//     with nothing pending returns at once, every node unchanged;
+//     with nothing pending returns at once, every node unchanged; a forced plan's
+//     unreachable nodes are OutcomeLeftOut and never touched (see Report.LeftOut);
 //  2. take the lock (see the package doc), or return ErrLocked;
 //  3. discover and inspect again, and return ErrStalePlan if any node joined, left,
-//     changed role or runs other code than the plan saw;
+//     changed role or runs other code than the plan saw (nodes a forced plan leaves out
+//     are not read again, and may have left);
 //  4. FUNCTION LOAD REPLACE the release on every primary with ActionLoad, at most
 //     Options.Parallelism at once, starting no new load once one failed;
 //  5. verify, within Options.VerifyTimeout, that every node expected to run the release
@@ -206,6 +228,10 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	r.changed = make([]bool, len(p.Steps))
 	for i, s := range p.Steps {
 		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
+		if p.Force && s.State == StateUnknown {
+			// Never touched from here on: not loaded, verified, re-read nor dialled.
+			r.res[i].Outcome = OutcomeLeftOut
+		}
 	}
 	defer func() {
 		if rep.To == "" {
@@ -339,22 +365,27 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 		}
 	}
 	for _, s := range p.Steps {
-		if k := key(s.Node); !now[k] {
+		// A node a forced plan leaves out may well have vanished from the topology (a
+		// stopped replica is no longer listed by its primary): it is left out either way.
+		if k := key(s.Node); !now[k] && s.State != StateUnknown {
 			diffs = append(diffs, "no longer "+k)
 		}
 	}
 	if len(diffs) > 0 {
 		return fmt.Errorf("%w: %s", ErrStalePlan, strings.Join(diffs, ", "))
 	}
-	nodes := make([]Node, len(p.Steps))
-	for i, s := range p.Steps {
-		nodes[i] = s.Node
+	// Re-read every node but those left out: dialling an unreachable node again would
+	// only delay the deploy.
+	var steps []Step
+	var nodes []Node
+	for _, s := range p.Steps {
+		if s.State != StateUnknown {
+			steps = append(steps, s)
+			nodes = append(nodes, s.Node)
+		}
 	}
 	codes := t.readCodes(ctx, nodes)
-	for i, s := range p.Steps {
-		if s.State == StateUnknown {
-			continue // left out by a forced plan
-		}
+	for i, s := range steps {
 		if codes[i].err != nil {
 			return fmt.Errorf("deployer: %s: %w", s.Node.Addr, codes[i].err)
 		}

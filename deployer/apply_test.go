@@ -8,12 +8,16 @@ import (
 // TestApplyWithoutServer: the refusals Apply makes before touching any node. The target
 // has no connections, so any attempt to reach a server would fail the test.
 func TestApplyWithoutServer(t *testing.T) {
-	p1 := primary("127.0.0.1:7001")
+	p1, p2 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002")
+	r2 := replica("127.0.0.1:7005", p2.Addr)
+	down := Installed{Node: p2, Err: errors.New("connect: connection refused")}
 	tests := []struct {
 		name    string
 		give    Plan
 		wantErr func(error) bool
 		want    Outcome
+		// wantNodes, when set, is the outcome of each node instead of want.
+		wantNodes []Outcome
 	}{
 		{
 			name:    "empty target",
@@ -28,6 +32,18 @@ func TestApplyWithoutServer(t *testing.T) {
 				return errors.As(err, &re) && len(re.Steps) == 1 && re.Steps[0].Refusal == RefusalDrift
 			},
 			want: OutcomeUnchanged,
+		},
+		{
+			name:    "unreachable, not forced: refused, nothing left out",
+			give:    NewPlan([]Installed{on(p1, r110.Code), down}, set, r110, false),
+			wantErr: func(err error) bool { var re *RefusedError; return errors.As(err, &re) },
+			want:    OutcomeUnchanged,
+		},
+		{
+			name:      "unreachable, forced: left out, not reported unchanged",
+			give:      NewPlan([]Installed{on(p1, r110.Code), down, on(r2, r110.Code)}, set, r110, true),
+			wantErr:   func(err error) bool { return err == nil },
+			wantNodes: []Outcome{OutcomeUnchanged, OutcomeLeftOut, OutcomeUnchanged},
 		},
 		{
 			name:    "nothing pending",
@@ -47,14 +63,36 @@ func TestApplyWithoutServer(t *testing.T) {
 			if rep.To != tt.give.To.Version || len(rep.Nodes) != len(tt.give.Steps) {
 				t.Errorf("report to %q with %d nodes", rep.To, len(rep.Nodes))
 			}
-			for _, n := range rep.Nodes {
-				if n.Outcome != tt.want {
-					t.Errorf("%s", n)
+			for i, n := range rep.Nodes {
+				want := tt.want
+				if tt.wantNodes != nil {
+					want = tt.wantNodes[i]
 				}
+				if n.Outcome != want {
+					t.Errorf("%s, want %s", n, want)
+				}
+			}
+			for _, n := range rep.LeftOut() {
+				if n.Outcome != OutcomeLeftOut {
+					t.Errorf("LeftOut() has %s", n)
+				}
+			}
+			if got, want := len(rep.LeftOut()), countOutcome(tt.wantNodes, OutcomeLeftOut); got != want {
+				t.Errorf("LeftOut() has %d nodes, want %d", got, want)
 			}
 			if len(events) != 1 || events[0].Phase != PhaseDone || !errors.Is(events[0].Err, err) {
 				t.Errorf("events %+v, want one done event carrying the error", events)
 			}
 		})
 	}
+}
+
+func countOutcome(outcomes []Outcome, o Outcome) int {
+	n := 0
+	for _, got := range outcomes {
+		if got == o {
+			n++
+		}
+	}
+	return n
 }

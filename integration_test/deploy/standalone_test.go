@@ -339,3 +339,60 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 	})
 	return err
 }
+
+// TestForcedLeavesOut: a replica stopped after discovery cannot be inspected; the plan is
+// refused until forced, and the forced deploy loads the rest and reports the stopped
+// replica left out (NOT deployed), never touching it.
+func TestForcedLeavesOut(t *testing.T) {
+	t.Parallel()
+	p := harness.StartValkey(t)
+	up := harness.StartValkey(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+	down := harness.StartValkey(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+	waitReplicas(t, p, 2)
+	tg := discover(t, urlOf(p))
+	if n := len(tg.Topology().Nodes); n != 3 {
+		t.Fatalf("%d nodes discovered, want 3", n)
+	}
+	if err := down.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	installed, err := tg.Inspect(t.Context(), releases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Apply(t.Context(), deployer.NewPlan(installed, releases, v100, false), deployer.Options{}); err == nil ||
+		!strings.Contains(err.Error(), down.Addr+" is unreachable") {
+		t.Fatalf("unforced deploy with a node down: %v, want refused naming %s", err, down.Addr)
+	}
+
+	var mu sync.Mutex
+	touched := map[string]bool{}
+	rep, err := tg.Apply(t.Context(), deployer.NewPlan(installed, releases, v100, true), deployer.Options{
+		Progress: func(e deployer.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			touched[e.Node.Addr] = true
+		},
+	})
+	if err != nil {
+		t.Fatalf("forced deploy: %v\n%s", err, describe(rep))
+	}
+	t.Logf("forced deploy:\n%s", describe(rep))
+	requireOutcomes(t, rep, map[string]deployer.Outcome{
+		p.Addr:    deployer.OutcomeLoaded,
+		up.Addr:   deployer.OutcomeReplicated,
+		down.Addr: deployer.OutcomeLeftOut,
+	})
+	if lo := rep.LeftOut(); len(lo) != 1 || lo[0].Node.Addr != down.Addr {
+		t.Errorf("LeftOut() = %v, want %s only", lo, down.Addr)
+	}
+	if touched[down.Addr] {
+		t.Errorf("the deploy reported a phase on %s, which it leaves out", down.Addr)
+	}
+	for _, s := range []*harness.Server{p, up} {
+		if v, err := rlVersion(t, s); err != nil || v != v100.Version {
+			t.Errorf("%s: rl_version %q, %v", s.Addr, v, err)
+		}
+	}
+}
