@@ -3,6 +3,8 @@ package deployer
 import (
 	"errors"
 	"testing"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // TestApplyWithoutServer: the refusals Apply makes before touching any node. The target
@@ -55,7 +57,7 @@ func TestApplyWithoutServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var events []Event
-			tg := &Target{conns: map[string]*conn{}}
+			tg := &Target{dial: noDial(t)}
 			rep, err := tg.Apply(t.Context(), tt.give, Options{Progress: func(e Event) { events = append(events, e) }})
 			if !tt.wantErr(err) {
 				t.Fatalf("Apply: %v", err)
@@ -95,4 +97,12 @@ func countOutcome(outcomes []Outcome, o Outcome) int {
 		}
 	}
 	return n
+}
+
+// noDial is a Target's dial for tests that must reach no server.
+func noDial(t *testing.T) func(valkey.ClientOption, string) (*conn, error) {
+	return func(_ valkey.ClientOption, addr string) (*conn, error) {
+		t.Errorf("dialed %s", addr)
+		return nil, errors.New("no dial in this test")
+	}
 }

@@ -17,10 +17,18 @@ import (
 type Target struct {
 	opt  valkey.ClientOption // the seed's options; each node is dialed with a copy
 	seed string
+	dial func(opt valkey.ClientOption, addr string) (*conn, error) // nil: dial; tests replace it
 
 	mu    sync.Mutex
 	topo  Topology
-	conns map[string]*conn
+	conns map[string]*dialed
+}
+
+// dialed is one node's connection, dialed at most once.
+type dialed struct {
+	once sync.Once
+	c    *conn
+	err  error
 }
 
 // maxHops bounds following replicas of replicas in a standalone setup.
@@ -35,7 +43,7 @@ func Discover(ctx context.Context, opt valkey.ClientOption) (*Target, error) {
 	if len(opt.InitAddress) == 0 {
 		return nil, errors.New("deployer: no address to discover from")
 	}
-	t := &Target{opt: opt, seed: opt.InitAddress[0], conns: map[string]*conn{}}
+	t := &Target{opt: opt, seed: opt.InitAddress[0]}
 	topo, err := t.discover(ctx)
 	if err != nil {
 		t.Close()
@@ -45,14 +53,18 @@ func Discover(ctx context.Context, opt valkey.ClientOption) (*Target, error) {
 	return t, nil
 }
 
-// Close closes every node's connection.
+// Close closes every node's connection, after any dial in flight.
 func (t *Target) Close() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, c := range t.conns {
-		c.close()
+	conns := t.conns
+	t.conns = nil
+	t.mu.Unlock()
+	for _, d := range conns {
+		d.once.Do(func() {}) // waits for a dial in flight; stops one from starting
+		if d.c != nil {
+			d.c.close()
+		}
 	}
-	t.conns = map[string]*conn{}
 }
 
 // Topology returns the nodes as discovered.
@@ -65,20 +77,30 @@ func (t *Target) Topology() Topology {
 	return topo
 }
 
-// conn returns the connection to addr, dialing it on first use; a failed dial is retried
-// on the next call.
+// conn returns the connection to addr, dialing it on first use. The dial runs outside
+// t.mu, so a node that takes its dial timeout to fail delays only the callers that want
+// that node. A failed dial is remembered for the Target's lifetime: the node is
+// unreachable to this Target (Discover again to retry), and a deploy that goes on without
+// it does not wait for another timeout each time something asks for it.
 func (t *Target) conn(addr string) (*conn, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if c, ok := t.conns[addr]; ok {
-		return c, nil
+	if t.conns == nil {
+		t.conns = map[string]*dialed{}
 	}
-	c, err := dial(t.opt, addr)
-	if err != nil {
-		return nil, err
+	d, ok := t.conns[addr]
+	if !ok {
+		d = &dialed{}
+		t.conns[addr] = d
 	}
-	t.conns[addr] = c
-	return c, nil
+	t.mu.Unlock()
+	d.once.Do(func() {
+		dialFn := t.dial
+		if dialFn == nil {
+			dialFn = dial
+		}
+		d.c, d.err = dialFn(t.opt, addr)
+	})
+	return d.c, d.err
 }
 
 func (t *Target) discover(ctx context.Context) (Topology, error) {
