@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +83,9 @@ type Report struct {
 	To       string
 	Nodes    []NodeResult
 	Duration time.Duration
+	// Warnings are problems that did not fail the deploy, for people: e.g. the lock could
+	// not be released (its lease runs out by itself).
+	Warnings []string
 	// RolledBack: the deploy failed and every node it had changed is back as it was. False
 	// when any node could not be put back (see NotRestored), or when nothing failed.
 	RolledBack bool
@@ -249,7 +253,7 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		return r.report(), nil
 	}
 
-	lockClient, lockNode, closeLock, err := t.lockClient(p)
+	lockClient, lockNode, closeLock, err := t.lockClient(ctx, p, r.opts.LockKey)
 	if err != nil {
 		r.emit(Event{Phase: PhaseLock, Err: err})
 		return r.report(), err
@@ -257,7 +261,7 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	defer closeLock()
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	l, err := acquire(ctx, lockClient, r.opts.LockKey, r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
+	l, err := acquire(ctx, lockClient, r.opts.LockKey, lockWhere(lockNode), r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
 	r.emit(Event{Node: lockNode, Phase: PhaseLock, Err: err})
 	if err != nil {
 		return r.report(), err
@@ -267,8 +271,15 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		defer ucancel()
 		uerr := l.release(uctx)
 		r.emit(Event{Node: lockNode, Phase: PhaseUnlock, Err: uerr})
-		if err == nil && uerr != nil {
-			err = uerr
+		if uerr == nil {
+			return
+		}
+		// The deploy is done either way and the lease runs out by itself: a warning, not
+		// a failed deploy.
+		rep.Warnings = append(rep.Warnings, oneLine(uerr.Error()))
+		var pe *PartialError
+		if errors.As(err, &pe) {
+			pe.Report.Warnings = rep.Warnings
 		}
 	}()
 
@@ -300,9 +311,10 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	return r.report(), nil
 }
 
-// lockClient returns a client that reaches the lock key's owner: the primary of a
-// standalone target, or a cluster client routing to the primary that owns the key's slot.
-func (t *Target) lockClient(p Plan) (valkey.Client, Node, func(), error) {
+// lockClient returns a client that reaches the lock key's owner, and that node: the
+// primary of a standalone target, or a cluster client routing to the primary that owns
+// the key's slot (found from CLUSTER NODES, for messages; Node{} if that fails).
+func (t *Target) lockClient(ctx context.Context, p Plan, key string) (valkey.Client, Node, func(), error) {
 	var primaries []Node
 	for _, s := range p.Steps {
 		if s.Node.Role == RolePrimary && s.State != StateUnknown {
@@ -310,14 +322,25 @@ func (t *Target) lockClient(p Plan) (valkey.Client, Node, func(), error) {
 		}
 	}
 	if len(primaries) == 0 {
-		return nil, Node{}, nil, errors.New("deployer: lock: no reachable primary")
+		return nil, Node{}, nil, fmt.Errorf("deployer: lock %s: no reachable primary", key)
 	}
 	if !t.Topology().Cluster {
 		c, err := t.conn(primaries[0].Addr)
 		if err != nil {
-			return nil, Node{}, nil, fmt.Errorf("deployer: lock: %s: %w", primaries[0].Addr, err)
+			return nil, Node{}, nil, fmt.Errorf("deployer: lock %s on %s: %w", key, primaries[0].Addr, err)
 		}
 		return c.c, primaries[0], func() {}, nil
+	}
+	var owner Node
+	if c, err := t.conn(primaries[0].Addr); err == nil {
+		if text, err := c.clusterNodes(ctx); err == nil {
+			host, _, _ := net.SplitHostPort(primaries[0].Addr)
+			if addr, ok := slotOwner(text, host, keySlot(key)); ok {
+				if i := slices.IndexFunc(primaries, func(n Node) bool { return n.Addr == addr }); i >= 0 {
+					owner = primaries[i]
+				}
+			}
+		}
 	}
 	opt := t.opt
 	opt.InitAddress = nil
@@ -331,9 +354,17 @@ func (t *Target) lockClient(p Plan) (valkey.Client, Node, func(), error) {
 	}
 	c, err := valkey.NewClient(opt)
 	if err != nil {
-		return nil, Node{}, nil, fmt.Errorf("deployer: lock: cluster client: %w", err)
+		return nil, Node{}, nil, fmt.Errorf("deployer: lock %s on %s: cluster client: %w", key, lockWhere(owner), err)
 	}
-	return c, Node{}, c.Close, nil
+	return c, owner, c.Close, nil
+}
+
+// lockWhere names the lock's node in messages.
+func lockWhere(n Node) string {
+	if n.Addr == "" {
+		return "the cluster"
+	}
+	return n.Addr
 }
 
 // checkStale discovers and inspects the target again and compares it with the plan.

@@ -12,8 +12,18 @@
 // a standalone target, or on whichever primary owns the key's slot in a cluster. Its value
 // names the holder (user, host and process) then "|" and a random token; a second deploy
 // gets ErrLocked with that holder and the lease left. While Apply runs, a goroutine renews
-// the lease every third of Options.LockLease (compare-and-PEXPIRE); Apply releases it with
-// compare-and-delete, both as small EVAL scripts. If the deployer dies, the lease expires.
+// the lease every third of Options.LockLease (compare-and-PEXPIRE, each given a third of
+// the lease to answer); Apply releases it with compare-and-delete, both as small EVAL
+// scripts. If the deployer dies, the lease expires. A release that fails does not fail a
+// deploy (the lease expires by itself): it is in Report.Warnings. Lock errors name the key
+// and the node holding it.
+//
+// A lock that is lost while Apply runs (a renewal finds another holder, or no renewal
+// got through for a whole lease) stops the deploy, and Apply restores what it changed.
+// That restore runs without the lock: it may race the deploy that now holds it, and
+// overwrite what that one just loaded. The lease is there to make this unlikely (keep it
+// well above the time a node takes to answer), not impossible; the Report says what was
+// restored, and a status afterwards shows what each node runs.
 //
 // # Permissions
 //

@@ -34,10 +34,13 @@ var (
 type lease struct {
 	c      valkey.Client
 	key    string
+	where  string // the node holding the key, for messages: host:port, or "the cluster"
 	value  string
 	ttl    time.Duration
 	cancel context.CancelFunc // stops renewal
 	done   chan struct{}
+	// renewOnce runs the renew script once; tests replace it.
+	renewOnce func(ctx context.Context) (int64, error)
 }
 
 // defaultOwner names this process for a deploy that finds the lock held.
@@ -50,34 +53,44 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s@%s pid %d", name, host, os.Getpid())
 }
 
-// acquire takes the lock with SET NX PX, or returns ErrLocked naming the holder. While it
-// is held, the lease is renewed every third of its length; lost is called (once) if a
-// renewal finds the lock gone or held by someone else, or no renewal succeeded for a whole
-// lease.
-func acquire(ctx context.Context, c valkey.Client, key, owner string, ttl time.Duration, lost func()) (*lease, error) {
+// acquire takes the lock with SET NX PX on c, which reaches the node `where`, or returns
+// ErrLocked naming the holder. While it is held, the lease is renewed every third of its
+// length; lost is called (once) if a renewal finds the lock gone or held by someone else,
+// or no renewal succeeded for a whole lease.
+func acquire(ctx context.Context, c valkey.Client, key, where, owner string, ttl time.Duration, lost func()) (*lease, error) {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
 	value := owner + "|" + hex.EncodeToString(tok[:])
 	err := c.Do(ctx, c.B().Set().Key(key).Value(value).Nx().Px(ttl).Build()).Error()
 	if valkey.IsValkeyNil(err) {
-		return nil, held(ctx, c, key)
+		return nil, held(ctx, c, key, where)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("deployer: lock %s: SET NX: %w", key, err)
+		return nil, fmt.Errorf("deployer: lock %s on %s: SET NX: %w", key, where, err)
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &lease{c: c, key: key, value: value, ttl: ttl, cancel: cancel, done: make(chan struct{})}
-	go l.renew(rctx, lost)
+	l := &lease{c: c, key: key, where: where, value: value, ttl: ttl, done: make(chan struct{})}
+	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
+	l.renewOnce = func(ctx context.Context) (int64, error) {
+		return renewScript.Exec(ctx, c, []string{key}, []string{value, ms}).AsInt64()
+	}
+	l.start(ctx, lost)
 	return l, nil
 }
 
+// start runs renewal until release.
+func (l *lease) start(ctx context.Context, lost func()) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	go l.renew(rctx, lost)
+}
+
 // held describes the lock's holder for ErrLocked.
-func held(ctx context.Context, c valkey.Client, key string) error {
+func held(ctx context.Context, c valkey.Client, key, where string) error {
 	res := c.DoMulti(ctx, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build())
 	value, err := res[0].ToString()
 	if err != nil {
 		// Expired between SET NX and GET: say so rather than retry, the caller can.
-		return fmt.Errorf("%w (%s; it may just have been released)", ErrLocked, key)
+		return fmt.Errorf("%w (%s on %s; it may just have been released)", ErrLocked, key, where)
 	}
 	holder := value
 	if i := strings.LastIndexByte(value, '|'); i > 0 {
@@ -87,7 +100,7 @@ func held(ctx context.Context, c valkey.Client, key string) error {
 	if ms, err := res[1].AsInt64(); err == nil && ms >= 0 {
 		left = (time.Duration(ms) * time.Millisecond).String()
 	}
-	return fmt.Errorf("%w: held by %s, lease expires in %s (key %s)", ErrLocked, holder, left, key)
+	return fmt.Errorf("%w: held by %s, lease expires in %s (key %s on %s)", ErrLocked, holder, left, key, where)
 }
 
 func (l *lease) renew(ctx context.Context, lost func()) {
@@ -97,14 +110,17 @@ func (l *lease) renew(ctx context.Context, lost func()) {
 	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()
 	last := time.Now()
-	ms := strconv.FormatInt(l.ttl.Milliseconds(), 10)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		n, err := renewScript.Exec(ctx, l.c, []string{l.key}, []string{l.value, ms}).AsInt64()
+		// A renewal that hangs (a node that stopped answering) must not hold up the
+		// next one, nor the check that the lease has run out.
+		ectx, cancel := context.WithTimeout(ctx, l.ttl/3)
+		n, err := l.renewOnce(ectx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -126,7 +142,7 @@ func (l *lease) release(ctx context.Context) error {
 	l.cancel()
 	<-l.done
 	if err := releaseScript.Exec(ctx, l.c, []string{l.key}, []string{l.value}).Error(); err != nil {
-		return fmt.Errorf("deployer: release lock %s (it expires by itself): %w", l.key, err)
+		return fmt.Errorf("deployer: release lock %s on %s (it expires by itself within %s): %w", l.key, l.where, l.ttl, err)
 	}
 	return nil
 }

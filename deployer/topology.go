@@ -251,3 +251,49 @@ func infoField(text, key string) string {
 	}
 	return ""
 }
+
+// keySlot is the cluster hash slot of key: CRC16 (XMODEM) of the key, or of its hash tag
+// (the part between the first "{" and the next "}", when not empty), modulo 16384.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+// slotOwner returns, from CLUSTER NODES, the address of the primary serving slot; false
+// when none does (the slot is unassigned, or its owner is flagged fail).
+func slotOwner(text, seedHost string, slot int) (string, bool) {
+	for line := range strings.Lines(text) {
+		f := strings.Fields(line)
+		if len(f) < 9 || slices.ContainsFunc(strings.Split(f[2], ","), isSkipFlag) {
+			continue
+		}
+		for _, r := range f[8:] {
+			lo, hi, isRange := strings.Cut(r, "-")
+			if !isRange {
+				hi = lo
+			}
+			a, errA := strconv.Atoi(lo)
+			b, errB := strconv.Atoi(hi)
+			if errA == nil && errB == nil && a <= slot && slot <= b {
+				addr, err := nodeAddr(f[1], seedHost)
+				return addr, err == nil
+			}
+		}
+	}
+	return "", false
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/integration_test/harness"
 )
 
 // TestLockExcludes: while one deploy runs (held inside its first load, for longer than
@@ -64,14 +65,16 @@ func TestLockExcludes(t *testing.T) {
 func TestLockExpires(t *testing.T) {
 	cl := sharedCluster(t)
 	tg := discover(t, urlOf(cl.Primaries[0]))
-	c := lockOwner(t, cl).Client(t)
+	owner := lockOwner(t, cl)
+	c := owner.Client(t)
 	if err := c.Do(t.Context(), c.B().Set().Key(deployer.LockKey).Value("ghost@gone pid 1|0123456789abcdef").
 		Px(1500*time.Millisecond).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{})
-	if !errors.Is(err, deployer.ErrLocked) || !strings.Contains(err.Error(), "held by ghost@gone pid 1") {
-		t.Fatalf("deploy under a dead deployer's lock: %v, want ErrLocked naming it", err)
+	if !errors.Is(err, deployer.ErrLocked) || !strings.Contains(err.Error(), "held by ghost@gone pid 1") ||
+		!strings.Contains(err.Error(), deployer.LockKey+" on "+owner.Addr) {
+		t.Fatalf("deploy under a dead deployer's lock: %v, want ErrLocked naming it and the node holding the key", err)
 	}
 	t.Logf("locked out: %v", err)
 	for lockValue(t, cl) != "" {
@@ -119,5 +122,44 @@ func TestLockLost(t *testing.T) {
 	}
 	if v := lockValue(t, cl); v != other {
 		t.Errorf("lock is %q, want the new holder's %q", v, other)
+	}
+}
+
+// TestReleaseFails: a deploy that succeeds but cannot release its lock (the user may not
+// DEL) returns no error: the lease runs out by itself. The report warns, naming the lock
+// and its node, and so does the unlock event.
+func TestReleaseFails(t *testing.T) {
+	t.Parallel()
+	p := harness.StartValkey(t)
+	var rules []string
+	for _, r := range deployer.ACLRules {
+		if r != "+del" {
+			rules = append(rules, r)
+		}
+	}
+	addDeployer(t, []*harness.Server{p}, "nodel", "s3cret", rules)
+	tg := discover(t, "redis://nodel:s3cret@"+p.Addr)
+	var unlock error
+	rep, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{
+		LockLease: time.Second,
+		Progress: func(e deployer.Event) {
+			if e.Phase == deployer.PhaseUnlock {
+				unlock = e.Err
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("deploy that could not release its lock: %v, want no error", err)
+	}
+	t.Logf("warnings: %q", rep.Warnings)
+	want := "release lock " + deployer.LockKey + " on " + p.Addr
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], want) || !strings.Contains(rep.Warnings[0], "'del'") {
+		t.Errorf("warnings %q, want one saying %q and why", rep.Warnings, want)
+	}
+	if unlock == nil {
+		t.Error("the unlock event carries no error")
+	}
+	if v, err := rlVersion(t, p); err != nil || v != v100.Version {
+		t.Errorf("rl_version %q, %v", v, err)
 	}
 }

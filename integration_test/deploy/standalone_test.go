@@ -328,7 +328,7 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 		return err
 	}
 	var once sync.Once
-	_, err = tg.Apply(ctx, p, deployer.Options{
+	rep, err = tg.Apply(ctx, p, deployer.Options{
 		VerifyTimeout: 2 * time.Second,
 		LockLease:     300 * time.Millisecond,
 		Progress: func(e deployer.Event) {
@@ -337,6 +337,10 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 			}
 		},
 	})
+	if err == nil && len(rep.Warnings) > 0 {
+		// e.g. the lock was not released: the deploy went through, but not cleanly.
+		return errors.New(strings.Join(rep.Warnings, "; "))
+	}
 	return err
 }
 

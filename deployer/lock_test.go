@@ -1,0 +1,85 @@
+package deployer
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestKeySlot(t *testing.T) {
+	tests := []struct {
+		give string
+		want int
+	}{
+		{"foo", 12182},
+		{"bar", 5061},
+		{"123456789", 12739}, // CRC16/XMODEM check value 0x31C3
+		{"{bar}foo", 5061},
+		{"foo{bar}{zap}", 5061},
+		{"foo{}{bar}", keySlot("foo{}{bar}")}, // empty tag: the whole key
+		{"{user1000}.following", keySlot("user1000")},
+	}
+	for _, tt := range tests {
+		if got := keySlot(tt.give); got != tt.want {
+			t.Errorf("keySlot(%q) = %d, want %d", tt.give, got, tt.want)
+		}
+	}
+	if keySlot("foo{}{bar}") == keySlot("bar") {
+		t.Error(`"foo{}{bar}" hashed on "bar": an empty tag must hash the whole key`)
+	}
+}
+
+func TestSlotOwner(t *testing.T) {
+	nodes := "" +
+		"a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n" +
+		"a2 :7002@17002 master - 0 0 2 connected 5461-10922 [10923->-a3]\n" +
+		"a3 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383\n" +
+		"a4 127.0.0.1:7004@17004 slave a1 0 0 1 connected\n" +
+		"a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n"
+	tests := []struct {
+		give   int
+		want   string
+		wantOK bool
+	}{
+		{0, "127.0.0.1:7001", true},
+		{5460, "127.0.0.1:7001", true},
+		{5461, "127.0.0.1:7002", true}, // no ip: the seed's host
+		{10923, "127.0.0.1:7003", true},
+		{16383, "127.0.0.1:7003", true},
+		{16384, "", false},
+	}
+	for _, tt := range tests {
+		got, ok := slotOwner(nodes, "127.0.0.1", tt.give)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("slot %d: %q %v, want %q %v", tt.give, got, ok, tt.want, tt.wantOK)
+		}
+	}
+	if got, ok := slotOwner("a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n", "127.0.0.1", 42); ok {
+		t.Errorf("slot of a failed node: %q", got)
+	}
+}
+
+// TestRenewDeadline: a renewal that hangs (a lock node that stopped answering) is cut at
+// a third of the lease, so the lease is declared lost once it has run out, not whenever
+// the node answers again.
+func TestRenewDeadline(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	l := &lease{key: LockKey, ttl: ttl, done: make(chan struct{})}
+	l.renewOnce = func(ctx context.Context) (int64, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("renewal without a deadline")
+		}
+		<-ctx.Done() // never answers
+		return 0, ctx.Err()
+	}
+	lost := make(chan struct{})
+	began := time.Now()
+	l.start(t.Context(), func() { close(lost) })
+	defer func() { l.cancel(); <-l.done }()
+	select {
+	case <-lost:
+		t.Logf("lost after %s", time.Since(began).Round(time.Millisecond))
+	case <-time.After(ttl + 5*time.Second): // an upper bound: a lease, plus generous slack
+		t.Fatal("a lease whose renewals hang was not declared lost")
+	}
+}
