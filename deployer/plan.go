@@ -72,6 +72,32 @@ func (p Plan) Pending() bool {
 	return false
 }
 
+// Lagging returns the replicas that do not run what their primary runs, and will not
+// receive anything from this deploy (their primary is not loaded): a replica still
+// catching up, or whose replication is broken. A plan with only such replicas is not
+// Pending, and Apply changes nothing; this says there is something to look at. Replicas
+// whose primary (or they themselves) could not be inspected are not included.
+func (p Plan) Lagging() []Step {
+	byAddr := make(map[string]int, len(p.Steps))
+	for i, s := range p.Steps {
+		byAddr[s.Node.Addr] = i
+	}
+	var out []Step
+	for i, s := range p.Steps {
+		if s.Node.Role != RoleReplica || s.State == StateUnknown || s.Action == ActionReplicate {
+			continue
+		}
+		root, ok := rootPrimary(p.Steps, byAddr, i)
+		if !ok || p.Steps[root].State == StateUnknown {
+			continue
+		}
+		if s.FromCode != p.Steps[root].FromCode {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Refused returns the steps a safety check blocks; none when the plan is forced.
 func (p Plan) Refused() []Step {
 	if p.Force {

@@ -2,6 +2,7 @@ package deployer
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/rlfn/rlfn/versions"
@@ -301,5 +302,70 @@ func TestRefusedError(t *testing.T) {
 		"127.0.0.1:7003 would change major version 2.0.0 to 1.0.0 (use --force)"
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
+	}
+}
+
+func TestPlanLagging(t *testing.T) {
+	p1, p2 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002")
+	r1, r2 := replica("127.0.0.1:7004", p1.Addr), replica("127.0.0.1:7005", p2.Addr)
+	chained := replica("127.0.0.1:7006", r1.Addr)
+	orphan := replica("127.0.0.1:7007", "127.0.0.1:9999")
+	down := errors.New("connect: connection refused")
+	tests := []struct {
+		name        string
+		give        []Installed
+		to          versions.Release
+		want        []string // addresses of the lagging replicas
+		wantPending bool
+	}{
+		{
+			name: "all current",
+			give: []Installed{on(p1, r110.Code), on(r1, r110.Code)},
+			to:   r110,
+		},
+		{
+			name: "a replica behind a current primary",
+			give: []Installed{on(p1, r110.Code), on(r1, r100.Code)},
+			to:   r110,
+			want: []string{r1.Addr},
+		},
+		{
+			name: "a replica with no library under a current primary",
+			give: []Installed{on(p1, r110.Code), on(r1, ""), on(chained, "")},
+			to:   r110,
+			want: []string{r1.Addr, chained.Addr},
+		},
+		{
+			name: "a drifted replica, its primary not loaded",
+			give: []Installed{on(p1, r110.Code), on(r1, drifted), on(p2, r100.Code), on(r2, r100.Code)},
+			to:   r110,
+			want: []string{r1.Addr}, wantPending: true,
+		},
+		{
+			name:        "a replica whose primary is loaded receives it: not lagging",
+			give:        []Installed{on(p1, r100.Code), on(r1, "")},
+			to:          r110,
+			wantPending: true,
+		},
+		{
+			name: "unknown: an unreachable replica, an unreachable primary, a missing primary",
+			give: []Installed{{Node: p1, Err: down}, on(r1, ""), on(p2, r110.Code), {Node: r2, Err: down}, on(orphan, "")},
+			to:   r110,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewPlan(tt.give, set, tt.to, true)
+			var got []string
+			for _, s := range p.Lagging() {
+				got = append(got, s.Node.Addr)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Lagging() = %v, want %v", got, tt.want)
+			}
+			if p.Pending() != tt.wantPending {
+				t.Errorf("Pending() = %v, want %v", p.Pending(), tt.wantPending)
+			}
+		})
 	}
 }
