@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -219,11 +220,10 @@ func TestRefusingPrimary(t *testing.T) {
 	tg := discover(t, urlOf(cl.Primaries[0]))
 	deploy(t, tg, v100, false)
 
-	// One load at a time, in topology order, so the outcome is exact: the primaries
-	// before the full one are loaded then restored, the ones after are never tried. The
-	// full one is not the first (something must be restored) nor the lock's owner (SET NX
-	// is refused under maxmemory too).
-	owner := lockOwner(t, cl)
+	// One load at a time, in topology order, so the outcome is exact: the full primary
+	// is the last, so the two before it are loaded then restored every time (restoring
+	// more than one primary). The lock lives elsewhere than on it (SET NX is refused
+	// under maxmemory too): on a key of this test's choosing whose slot another owns.
 	var order []*harness.Server
 	for _, n := range tg.Topology().Nodes {
 		for _, p := range cl.Primaries {
@@ -232,9 +232,12 @@ func TestRefusingPrimary(t *testing.T) {
 			}
 		}
 	}
-	full := order[1]
-	if full == owner {
-		full = order[2]
+	full := order[len(order)-1]
+	lockKey := ""
+	for i := 0; lockKey == ""; i++ {
+		if k := fmt.Sprintf("rlfn:test:lock:%d", i); ownerOf(t, cl, k) != full {
+			lockKey = k
+		}
 	}
 	c := full.Client(t)
 	if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
@@ -248,6 +251,7 @@ func TestRefusingPrimary(t *testing.T) {
 	var events []string
 	rep, err := tg.Apply(t.Context(), plan(t, tg, v110, false), deployer.Options{
 		Parallelism: 1,
+		LockKey:     lockKey,
 		Progress: func(e deployer.Event) {
 			if e.Phase == deployer.PhaseRestore || e.Phase == deployer.PhaseLoad {
 				events = append(events, e.Phase+" "+e.Node.Addr)
@@ -272,17 +276,20 @@ func TestRefusingPrimary(t *testing.T) {
 		t.Error("report does not say it rolled back")
 	}
 	want := map[string]deployer.Outcome{}
-	outcome := deployer.OutcomeRestored
 	for _, p := range order {
-		if p == full {
-			want[p.Addr], outcome = deployer.OutcomeFailed, deployer.OutcomeSkipped
-			want[cl.ReplicasOf(p)[0].Addr] = deployer.OutcomeSkipped
-			continue
-		}
-		want[p.Addr] = outcome
-		want[cl.ReplicasOf(p)[0].Addr] = outcome
+		want[p.Addr], want[cl.ReplicasOf(p)[0].Addr] = deployer.OutcomeRestored, deployer.OutcomeRestored
 	}
+	want[full.Addr], want[cl.ReplicasOf(full)[0].Addr] = deployer.OutcomeFailed, deployer.OutcomeSkipped
 	requireOutcomes(t, rep, want)
+	restored := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, deployer.PhaseRestore+" ") {
+			restored++
+		}
+	}
+	if restored != 2*(len(order)-1) {
+		t.Errorf("%d restore events, want one per other primary and its replica: %q", restored, events)
+	}
 	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
 		t.Errorf("nodes changed by a failed deploy:\nbefore %v\nafter  %v", before, after)
 	}

@@ -272,9 +272,15 @@ func requireOutcomes(t *testing.T, rep deployer.Report, want map[string]deployer
 // lockOwner returns the cluster primary that owns the deploy lock's slot.
 func lockOwner(t *testing.T, cl *harness.Cluster) *harness.Server {
 	t.Helper()
+	return ownerOf(t, cl, deployer.LockKey)
+}
+
+// ownerOf returns the cluster primary that owns key's slot.
+func ownerOf(t *testing.T, cl *harness.Cluster, key string) *harness.Server {
+	t.Helper()
 	for _, p := range cl.Primaries {
 		c := p.Client(t)
-		err := c.Do(t.Context(), c.B().Exists().Key(deployer.LockKey).Build()).Error()
+		err := c.Do(t.Context(), c.B().Exists().Key(key).Build()).Error()
 		var ve *valkey.ValkeyError
 		if errors.As(err, &ve) {
 			if _, moved := ve.IsMoved(); moved {
@@ -286,6 +292,6 @@ func lockOwner(t *testing.T, cl *harness.Cluster) *harness.Server {
 		}
 		return p
 	}
-	t.Fatal("no primary owns the lock key")
+	t.Fatalf("no primary owns %s", key)
 	return nil
 }
