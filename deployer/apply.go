@@ -469,10 +469,17 @@ func (r *run) loadOne(ctx context.Context, i int) {
 		r.changed[i] = err == nil || !refused(err)
 		r.mu.Unlock()
 	}
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Cut short by what stops the whole deploy (a cancel, a lost lock): not this
+		// node's failure. It may have loaded all the same, and then restore puts it back.
+		r.set(i, OutcomeSkipped, nil, began)
+		r.fail(context.Cause(ctx))
+		err = context.Cause(ctx)
+	case err != nil:
 		r.set(i, OutcomeFailed, err, began)
 		r.fail(&NodeError{Addr: s.Node.Addr, Err: err})
-	} else {
+	default:
 		r.set(i, OutcomeLoaded, nil, began)
 	}
 	r.emit(Event{Node: s.Node, Phase: PhaseLoad, Err: err})
@@ -498,11 +505,17 @@ func (r *run) verify(ctx context.Context) {
 				r.mu.Unlock()
 			}
 			err := r.await(vctx, s.Node, r.p.To.Code, r.p.To.Version)
-			if err != nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
+				// Stopped by a cancel or a lost lock, not by this node: its outcome stays
+				// as it is until restore.
+				r.fail(context.Cause(ctx))
+				err = context.Cause(ctx)
+			case err != nil:
 				err = fmt.Errorf("verify: %w", err)
 				r.set(i, OutcomeFailed, err, began)
 				r.fail(&NodeError{Addr: s.Node.Addr, Err: err})
-			} else {
+			default:
 				o := OutcomeUnchanged
 				switch s.Action {
 				case ActionLoad:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // TestLockExcludes: while one deploy runs (held inside its first load, for longer than
@@ -161,5 +162,67 @@ func TestReleaseFails(t *testing.T) {
 	}
 	if v, err := rlVersion(t, p); err != nil || v != v100.Version {
 		t.Errorf("rl_version %q, %v", v, err)
+	}
+}
+
+// TestCancelled: the CLI cancels Apply's ctx on Ctrl-C. Cancelled as the first primary
+// is loaded, Apply stops, returns an error saying so, puts every node back to exactly
+// what it had, and releases the lock: the next deploy takes it at once.
+func TestCancelled(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		from        *versions.Release // nil: no library
+		parallelism int
+	}{
+		{"from 1.0.0, one at a time", &v100, 1},
+		{"from 1.0.0, all at once", &v100, 4},
+		{"from no library, all at once", nil, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := sharedCluster(t)
+			tg := discover(t, urlOf(cl.Primaries[0]))
+			if tt.from != nil {
+				deploy(t, tg, *tt.from, false)
+			}
+			before := snapshot(t, cl.Nodes())
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var phases []string
+			rep, err := tg.Apply(ctx, plan(t, tg, v110, false), deployer.Options{
+				Parallelism: tt.parallelism,
+				Progress: func(e deployer.Event) {
+					phases = append(phases, e.Phase+" "+e.Node.Addr)
+					if e.Phase == deployer.PhaseLoad {
+						cancel()
+					}
+				},
+			})
+			t.Logf("%v\n%s%q", err, describe(rep), phases)
+			var partial *deployer.PartialError
+			if !errors.Is(err, context.Canceled) || !errors.As(err, &partial) {
+				t.Fatalf("cancelled deploy: %v, want a PartialError for context.Canceled", err)
+			}
+			if !rep.RolledBack {
+				t.Error("not rolled back")
+			}
+			// No node failed: the loads the cancel cut short are its doing, not theirs.
+			if strings.Contains(err.Error(), "failed") {
+				t.Errorf("error %q names nodes as failed", err)
+			}
+			for _, n := range rep.Nodes {
+				switch n.Outcome {
+				case deployer.OutcomeRestored, deployer.OutcomeSkipped:
+				default:
+					t.Errorf("after a cancel: %s", n)
+				}
+			}
+			if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+				t.Errorf("nodes changed by a cancelled deploy:\nbefore %v\nafter  %v", before, after)
+			}
+			if v := lockValue(t, cl); v != "" {
+				t.Errorf("lock not released after a cancel: %q", v)
+			}
+			deploy(t, tg, v110, false)
+		})
 	}
 }
