@@ -151,8 +151,9 @@ type deployJSON struct {
 
 type reportJSON struct {
 	DurationMs int64            `json:"duration_ms"`
-	RolledBack bool             `json:"rolled_back"`
-	Nodes      []nodeResultJSON `json:"nodes"`
+	RolledBack bool             `json:"rolled_back"` // failed, and every node it changed is back as it was
+	Nodes      []nodeResultJSON `json:"nodes"`       // outcome: loaded, unchanged, replicated, failed, restored, restore-failed, skipped, left-out
+	Warnings   []string         `json:"warnings,omitempty"`
 }
 
 type nodeResultJSON struct {
@@ -166,7 +167,7 @@ type nodeResultJSON struct {
 }
 
 func reportJSONOf(r deployer.Report) *reportJSON {
-	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}}
+	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}, Warnings: r.Warnings}
 	for _, n := range r.Nodes {
 		j := nodeResultJSON{
 			Addr: n.Node.Addr, Role: string(n.Node.Role), From: n.From, To: n.To,

@@ -82,6 +82,10 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 	if refused > 0 {
 		fmt.Fprintf(w, "Refused: %s a safety check; --force overrides.\n", count(refused, "node fails", "nodes fail"))
 	}
+	for _, s := range plan.Lagging() {
+		fmt.Fprintf(w, "%s: replica %s runs other code (%s) than its primary %s, and a deploy does not load replicas: is its replication broken?\n",
+			p.yellow("Warning"), s.Node.Addr, stepFrom(s), s.Node.Primary)
+	}
 	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "ACTION")
 	for _, s := range plan.Steps {
 		from := stepFrom(s)
@@ -202,7 +206,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		}
 		colour := p.green
 		switch n.Outcome {
-		case deployer.OutcomeFailed, deployer.OutcomeRestoreFailed:
+		case deployer.OutcomeFailed, deployer.OutcomeRestoreFailed, deployer.OutcomeLeftOut:
 			colour = p.red
 		case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 			colour = p.yellow
@@ -212,15 +216,13 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	var failed, unrestored []string
+	var failed []string
 	for _, n := range r.Nodes {
-		switch n.Outcome {
-		case deployer.OutcomeFailed:
+		if n.Outcome == deployer.OutcomeFailed {
 			failed = append(failed, n.Node.Addr)
-		case deployer.OutcomeRestoreFailed:
-			unrestored = append(unrestored, n.Node.Addr)
 		}
 	}
+	unrestored, leftOut := addrs(r.NotRestored()), addrs(r.LeftOut())
 	switch {
 	case len(unrestored) > 0:
 		fmt.Fprintf(w, "%s: deploy of %s failed after %s and %s NOT restored: %s. Check them with rlfn status.\n",
@@ -229,10 +231,24 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		fmt.Fprintf(w, "Deploy of %s failed after %s; every node it changed was restored.\n", r.To, ms(r.Duration))
 	case len(failed) > 0:
 		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), strings.Join(failed, ", "))
+	case len(leftOut) > 0:
+		fmt.Fprintf(w, "Deployed %s in %s, but %s NOT deployed (unreachable, left out by --force): %s.\n",
+			r.To, ms(r.Duration), count(len(leftOut), "node was", "nodes were"), strings.Join(leftOut, ", "))
 	default:
 		fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
 	}
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), warning)
+	}
 	return nil
+}
+
+func addrs(nodes []deployer.NodeResult) []string {
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.Node.Addr)
+	}
+	return out
 }
 
 func ms(d time.Duration) string {

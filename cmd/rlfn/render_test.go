@@ -50,6 +50,13 @@ var (
 		{Node: r2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeReplicated, Duration: 3 * time.Millisecond},
 	}}
 
+	fixtureLeftOut = deployer.Report{To: "1.1.0", Duration: 30 * time.Millisecond, Warnings: []string{
+		"deployer: release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"},
+		Nodes: []deployer.NodeResult{
+			{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
+			{Node: r1, To: "1.1.0", Outcome: deployer.OutcomeLeftOut},
+		}}
+
 	fixtureFailed = deployer.Report{To: "1.1.0", Duration: 95 * time.Millisecond, RolledBack: true, Nodes: []deployer.NodeResult{
 		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestored, Duration: 14 * time.Millisecond},
 		{Node: p2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeUnchanged},
@@ -61,7 +68,7 @@ var (
 // fixtureUnrestored is a failed deploy that could not put one node back.
 var fixtureUnrestored = deployer.Report{To: "1.1.0", Duration: 5 * time.Second, Nodes: []deployer.NodeResult{
 	{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestoreFailed, Duration: 5 * time.Second,
-		Err: errors.New("127.0.0.1:7001: i/o timeout")},
+		Err: errors.New("restore: i/o timeout")},
 	{Node: p4, To: "1.1.0", Outcome: deployer.OutcomeFailed, Duration: 2 * time.Millisecond,
 		Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")},
 }}
@@ -93,13 +100,18 @@ func TestRenderGolden(t *testing.T) {
 		must(t, renderReport(&b, p, fixtureFailed))
 		b.WriteString("\n")
 		must(t, renderReport(&b, p, fixtureUnrestored))
+		b.WriteString("\n")
+		must(t, renderReport(&b, p, fixtureLeftOut))
 		golden(t, "report"+suffix, b.String())
 	}
 }
 
 func TestPlanNothingToDo(t *testing.T) {
 	var b bytes.Buffer
-	plan := deployer.NewPlan(fixtureInstalled[1:2], fixtureSet, to, false)
+	// Every primary is current; a replica that is not is worth a warning.
+	lagging := deployer.Installed{Node: r1, Code: code100, Version: "1.0.0"}
+	lagging.Node.Primary = p2.Addr
+	plan := deployer.NewPlan([]deployer.Installed{fixtureInstalled[1], lagging}, fixtureSet, to, false)
 	must(t, renderPlan(&b, palette{}, plan))
 	must(t, renderDiff(&b, palette{}, plan))
 	golden(t, "diff-current.golden", b.String())
