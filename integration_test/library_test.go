@@ -330,16 +330,19 @@ func TestShapeDelaysAreSpacedByTheLeakInterval(t *testing.T) {
 				t.Fatalf("call %d after %dms: %v, want admitted with delay %dms", i, elapsed, r, want)
 			}
 		}
+		sent := time.Now()
 		r := fcall(t, tg.c, "rl_leaky_bucket", key, args...)
 		if r.Allowed || r.RetryAfter > 100 || r.RetryAfter < 100-time.Since(start).Milliseconds()-1 {
 			t.Fatalf("a full queue: %v, want denied with retry_after about 100ms", r)
 		}
 		received := time.Now()
-		retryAt := received.Add(time.Duration(r.RetryAfter) * time.Millisecond)
-		time.Sleep(time.Until(retryAt))
+		wait := time.Duration(r.RetryAfter) * time.Millisecond
+		time.Sleep(time.Until(received.Add(wait)))
 		// At retry_after four units are queued ahead: 400ms, less however late this call is.
+		// The server counted retry_after from a moment between sent and received, so by its
+		// clock this call is at most time.Since(sent + retry_after) late.
 		r = fcall(t, tg.c, "rl_leaky_bucket", key, args...)
-		if late := time.Since(retryAt).Milliseconds(); !r.Allowed || r.Delay > 400 || r.Delay < 400-late-1 {
+		if late := time.Since(sent.Add(wait)).Milliseconds(); !r.Allowed || r.Delay > 400 || r.Delay < 400-late-1 {
 			t.Fatalf("after retry_after: %v, want admitted at the back of the queue, delay 400ms less %dms late", r, late)
 		}
 		// police mode admits the same calls without a delay
