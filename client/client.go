@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -24,7 +23,6 @@ type Limiter struct {
 	instances int64
 	breaker   *breaker
 	local     *localStore // LocalFallback only
-	localUsed atomic.Bool // local holds state the server has not superseded yet
 	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
 	clock     func() int64
 }
@@ -145,9 +143,10 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 		// the server answered, if only with an error
 		l.transition(ctx, l.breaker.success(probe))
 	}
-	if kind == kindNone && l.local != nil && l.localUsed.Load() && l.localUsed.CompareAndSwap(true, false) {
-		// The server decides again, and its state is the truth: the local one is memory.
-		l.local.clear()
+	if kind == kindNone && l.local != nil && l.local.used() {
+		// The server decides key again, and its state is the truth: the local one is memory.
+		var b [128]byte
+		l.local.drop(appendKey(b[:0], l.prefix, key, c.fn.algorithm), l.clock())
 	}
 	if m := l.metrics; m != nil {
 		out := outError
@@ -208,9 +207,6 @@ func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, ki
 		var b [128]byte
 		k := appendKey(b[:0], l.prefix, key, c.fn.algorithm)
 		r = l.local.decide(k, c, l.instances, l.clock(), op == opAllow)
-		if !l.localUsed.Load() {
-			l.localUsed.Store(true)
-		}
 	default:
 		return Result{}, err
 	}

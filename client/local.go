@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,7 +45,10 @@ type logSlot struct {
 type localStore struct {
 	seed     maphash.Seed
 	perShard int
-	shards   [localShards]localShard
+	// keys counts the keys held, expired ones included until swept, so that a call the server
+	// decided looks for local state to drop only while there is some.
+	keys   atomic.Int64
+	shards [localShards]localShard
 }
 
 type localShard struct {
@@ -74,20 +78,46 @@ func (s *localStore) len() int {
 	return n
 }
 
-// clear forgets every key: the server decides again, and its state is the truth.
-func (s *localStore) clear() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		clear(sh.m)
-		sh.mu.Unlock()
+// used reports whether the store holds any key.
+func (s *localStore) used() bool { return s.keys.Load() != 0 }
+
+// drop forgets key (as the server names it): the server decided it, and its state is the
+// truth. Only key's: in a cluster with a shard down, the server keeps deciding the other
+// shards' keys while the dead shard's keys are still decided here. The other keys' state is
+// left to expire, so drop also sweeps key's shard when its sweep is due.
+func (s *localStore) drop(key []byte, now int64) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[string(key)]; ok {
+		delete(sh.m, string(key))
+		s.keys.Add(-1)
 	}
+	if now >= sh.nextSweep {
+		s.sweep(sh, now)
+	}
+}
+
+func (s *localStore) shard(key []byte) *localShard {
+	return &s.shards[maphash.Bytes(s.seed, key)%localShards]
+}
+
+// sweep drops sh's expired keys; sh.mu is held.
+func (s *localStore) sweep(sh *localShard, now int64) {
+	n := len(sh.m)
+	for k, v := range sh.m {
+		if v.expires <= now {
+			delete(sh.m, k)
+		}
+	}
+	s.keys.Add(int64(len(sh.m) - n))
+	sh.nextSweep = now + sweepEvery
 }
 
 // decide runs c on key's local limiter (key as the server names it) with limits divided by
 // instances. A peek (write false) neither changes nor creates state.
 func (s *localStore) decide(key []byte, c call, instances, now int64, write bool) Result {
-	sh := &s.shards[maphash.Bytes(s.seed, key)%localShards]
+	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st := sh.m[string(key)] // no allocation: the conversion is only for the lookup
@@ -102,7 +132,7 @@ func (s *localStore) decide(key []byte, c call, instances, now int64, write bool
 		st = &localState{}
 		res := decideLocal(st, c, instances, now, true)
 		if st.expires > now {
-			sh.insert(string(key), st, s.perShard, now)
+			s.insert(sh, string(key), st, now)
 		}
 		return res
 	}
@@ -112,16 +142,11 @@ func (s *localStore) decide(key []byte, c call, instances, now int64, write bool
 // insert adds a key, first making room: expired keys go once per sweepEvery, or whenever the
 // shard is full; a shard still full evicts, of a few keys, the one whose state expires first
 // (the closest to its initial state anyway).
-func (sh *localShard) insert(key string, st *localState, perShard int, now int64) {
-	if now >= sh.nextSweep || len(sh.m) >= perShard {
-		for k, v := range sh.m {
-			if v.expires <= now {
-				delete(sh.m, k)
-			}
-		}
-		sh.nextSweep = now + sweepEvery
+func (s *localStore) insert(sh *localShard, key string, st *localState, now int64) {
+	if now >= sh.nextSweep || len(sh.m) >= s.perShard {
+		s.sweep(sh, now)
 	}
-	if len(sh.m) >= perShard {
+	if len(sh.m) >= s.perShard {
 		var victim string
 		soonest := int64(math.MaxInt64)
 		n := 0
@@ -134,8 +159,10 @@ func (sh *localShard) insert(key string, st *localState, perShard int, now int64
 			}
 		}
 		delete(sh.m, victim)
+		s.keys.Add(-1)
 	}
 	sh.m[key] = st
+	s.keys.Add(1)
 }
 
 // share is a limit's local part: v / instances rounded down, so that the instances together

@@ -48,8 +48,9 @@ const (
 	// probes the server again, or its cooldown when it is not open.
 	FailClosed
 	// LocalFallback decides with an in-process limiter of the same algorithm, admitting a
-	// share of the limit: see WithInstances. Its Result.Limit is that share. The local state
-	// lasts until the server decides again.
+	// share of the limit: see WithInstances. Its Result.Limit is that share. A key's local
+	// state lasts until the server decides that key again, or until it expires: in a cluster
+	// with a shard down, the live shards' answers leave the dead shard's keys limited.
 	LocalFallback
 )
 

@@ -234,8 +234,9 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 	}
 }
 
-// A probe that answers closes the breaker, and the server's decision drops the local state:
-// the server is the truth.
+// A probe that answers closes the breaker, and the server's decision for a key drops that
+// key's local state: the server is the truth. Other keys' state stays until it expires or the
+// server decides them.
 func TestRecoveryDropsLocalState(t *testing.T) {
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
@@ -253,8 +254,46 @@ func TestRecoveryDropsLocalState(t *testing.T) {
 	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Local {
 		t.Fatalf("probe: %+v, %v", got, err)
 	}
+	if n := lim.LocalKeys(); n != 1 {
+		t.Fatalf("%d local keys after recovery, want 1 (k2's)", n)
+	}
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
+	if got, err := lim.Allow(ctx, "k2", limit); err != nil || got.Local {
+		t.Fatalf("k2: %+v, %v", got, err)
+	}
 	if n := lim.LocalKeys(); n != 0 {
-		t.Fatalf("%d local keys after recovery, want 0", n)
+		t.Fatalf("%d local keys once the server decided both, want 0", n)
+	}
+}
+
+// In a cluster with one shard down, the server's decisions for the live shard's keys leave the
+// dead shard's local state alone: those keys stay limited to their share.
+func TestOneDeadShardStaysLimited(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+		if strings.Contains(cmd.Commands()[3], "{dead}") {
+			return refused
+		}
+		return okReply
+	}).AnyTimes()
+	lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithClock(newFakeClock().now))
+	ctx := context.Background()
+	limit := client.FixedWindow{Limit: 5, Window: time.Minute}
+	admitted := 0
+	for range 100 {
+		got, err := lim.Allow(ctx, "dead", limit)
+		if err != nil || !got.Local {
+			t.Fatalf("dead shard: %+v, %v; want a local decision", got, err)
+		}
+		if got.Allowed {
+			admitted++
+		}
+		if got, err := lim.Allow(ctx, "alive", limit); err != nil || got.Local {
+			t.Fatalf("live shard: %+v, %v; want the server's decision", got, err)
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("the dead shard's key admitted %d of 100, want its limit, 5", admitted)
 	}
 }
 
