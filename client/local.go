@@ -139,11 +139,12 @@ func (s *localStore) decide(key []byte, c call, instances, now int64, write bool
 	return decideLocal(st, c, instances, now, write)
 }
 
-// insert adds a key, first making room: expired keys go once per sweepEvery, or whenever the
-// shard is full; a shard still full evicts, of a few keys, the one whose state expires first
-// (the closest to its initial state anyway).
+// insert adds a key, first making room: expired keys go once per sweepEvery; a shard still
+// full evicts, of a few keys, the one whose state expires first (the closest to its initial
+// state anyway, or expired already). A full shard is not swept on every insert: full of live
+// state, it would scan all its keys each time for nothing.
 func (s *localStore) insert(sh *localShard, key string, st *localState, now int64) {
-	if now >= sh.nextSweep || len(sh.m) >= s.perShard {
+	if now >= sh.nextSweep {
 		s.sweep(sh, now)
 	}
 	if len(sh.m) >= s.perShard {

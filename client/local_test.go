@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -168,6 +169,33 @@ func TestLocalStoreIsBounded(t *testing.T) {
 	}
 }
 
+// A full store makes room by evicting from a sample, and sweeps only on schedule: a shard full
+// of live state is not scanned on every new key (BenchmarkLocalStoreFull), and stays bounded.
+func TestLocalStoreFullSweepsOnSchedule(t *testing.T) {
+	const perShard = 4
+	s := newLocalStore(localShards * perShard)
+	live := TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}.args(1)
+	for i := range 10_000 {
+		s.decide(fmt.Appendf(nil, "live%d", i), live, 1, epoch, true)
+	}
+	// Half a second on, before any sweep is due, more new keys arrive.
+	for i := range 10_000 {
+		s.decide(fmt.Appendf(nil, "later%d", i), live, 1, epoch+int64(500*time.Millisecond), true)
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if len(sh.m) > perShard {
+			t.Fatalf("shard %d holds %d keys, want at most %d", i, len(sh.m), perShard)
+		}
+		if want := epoch + sweepEvery; sh.nextSweep != want {
+			t.Fatalf("shard %d next sweep at %+dns, want at %+dns: a full shard was swept off schedule", i, sh.nextSweep-epoch, want-epoch)
+		}
+	}
+	if n, held := s.keys.Load(), s.len(); n != int64(held) || held != localShards*perShard {
+		t.Fatalf("%d keys counted, %d held; want %d", n, held, localShards*perShard)
+	}
+}
+
 func TestShare(t *testing.T) {
 	tests := []struct {
 		v, instances, want int64
@@ -182,5 +210,23 @@ func TestShare(t *testing.T) {
 		if got := share(tt.v, tt.instances); got != tt.want {
 			t.Errorf("share(%d, %d) = %d, want %d", tt.v, tt.instances, got, tt.want)
 		}
+	}
+}
+
+// BenchmarkLocalStoreFull is the cost of a new key in a store full of live state (the default
+// bound, 100000 keys of token buckets an hour long): each one evicts another.
+func BenchmarkLocalStoreFull(b *testing.B) {
+	s := newLocalStore(DefaultLocalKeys)
+	c := TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}.args(1)
+	bound := localShards * ((DefaultLocalKeys + localShards - 1) / localShards)
+	for i := range bound * 2 {
+		s.decide(fmt.Appendf(nil, "fill%d", i), c, 1, epoch, true)
+	}
+	key := []byte("new")
+	b.ReportAllocs()
+	i := int64(0)
+	for b.Loop() {
+		s.decide(strconv.AppendInt(key[:3], i, 10), c, 1, epoch, true)
+		i++
 	}
 }
