@@ -199,7 +199,8 @@ func localFixedWindow(st *localState, limit, windowMs, cost, now int64, write bo
 	if st.t == start {
 		count = st.a
 	}
-	r := Result{Limit: limit, Remaining: limit - count, Local: true}
+	// a limit lowered since the count was taken may be below it
+	r := Result{Limit: limit, Remaining: max(0, limit-count), Local: true}
 	if count > 0 {
 		r.ResetAfter = time.Duration(resetNs)
 	}

@@ -196,6 +196,34 @@ func TestLocalStoreFullSweepsOnSchedule(t *testing.T) {
 	}
 }
 
+// A limit lowered below what a key has used leaves nothing: Remaining is 0, never negative.
+func TestLocalLoweredLimit(t *testing.T) {
+	tests := []struct {
+		name       string
+		give, then Limit
+	}{
+		{"fixed window", FixedWindow{Limit: 10, Window: time.Second}, FixedWindow{Limit: 5, Window: time.Second}},
+		{"sliding window", SlidingWindow{Limit: 10, Window: time.Second}, SlidingWindow{Limit: 5, Window: time.Second}},
+		{"sliding log", SlidingLog{Limit: 10, Window: time.Second}, SlidingLog{Limit: 5, Window: time.Second}},
+		{"token bucket", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}, TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}},
+		{"leaky bucket", LeakyBucket{Capacity: 10, Rate: 1, Period: time.Second}, LeakyBucket{Capacity: 5, Rate: 1, Period: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newLocalStore(10)
+			if got := s.decide([]byte("k"), tt.give.args(8), 1, epoch, true); !got.Allowed {
+				t.Fatalf("8 of 10: %+v", got)
+			}
+			for _, write := range []bool{false, true} {
+				got := s.decide([]byte("k"), tt.then.args(1), 1, epoch, write)
+				if got.Allowed || got.Remaining != 0 || got.Limit != 5 {
+					t.Errorf("limit lowered to 5 (write %v): %+v; want denied, Remaining 0", write, got)
+				}
+			}
+		})
+	}
+}
+
 func TestShare(t *testing.T) {
 	tests := []struct {
 		v, instances, want int64
