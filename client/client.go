@@ -31,9 +31,13 @@ type Limiter struct {
 // never dials, and never closes it. Read-only commands (Peek) go where vk sends them, e.g. to
 // replicas with valkey.ClientOption.SendToReplicas.
 //
-// New panics with an *OptionError when an option is invalid (a zero deadline...): options
-// are the program's constants, checked when it starts.
+// New panics with an *OptionError when vk is nil or an option is invalid (a zero deadline...):
+// options are the program's constants, checked when it starts, and with a nil vk every call
+// would panic instead.
 func New(vk valkey.Client, opts ...Option) *Limiter {
+	if vk == nil {
+		panic(&OptionError{Option: "vk", Reason: "must not be nil"})
+	}
 	o := options{
 		prefix:          DefaultPrefix,
 		deadline:        DefaultDeadline,
@@ -264,7 +268,7 @@ func b2i(b bool) int {
 }
 
 func prepare(limit Limit, n int64) (call, error) {
-	if limit == nil {
+	if isNil(limit) {
 		return call{}, &LimitError{Field: "limit", Reason: "must not be nil"}
 	}
 	if err := limit.Validate(); err != nil {
@@ -274,6 +278,26 @@ func prepare(limit Limit, n int64) (call, error) {
 		return call{}, err
 	}
 	return limit.args(n), nil
+}
+
+// isNil reports a nil Limit, or a nil pointer to a limit: a pointer has the value's methods,
+// and they would dereference it.
+func isNil(limit Limit) bool {
+	switch p := limit.(type) {
+	case nil:
+		return true
+	case *FixedWindow:
+		return p == nil
+	case *SlidingLog:
+		return p == nil
+	case *SlidingWindow:
+		return p == nil
+	case *TokenBucket:
+		return p == nil
+	case *LeakyBucket:
+		return p == nil
+	}
+	return false
 }
 
 // command builds FCALL (or FCALL_RO) fn 1 key args... A command is built for each call and

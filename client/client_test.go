@@ -337,6 +337,11 @@ func TestInvalidLimits(t *testing.T) {
 		field string
 	}{
 		{name: "nil", give: nil, n: 1, field: "limit"},
+		{name: "nil *FixedWindow", give: (*client.FixedWindow)(nil), n: 1, field: "limit"},
+		{name: "nil *SlidingLog", give: (*client.SlidingLog)(nil), n: 1, field: "limit"},
+		{name: "nil *SlidingWindow", give: (*client.SlidingWindow)(nil), n: 1, field: "limit"},
+		{name: "nil *TokenBucket", give: (*client.TokenBucket)(nil), n: 1, field: "limit"},
+		{name: "nil *LeakyBucket", give: (*client.LeakyBucket)(nil), n: 1, field: "limit"},
 		{name: "zero limit", give: client.FixedWindow{Window: time.Second}, n: 1, field: "FixedWindow.Limit"},
 		{name: "negative limit", give: client.FixedWindow{Limit: -1, Window: time.Second}, n: 1, field: "FixedWindow.Limit"},
 		{name: "limit too big", give: client.FixedWindow{Limit: 1e15, Window: time.Second}, n: 1, field: "FixedWindow.Limit"},
@@ -380,7 +385,8 @@ func TestInvalidLimits(t *testing.T) {
 					t.Fatalf("got %v, want a *LimitError on %s", err, tt.field)
 				}
 			}
-			if tt.give != nil && tt.field != "cost" && tt.give.Validate() == nil {
+			// (a nil pointer's Validate dereferences it, as any value method does)
+			if tt.field != "limit" && tt.field != "cost" && tt.give.Validate() == nil {
 				t.Errorf("Validate accepts it")
 			}
 		})

@@ -392,6 +392,17 @@ func TestInvalidOptions(t *testing.T) {
 			client.New(mock.NewClient(nil), tt.give)
 		})
 	}
+	// a nil client, with which every call would panic
+	func() {
+		defer func() {
+			var oe *client.OptionError
+			err, _ := recover().(error)
+			if !errors.As(err, &oe) || err.Error() != "rlfn: vk must not be nil" {
+				t.Fatalf("New(nil) panicked with %v, want an *OptionError", err)
+			}
+		}()
+		client.New(nil)
+	}()
 	// the valid extremes are accepted
 	client.New(mock.NewClient(nil), client.WithDeadline(time.Nanosecond), client.WithInstances(1_000_000),
 		client.WithBreaker(1, time.Nanosecond), client.WithLocalKeys(1), client.WithPolicy(client.LocalFallback))
