@@ -89,6 +89,9 @@ type Middleware struct {
 
 // New returns a Middleware that asks lim for a decision on every request.
 func New(lim Limiter, opts Options) (*Middleware, error) {
+	if l, ok := lim.(*client.Limiter); ok && l == nil {
+		lim = nil // a typed nil: every request would panic
+	}
 	switch {
 	case lim == nil:
 		return nil, &OptionError{Field: "Limiter", Reason: "is required"}

@@ -355,6 +355,7 @@ func TestNewRefusesOptions(t *testing.T) {
 		wantField string
 	}{
 		{"no limiter", nil, Options{Key: key, Policy: policy}, "Limiter"},
+		{"nil *client.Limiter", (*client.Limiter)(nil), Options{Key: key, Policy: policy}, "Limiter"},
 		{"no key", &fake{}, Options{Policy: policy}, "Key"},
 		{"no policy", &fake{}, Options{Key: key}, "Policy"},
 		{"negative MaxDelay", &fake{}, Options{Key: key, Policy: policy, MaxDelay: -1}, "MaxDelay"},
