@@ -277,13 +277,14 @@ func localSlidingWindow(st *localState, limit, window, cost, now int64, write bo
 	return r
 }
 
-// localSlidingLog is rl_sliding_log with admissions counted per slot of window/logSlots (at
-// least 1ms) rather than per unit: a unit leaves the window when its slot's end does, up to a
-// slot later than on the server, so the local log never admits more than limit units in any
-// span of window.
+// localSlidingLog is rl_sliding_log with admissions counted per slot of window/logSlots
+// (rounded up to whole milliseconds, so that at most logSlots slots and the current one are
+// live) rather than per unit: a unit leaves the window when its slot's end does, up to a slot
+// later than on the server, so the local log never admits more than limit units in any span
+// of window.
 func localSlidingLog(st *localState, limit, window, cost, now int64, write bool) Result {
 	nowMs := now / int64(time.Millisecond)
-	width := max(1, window/logSlots)
+	width := (window + logSlots - 1) / logSlots
 	slot := nowMs / width
 	leaves := func(s int64) int64 { return (s+1)*width + window } // ms at which a slot's units leave
 	drop := 0
@@ -322,6 +323,9 @@ func localSlidingLog(st *localState, limit, window, cost, now int64, write bool)
 		if n := len(st.log); n > 0 && st.log[n-1].slot == slot {
 			st.log[n-1].n += cost
 		} else {
+			if st.log == nil {
+				st.log = make([]logSlot, 0, logSlots+1) // all it can need: append would double to 32
+			}
 			st.log = append(st.log, logSlot{slot: slot, n: cost})
 		}
 		st.expires = leaves(slot) * int64(time.Millisecond)

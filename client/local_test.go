@@ -224,6 +224,24 @@ func TestLocalLoweredLimit(t *testing.T) {
 	}
 }
 
+// A local sliding log keeps at most logSlots+1 counts whatever its window: the slot width is
+// rounded up, so at most logSlots whole slots and the current one are live.
+func TestLocalSlidingLogSlots(t *testing.T) {
+	for _, window := range []time.Duration{time.Millisecond, 15 * time.Millisecond, 16 * time.Millisecond,
+		17 * time.Millisecond, 31 * time.Millisecond, 33 * time.Millisecond, time.Second + time.Millisecond} {
+		s := newLocalStore(10)
+		c := SlidingLog{Limit: maxLog, Window: window}.args(1)
+		for i := range 3 * window.Milliseconds() {
+			if got := s.decide([]byte("k"), c, 1, epoch+i*int64(time.Millisecond), true); !got.Allowed {
+				t.Fatalf("window %s, call %d denied: %+v", window, i, got)
+			}
+			if st := s.shard([]byte("k")).m["k"]; len(st.log) > logSlots+1 || cap(st.log) > logSlots+1 {
+				t.Fatalf("window %s, after %dms: %d counts (capacity %d), want at most %d", window, i, len(st.log), cap(st.log), logSlots+1)
+			}
+		}
+	}
+}
+
 func TestShare(t *testing.T) {
 	tests := []struct {
 		v, instances, want int64
