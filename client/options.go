@@ -163,8 +163,9 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 
 // WithLocalKeys bounds the keys LocalFallback holds state for: at most about n (a little more
 // as it is split in shards). Each shard drops its expired state once a second; a full shard
-// makes room for a new key by evicting, of 8 keys it samples, the one closest to expiring. Default: DefaultLocalKeys, 100000: about 13 MB when full of windows or buckets,
-// 40 MB of sliding logs (a local log keeps at most 17 counts per key).
+// makes room for a new key by evicting, of 8 keys it samples, the one closest to expiring.
+// Default: DefaultLocalKeys, 100000: about 8 MB when full of windows or buckets, 36 MB of
+// sliding logs (a local log keeps at most 17 counts per key), with keys of about 25 bytes.
 func WithLocalKeys(n int) Option {
 	return func(o *options) {
 		if n < 1 {
