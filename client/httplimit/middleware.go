@@ -56,7 +56,8 @@ type Options struct {
 	// (fail open), without rate-limit headers.
 	ErrorStatus int
 	// OnError is called with each error of the limiter, before ErrorStatus applies; it must be
-	// safe for concurrent use. Default (nil): the error is logged with slog.Default(), at most
+	// safe for concurrent use. A request whose context ended during the decision (its client
+	// went away) is neither reported nor answered. Default (nil): the error is logged with slog.Default(), at most
 	// once a second (with a count of the errors not logged), so a dead server does not flood
 	// the log.
 	OnError func(r *http.Request, err error)
@@ -143,6 +144,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// The name cannot contain ':', so "name:key" is injective.
 	res, err := m.lim.Allow(r.Context(), p.Name+":"+key, p.Limit)
 	if err != nil {
+		if r.Context().Err() != nil {
+			// The client went away (or the server is shutting down): nobody reads an answer,
+			// and the limiter did not fail.
+			return
+		}
 		m.failed(w, r, next, err)
 		return
 	}

@@ -267,6 +267,25 @@ func TestHoldEndsWithContext(t *testing.T) {
 	}
 }
 
+// A request its client cancelled while the limiter decided is not a limiter failure: nothing
+// is reported to OnError and nothing is answered (the client is gone).
+func TestCancelledRequestIsNoFailure(t *testing.T) {
+	lim := &fake{err: fmt.Errorf("rlfn: rl_token_bucket: %w", context.Canceled)}
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next handler reached") })
+	m := mustNew(t, lim, Options{
+		Policy:      func(*http.Request) Policy { return Policy{Limit: tokenBucket} },
+		ErrorStatus: http.StatusServiceUnavailable,
+		OnError:     func(_ *http.Request, err error) { t.Errorf("OnError(%v)", err) },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	m.Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	if rec.Code != http.StatusOK || rec.Body.Len() != 0 || len(lim.calls) != 1 {
+		t.Errorf("status %d, body %q, %d calls; want nothing written after the one call", rec.Code, rec.Body, len(lim.calls))
+	}
+}
+
 func mustNew(t *testing.T, lim Limiter, opts Options) *Middleware {
 	t.Helper()
 	if opts.Key == nil {
