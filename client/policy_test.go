@@ -297,12 +297,48 @@ func TestOneDeadShardStaysLimited(t *testing.T) {
 	}
 }
 
+// A probe whose caller gave up says nothing of the server: the next call probes at once,
+// without waiting for another cooldown.
+func TestCanceledProbeLetsTheNextCallProbe(t *testing.T) {
+	clock := newFakeClock()
+	vk := mock.NewClient(gomock.NewController(t))
+	lim := client.New(vk, client.WithBreaker(1, time.Second), client.WithClock(clock.now))
+	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	ctx := context.Background()
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
+	lim.Allow(ctx, "k", limit)
+	if _, err := lim.Allow(ctx, "k", limit); !errors.Is(err, client.ErrCircuitOpen) {
+		t.Fatalf("after one failure: %v, want ErrCircuitOpen", err)
+	}
+	clock.advance(time.Second)
+	probeCtx, cancel := context.WithCancel(ctx)
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(context.Context, valkey.Completed) valkey.ValkeyResult {
+		cancel()
+		return mock.ErrorResult(context.Canceled)
+	})
+	if _, err := lim.Allow(probeCtx, "k", limit); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled probe: %v, want context.Canceled", err)
+	}
+	// no time passes: the next call is the probe (gomock fails the test if it is not sent)
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Local {
+		t.Fatalf("next call: %+v, %v; want the server's decision", got, err)
+	}
+}
+
 // Every call gets the Limiter's deadline unless the caller's comes first, and returns by it.
 func TestDeadline(t *testing.T) {
 	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	// block waits for the call's deadline; a call that never gets one fails the test rather
+	// than hang it.
 	block := func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
-		<-ctx.Done()
-		return mock.ErrorResult(ctx.Err())
+		select {
+		case <-ctx.Done():
+			return mock.ErrorResult(ctx.Err())
+		case <-time.After(5 * time.Second):
+			t.Error("the call was not cut off at its deadline")
+			return mock.ErrorResult(errors.New("no deadline"))
+		}
 	}
 	t.Run("a call without deadline gets it", func(t *testing.T) {
 		vk := mock.NewClient(gomock.NewController(t))
