@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"net/http"
 	"time"
 
@@ -109,7 +110,7 @@ func ExampleWithPolicy() {
 			return
 		}
 		if !res.Allowed {
-			w.Header().Set("Retry-After", fmt.Sprint(int(res.RetryAfter.Seconds()+0.999)))
+			w.Header().Set("Retry-After", fmt.Sprint(int64(math.Ceil(res.RetryAfter.Seconds()))))
 			http.Error(w, "rate limited", http.StatusTooManyRequests)
 			return
 		}
