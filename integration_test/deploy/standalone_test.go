@@ -306,13 +306,24 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 		return fmt.Errorf("deploy under a held lock: %v, want ErrLocked saying who and how long", err)
 	}
 
-	full := cl.Primaries[0]
-	if full == lockOwner(t, cl) {
-		full = cl.Primaries[1]
+	// The refusing primary is the last one loaded that does not hold the lock (a full node
+	// would refuse its SET too), loaded one at a time: so at least one primary is loaded
+	// before it refuses and must be restored, which needs FUNCTION DELETE. With parallel
+	// loads, the refusal could come first and leave nothing to restore.
+	var full *harness.Server
+	for _, s := range p.Steps {
+		for _, srv := range cl.Primaries {
+			if srv.Addr == s.Node.Addr && s.Action == deployer.ActionLoad && srv != lockOwner(t, cl) {
+				full = srv
+			}
+		}
+	}
+	if full == nil {
+		t.Fatal("no primary to refuse the load")
 	}
 	fc := full.Client(t)
 	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error()
-	rep, err := tg.Apply(ctx, p, deployer.Options{VerifyTimeout: 2 * time.Second})
+	rep, err := tg.Apply(ctx, p, deployer.Options{VerifyTimeout: 2 * time.Second, Parallelism: 1})
 	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error()
 	var partial *deployer.PartialError
 	if !errors.As(err, &partial) {
