@@ -133,6 +133,10 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if l.metrics != nil {
 		start = time.Now()
 	}
+	var sent int64
+	if l.local != nil {
+		sent = l.clock()
+	}
 	res, err := l.server(ctx, op, key, c)
 	kind := kindNone
 	if err != nil {
@@ -150,7 +154,7 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if kind == kindNone && l.local != nil && l.local.used() {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
-		l.local.drop(appendKey(b[:0], l.prefix, key, c.fn.algorithm), l.clock())
+		l.local.drop(appendKey(b[:0], l.prefix, key, c.fn.algorithm), sent, l.clock())
 	}
 	if m := l.metrics; m != nil {
 		out := outError

@@ -28,6 +28,7 @@ const (
 // localState is one key's state. Which fields mean what depends on the algorithm: a window's
 // start and counts, or a bucket's time and level.
 type localState struct {
+	created int64 // when the first local decision made it (ns, the Limiter's clock)
 	expires int64 // when the state is back to its initial value; the entry is dead from then
 	t       int64 // fixed and sliding window: window start (ms); buckets: time of level (ns)
 	a, b    int64 // fixed window: count in a; sliding window: previous in a, current in b
@@ -85,11 +86,15 @@ func (s *localStore) used() bool { return s.keys.Load() != 0 }
 // truth. Only key's: in a cluster with a shard down, the server keeps deciding the other
 // shards' keys while the dead shard's keys are still decided here. The other keys' state is
 // left to expire, so drop also sweeps key's shard when its sweep is due.
-func (s *localStore) drop(key []byte, now int64) {
+//
+// sent is when the server's call was sent: a call sent before the local state began (in
+// flight when the outage started, answered late) says nothing of what happened since, and
+// dropping the state on it would hand the key a second local budget.
+func (s *localStore) drop(key []byte, sent, now int64) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[string(key)]; ok {
+	if st, ok := sh.m[string(key)]; ok && st.created < sent {
 		delete(sh.m, string(key))
 		s.keys.Add(-1)
 	}
@@ -122,14 +127,14 @@ func (s *localStore) decide(key []byte, c call, instances, now int64, write bool
 	defer sh.mu.Unlock()
 	st := sh.m[string(key)] // no allocation: the conversion is only for the lookup
 	if st != nil && st.expires <= now {
-		*st = localState{log: st.log[:0]}
+		*st = localState{created: now, log: st.log[:0]}
 	}
 	if st == nil {
 		if !write {
 			var zero localState
 			return decideLocal(&zero, c, instances, now, false)
 		}
-		st = &localState{}
+		st = &localState{created: now}
 		res := decideLocal(st, c, instances, now, true)
 		if st.expires > now {
 			s.insert(sh, string(key), st, now)

@@ -276,3 +276,25 @@ func BenchmarkLocalStoreFull(b *testing.B) {
 		i++
 	}
 }
+
+// TestDropIgnoresStragglers: a server decision on a call sent before the key's local state
+// began (in flight when the outage started) must not hand the key a second local budget.
+func TestDropIgnoresStragglers(t *testing.T) {
+	s := newLocalStore(10)
+	c := FixedWindow{Limit: 5, Window: time.Hour}.args(1)
+	key := []byte("k")
+	const t0 = epoch + int64(time.Minute)
+	for range 5 {
+		if r := s.decide(key, c, 1, t0, true); !r.Allowed {
+			t.Fatalf("local share not admitted: %+v", r)
+		}
+	}
+	s.drop(key, t0-1, t0+1) // sent before the local state began: a straggler
+	if r := s.decide(key, c, 1, t0+2, true); r.Allowed {
+		t.Fatalf("a straggler's answer reset the local state: %+v admitted a 6th", r)
+	}
+	s.drop(key, t0+3, t0+4) // sent after: the server decides the key again
+	if r := s.decide(key, c, 1, t0+5, true); !r.Allowed {
+		t.Fatalf("the server's decision did not drop the local state: %+v", r)
+	}
+}
