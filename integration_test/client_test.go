@@ -41,7 +41,7 @@ func ctx5s(t testing.TB) context.Context {
 // say so; peeks and costs of 0 or above the limit behave as the contract says.
 func TestClientAdmitsThenDenies(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := client.New(tg.c)
+		lim := client.New(tg.c, slowMachine)
 		for _, l := range clientLimits {
 			t.Run(l.name, func(t *testing.T) {
 				ctx := ctx5s(t)
@@ -101,7 +101,7 @@ func TestClientLibraryError(t *testing.T) {
 		if err := do(t, tg.c, tg.c.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := client.New(tg.c).Allow(ctx, key, limit)
+		_, err := client.New(tg.c, slowMachine).Allow(ctx, key, limit)
 		var le *client.LibraryError
 		if !errors.As(err, &le) || le.Function != "rl_sliding_window" {
 			t.Fatalf("got %v, want a *client.LibraryError", err)
@@ -116,14 +116,14 @@ func TestClientPeekRunsOnAReplica(t *testing.T) {
 		ctx := ctx5s(t)
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: 10 * time.Minute}
-		if _, err := client.New(tg.c).AllowN(ctx, key, limit, 2); err != nil {
+		if _, err := client.New(tg.c, slowMachine).AllowN(ctx, key, limit, 2); err != nil {
 			t.Fatal(err)
 		}
 		stateKey := client.Key(client.DefaultPrefix, key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
 
-		lim := client.New(readsFromReplicas(t, tg, rep))
+		lim := client.New(readsFromReplicas(t, tg, rep), slowMachine)
 		before := commandCalls(t, rep.c, "fcall_ro")
 		for range 5 {
 			r, err := lim.Peek(ctx, key, limit)
@@ -198,7 +198,7 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim := client.New(vk, slowMachine)
 	ctx := ctx5s(t)
 	limit := client.SlidingLog{Limit: 4, Window: time.Minute}
 	if _, err := lim.Allow(ctx, "user:42", limit); err != nil {
@@ -221,7 +221,7 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 // A server without the library answers ErrNotLoaded, which says what to do.
 func TestClientNotLoaded(t *testing.T) {
 	s := harness.StartValkey(t)
-	lim := client.New(s.Client(t))
+	lim := client.New(s.Client(t), slowMachine)
 	ctx := ctx5s(t)
 	limit := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}
 	for name, call := range map[string]func() (client.Result, error){
@@ -253,7 +253,7 @@ func sourceWithVersion(t *testing.T, v string) string {
 func TestClientCheck(t *testing.T) {
 	t.Run("shared targets", func(t *testing.T) {
 		forEachTarget(t, func(t *testing.T, tg *target) {
-			if err := client.New(tg.c).Check(ctx5s(t)); err != nil {
+			if err := client.New(tg.c, slowMachine).Check(ctx5s(t)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -262,14 +262,14 @@ func TestClientCheck(t *testing.T) {
 		s := harness.StartValkey(t)
 		c := s.Client(t)
 		loadCode(t, c, sourceWithVersion(t, "2.0.0"))
-		err := client.New(c).Check(ctx5s(t))
+		err := client.New(c, slowMachine).Check(ctx5s(t))
 		var ve *client.VersionError
 		if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "2.0.0" || errors.Is(err, client.ErrNotLoaded) {
 			t.Fatalf("got %v, want a *VersionError naming %s", err, s.Addr)
 		}
 		// a minor version ahead is still the same contract
 		loadCode(t, c, sourceWithVersion(t, "1.99.0"))
-		if err := client.New(c).Check(ctx5s(t)); err != nil {
+		if err := client.New(c, slowMachine).Check(ctx5s(t)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -278,7 +278,7 @@ func TestClientCheck(t *testing.T) {
 		good, wrong, none := cl.Primaries[0], cl.Primaries[1], cl.Primaries[2]
 		loadCode(t, good.Client(t), functions.Source)
 		loadCode(t, wrong.Client(t), sourceWithVersion(t, "2.0.0"))
-		err := client.New(cl.Client(t, false)).Check(ctx5s(t))
+		err := client.New(cl.Client(t, false), slowMachine).Check(ctx5s(t))
 		if err == nil {
 			t.Fatal("no error")
 		}
@@ -323,7 +323,7 @@ func TestClientHostileKeys(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		prefix := keyFor(t) + ":"
-		lim := client.New(tg.c, client.WithPrefix(prefix))
+		lim := client.New(tg.c, client.WithPrefix(prefix), slowMachine)
 		roomInWindow(t, tg.c, 60_000, 3*time.Second)
 		for round, want := range []bool{true, false} {
 			for _, l := range limits {
@@ -415,7 +415,7 @@ func serverArgs(l client.Limit) (fn string, args []string) {
 // trip included: the allocations are the client's and valkey-go's together.
 func BenchmarkClientAllow(b *testing.B) {
 	tg := servers(b)[0]
-	lim := client.New(tg.c)
+	lim := client.New(tg.c, slowMachine)
 	ctx := context.Background()
 	limit := client.TokenBucket{Capacity: 1e12, Rate: 1e12, Period: time.Second}
 	key := keyFor(b)
@@ -426,3 +426,8 @@ func BenchmarkClientAllow(b *testing.B) {
 		}
 	}
 }
+
+// slowMachine replaces the client's 100ms default deadline in tests of what the server
+// decides: a test machine running other suites at once can take longer than that, and a
+// deadline is tested on its own (client_failure_test.go).
+var slowMachine = client.WithDeadline(5 * time.Second)

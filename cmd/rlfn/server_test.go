@@ -144,7 +144,7 @@ func TestLifecycle(t *testing.T) {
 				calls[3].Key != client.Key(client.DefaultPrefix, "user:42", limit) || calls[3].RetryAfterMs <= 0 {
 				t.Fatalf("call --repeat 4 on a bucket of 3 = %+v", calls)
 			}
-			lim := client.New(primary.Client(t))
+			lim := client.New(primary.Client(t), client.WithDeadline(5*time.Second))
 			if res, err := lim.Peek(context.Background(), "user:42", limit); err != nil || res.Allowed || res.Remaining != 0 {
 				t.Fatalf("the client's Peek after the CLI's calls = %+v, %v; want the bucket empty", res, err)
 			}

@@ -21,7 +21,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	tg := discover(t, urlOf(cl.Primaries[0]))
 	deploy(t, tg, v100, false)
 
-	lim := client.New(cl.Client(t, false)) // ReturnError: any failure is an error here
+	lim := client.New(cl.Client(t, false), client.WithDeadline(time.Second)) // ReturnError: any failure is an error here
 	limits := []client.Limit{
 		client.FixedWindow{Limit: 1000, Window: time.Second},
 		client.SlidingLog{Limit: 100, Window: time.Second},
