@@ -93,22 +93,16 @@ type Report struct {
 
 // LeftOut returns the nodes a forced deploy left out because they could not be inspected
 // (OutcomeLeftOut): they are NOT deployed, and nothing is known of what they run.
-func (r Report) LeftOut() []NodeResult {
-	var out []NodeResult
-	for _, n := range r.Nodes {
-		if n.Outcome == OutcomeLeftOut {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func (r Report) LeftOut() []NodeResult { return r.with(OutcomeLeftOut) }
 
 // NotRestored returns the nodes a failed deploy changed and could not put back
 // (OutcomeRestoreFailed): look at them.
-func (r Report) NotRestored() []NodeResult {
+func (r Report) NotRestored() []NodeResult { return r.with(OutcomeRestoreFailed) }
+
+func (r Report) with(o Outcome) []NodeResult {
 	var out []NodeResult
 	for _, n := range r.Nodes {
-		if n.Outcome == OutcomeRestoreFailed {
+		if n.Outcome == o {
 			out = append(out, n)
 		}
 	}

@@ -66,36 +66,30 @@ func permute(app *cli.App, args []string) []string {
 	return out
 }
 
-// defines reports whether arg ("--name", "-name" or "--name=value") names one of flags.
-func defines(flags []cli.Flag, arg string) bool {
+// lookup finds the flag arg ("--name", "-name" or "--name=value") names among flags.
+func lookup(flags []cli.Flag, arg string) cli.Flag {
 	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
 	for _, f := range flags {
 		for _, n := range f.Names() {
 			if n == name {
-				return true
+				return f
 			}
 		}
 	}
-	return false
+	return nil
 }
 
-// takesValue reports whether arg ("--name" or "-name", without "=value") names one of flags
-// that takes a value; an unknown flag is treated as taking none, and cli reports it.
+// defines reports whether arg names one of flags.
+func defines(flags []cli.Flag, arg string) bool { return lookup(flags, arg) != nil }
+
+// takesValue reports whether arg names one of flags that takes its value from the next
+// argument: not a bool flag, and not written "--name=value". An unknown flag is treated as
+// taking none, and cli reports it.
 func takesValue(flags []cli.Flag, arg string) bool {
-	name := strings.TrimLeft(arg, "-")
-	if strings.Contains(name, "=") {
+	if strings.Contains(arg, "=") {
 		return false
 	}
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n != name {
-				continue
-			}
-			if bf, ok := f.(*cli.BoolFlag); ok && bf != nil {
-				return false
-			}
-			return true
-		}
-	}
-	return false
+	f := lookup(flags, arg)
+	_, isBool := f.(*cli.BoolFlag)
+	return f != nil && !isBool
 }

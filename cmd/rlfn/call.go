@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,7 +141,7 @@ func parseLimit(c *cli.Context, algorithm string) (client.Limit, error) {
 		return nil, usageError(c, fmt.Sprintf("unknown algorithm %q: fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket", algorithm))
 	}
 	for _, name := range []string{"limit", "window", "capacity", "rate", "period", "mode"} {
-		if c.IsSet(name) && !contains(want, name) {
+		if c.IsSet(name) && !slices.Contains(want, name) {
 			return nil, usageError(c, fmt.Sprintf("--%s does not apply to %s", name, algorithm))
 		}
 	}
@@ -150,15 +151,6 @@ func parseLimit(c *cli.Context, algorithm string) (client.Limit, error) {
 		}
 	}
 	return limit, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's.
