@@ -387,9 +387,9 @@ func load(ctx context.Context, s *server, cg *callgrind, a algorithm, cfg config
 			r.admitted++
 		}
 	}
-	info, err := s.info(ctx, "commandstats")
+	st, err := harness.CommandStats(ctx, s.vk, a.stat)
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("%s: cmdstat_%s: %w", a.name, a.stat, err)
 	}
 	if cg != nil {
 		ir, err := cg.dump(fmt.Sprintf("%s.%d", a.name, round))
@@ -398,11 +398,7 @@ func load(ctx context.Context, s *server, cg *callgrind, a algorithm, cfg config
 		}
 		r.ir = float64(ir) / float64(cfg.decisions)
 	}
-	st, err := harness.ParseCommandStat(info["cmdstat_"+a.stat])
 	calls, usec, failed := st.Calls, st.Usec, st.Failed+st.Rejected
-	if err != nil {
-		return r, fmt.Errorf("%s: cmdstat_%s: %w", a.name, a.stat, err)
-	}
 	if calls != int64(cfg.decisions) || failed != 0 {
 		return r, fmt.Errorf("%s: cmdstat_%s counted %d calls (%d failed), want %d",
 			a.name, a.stat, calls, failed, cfg.decisions)

@@ -58,13 +58,9 @@ type throughputEnv struct {
 //     for each goroutine, its best case (its default pool, 10 per GOMAXPROCS, would queue
 //     goroutines for a connection).
 func newThroughputEnv(b *testing.B) *throughputEnv {
-	callers := defaultCallers
-	if v := os.Getenv("RLFN_BENCH_CALLERS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("RLFN_BENCH_CALLERS=%q: want a positive integer", v)
-		}
-		callers = n
+	callers := envInt(b, "RLFN_BENCH_CALLERS", defaultCallers)
+	if callers < 1 {
+		b.Fatalf("RLFN_BENCH_CALLERS=%d: want at least 1", callers)
 	}
 	opt := valkey.ClientOption{
 		DisableCache: true, // no CLIENT TRACKING: the server does no tracking work

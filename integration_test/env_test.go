@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -108,6 +109,10 @@ var fuzz struct {
 
 func fuzzTarget(t testing.TB) *target {
 	t.Helper()
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		// Only the seed corpus runs (go test): the shared environment is up anyway.
+		return servers(t)[0]
+	}
 	fuzz.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
