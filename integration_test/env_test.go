@@ -78,19 +78,9 @@ func servers(t testing.TB) []*target {
 	t.Helper()
 	env.once.Do(func() { env.err = startEnv() })
 	if env.err != nil {
-		unavailable(t, "test servers", env.err)
+		harness.Unavailable(t, "test servers", env.err)
 	}
 	return env.targets
-}
-
-// unavailable ends a test whose servers could not start: it fails in CI, and skips elsewhere
-// saying why.
-func unavailable(t testing.TB, what string, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: %v", what, err)
-	}
-	t.Skipf("%s unavailable (run make images; in CI this fails): %v", what, err)
 }
 
 func forEachTarget(t *testing.T, fn func(t *testing.T, tg *target)) {
@@ -129,7 +119,7 @@ func fuzzTarget(t testing.TB) *target {
 		fuzz.tg, fuzz.err = &target{name: "valkey8", c: c, primary: c}, err
 	})
 	if fuzz.err != nil {
-		unavailable(t, "fuzz server", fuzz.err)
+		harness.Unavailable(t, "fuzz server", fuzz.err)
 	}
 	return fuzz.tg
 }

@@ -64,7 +64,6 @@ func callAction(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	opt.DisableCache = true
 	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
 	vk, err := valkey.NewClient(opt)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -121,12 +120,10 @@ func confirm(c *cli.Context, plan deployer.Plan) error {
 	return errors.New("deploy: not confirmed; nothing changed")
 }
 
-// progress prints each node's steps as they happen, for a person watching a terminal.
+// progress prints each node's steps as they happen, for a person watching a terminal. The
+// deployer serialises its calls.
 func progress(c *cli.Context, p palette) func(deployer.Event) {
-	var mu sync.Mutex
 	return func(e deployer.Event) {
-		mu.Lock()
-		defer mu.Unlock()
 		status := p.green("ok")
 		if e.Err != nil {
 			status = p.red(oneLine(e.Err.Error()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -134,7 +135,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 		if !strings.HasSuffix(err.Error(), "(use --force)") || !strings.Contains(err.Error(), cl.Primaries[0].Addr) {
 			t.Errorf("refusal message: %s", err)
 		}
-		if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+		if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 			t.Errorf("a refused deploy changed nodes:\nbefore %v\nafter  %v", before, after)
 		}
 	}
@@ -146,18 +147,6 @@ func TestUpgradeAndRollback(t *testing.T) {
 			t.Errorf("%s runs %s after the rollback", s.Addr, label(got))
 		}
 	}
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDrift: a primary whose code matches no release blocks the deploy, which changes
@@ -196,7 +185,7 @@ func TestDrift(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got  %s\nwant %s...", err, want)
 	}
-	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+	if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 		t.Errorf("a refused deploy changed nodes")
 	}
 
@@ -290,7 +279,7 @@ func TestRefusingPrimary(t *testing.T) {
 	if restored != 2*(len(order)-1) {
 		t.Errorf("%d restore events, want one per other primary and its replica: %q", restored, events)
 	}
-	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+	if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 		t.Errorf("nodes changed by a failed deploy:\nbefore %v\nafter  %v", before, after)
 	}
 	for _, s := range cl.Nodes() {
@@ -315,7 +304,7 @@ func TestStalePlan(t *testing.T) {
 	if !errors.Is(err, deployer.ErrStalePlan) || !strings.Contains(err.Error(), cl.Primaries[1].Addr) {
 		t.Fatalf("Apply of a stale plan: %v, want ErrStalePlan naming %s", err, cl.Primaries[1].Addr)
 	}
-	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+	if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 		t.Error("a stale plan changed nodes")
 	}
 	if v := lockValue(t, cl); v != "" {

@@ -34,16 +34,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// unavailable ends a test whose servers could not start: it fails in CI, and skips
-// elsewhere saying why.
-func unavailable(t testing.TB, what string, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: %v", what, err)
-	}
-	t.Skipf("%s unavailable (run make images; in CI this fails): %v", what, err)
-}
-
 // sharedCluster returns the shared 3-primary, 3-replica cluster, reset: no library on any
 // node, no deploy lock. Tests using it must not run in parallel.
 func sharedCluster(t testing.TB) *harness.Cluster {
@@ -58,7 +48,7 @@ func sharedCluster(t testing.TB) *harness.Cluster {
 		}
 	})
 	if env.err != nil {
-		unavailable(t, "shared cluster", env.err)
+		harness.Unavailable(t, "shared cluster", env.err)
 	}
 	reset(t, env.cluster.Nodes())
 	return env.cluster

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func TestLockExcludes(t *testing.T) {
 		!strings.Contains(err.Error(), "lease expires in") {
 		t.Errorf("second deploy: %v, want ErrLocked naming deployer A and its lease", err)
 	}
-	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+	if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 		t.Error("the locked-out deploy changed nodes")
 	}
 	if errA != nil {
@@ -118,7 +119,7 @@ func TestLockLost(t *testing.T) {
 	if !rep.RolledBack {
 		t.Error("not rolled back")
 	}
-	if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+	if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 		t.Errorf("nodes changed by a deploy that lost its lock:\nbefore %v\nafter  %v", before, after)
 	}
 	if v := lockValue(t, cl); v != other {
@@ -216,7 +217,7 @@ func TestCancelled(t *testing.T) {
 					t.Errorf("after a cancel: %s", n)
 				}
 			}
-			if after := snapshot(t, cl.Nodes()); !equal(before, after) {
+			if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
 				t.Errorf("nodes changed by a cancelled deploy:\nbefore %v\nafter  %v", before, after)
 			}
 			if v := lockValue(t, cl); v != "" {

@@ -62,12 +62,19 @@ func Require(t testing.TB, images ...string) {
 	}
 	for _, image := range images {
 		if err := checkImage(image); err != nil {
-			if inCI() {
-				t.Fatalf("harness: %v (CI=true: failing instead of skipping)", err)
-			}
-			t.Skipf("harness: %v (skipping; with CI=true this fails)", err)
+			Unavailable(t, "harness", err)
 		}
 	}
+}
+
+// Unavailable ends a test that could not get what it needs (a server, an image): it skips,
+// or fails when CI is set true, so a CI run can never pass by silently skipping.
+func Unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if inCI() {
+		t.Fatalf("%s: %v (CI=true: failing instead of skipping)", what, err)
+	}
+	t.Skipf("%s: %v (skipping: run make images; with CI=true this fails)", what, err)
 }
 
 // Available reports why a test could not get a server from image: Docker is
