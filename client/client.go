@@ -66,7 +66,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		l.local = newLocalStore(o.localKeys)
 	}
 	if o.meterProvider != nil {
-		l.metrics = newMetricsOrPanic(o.meterProvider)
+		l.metrics = newMetrics(o.meterProvider)
 	}
 	return l
 }
@@ -133,8 +133,11 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if l.metrics != nil {
 		start = time.Now()
 	}
+	// Only an answer to a call sent after a key's local state began drops it (see drop); with
+	// no local state at all, there is nothing to drop and no need to read the clock.
 	var sent int64
-	if l.local != nil {
+	dropLocal := l.local != nil && l.local.used()
+	if dropLocal {
 		sent = l.clock()
 	}
 	res, err := l.server(ctx, op, key, c)
@@ -151,7 +154,7 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 		// the server answered, if only with an error
 		l.transition(ctx, l.breaker.success(probe))
 	}
-	if kind == kindNone && l.local != nil && l.local.used() {
+	if kind == kindNone && dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
 		l.local.drop(appendKey(b[:0], l.prefix, key, c.fn.algorithm), sent, l.clock())

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -90,28 +91,26 @@ type metrics struct {
 	transitionOpts [3][]metric.AddOption // by breakerState
 }
 
-func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+// newMetrics creates the instruments and their attribute sets. New cannot return an error,
+// and the API's instruments never fail to be created with valid names, so an error is a
+// broken provider: it panics.
+func newMetrics(mp metric.MeterProvider) *metrics {
 	meter := mp.Meter("github.com/rlfn/rlfn/client")
 	m := &metrics{}
-	var err error
-	if m.decisions, err = meter.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
-		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy.")); err != nil {
-		return nil, err
-	}
-	if m.errors, err = meter.Int64Counter(MetricErrors, metric.WithUnit("{error}"),
-		metric.WithDescription("Errors met by calls, whether returned or decided by a failure policy.")); err != nil {
-		return nil, err
-	}
-	if m.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+	var errs [4]error
+	m.decisions, errs[0] = meter.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy."))
+	m.errors, errs[1] = meter.Int64Counter(MetricErrors, metric.WithUnit("{error}"),
+		metric.WithDescription("Errors met by calls, whether returned or decided by a failure policy."))
+	m.duration, errs[2] = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Latency of the calls sent to the server."),
 		// A call takes tens of microseconds on a LAN and at most the deadline.
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-			0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)); err != nil {
-		return nil, err
-	}
-	if m.transitions, err = meter.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
-		metric.WithDescription("Changes of state of the circuit breaker.")); err != nil {
-		return nil, err
+			0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+	m.transitions, errs[3] = meter.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
+		metric.WithDescription("Changes of state of the circuit breaker."))
+	if err := errors.Join(errs[:]...); err != nil {
+		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
 	}
 	for a, fn := range functions {
 		for op := range 2 {
@@ -137,16 +136,6 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	for s := closed; s <= halfOpen; s++ {
 		set := attribute.NewSet(attribute.String("rlfn.breaker.state", s.String()))
 		m.transitionOpts[s] = []metric.AddOption{metric.WithAttributeSet(set)}
-	}
-	return m, nil
-}
-
-// newMetricsOrPanic is newMetrics for New, which cannot return an error: the API's
-// instruments never fail to be created with valid names, so an error is a broken provider.
-func newMetricsOrPanic(mp metric.MeterProvider) *metrics {
-	m, err := newMetrics(mp)
-	if err != nil {
-		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
 	}
 	return m
 }
