@@ -107,35 +107,12 @@ func serverKilled(t *testing.T, s *harness.Server) {
 		runs = append(runs, r)
 	}
 
-	// Every worker calls Allow continuously (a little spaced, so that local decisions, a
-	// microsecond each, do not fill memory with records) until stop.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := newTraffic(t)
 	for _, r := range runs {
 		for w := range workers {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					start := time.Now()
-					res, err := r.lim.Allow(context.Background(), r.keys[w], failLimit)
-					r.records[w] = append(r.records[w], record{start, time.Since(start), res, err})
-					time.Sleep(500 * time.Microsecond)
-				}
-			})
+			tr.call(r.lim, r.keys[w], &r.records[w])
 		}
 	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
 
 	time.Sleep(300 * time.Millisecond)
 	// Hung: the server takes connections and commands but runs none for a while, so calls
@@ -172,8 +149,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 	}
 	loadedAt := time.Now()
 	time.Sleep(failCooldown + failDeadline + slack + 300*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	tr.end()
 
 	// What each call must be, by when it started; calls in between (a kill under way, a pause
 	// ending) are only held to the deadline. recover: the server decides again by recoverBy,
@@ -307,6 +283,44 @@ func checkPolicy(t *testing.T, phase string, p client.Policy, rec record, notLoa
 	}
 }
 
+// traffic is workers calling Allow continuously, a little spaced so that local decisions (a
+// microsecond each) do not fill memory with records, until end.
+type traffic struct {
+	stop chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+// newTraffic returns a traffic that ends, at the latest, with the test.
+func newTraffic(t *testing.T) *traffic {
+	tr := &traffic{stop: make(chan struct{})}
+	t.Cleanup(tr.end)
+	return tr
+}
+
+// call starts a worker calling lim.Allow for key and appending each call to *recs.
+func (tr *traffic) call(lim *client.Limiter, key string, recs *[]record) {
+	tr.wg.Go(func() {
+		for {
+			select {
+			case <-tr.stop:
+				return
+			default:
+			}
+			start := time.Now()
+			res, err := lim.Allow(context.Background(), key, failLimit)
+			*recs = append(*recs, record{start, time.Since(start), res, err})
+			time.Sleep(500 * time.Microsecond)
+		}
+	})
+}
+
+// end stops the workers and waits for them: their records are complete when it returns.
+func (tr *traffic) end() {
+	tr.once.Do(func() { close(tr.stop) })
+	tr.wg.Wait()
+}
+
 // counts is a policyRun's dials and breaker probes at one time.
 type counts struct {
 	at            time.Time
@@ -400,31 +414,10 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 
 	const workers = 2 // on one key: the share is the key's, whichever goroutine asks
 	records := make([][]record, workers)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := newTraffic(t)
 	for w := range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				res, err := lim.Allow(context.Background(), key, failLimit)
-				records[w] = append(records[w], record{start, time.Since(start), res, err})
-				time.Sleep(500 * time.Microsecond)
-			}
-		})
+		tr.call(lim, key, &records[w])
 	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
 
 	time.Sleep(300 * time.Millisecond)
 	killAt := time.Now()
@@ -444,11 +437,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// back empty: the deploy's job, done here
-	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{victim.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(vc.Close)
+	vc := victim.Client(t)
 	loadSent := time.Now() // calls from then may find the library
 	if err := load(ctx, vc); err != nil {
 		t.Fatal(err)
@@ -456,8 +445,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 	loadedAt := time.Now()
 	recoverBy := loadedAt.Add(failCooldown + failDeadline + slack)
 	time.Sleep(time.Until(recoverBy) + 300*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	tr.end()
 
 	var maxTook time.Duration
 	var calls, local, allowedLocally int

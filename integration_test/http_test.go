@@ -32,13 +32,6 @@ func httpValkey(t *testing.T) (*harness.Server, valkey.Client) {
 	return s, c
 }
 
-// newLimiter is the client the tests put behind the middleware. Its deadline is far beyond the
-// client's default (100ms): these tests are about the middleware's answers, and a call held up
-// on a loaded machine must not turn into a fail-open response without headers.
-func newLimiter(vk valkey.Client) *client.Limiter {
-	return client.New(vk, client.WithDeadline(5*time.Second))
-}
-
 // limitedServer serves "ok" behind the middleware over real HTTP on 127.0.0.1, every request
 // counted against the key in its X-Key header.
 func limitedServer(t *testing.T, lim httplimit.Limiter, opts httplimit.Options, next http.Handler) *httptest.Server {
@@ -99,7 +92,7 @@ func headerInt(t *testing.T, r response, name string) int64 {
 func TestHTTPTokenBucket(t *testing.T) {
 	_, vk := httpValkey(t)
 	limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: 2 * time.Second}
-	srv := limitedServer(t, newLimiter(vk), httplimit.Options{
+	srv := limitedServer(t, client.New(vk, slowMachine), httplimit.Options{
 		Policy: func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "burst", Limit: limit} },
 	}, nil)
 	key := keyFor(t)
@@ -195,7 +188,7 @@ func TestHTTPShape(t *testing.T) {
 		r.Context().Value(traceKey{}).(*decision).reached = time.Now()
 		io.WriteString(w, "ok")
 	})
-	m, err := httplimit.New(recorder{newLimiter(vk)}, httplimit.Options{
+	m, err := httplimit.New(recorder{client.New(vk, slowMachine)}, httplimit.Options{
 		Key:      func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Policy:   func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "upload", Limit: limit} },
 		MaxDelay: maxDelay,
@@ -290,8 +283,8 @@ func TestHTTPServerGone(t *testing.T) {
 	policy := func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "api", Limit: limit} }
 	var errs sync.Map
 	onError := func(r *http.Request, err error) { errs.Store(r.URL.Path, err) }
-	open := limitedServer(t, newLimiter(vk), httplimit.Options{Policy: policy, OnError: onError}, nil)
-	closed := limitedServer(t, newLimiter(vk), httplimit.Options{Policy: policy, OnError: onError,
+	open := limitedServer(t, client.New(vk, slowMachine), httplimit.Options{Policy: policy, OnError: onError}, nil)
+	closed := limitedServer(t, client.New(vk, slowMachine), httplimit.Options{Policy: policy, OnError: onError,
 		ErrorStatus: http.StatusServiceUnavailable}, nil)
 	key := keyFor(t)
 
