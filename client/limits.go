@@ -16,7 +16,9 @@ const (
 
 // Limit is a limiter's configuration: FixedWindow, SlidingLog, SlidingWindow, TokenBucket or
 // LeakyBucket. It is a value: a call may use any limit, and a changed limit applies to the
-// state the previous one left (the key does not depend on it).
+// state the previous one left (the key does not depend on it). Keep limits that are used on
+// every request in variables of type Limit: a struct converted to the interface at each call
+// costs an allocation each time.
 type Limit interface {
 	// Validate reports, as a *LimitError, why the library would refuse this limit.
 	Validate() error

@@ -66,14 +66,14 @@ func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, 
 	h[headerLimit] = vals[2:3:3]
 	h[headerRemaining] = vals[3:4:4]
 	h[headerReset] = vals[4:5:5]
+	if refused && wait != client.Never {
+		// X-RateLimit-Reset is then the wait, in the same delay-seconds: share its value.
+		h["Retry-After"] = vals[4:5:5]
+	}
 }
 
-// seconds formats d as delay-seconds, rounded up: a client that waits that long has waited
-// at least d.
-func seconds(d time.Duration) string {
-	return string(appendSeconds(nil, d))
-}
-
+// appendSeconds appends d as delay-seconds, rounded up: a client that waits that long has
+// waited at least d.
 func appendSeconds(b []byte, d time.Duration) []byte {
 	if d <= 0 {
 		return append(b, '0')

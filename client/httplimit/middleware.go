@@ -216,10 +216,10 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 	writeJSON(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable", RetryAfterMs: -1})
 }
 
+// deny answers 429; setHeaders has set Retry-After.
 func deny(w http.ResponseWriter, policy string, wait time.Duration) {
 	b := body{Error: "rate limited", Policy: policy, RetryAfterMs: -1}
 	if wait != client.Never {
-		w.Header()["Retry-After"] = []string{seconds(wait)}
 		b.RetryAfterMs = wait.Milliseconds()
 		if wait%time.Millisecond != 0 {
 			b.RetryAfterMs++

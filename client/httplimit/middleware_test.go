@@ -359,7 +359,7 @@ func TestSeconds(t *testing.T) {
 		{90 * time.Second, "90"},
 	}
 	for _, tt := range tests {
-		if got := seconds(tt.give); got != tt.want {
+		if got := string(appendSeconds(nil, tt.give)); got != tt.want {
 			t.Errorf("seconds(%s) = %s, want %s", tt.give, got, tt.want)
 		}
 	}
