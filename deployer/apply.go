@@ -247,15 +247,14 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		return r.report(), nil
 	}
 
-	lockClient, lockNode, closeLock, err := t.lockClient(ctx, p, r.opts.LockKey)
+	lockClient, lockNode, err := t.lockClient(ctx, p, r.opts.LockKey)
 	if err != nil {
 		r.emit(Event{Phase: PhaseLock, Err: err})
 		return r.report(), err
 	}
-	defer closeLock()
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	l, err := acquire(ctx, lockClient, r.opts.LockKey, lockWhere(lockNode), r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
+	l, err := acquire(ctx, lockClient, r.opts.LockKey, lockNode.Addr, r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
 	r.emit(Event{Node: lockNode, Phase: PhaseLock, Err: err})
 	if err != nil {
 		return r.report(), err
@@ -305,10 +304,11 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	return r.report(), nil
 }
 
-// lockClient returns a client that reaches the lock key's owner, and that node: the
-// primary of a standalone target, or a cluster client routing to the primary that owns
-// the key's slot (found from CLUSTER NODES, for messages; Node{} if that fails).
-func (t *Target) lockClient(ctx context.Context, p Plan, key string) (valkey.Client, Node, func(), error) {
+// lockClient returns the Target's connection to the node that holds the lock key: the
+// first primary of a standalone target, or the primary that owns the key's slot in a
+// cluster, found in CLUSTER NODES. The lock is a key like any other on that node, so it
+// needs no client of its own.
+func (t *Target) lockClient(ctx context.Context, p Plan, key string) (valkey.Client, Node, error) {
 	var primaries []Node
 	for _, s := range p.Steps {
 		if s.Node.Role == RolePrimary && s.State != StateUnknown {
@@ -316,49 +316,31 @@ func (t *Target) lockClient(ctx context.Context, p Plan, key string) (valkey.Cli
 		}
 	}
 	if len(primaries) == 0 {
-		return nil, Node{}, nil, fmt.Errorf("deployer: lock %s: no reachable primary", key)
+		return nil, Node{}, fmt.Errorf("deployer: lock %s: no reachable primary", key)
+	}
+	owner := primaries[0]
+	c, err := t.conn(owner.Addr)
+	if err != nil {
+		return nil, Node{}, fmt.Errorf("deployer: lock %s on %s: %w", key, owner.Addr, err)
 	}
 	if !t.Topology().Cluster {
-		c, err := t.conn(primaries[0].Addr)
-		if err != nil {
-			return nil, Node{}, nil, fmt.Errorf("deployer: lock %s on %s: %w", key, primaries[0].Addr, err)
-		}
-		return c.c, primaries[0], func() {}, nil
+		return c.c, owner, nil
 	}
-	var owner Node
-	if c, err := t.conn(primaries[0].Addr); err == nil {
-		if text, err := c.clusterNodes(ctx); err == nil {
-			host, _, _ := net.SplitHostPort(primaries[0].Addr)
-			if addr, ok := slotOwner(text, host, keySlot(key)); ok {
-				if i := slices.IndexFunc(primaries, func(n Node) bool { return n.Addr == addr }); i >= 0 {
-					owner = primaries[i]
-				}
-			}
-		}
-	}
-	opt := t.opt
-	opt.InitAddress = nil
-	for _, n := range primaries {
-		opt.InitAddress = append(opt.InitAddress, n.Addr)
-	}
-	opt.DisableCache = true
-	opt.ForceSingleClient = false
-	if opt.TLSConfig != nil {
-		opt.TLSConfig = opt.TLSConfig.Clone()
-	}
-	c, err := valkey.NewClient(opt)
+	text, err := c.clusterNodes(ctx)
 	if err != nil {
-		return nil, Node{}, nil, fmt.Errorf("deployer: lock %s on %s: cluster client: %w", key, lockWhere(owner), err)
+		return nil, Node{}, fmt.Errorf("deployer: lock %s: %s: %w", key, owner.Addr, err)
 	}
-	return c, owner, c.Close, nil
-}
-
-// lockWhere names the lock's node in messages.
-func lockWhere(n Node) string {
-	if n.Addr == "" {
-		return "the cluster"
+	host, _, _ := net.SplitHostPort(owner.Addr)
+	addr, ok := slotOwner(text, host, keySlot(key))
+	i := slices.IndexFunc(primaries, func(n Node) bool { return n.Addr == addr })
+	if !ok || i < 0 {
+		return nil, Node{}, fmt.Errorf("deployer: lock %s: no reachable primary serves its slot %d", key, keySlot(key))
 	}
-	return n.Addr
+	owner = primaries[i]
+	if c, err = t.conn(owner.Addr); err != nil {
+		return nil, Node{}, fmt.Errorf("deployer: lock %s on %s: %w", key, owner.Addr, err)
+	}
+	return c.c, owner, nil
 }
 
 // checkStale discovers and inspects the target again and compares it with the plan.

@@ -30,13 +30,12 @@
 // A deploy-only ACL user needs exactly ACLRules (with LockKey, or Options.LockKey):
 //
 //	ACL SETUSER deployer on >password resetkeys ~rlfn:deploy:lock resetchannels -@all
-//	    +info +cluster|nodes +cluster|shards +cluster|slots
+//	    +info +cluster|nodes
 //	    +function|list +function|load +function|delete +fcall_ro
 //	    +set +get +pttl +eval +pexpire +del
 //
-// info and cluster|nodes: discovery (HELLO and AUTH need no rule);
-// cluster|shards and cluster|slots: the routed client that reaches the lock's slot owner
-// (SHARDS on Valkey 8, SLOTS on Redis 7); function|list: inspect and verify;
+// info and cluster|nodes: discovery, and finding the lock key's slot owner (HELLO and AUTH
+// need no rule); function|list: inspect and verify;
 // function|load and function|delete: deploy and restore; fcall_ro: verify rl_version;
 // set, get, pttl, eval, and pexpire and del (which the renew and release scripts call)
 // on the lock key only: the lock. No other key is readable. ACL

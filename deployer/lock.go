@@ -151,7 +151,7 @@ func (l *lease) release(ctx context.Context) error {
 // ACL SETUSER <name> on ><password> ACLRules... (see the package doc for what each is for).
 var ACLRules = []string{
 	"resetkeys", "~" + LockKey, "resetchannels", "-@all",
-	"+info", "+cluster|nodes", "+cluster|shards", "+cluster|slots",
+	"+info", "+cluster|nodes",
 	"+function|list", "+function|load", "+function|delete", "+fcall_ro",
 	"+set", "+get", "+pttl", "+eval", "+pexpire", "+del",
 }
