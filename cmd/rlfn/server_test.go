@@ -36,18 +36,10 @@ func standalone(t *testing.T, start func(testing.TB, ...string) *harness.Server)
 	replica = start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := replica.Client(t)
-	for {
-		info, err := harness.Info(ctx, c, "replication")
-		if err == nil && info["master_link_status"] == "up" {
-			return primary, replica
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("replica %s never linked to %s: %v %v", replica.Addr, primary.Addr, info, err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := primary.WaitReplicas(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
+	return primary, replica
 }
 
 // rlfnAt runs rlfn against the server at addr.
@@ -211,18 +203,8 @@ func wantVersion(t *testing.T, primary, replica *harness.Server, want string) {
 
 func wantCode(t *testing.T, s *harness.Server, want string) {
 	t.Helper()
-	c := s.Client(t)
-	libs, err := c.Do(context.Background(), c.B().FunctionList().Libraryname(functions.Library).Withcode().Build()).ToArray()
-	if err != nil || len(libs) != 1 {
-		t.Fatalf("FUNCTION LIST on %s: %d libraries, %v", s.Addr, len(libs), err)
-	}
-	m, err := libs[0].AsMap()
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := m["library_code"]
-	got, _ := code.ToString()
-	if got != want {
-		t.Fatalf("%s runs other code than expected", s.Addr)
+	got, err := harness.LibraryCode(context.Background(), s.Client(t), functions.Library)
+	if err != nil || got != want {
+		t.Fatalf("%s runs other code than expected (%v)", s.Addr, err)
 	}
 }

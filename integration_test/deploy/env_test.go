@@ -178,23 +178,11 @@ func describe(rep deployer.Report) string {
 // code returns the ratelimit library's code on a node, read directly, "" when absent.
 func code(t testing.TB, s *harness.Server) string {
 	t.Helper()
-	c := s.Client(t)
-	libs, err := c.Do(t.Context(), c.B().FunctionList().Libraryname("ratelimit").Withcode().Build()).ToArray()
+	got, err := harness.LibraryCode(t.Context(), s.Client(t), "ratelimit")
 	if err != nil {
 		t.Fatalf("%s: FUNCTION LIST: %v", s.Addr, err)
 	}
-	for _, l := range libs {
-		m, err := l.AsMap()
-		if err != nil {
-			t.Fatal(err)
-		}
-		name, lc := m["library_name"], m["library_code"]
-		if n, _ := name.ToString(); n == "ratelimit" {
-			s, _ := lc.ToString()
-			return s
-		}
-	}
-	return ""
+	return got
 }
 
 // waitCode waits up to 10s for a node (a replica catching up) to hold code.

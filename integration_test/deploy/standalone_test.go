@@ -104,17 +104,10 @@ func TestStandalone(t *testing.T) {
 // waitReplicas waits until a primary has n replicas online.
 func waitReplicas(t *testing.T, p *harness.Server, n int) {
 	t.Helper()
-	c := p.Client(t)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		info, err := harness.Info(t.Context(), c, "replication")
-		if err == nil && info["connected_slaves"] == fmt.Sprint(n) && strings.Contains(info["slave0"], "state=online") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d replicas not online after 15s: %v %v", p.Addr, n, info, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := p.WaitReplicas(ctx, n); err != nil {
+		t.Fatal(err)
 	}
 }
 

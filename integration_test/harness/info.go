@@ -69,3 +69,48 @@ func ParseCommandStat(v string) (CommandStat, error) {
 	}
 	return CommandStat{Calls: f["calls"], Usec: f["usec"], Failed: f["failed_calls"], Rejected: f["rejected_calls"]}, nil
 }
+
+// LibraryCode returns the code of the function library name on the node c talks to, "" when
+// it has none.
+func LibraryCode(ctx context.Context, c valkey.Client, name string) (string, error) {
+	libs, err := c.Do(ctx, c.B().FunctionList().Libraryname(name).Withcode().Build()).ToArray()
+	if err != nil {
+		return "", err
+	}
+	// LIBRARYNAME is a pattern (and case-insensitive on Redis 7.0): pick the exact name.
+	for _, l := range libs {
+		m, err := l.AsMap()
+		if err != nil {
+			return "", err
+		}
+		n, lc := m["library_name"], m["library_code"]
+		if got, _ := n.ToString(); got == name {
+			return lc.ToString()
+		}
+	}
+	return "", nil
+}
+
+// WaitReplicas waits until s, a primary, has n replicas connected and online.
+func (s *Server) WaitReplicas(ctx context.Context, n int) error {
+	c, err := s.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return waitFor(ctx, fmt.Sprintf("%d replicas of %s online", n, s.Addr), func() error {
+		info, err := Info(ctx, c, "replication")
+		if err != nil {
+			return err
+		}
+		if info["connected_slaves"] != strconv.Itoa(n) {
+			return fmt.Errorf("connected_slaves=%s", info["connected_slaves"])
+		}
+		for i := range n {
+			if r := info[fmt.Sprintf("slave%d", i)]; !strings.Contains(r, "state=online") {
+				return fmt.Errorf("slave%d: %s", i, r)
+			}
+		}
+		return nil
+	})
+}
