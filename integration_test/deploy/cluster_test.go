@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -228,13 +227,8 @@ func TestRefusingPrimary(t *testing.T) {
 			lockKey = k
 		}
 	}
-	c := full.Client(t)
-	if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error()
-	})
+	setMaxmemory(t, full, "1")
+	t.Cleanup(func() { setMaxmemory(t, full, "0") })
 
 	before := snapshot(t, cl.Nodes())
 	var events []string
@@ -344,21 +338,15 @@ func TestRestoreFails(t *testing.T) {
 		}
 	}
 	broken, full := order[0], order[1]
-	setMaxmemory := func(s *harness.Server, v string) {
-		c := s.Client(t)
-		if err := c.Do(context.Background(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
-			t.Error(err)
-		}
-	}
-	setMaxmemory(full, "1")
-	t.Cleanup(func() { setMaxmemory(full, "0"); setMaxmemory(broken, "0") })
+	setMaxmemory(t, full, "1")
+	t.Cleanup(func() { setMaxmemory(t, full, "0"); setMaxmemory(t, broken, "0") })
 
 	rep, err := tg.Apply(t.Context(), plan(t, tg, v110, false), deployer.Options{
 		Parallelism:   1,
 		VerifyTimeout: 2 * time.Second,
 		Progress: func(e deployer.Event) {
 			if e.Phase == deployer.PhaseLoad && e.Node.Addr == broken.Addr && e.Err == nil {
-				setMaxmemory(broken, "1")
+				setMaxmemory(t, broken, "1")
 			}
 		},
 	})

@@ -175,6 +175,15 @@ func describe(rep deployer.Report) string {
 	return b.String()
 }
 
+// setMaxmemory sets a node's maxmemory: "1" makes it refuse FUNCTION LOAD (OOM), "0" lifts it.
+func setMaxmemory(t testing.TB, s *harness.Server, v string) {
+	t.Helper()
+	c := s.Client(t)
+	if err := c.Do(context.Background(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
+		t.Errorf("%s: CONFIG SET maxmemory %s: %v", s.Addr, v, err)
+	}
+}
+
 // code returns the ratelimit library's code on a node, read directly, "" when absent.
 func code(t testing.TB, s *harness.Server) string {
 	t.Helper()

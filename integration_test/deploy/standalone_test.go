@@ -211,10 +211,7 @@ func TestACLCluster(t *testing.T) {
 	if full == lockOwner(t, cl) {
 		full = cl.Primaries[1]
 	}
-	fc := full.Client(t)
-	if err := fc.Do(t.Context(), fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	setMaxmemory(t, full, "1")
 	_, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{})
 	var partial *deployer.PartialError
 	if !errors.As(err, &partial) {
@@ -228,9 +225,7 @@ func TestACLCluster(t *testing.T) {
 	for _, s := range cl.Nodes() {
 		waitCode(t, s, "")
 	}
-	if err := fc.Do(t.Context(), fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	setMaxmemory(t, full, "0")
 	deploy(t, tg, v100, false)
 	deploy(t, tg, v110, false)
 
@@ -318,10 +313,9 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 	if full == nil {
 		t.Fatal("no primary to refuse the load")
 	}
-	fc := full.Client(t)
-	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error()
+	setMaxmemory(t, full, "1")
 	rep, err := tg.Apply(ctx, p, deployer.Options{VerifyTimeout: 2 * time.Second, Parallelism: 1})
-	_ = fc.Do(ctx, fc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "0").Build()).Error()
+	setMaxmemory(t, full, "0")
 	var partial *deployer.PartialError
 	if !errors.As(err, &partial) {
 		return fmt.Errorf("refused deploy: %v, want a PartialError", err)
