@@ -35,6 +35,7 @@ bench-cost: ## server cost per decision against redis_rate (callgrind and INFO c
 	bash scripts/bench-cost.sh
 
 bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR on one Valkey 8, 6 interleaved runs
+	@# no tee: sh has no pipefail, and a failed run must stop the loop
 	@out=$$(mktemp); for i in 1 2 3 4 5 6; do \
-	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$' -count 1 -timeout 0 | tee -a $$out || exit 1; done; \
-	  echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
+	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$' -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
+	  cat $$out; echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
