@@ -107,7 +107,7 @@ func startNodes(ctx context.Context, n int) ([]*Server, error) {
 	var wg sync.WaitGroup
 	for i := range nodes {
 		wg.Go(func() {
-			nodes[i], errs[i] = startServer(ctx, ValkeyImage(), "valkey-server", true, nil)
+			nodes[i], errs[i] = startServer(ctx, spec{image: ValkeyImage(), binary: "valkey-server", cluster: true})
 		})
 	}
 	wg.Wait()

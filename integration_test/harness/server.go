@@ -41,38 +41,38 @@ type Server struct {
 // args appended to its command line, and removes it when the test ends.
 func StartValkey(t testing.TB, args ...string) *Server {
 	t.Helper()
-	return startStandalone(t, ValkeyImage(), "valkey-server", args)
+	return startStandalone(t, spec{image: ValkeyImage(), binary: "valkey-server", args: args})
 }
 
 // StartRedis starts a standalone Redis server (RedisImage) with args appended
 // to its command line, and removes it when the test ends.
 func StartRedis(t testing.TB, args ...string) *Server {
 	t.Helper()
-	return startStandalone(t, RedisImage(), "redis-server", args)
+	return startStandalone(t, spec{image: RedisImage(), binary: "redis-server", args: args})
 }
 
 // NewValkey is StartValkey for callers without a test, such as a TestMain that
 // shares servers between tests: the caller terminates the server.
 func NewValkey(ctx context.Context, args ...string) (*Server, error) {
-	return newStandalone(ctx, ValkeyImage(), "valkey-server", args)
+	return newStandalone(ctx, spec{image: ValkeyImage(), binary: "valkey-server", args: args})
 }
 
 // NewRedis is StartRedis for callers without a test.
 func NewRedis(ctx context.Context, args ...string) (*Server, error) {
-	return newStandalone(ctx, RedisImage(), "redis-server", args)
+	return newStandalone(ctx, spec{image: RedisImage(), binary: "redis-server", args: args})
 }
 
-func newStandalone(ctx context.Context, image, binary string, args []string) (*Server, error) {
-	if err := checkImage(image); err != nil {
+func newStandalone(ctx context.Context, sp spec) (*Server, error) {
+	if err := checkImage(sp.image); err != nil {
 		return nil, err
 	}
-	return startServer(ctx, image, binary, false, args)
+	return startServer(ctx, sp)
 }
 
-func startStandalone(t testing.TB, image, binary string, args []string) *Server {
+func startStandalone(t testing.TB, sp spec) *Server {
 	t.Helper()
-	Require(t, image)
-	s, err := startServer(t.Context(), image, binary, false, args)
+	Require(t, sp.image)
+	s, err := startServer(t.Context(), sp)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -170,13 +170,6 @@ func terminate(t testing.TB, servers ...*Server) {
 	wg.Wait()
 }
 
-// startServer starts one server in a container on a free port, retrying with
-// another port when the port was taken (by another process, between freePort
-// and the server's bind).
-func startServer(ctx context.Context, image, binary string, cluster bool, args []string) (*Server, error) {
-	return startSpec(ctx, spec{image: image, binary: binary, cluster: cluster, args: args})
-}
-
 // spec is what a server is started with.
 type spec struct {
 	image, binary string
@@ -185,11 +178,13 @@ type spec struct {
 	tls           *TLS // serve TLS only, on Port, with this certificate
 }
 
-func startSpec(ctx context.Context, sp spec) (*Server, error) {
-	image, binary, cluster, args := sp.image, sp.binary, sp.cluster, sp.args
+// startServer starts one server in a container on a free port, retrying with
+// another port when the port was taken (by another process, between freePort
+// and the server's bind).
+func startServer(ctx context.Context, sp spec) (*Server, error) {
 	var errs []error
 	for attempt := 1; attempt <= 3 && ctx.Err() == nil; attempt++ {
-		port, err := freePort(cluster)
+		port, err := freePort(sp.cluster)
 		if err != nil {
 			return nil, err
 		}
@@ -197,12 +192,12 @@ func startSpec(ctx context.Context, sp spec) (*Server, error) {
 		if sp.tls != nil {
 			listen = append([]string{"--port", "0", "--tls-port", strconv.Itoa(port)}, sp.tls.args()...)
 		}
-		cmd := append([]string{binary, "--bind", "127.0.0.1"}, listen...)
+		cmd := append([]string{sp.binary, "--bind", "127.0.0.1"}, listen...)
 		cmd = append(cmd, "--save", "", "--appendonly", "no",
 			// A primary otherwise waits 5s for more replicas before a
 			// (diskless) full sync: most of a cluster's start-up time.
 			"--repl-diskless-sync-delay", "0")
-		if cluster {
+		if sp.cluster {
 			cmd = append(cmd, "--cluster-enabled", "yes",
 				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
 				"--cluster-node-timeout", "2000",
@@ -211,8 +206,8 @@ func startSpec(ctx context.Context, sp spec) (*Server, error) {
 				// its cluster bus connections.
 				"--cluster-announce-ip", "127.0.0.1")
 		}
-		cmd = append(cmd, args...)
-		s, err := runContainer(ctx, image, cmd, port, sp.tls)
+		cmd = append(cmd, sp.args...)
+		s, err := runContainer(ctx, sp.image, cmd, port, sp.tls)
 		if err == nil {
 			return s, nil
 		}
@@ -224,7 +219,7 @@ func startSpec(ctx context.Context, sp spec) (*Server, error) {
 	if err := ctx.Err(); err != nil {
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("start %s: %w", image, errors.Join(errs...))
+	return nil, fmt.Errorf("start %s: %w", sp.image, errors.Join(errs...))
 }
 
 func runContainer(ctx context.Context, image string, cmd []string, port int, tlsFiles *TLS) (*Server, error) {
@@ -296,25 +291,14 @@ func tail(ctr testcontainers.Container) string {
 	return "\ncontainer log:\n" + string(b)
 }
 
-// newClient connects to this server only, over TLS if it speaks TLS.
+// newClient connects to this server only, never following the cluster topology, over TLS
+// if it speaks TLS.
 func (s *Server) newClient() (valkey.Client, error) {
-	if s.tls == nil {
-		return newNodeClient(s.Addr)
-	}
 	return valkey.NewClient(valkey.ClientOption{
 		InitAddress:       []string{s.Addr},
 		ForceSingleClient: true,
-		DisableCache:      true,
-		TLSConfig:         s.tls.ClientConfig(),
-	})
-}
-
-// newNodeClient connects to one node, never following the cluster topology.
-func newNodeClient(addr string) (valkey.Client, error) {
-	return valkey.NewClient(valkey.ClientOption{
-		InitAddress:       []string{addr},
-		ForceSingleClient: true,
 		DisableCache:      true, // no client-side caching: tests see the server's answers
+		TLSConfig:         s.tls.ClientConfig(),
 	})
 }
 

@@ -95,8 +95,12 @@ func NewTLS() (*TLS, error) {
 }
 
 // ClientConfig trusts only this CA. The server name is left to the dialer, which takes
-// the host of the address it dials (127.0.0.1, in the certificate).
+// the host of the address it dials (127.0.0.1, in the certificate). A nil TLS has none: the
+// server speaks plain text.
 func (t *TLS) ClientConfig() *tls.Config {
+	if t == nil {
+		return nil
+	}
 	return &tls.Config{RootCAs: t.pool, MinVersion: tls.VersionTLS12}
 }
 
@@ -122,19 +126,10 @@ func (t *TLS) files() []testcontainers.ContainerFile {
 // harness connect over TLS. It is removed when the test ends.
 func StartValkeyTLS(t testing.TB, ca *TLS, args ...string) *Server {
 	t.Helper()
-	Require(t, ValkeyImage())
-	s, err := NewValkeyTLS(t.Context(), ca, args...)
-	if err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	t.Cleanup(func() { terminate(t, s) })
-	return s
+	return startStandalone(t, spec{image: ValkeyImage(), binary: "valkey-server", args: args, tls: ca})
 }
 
 // NewValkeyTLS is StartValkeyTLS for callers without a test: the caller terminates it.
 func NewValkeyTLS(ctx context.Context, ca *TLS, args ...string) (*Server, error) {
-	if err := checkImage(ValkeyImage()); err != nil {
-		return nil, err
-	}
-	return startSpec(ctx, spec{image: ValkeyImage(), binary: "valkey-server", args: args, tls: ca})
+	return newStandalone(ctx, spec{image: ValkeyImage(), binary: "valkey-server", args: args, tls: ca})
 }
