@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,35 +189,13 @@ func connect(b *testing.B, addr string) *server {
 	return s
 }
 
-// startServer starts serverBin on a free loopback port, with no persistence, and kills it
-// when the benchmark ends.
-func startServer(b *testing.B, serverBin string) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// startServer starts a throwaway server for the benchmark through the harness: Valkey, or
+// Redis when RLFN_BENCH_SERVER names it; removed when the benchmark ends.
+func startServer(b *testing.B, which string) string {
+	if strings.Contains(which, "redis") {
+		return harness.StartRedis(b).Addr
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(serverBin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", b.TempDir())
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start %s: %v", serverBin, err)
-	}
-	b.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s on %s: no answer: %v", serverBin, addr, err)
-		}
-	}
+	return harness.StartValkey(b).Addr
 }
 
 // info returns the fields of INFO section.

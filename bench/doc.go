@@ -32,8 +32,9 @@
 //
 // Environment:
 //
-//	RLFN_BENCH_ADDR        server for the microseconds and the memory (host:port); unset: start
-//	                       $RLFN_BENCH_SERVER (default valkey-server) on a free 127.0.0.1 port
+//	RLFN_BENCH_ADDR        server for the microseconds and the memory (host:port); unset: a
+//	                       Valkey 8 container from the harness, or Redis 7.0 when
+//	                       RLFN_BENCH_SERVER is redis-server
 //	RLFN_CALLGRIND_PID     pid of a server run under callgrind as above: count instructions
 //	RLFN_CALLGRIND_ADDR    its address (default RLFN_BENCH_ADDR: one server for everything)
 //	RLFN_CALLGRIND_OUT     its --callgrind-out-file (default: read from /proc/PID/cmdline)
