@@ -1,0 +1,1108 @@
+#!lua name=ratelimit
+--[[
+ratelimit: five rate-limiting algorithms as one Valkey / Redis Functions library, with the
+production patterns around them (reserve, refunds, concurrency leases, several limits in one
+decision).
+
+Contract (major version 1; see DESIGN.md):
+  * every limiter takes exactly one key, KEYS[1], which holds all of its state;
+  * ARGV numbers are decimal integers, durations are milliseconds, rates are `rate` units per
+    `period_ms`;
+  * every limiter, peek, refund and lease function replies with six integers:
+      {allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms}
+    (rl_multi adds a seventh: the 1-based index of the binding limit);
+  * `<name>_peek` answers the same question without writing (flag no-writes, so FCALL_RO and
+    replicas can serve it);
+  * bad arguments, and keys that hold anything but the called algorithm's own state, are
+    answered with an error starting `RLERR` before anything is written.
+
+Each algorithm is one descriptor (see ALGORITHMS below): how to parse its arguments, how to
+decide, how to refund. The limiter, its peek, its refund and its rl_multi group are all made
+from it by register(), which refuses to load a descriptor that lacks a piece.
+
+Why the arithmetic looks the way it does:
+  * Time is the server's TIME in integer microseconds (about 1.7e15): Lua numbers are doubles,
+    exact for integers below 2^53 (9.007e15), so every quantity here is kept an integer below
+    2^53, and argument bounds are chosen so that products stay below it.
+  * State is kept as little-endian doubles packed with struct.pack: exact, and much cheaper
+    than decimal text (sprintf and strtod are the largest costs of a call otherwise). A number
+    passed to redis.call or tostring keeps only 14 significant digits, which would round a
+    microsecond timestamp, so only millisecond times (13 digits) are passed as numbers, and a
+    sliding log's microsecond score is written with string.format('%d').
+  * Divisions go through floor_div / ceil_div, which correct the rounding of the float
+    quotient, so retry_after_ms is never one millisecond short.
+  * Token and leaky buckets keep their level as an exact integer count of 1/p-token units
+    (see bucket_decide), so no fraction of a token is lost between calls.
+  * Keys expire with an absolute PXAT/PEXPIREAT taken from the same TIME, at the first
+    millisecond at which the state is back to its initial value: never earlier (no state is
+    lost) and at most a millisecond later. A call that leaves a limiter in its initial state
+    deletes its key.
+
+State formats are those of 1.0.0, unchanged (a rollback to 1.0.0 keeps every live limiter);
+concurrency leases are the only new state.
+]]
+
+local VERSION = '1.1.0'
+-- The standard libraries are hidden while FUNCTION LOAD runs, and reaching a global from a
+-- function goes through the library's environment (two table lookups and a metatable): bind
+-- the ones used on the hot path to upvalues on the first call.
+local format, find, sub, floor, fmod, min, ceil, rcall, rpcall, concat, spack, sunpack
+local tonumber, type, pcall, error, unpack
+local function bind()
+  format, find, sub = string.format, string.find, string.sub
+  floor, fmod, min, ceil = math.floor, math.fmod, math.min, math.ceil
+  rcall, rpcall, concat = redis.call, redis.pcall, table.concat
+  spack, sunpack = struct.pack, struct.unpack
+  tonumber, type, pcall, error, unpack = _G.tonumber, _G.type, _G.pcall, _G.error, _G.unpack
+end
+
+-- 2^53: a product that reaches it may have been rounded (2^53 + 1 rounds to 2^53), so every
+-- product checked against it must be strictly below.
+local MAX_SAFE = 9007199254740992
+local MAX_INT = 999999999999999       -- the largest limit, capacity, rate or cost (15 digits)
+local MAX_DURATION_MS = 100000000000  -- 10^11 ms, a little over 3 years
+local MAX_LOG = 100000                -- a sliding log keeps one entry per admitted unit
+local MAX_ID = 128                    -- a lease holder's id, in bytes
+local MAX_MULTI = 16                  -- keys in one rl_multi
+local ZADD_BATCH = 1000               -- members per ZADD: unpack() is limited by the C stack
+local INF = 1 / 0
+-- Every timestamp the library writes is the server's TIME: in microseconds it is above 10^14
+-- (1973) and in milliseconds below it (year 5138). That tells a bucket's state (microseconds)
+-- from a sliding window's (milliseconds), which have the same size. Every number a state holds
+-- is an integer, and x % 1 == 0 is false for a fraction, NaN and an infinity alike.
+local US_FLOOR = 1e14
+
+-- Validation errors are raised as {rlerr = message} and turned into RLERR replies by
+-- guarded(); any other error is a bug and propagates unchanged.
+local function rlerr(msg)
+  error({rlerr = msg}, 0)
+end
+
+local function guarded(fn)
+  return function(keys, args)
+    if not floor then
+      bind()
+    end
+    local ok, res = pcall(fn, keys, args)
+    if ok then
+      return res
+    end
+    if type(res) == 'table' and res.rlerr then
+      return redis.error_reply('RLERR ' .. res.rlerr)
+    end
+    error(res, 0)
+  end
+end
+
+local function shown(s)
+  if #s > 32 then
+    s = sub(s, 1, 32) .. '...'
+  end
+  return "'" .. s .. "'"
+end
+
+-- uint parses a decimal integer in [lo, hi]: digits only, so '-1', '+1', '1.5', '1e3', '0x10'
+-- and ' 1' are all refused, and at most 15 digits, so the value is exact.
+-- parsed remembers the values of the valid argument strings seen lately (strings are interned,
+-- so the lookup hashes nothing): callers repeat the same limits call after call.
+local parsed, nparsed = {}, 0
+local function uint(args, i, name, lo, hi)
+  local s = args[i]
+  local n = parsed[s]
+  if n and n >= lo and n <= hi then
+    return n
+  end
+  if not find(s, '^%d+$') or #s > 15 then
+    rlerr(format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
+  end
+  n = s + 0
+  if n < lo or n > hi then
+    rlerr(format('%s must be an integer from %d to %d, got %s', name, lo, hi, shown(s)))
+  end
+  if nparsed >= 256 then
+    parsed, nparsed = {}, 0
+  end
+  parsed[s], nparsed = n, nparsed + 1
+  return n
+end
+
+-- floor_div and ceil_div divide non-negative integers below 2^53 exactly: the float quotient
+-- may be rounded up or down by one, which is corrected with exact products. Hot callers
+-- inline the b == 1 case, so these do not test it.
+local function floor_div(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+local function gcd(a, b)
+  while b ~= 0 do
+    a, b = b, fmod(a, b)
+  end
+  return a
+end
+
+-- to_ms is ceil_div(us, 1000) written out: a Lua call costs about 400 instructions and this
+-- runs on every decision.
+local function to_ms(us)
+  if us <= 0 then
+    return 0
+  end
+  local q = floor(us / 1000)
+  if q * 1000 > us then
+    q = q - 1
+  elseif (q + 1) * 1000 <= us then
+    q = q + 1
+  end
+  if q * 1000 < us then
+    q = q + 1
+  end
+  return q
+end
+
+local function now_us()
+  local t = rcall('TIME')
+  return t[1] * 1000000 + t[2]
+end
+
+-- wrongtype reports the error of the first command on a limiter's key (redis.pcall returns
+-- it as a table), a key of another type, as RLERR rather than as a runtime error. Callers
+-- test for the table inline: a helper wrapping the call itself costs a Lua call and a vararg
+-- on every decision.
+local function wrongtype(name, key, res)
+  rlerr(format('%s: key %s: %s', name, shown(key), res.err))
+end
+
+local function foreign(name, key, algorithm)
+  rlerr(format('%s: key %s does not hold %s state', name, shown(key), algorithm))
+end
+
+-- read_state returns the fields of a state packed as `layout` (size bytes), or nil when the
+-- key does not exist; a string of another size is refused.
+local function read_state(name, key, layout, size, algorithm)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' then
+    wrongtype(name, key, v)
+  end
+  if not v then
+    return nil
+  end
+  if #v ~= size then
+    foreign(name, key, algorithm)
+  end
+  return sunpack(layout, v)
+end
+
+local function reply(allowed, limit, remaining, retry_ms, reset_ms, delay_ms)
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {allowed and 1 or 0, limit, remaining, retry_ms, reset_ms, delay_ms}
+end
+
+--[[
+Every algorithm is a descriptor:
+  name     its name in rl_multi groups and in its functions' names (rl_<name>...)
+  args     its limiter's ARGV names, without the optional trailing `reserve`
+  parse(args, o) -> cost, limit, a, b, c
+           validates args[o+1 .. o+#args] and returns the cost, then the limit (or capacity)
+           and the algorithm's other parameters
+  decide(name, key, now, emit, cost, reserve, limit, a, b, c) -> reply
+           judges cost + reserve against the state at `now` (microseconds) and consumes cost
+           when admitted. emit is how it writes: redis.call for a limiter call, nil for a peek
+           (nothing is written), or rl_multi's collector, which runs the writes only if every
+           limit admits.
+  refund(name, key, now, n, limit, a, b, c) -> reply
+           gives back n units, as far as the state still holds them.
+]]
+
+--[[
+fixed_window
+  KEYS[1] -> state: string struct.pack('<dd', window_start_ms, count), expiring when its
+             window ends
+  ARGV    -> limit      units per window, 1..10^15-1
+             window_ms  window length; windows are aligned to the Unix epoch
+             cost       units this call takes, 0..10^15-1
+             [reserve]  0..limit units that must be left after this call (default 0)
+  At most `limit` units per aligned window: a client may use `limit` at the end of one window
+  and `limit` again at the start of the next.
+]]
+local WINDOW_ARGS = {'limit', 'window_ms', 'cost'}
+
+-- fixed_state returns the count of the window starting at start, and whether a key exists;
+-- a state that is not a finite window start and a non-negative count is foreign.
+local function fixed_state(name, key, start)
+  local s, c = read_state(name, key, '<dd', 16, 'fixed_window')
+  if not s then
+    return 0, false
+  end
+  if not (c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
+    foreign(name, key, 'fixed_window')
+  end
+  if s == start then
+    return c, true
+  end
+  return 0, true
+end
+
+local fixed_window = {
+  name = 'fixed_window',
+  args = WINDOW_ARGS,
+  parse = function(args, o)
+    return uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT),
+      uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+  end,
+  decide = function(name, key, now, emit, cost, reserve, limit, window)
+    local now_ms = floor(now / 1000)
+    local start = now_ms - fmod(now_ms, window)
+    local reset_ms = to_ms((start + window) * 1000 - now)
+    local count, exists = fixed_state(name, key, start)
+    local need = cost + reserve
+
+    if need > limit or count + need > limit then
+      if emit and exists and count == 0 then
+        emit('DEL', key) -- a window that has ended: the initial state
+      end
+      -- the next window starts empty, so it admits any need <= limit
+      return reply(false, limit, limit - count - reserve, need > limit and -1 or reset_ms,
+        count > 0 and reset_ms or 0, 0)
+    end
+    if emit and cost > 0 then
+      count = count + cost
+      emit('SET', key, spack('<dd', start, count), 'PXAT', start + window)
+      return reply(true, limit, limit - count - reserve, 0, reset_ms, 0)
+    end
+    if emit and exists and count == 0 then
+      emit('DEL', key)
+    end
+    return reply(true, limit, limit - count - reserve, 0, count > 0 and reset_ms or 0, 0)
+  end,
+  refund = function(name, key, now, n, limit, window)
+    local now_ms = floor(now / 1000)
+    local start = now_ms - fmod(now_ms, window)
+    local count, exists = fixed_state(name, key, start)
+    if not exists then
+      return {1, limit, limit, 0, 0, 0}
+    end
+    count = count - n
+    if count <= 0 then
+      rcall('DEL', key)
+      return {1, limit, limit, 0, 0, 0}
+    end
+    if n > 0 then
+      rcall('SET', key, spack('<dd', start, count), 'PXAT', start + window)
+    end
+    return reply(true, limit, limit - count, 0, to_ms((start + window) * 1000 - now), 0)
+  end,
+}
+
+--[[
+sliding_window
+  KEYS[1] -> state: string struct.pack('<ddd', current_window_start_ms, previous_count,
+             current_count), expiring when the current window stops counting
+  ARGV    -> limit      1..10^15-1, and limit * window_ms must be below 2^53
+             window_ms  window length; windows are aligned to the Unix epoch
+             cost       0..10^15-1
+             [reserve]  0..limit
+  Admits while
+    previous * (window - elapsed) / window + current + cost + reserve <= limit
+  with `elapsed` the whole milliseconds since the current window started: the sliding window
+  counter estimate, computed exactly in integers (everything is multiplied by window_ms).
+]]
+-- whole_units turns units * ms of room into whole units
+local function whole_units(room, window)
+  if room <= 0 then
+    return 0
+  end
+  return floor_div(room, window)
+end
+
+-- sliding_state returns the previous and current counts as seen from the window starting at
+-- start, and whether a key exists.
+local function sliding_state(name, key, start, window)
+  local s, p, c = read_state(name, key, '<ddd', 24, 'sliding_window')
+  if not s then
+    return 0, 0, false
+  end
+  if not (p >= 0 and p % 1 == 0 and c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
+    foreign(name, key, 'sliding_window')
+  end
+  if s == start then
+    return p, c, true
+  elseif s == start - window then
+    return c, 0, true
+  end
+  return 0, 0, true
+end
+
+-- sliding_reset is the wait until the counts stop weighing: the current one counts until two
+-- windows on, the previous one until the current window ends.
+local function sliding_reset(prev, curr, start, window, now_ms)
+  if curr > 0 then
+    return start + 2 * window - now_ms
+  elseif prev > 0 then
+    return start + window - now_ms
+  end
+  return 0
+end
+
+local sliding_window = {
+  name = 'sliding_window',
+  args = WINDOW_ARGS,
+  parse = function(args, o)
+    local limit = uint(args, o + 1, 'limit', 1, MAX_INT)
+    local window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    if limit * window >= MAX_SAFE then
+      rlerr(format('limit * window_ms must be below 2^53, got %d * %d', limit, window))
+    end
+    return uint(args, o + 3, 'cost', 0, MAX_INT), limit, window
+  end,
+  decide = function(name, key, now, emit, cost, reserve, limit, window)
+    local now_ms = floor(now / 1000)
+    local start = now_ms - fmod(now_ms, window)
+    local elapsed = now_ms - start
+    local prev, curr, exists = sliding_state(name, key, start, window)
+    if emit and exists and prev == 0 and curr == 0 then
+      emit('DEL', key) -- windows that stopped counting: the initial state
+    end
+
+    -- room: what is left of limit, in units * ms; negative if the limit was lowered
+    local room = limit * window - prev * (window - elapsed) - curr * window
+    local reset = sliding_reset(prev, curr, start, window, now_ms)
+    local need = cost + reserve
+    local kept = reserve * window
+
+    if need > limit then
+      return reply(false, limit, whole_units(room - kept, window), -1, reset, 0)
+    end
+    if need * window > room then
+      -- In this window the previous count's weight falls each millisecond; the first elapsed
+      -- value e that admits satisfies prev * (window - e) <= limit*window - (curr+need)*window.
+      local target
+      local left = (limit - curr - need) * window
+      if left >= 0 and prev > 0 then
+        local e = window - floor_div(left, prev)
+        if e < window then
+          target = start + e
+        end
+      end
+      if not target then
+        -- In the next window the current count becomes the previous one.
+        local e = 0
+        if curr > 0 then
+          e = window - floor_div((limit - need) * window, curr)
+          if e < 0 then
+            e = 0
+          end
+        end
+        target = start + window + e
+      end
+      return reply(false, limit, whole_units(room - kept, window), target - now_ms, reset, 0)
+    end
+    if emit and cost > 0 then
+      emit('SET', key, spack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
+      return reply(true, limit, whole_units(room - cost * window - kept, window), 0, start + 2 * window - now_ms, 0)
+    end
+    return reply(true, limit, whole_units(room - kept, window), 0, reset, 0)
+  end,
+  refund = function(name, key, now, n, limit, window)
+    local now_ms = floor(now / 1000)
+    local start = now_ms - fmod(now_ms, window)
+    local elapsed = now_ms - start
+    local prev, curr, exists = sliding_state(name, key, start, window)
+    if not exists then
+      return {1, limit, limit, 0, 0, 0}
+    end
+    -- units counted in the previous window stay: the state no longer tells them apart
+    if curr > 0 and n > 0 then
+      curr = curr - n
+      if curr < 0 then
+        curr = 0
+      end
+      if curr > 0 then
+        rcall('SET', key, spack('<ddd', start, prev, curr), 'PXAT', start + 2 * window)
+      elseif prev > 0 then
+        rcall('SET', key, spack('<ddd', start, prev, 0), 'PXAT', start + window)
+      end
+    end
+    if prev == 0 and curr == 0 then
+      rcall('DEL', key)
+      return {1, limit, limit, 0, 0, 0}
+    end
+    local room = limit * window - prev * (window - elapsed) - curr * window
+    return reply(true, limit, whole_units(room, window), 0, sliding_reset(prev, curr, start, window, now_ms), 0)
+  end,
+}
+
+--[[
+sliding_log
+  KEYS[1] -> state: sorted set, one member struct.pack('<dd', time_us, n) per admitted unit,
+             scored by its time in microseconds; expires when its newest entry leaves the
+             window
+  ARGV    -> limit      1..100000 (the log holds up to `limit` entries)
+             window_ms  the span
+             cost       0..10^15-1
+             [reserve]  0..limit
+  Exact: at most `limit` units were admitted in any span of window_ms; an entry admitted at t
+  counts until t + window_ms.
+]]
+
+-- log_oldest reads the log's oldest entry: nil when the key does not exist, else its score in
+-- microseconds. Every call reads it first: it tells a log from another sorted set (a
+-- concurrency key's oldest member is its empty marker) before anything is written, and when it
+-- is still in the window nothing has expired, so nothing needs removing.
+local function log_oldest(name, key)
+  local e = rpcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if e.err then
+    wrongtype(name, key, e)
+  end
+  local m = e[1]
+  if not m then
+    return nil
+  end
+  local t = #m == 16 and sunpack('<d', m)
+  if not t or t ~= tonumber(e[2]) or not (t > 0 and t < INF) then
+    foreign(name, key, 'sliding_log')
+  end
+  return t
+end
+
+-- log_reset is the wait until the newest entry leaves the window.
+local function log_reset(key, span, now)
+  local newest = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if #newest == 0 then
+    return 0
+  end
+  return to_ms(tonumber(newest[2]) + span - now)
+end
+
+local sliding_log = {
+  name = 'sliding_log',
+  args = WINDOW_ARGS,
+  parse = function(args, o)
+    return uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_LOG),
+      uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+  end,
+  decide = function(name, key, now, emit, cost, reserve, limit, window)
+    local span = window * 1000
+    local cutoff = now - span          -- entries at or before cutoff have left the window
+    local oldest = log_oldest(name, key)
+    local count = 0
+    local after
+    if oldest then
+      after = '(' .. format('%d', cutoff)
+      if not emit then
+        count = rcall('ZCOUNT', key, after, '+inf')
+      else
+        if oldest <= cutoff then
+          rcall('ZREMRANGEBYSCORE', key, '-inf', format('%d', cutoff))
+        end
+        count = rcall('ZCARD', key) -- 0 when every entry expired: the key is gone
+      end
+    end
+    local need = cost + reserve
+
+    if need > limit then
+      return reply(false, limit, limit - count - reserve, -1, count > 0 and log_reset(key, span, now) or 0, 0)
+    end
+    if count + need > limit then
+      -- the (count + need - limit)-th oldest entry must leave the window first
+      local k = count + need - limit
+      local e = rcall('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
+      return reply(false, limit, limit - count - reserve, to_ms(tonumber(e[2]) + span - now), log_reset(key, span, now), 0)
+    end
+    if emit and cost > 0 then
+      -- members are unique per unit: same-microsecond calls see a larger count
+      local score = format('%d', now)
+      local i = 1
+      while i <= cost do
+        local batch = {}
+        local last = min(cost, i + ZADD_BATCH - 1)
+        for j = i, last do
+          batch[#batch + 1] = score
+          batch[#batch + 1] = spack('<dd', now, count + j)
+        end
+        emit('ZADD', key, unpack(batch))
+        i = last + 1
+      end
+      emit('PEXPIREAT', key, ceil_div(now + span, 1000))
+      return reply(true, limit, limit - count - cost - reserve, 0, window, 0)
+    end
+    return reply(true, limit, limit - count - reserve, 0, count > 0 and log_reset(key, span, now) or 0, 0)
+  end,
+  refund = function(name, key, now, n, limit, window)
+    local span = window * 1000
+    local cutoff = now - span
+    local oldest = log_oldest(name, key)
+    if not oldest then
+      return {1, limit, limit, 0, 0, 0}
+    end
+    if oldest <= cutoff then
+      rcall('ZREMRANGEBYSCORE', key, '-inf', format('%d', cutoff))
+    end
+    local count = rcall('ZCARD', key)
+    local take = min(n, count)
+    if take > 0 then
+      -- the newest entries: the most recent admissions
+      rcall('ZREMRANGEBYRANK', key, -take, -1)
+      count = count - take
+    end
+    if count == 0 then
+      return {1, limit, limit, 0, 0, 0} -- the emptied sorted set is gone
+    end
+    local newest = tonumber(rcall('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    if take > 0 then
+      rcall('PEXPIREAT', key, ceil_div(newest + span, 1000))
+    end
+    return reply(true, limit, limit - count, 0, to_ms(newest + span - now), 0)
+  end,
+}
+
+--[[
+token_bucket and leaky_bucket share one exact core.
+
+With period_us = period_ms * 1000 and g = gcd(rate, period_us), one unit of cost is p =
+period_us / g "ticks" and the bucket drains r = rate / g ticks per microsecond, so `rate`
+units per period is exact in integers. `debt` is the number of ticks the bucket holds: for a
+token bucket, the tokens missing from a full bucket; for a leaky bucket, its level. A bucket
+of `capacity` holds at most capacity * p ticks, which must be below 2^53.
+
+State: string struct.pack('<ddd', time_us, debt, p); p is stored so that a change of rate or
+period keeps the level in units (rounded up) rather than misreading it.
+
+token_bucket
+  KEYS[1] -> state; absent means a full bucket
+  ARGV    -> capacity   tokens a full bucket holds, the largest burst, 1..10^15-1
+             rate       tokens added per period, continuously, 1..10^15-1
+             period_ms  1..10^11
+             cost       tokens this call takes, 0..10^15-1
+             [reserve]  0..capacity tokens that must be left after this call
+  reset_after_ms is the time until the bucket is full again.
+
+leaky_bucket
+  KEYS[1] -> state; absent means an empty bucket
+  ARGV    -> capacity   units the bucket (the queue) holds, 1..10^15-1
+             rate       units leaking out per period, 1..10^15-1
+             period_ms  1..10^11
+             cost       units this call adds, 0..10^15-1
+             mode       'police': admit now or reject the overflow;
+                        'shape': admit with delay_ms (the time for the units ahead of it to
+                        leak out), so admitted calls leave spaced by period_ms / rate; reject
+                        when the queue is full.
+             [reserve]  0..capacity units of the queue that must stay free after this call
+  reset_after_ms is the time until the bucket is empty.
+]]
+local BUCKET_ARGS = {'capacity', 'rate', 'period_ms', 'cost'}
+local LEAKY_ARGS = {'capacity', 'rate', 'period_ms', 'cost', 'mode'}
+
+local last_rate, last_period, last_g
+-- bucket_state returns r and p for rate per period, full = capacity * p, the debt drained to
+-- now, and whether a key exists.
+local function bucket_state(name, key, now, capacity, rate, period, algorithm)
+  local period_us = period * 1000
+  local g = last_g
+  if rate ~= last_rate or period_us ~= last_period then
+    g = gcd(rate, period_us)
+    last_rate, last_period, last_g = rate, period_us, g
+  end
+  local r, p = rate / g, period_us / g
+  local full = capacity * p
+  if full >= MAX_SAFE then
+    rlerr(format('capacity * period_ms * 1000 / gcd(rate, period_ms * 1000) must be below 2^53, got %d * %d / %d', capacity, period_us, g))
+  end
+  local ts, d, sp = read_state(name, key, '<ddd', 24, algorithm)
+  if not ts then
+    return r, p, full, 0, false
+  end
+  if not (ts >= US_FLOOR and ts % 1 == 0 and d >= 0 and d % 1 == 0 and sp >= 1 and sp % 1 == 0) then
+    foreign(name, key, algorithm)
+  end
+  if sp ~= p then
+    d = ceil(d * p / sp)
+  end
+  if d > full then
+    d = full
+  end
+  local drained = (now - ts) * r
+  if drained >= d then
+    d = 0
+  elseif drained > 0 then
+    d = d - drained
+  end
+  return r, p, full, d, true
+end
+
+-- parse_bucket validates capacity rate period_ms cost from args[o+1]; the capacity * p bound
+-- is checked by bucket_state, which computes p anyway.
+local function parse_bucket(args, o)
+  return uint(args, o + 4, 'cost', 0, MAX_INT), uint(args, o + 1, 'capacity', 1, MAX_INT),
+    uint(args, o + 2, 'rate', 1, MAX_INT), uint(args, o + 3, 'period_ms', 1, MAX_DURATION_MS)
+end
+
+local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate, period, shape)
+  local r, p, full, debt, exists = bucket_state(name, key, now, capacity, rate, period,
+    shape == nil and 'token_bucket' or 'leaky_bucket')
+  if emit and exists and debt == 0 then
+    emit('DEL', key) -- drained: the initial state
+  end
+  local need = cost + reserve
+  if need > capacity then
+    return reply(false, capacity, floor_div(full - debt, p) - reserve, -1, to_ms(ceil_div(debt, r)), 0)
+  end
+  if debt + need * p > full then
+    return reply(false, capacity, floor_div(full - debt, p) - reserve, to_ms(ceil_div(debt + need * p - full, r)), to_ms(ceil_div(debt, r)), 0)
+  end
+  -- shaping: this call leaves once the level ahead of it has drained
+  -- r is 1 whenever rate divides period_us (100 per second, 60 per minute...): skip the
+  -- division calls then, this path runs on every admitted call
+  local reset
+  local delay = 0
+  if shape then
+    delay = to_ms(r == 1 and debt or ceil_div(debt, r))
+    reset = delay
+  end
+  if emit and cost > 0 then
+    debt = debt + cost * p
+    local empty_us = r == 1 and debt or ceil_div(debt, r)
+    emit('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + empty_us, 1000))
+    reset = to_ms(empty_us)
+  elseif not reset then
+    reset = to_ms(ceil_div(debt, r))
+  end
+  local remaining = floor_div(full - debt, p) - reserve
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {1, capacity, remaining, 0, reset, delay}
+end
+
+local function bucket_refund(name, key, now, n, capacity, rate, period, shape)
+  local r, p, full, debt, exists = bucket_state(name, key, now, capacity, rate, period,
+    shape == nil and 'token_bucket' or 'leaky_bucket')
+  if not exists then
+    return {1, capacity, capacity, 0, 0, 0}
+  end
+  local give = n * p -- at or above 2^53 it is above any debt, rounded or not
+  if give >= debt then
+    rcall('DEL', key)
+    return {1, capacity, capacity, 0, 0, 0}
+  end
+  if give > 0 then
+    debt = debt - give
+    rcall('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + ceil_div(debt, r), 1000))
+  end
+  return {1, capacity, floor_div(full - debt, p), 0, to_ms(ceil_div(debt, r)), 0}
+end
+
+local token_bucket = {
+  name = 'token_bucket',
+  args = BUCKET_ARGS,
+  parse = parse_bucket, -- shape is nil: a token bucket
+  decide = bucket_decide,
+  refund = bucket_refund,
+}
+
+local leaky_bucket = {
+  name = 'leaky_bucket',
+  args = LEAKY_ARGS,
+  parse = function(args, o)
+    local mode = args[o + 5]
+    if mode ~= 'police' and mode ~= 'shape' then
+      rlerr(format("mode must be 'police' or 'shape', got %s", shown(mode)))
+    end
+    local cost, capacity, rate, period = parse_bucket(args, o)
+    return cost, capacity, rate, period, mode == 'shape'
+  end,
+  decide = bucket_decide,
+  refund = bucket_refund,
+}
+
+local ALGORITHMS = {fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket}
+
+-- check_keys refuses any number of keys but one.
+local function check_keys(name, keys)
+  if #keys ~= 1 then
+    rlerr(format('%s takes exactly 1 key, got %d', name, #keys))
+  end
+end
+
+local function arity(name, names, optional, got)
+  if optional then
+    rlerr(format('%s takes %d or %d arguments (%s [%s]), got %d', name, #names, #names + 1,
+      concat(names, ' '), optional, got))
+  end
+  rlerr(format('%s takes %d arguments (%s), got %d', name, #names, concat(names, ' '), got))
+end
+
+--[[
+rl_<algorithm>, rl_<algorithm>_peek: the limiter and its no-writes twin, ARGV as the
+descriptor's args, then an optional reserve.
+]]
+local function limiter_call(d, name, keys, args, emit)
+  check_keys(name, keys)
+  local n, got = d.nargs, #args
+  if got ~= n and got ~= n + 1 then
+    arity(name, d.args, 'reserve', got)
+  end
+  local cost, limit, a, b, c = d.parse(args, 0)
+  local reserve = 0
+  if got > n then
+    reserve = uint(args, got, 'reserve', 0, limit)
+  end
+  return d.decide(name, keys[1], now_us(), emit, cost, reserve, limit, a, b, c)
+end
+
+--[[
+rl_<algorithm>_refund: ARGV as the limiter's without reserve; `cost` is the number of units
+given back, 0..10^15-1, capped at what the state holds. Replies with the limiter's state after
+the refund (allowed 1, retry_after_ms 0, delay_ms 0); an absent key is left absent. Not
+idempotent: a client never retries a refund on its own.
+]]
+local function refund_call(d, name, keys, args)
+  check_keys(name, keys)
+  if #args ~= d.nargs then
+    arity(name, d.args, nil, #args)
+  end
+  local n, limit, a, b, c = d.parse(args, 0)
+  return d.refund(name, keys[1], now_us(), n, limit, a, b, c)
+end
+
+--[[
+rl_multi / rl_multi_peek
+  KEYS    -> 1 to 16 distinct keys in one cluster slot
+  ARGV    -> one group per key, in key order: the algorithm's name, then all of its limiter's
+             arguments, reserve included (a fixed length per algorithm)
+  All or nothing: every limit is judged at the same server time; if all admit, all consume,
+  else none does. Replies with the binding limit's six integers (when denied, the denier with
+  the longest retry_after_ms, -1 above all; when admitted, the one with the fewest remaining;
+  ties to the first in key order), reset_after_ms the maximum over all, delay_ms the maximum
+  when admitted (0 when denied), then the binding limit's 1-based index.
+]]
+local by_name = {}
+
+local pending
+local function defer(...)
+  pending[#pending + 1] = {...}
+end
+
+local function multi_call(name, keys, args, write)
+  local nkeys = #keys
+  if nkeys < 1 or nkeys > MAX_MULTI then
+    rlerr(format('%s takes 1 to %d keys, got %d', name, MAX_MULTI, nkeys))
+  end
+  for i = 2, nkeys do
+    for j = 1, i - 1 do
+      if keys[i] == keys[j] then
+        rlerr(format('%s: key %s is given twice (keys %d and %d)', name, shown(keys[i]), j, i))
+      end
+    end
+  end
+  -- parse every group before deciding anything
+  local groups = {}
+  local o = 0
+  for i = 1, nkeys do
+    local alg = args[o + 1]
+    local d = alg and by_name[alg]
+    if not d then
+      if not alg then
+        rlerr(format('%s: group %d (key %d) is missing: %d keys take %d groups', name, i, i, nkeys, nkeys))
+      end
+      rlerr(format("%s: group %d: unknown algorithm %s (fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket)", name, i, shown(alg)))
+    end
+    if #args < o + 2 + d.nargs then
+      rlerr(format('%s: group %d (%s) takes %d arguments (%s reserve), got %d', name, i, alg,
+        d.nargs + 1, concat(d.args, ' '), #args - o - 1))
+    end
+    local ok, cost, limit, a, b, c = pcall(d.parse, args, o + 1)
+    local err, reserve = cost, nil
+    if ok then
+      ok, reserve = pcall(uint, args, o + d.nargs + 2, 'reserve', 0, limit)
+      err = reserve
+    end
+    if not ok then
+      if type(err) == 'table' and err.rlerr then
+        rlerr(format('%s: group %d (%s): %s', name, i, alg, err.rlerr))
+      end
+      error(err, 0)
+    end
+    groups[i] = {d, cost, reserve, limit, a, b, c}
+    o = o + d.nargs + 2
+  end
+  if #args ~= o then
+    rlerr(format('%s: %d groups take %d arguments, got %d', name, nkeys, o, #args))
+  end
+
+  local now = now_us()
+  pending = {}
+  local emit = write and defer or nil
+  local bind_i, bind, allowed = 0, nil, true
+  local reset, delay = 0, 0
+  for i = 1, nkeys do
+    local g = groups[i]
+    local r = g[1].decide(name, keys[i], now, emit, g[2], g[3], g[4], g[5], g[6], g[7])
+    if r[5] > reset then
+      reset = r[5]
+    end
+    if r[6] > delay then
+      delay = r[6]
+    end
+    if r[1] == 0 then
+      -- the denier with the longest wait binds, and never (-1) is the longest
+      if allowed or (bind[4] ~= -1 and (r[4] == -1 or r[4] > bind[4])) then
+        bind_i, bind = i, r
+      end
+      allowed = false
+    elseif allowed and (not bind or r[3] < bind[3]) then
+      bind_i, bind = i, r
+    end
+  end
+  if allowed then
+    for i = 1, #pending do
+      rcall(unpack(pending[i]))
+    end
+  else
+    delay = 0
+    -- a denied group's own cleanup (deleting a key in its initial state) is no consumption
+    for i = 1, #pending do
+      if pending[i][1] == 'DEL' then
+        rcall(unpack(pending[i]))
+      end
+    end
+  end
+  pending = nil
+  return {bind[1], bind[2], bind[3], bind[4], reset, delay, bind_i}
+end
+
+--[[
+rl_concurrency / rl_concurrency_peek / rl_concurrency_release
+  KEYS[1] -> state: sorted set holding the marker member '' scored 0 (which tells it from a
+             sliding log) and one member per lease, its holder's id, scored by the
+             millisecond at which it expires; the key expires with its last lease
+  ARGV    -> limit      slots, 1..10^15-1
+             lease_ms   1..10^11: a lease taken or renewed now ends at now + lease_ms (in whole
+                        milliseconds of server time: up to 1 ms early, never late)
+             id         the holder, 1 to 128 bytes
+             [reserve]  0..limit slots that must stay free after a new holder takes one
+                        (ignored by release and by renewals)
+  rl_concurrency takes a slot for id, or renews id's lease: a renewal is always admitted.
+  rl_concurrency_release frees id's slot: allowed 1 if it held one, 0 if not.
+]]
+local CONC_ARGS = {'limit', 'lease_ms', 'id'}
+
+local function parse_concurrency(name, keys, args)
+  check_keys(name, keys)
+  local got = #args
+  if got ~= 3 and got ~= 4 then
+    arity(name, CONC_ARGS, 'reserve', got)
+  end
+  local limit = uint(args, 1, 'limit', 1, MAX_INT)
+  local lease = uint(args, 2, 'lease_ms', 1, MAX_DURATION_MS)
+  local id = args[3]
+  if #id < 1 or #id > MAX_ID then
+    rlerr(format('id must be 1 to %d bytes, got %d', MAX_ID, #id))
+  end
+  local reserve = 0
+  if got == 4 then
+    reserve = uint(args, 4, 'reserve', 0, limit)
+  end
+  return keys[1], limit, lease, id, reserve
+end
+
+-- lease_state reads the marker: false when the key does not exist; a key without it (a
+-- sliding log, any other sorted set) is foreign.
+local function lease_state(name, key)
+  local m = rpcall('ZSCORE', key, '')
+  if type(m) == 'table' then
+    wrongtype(name, key, m)
+  end
+  if m then
+    if m ~= '0' then
+      foreign(name, key, 'concurrency')
+    end
+    return true
+  end
+  if rcall('EXISTS', key) == 1 then
+    foreign(name, key, 'concurrency')
+  end
+  return false
+end
+
+-- last_expiry is the expiry (ms) of the lease that ends last, or nil with none.
+local function last_expiry(key)
+  local e = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local t = tonumber(e[2])
+  if t and t > 0 then
+    return t
+  end
+  return nil
+end
+
+local function concurrency(name, keys, args, write)
+  local key, limit, lease, id, reserve = parse_concurrency(name, keys, args)
+  local now_ms = floor(now_us() / 1000)
+  local exists = lease_state(name, key)
+  local count, held = 0, false
+  if exists then
+    if write then
+      -- expired leases are dropped before the decision
+      rcall('ZREMRANGEBYSCORE', key, '(0', now_ms)
+      count = rcall('ZCARD', key) - 1
+      if count == 0 then
+        rcall('DEL', key)
+        exists = false
+      else
+        held = rpcall('ZSCORE', key, id) ~= false
+      end
+    else
+      count = rcall('ZCOUNT', key, '(' .. now_ms, '+inf')
+      local s = rcall('ZSCORE', key, id)
+      held = s ~= false and tonumber(s) > now_ms
+    end
+  end
+  if held then
+    -- a renewal: always admitted, and no second slot
+    if write then
+      rcall('ZADD', key, now_ms + lease, id)
+    end
+    local last = last_expiry(key)
+    if write then
+      rcall('PEXPIREAT', key, last)
+    end
+    return reply(true, limit, limit - count - reserve, 0, last - now_ms, 0)
+  end
+
+  local last = exists and last_expiry(key)
+  if last and last <= now_ms then
+    last = nil -- a peek sees only expired leases
+  end
+  local need = 1 + reserve
+  if need > limit or count + need > limit then
+    local retry = -1
+    if need <= limit then
+      -- the k-th lease to expire frees the slots this call needs
+      local k = count + need - limit
+      local e = rcall('ZRANGE', key, '(' .. now_ms, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
+      retry = tonumber(e[2]) - now_ms
+    end
+    return reply(false, limit, limit - count - reserve, retry, last and last - now_ms or 0, 0)
+  end
+  if write then
+    local expiry = now_ms + lease
+    if not last or expiry > last then
+      last = expiry
+    end
+    if exists then
+      rcall('ZADD', key, expiry, id)
+    else
+      rcall('ZADD', key, 0, '', expiry, id)
+    end
+    rcall('PEXPIREAT', key, last)
+    count = count + 1
+  end
+  return reply(true, limit, limit - count - reserve, 0, last and last - now_ms or 0, 0)
+end
+
+local function release(name, keys, args)
+  local key, limit = parse_concurrency(name, keys, args)
+  local now_ms = floor(now_us() / 1000)
+  if not lease_state(name, key) then
+    return {0, limit, limit, 0, 0, 0}
+  end
+  rcall('ZREMRANGEBYSCORE', key, '(0', now_ms)
+  local held = rcall('ZREM', key, args[3])
+  local count = rcall('ZCARD', key) - 1
+  if count == 0 then
+    rcall('DEL', key) -- the last release deletes the key
+    return {held, limit, limit, 0, 0, 0}
+  end
+  local last = last_expiry(key)
+  rcall('PEXPIREAT', key, last)
+  return reply(held == 1, limit, limit - count, 0, last - now_ms, 0)
+end
+
+--[[
+rl_version
+  no keys, no arguments -> the library's semantic version, e.g. '1.1.0'
+]]
+local function version(keys, args)
+  if #keys ~= 0 or #args ~= 0 then
+    rlerr('rl_version takes no keys and no arguments')
+  end
+  return VERSION
+end
+
+-- register makes an algorithm's limiter, peek and refund, and its rl_multi group; a
+-- descriptor that lacks a piece fails FUNCTION LOAD rather than a call.
+local function register(d)
+  local fields = {'name', 'args', 'parse', 'decide', 'refund'}
+  for i = 1, #fields do
+    if d[fields[i]] == nil then
+      error('ratelimit: algorithm ' .. (d.name or '?') .. ' has no ' .. fields[i])
+    end
+  end
+  d.nargs = #d.args
+  by_name[d.name] = d
+  local name, peek, refund = 'rl_' .. d.name, 'rl_' .. d.name .. '_peek', 'rl_' .. d.name .. '_refund'
+  redis.register_function{
+    function_name = name,
+    callback = guarded(function(keys, args) return limiter_call(d, name, keys, args, rcall) end),
+  }
+  redis.register_function{
+    function_name = peek,
+    callback = guarded(function(keys, args) return limiter_call(d, peek, keys, args, nil) end),
+    flags = {'no-writes'},
+  }
+  redis.register_function{
+    function_name = refund,
+    callback = guarded(function(keys, args) return refund_call(d, refund, keys, args) end),
+  }
+end
+
+for i = 1, #ALGORITHMS do
+  register(ALGORITHMS[i])
+end
+
+redis.register_function{
+  function_name = 'rl_multi',
+  callback = guarded(function(keys, args) return multi_call('rl_multi', keys, args, true) end),
+}
+redis.register_function{
+  function_name = 'rl_multi_peek',
+  callback = guarded(function(keys, args) return multi_call('rl_multi_peek', keys, args, false) end),
+  flags = {'no-writes'},
+}
+redis.register_function{
+  function_name = 'rl_concurrency',
+  callback = guarded(function(keys, args) return concurrency('rl_concurrency', keys, args, true) end),
+}
+redis.register_function{
+  function_name = 'rl_concurrency_peek',
+  callback = guarded(function(keys, args) return concurrency('rl_concurrency_peek', keys, args, false) end),
+  flags = {'no-writes'},
+}
+redis.register_function{
+  function_name = 'rl_concurrency_release',
+  callback = guarded(function(keys, args) return release('rl_concurrency_release', keys, args) end),
+}
+redis.register_function{
+  function_name = 'rl_version',
+  callback = guarded(version),
+  flags = {'no-writes', 'allow-stale'},
+}
