@@ -38,21 +38,81 @@ var rrLimit = redis_rate.Limit{Rate: limit, Burst: limit, Period: time.Hour}
 type algorithm struct {
 	name   string
 	stat   string  // the commandstats entry its decisions are counted under
-	target float64 // the largest acceptable ratio to redis_rate; 0 for redis_rate itself
+	target float64 // the largest acceptable ratio to redis_rate; 0 for none
 	decide func(ctx context.Context, s *server, key string) (bool, error)
+	// setup, when set, runs before each round's measured load (after FLUSHALL, not counted):
+	// it writes the state the measured calls work on, e.g. what a refund gives back.
+	setup func(ctx context.Context, s *server, keys []string) error
+	// noMemory leaves the row out of the memory figure: its calls leave no state of one key
+	// per principal (a refund, a release, a multi-key call).
+	noMemory bool
 }
 
 func fcall(fn string, args ...string) func(context.Context, *server, string) (bool, error) {
+	return fcallKeys(fn, func(key string) []string { return []string{key} }, args...)
+}
+
+// fcallKeys calls fn on the keys a principal's key names, e.g. three limits of one principal
+// for rl_multi.
+func fcallKeys(fn string, keys func(string) []string, args ...string) func(context.Context, *server, string) (bool, error) {
 	return func(ctx context.Context, s *server, key string) (bool, error) {
-		cmd := s.vk.B().Fcall().Function(fn).Numkeys(1).Key(key).Arg(args...).Build()
+		ks := keys(key)
+		cmd := s.vk.B().Fcall().Function(fn).Numkeys(int64(len(ks))).Key(ks...).Arg(args...).Build()
 		r, err := s.vk.Do(ctx, cmd).AsIntSlice()
 		if err != nil {
 			return false, fmt.Errorf("FCALL %s %s: %w", fn, key, err)
 		}
-		if len(r) != 6 {
-			return false, fmt.Errorf("FCALL %s %s: want 6 integers, got %v", fn, key, r)
+		if len(r) < 6 {
+			return false, fmt.Errorf("FCALL %s %s: want 6 integers or more, got %v", fn, key, r)
 		}
 		return r[0] == 1, nil
+	}
+}
+
+// leases drives rl_concurrency and rl_concurrency_release: each principal's calls use holder
+// ids 0, 1, 2... in turn, so that every acquire takes a new slot and every release frees one.
+type leases struct {
+	next map[string]int
+}
+
+func (l *leases) id(key string) string {
+	n := l.next[key]
+	l.next[key] = n + 1
+	return strconv.Itoa(n)
+}
+
+func (l *leases) call(fn string) func(context.Context, *server, string) (bool, error) {
+	return func(ctx context.Context, s *server, key string) (bool, error) {
+		return fcall(fn, argLimit, argPeriod, l.id(key))(ctx, s, key)
+	}
+}
+
+// reset starts every principal at id 0; with acquire, it first takes `held` leases per
+// principal (what the releases then free).
+func (l *leases) reset(held int) func(context.Context, *server, []string) error {
+	return func(ctx context.Context, s *server, keys []string) error {
+		l.next = map[string]int{}
+		for _, key := range keys {
+			for i := 0; i < held; i++ {
+				if _, err := fcall("rl_concurrency", argLimit, argPeriod, strconv.Itoa(i))(ctx, s, key); err != nil {
+					return err
+				}
+			}
+		}
+		l.next = map[string]int{}
+		return nil
+	}
+}
+
+// spend takes cost units from every principal's token bucket, for the refunds to give back.
+func spend(cost string) func(context.Context, *server, []string) error {
+	return func(ctx context.Context, s *server, keys []string) error {
+		for _, key := range keys {
+			if _, err := fcall("rl_token_bucket", argLimit, argRate, argPeriod, cost)(ctx, s, key); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
@@ -70,17 +130,39 @@ var (
 	argRate   = strconv.Itoa(limit) // bucket rate: `limit` units per period, like redis_rate
 )
 
+var acquire, release = &leases{}, &leases{}
+
+// The 1.0 rows keep their 1.0 targets; the 1.1 rows (reserve, refund, leases, multi) have
+// none: they are reported beside them.
 var algorithms = []algorithm{
-	{"fixed_window", "fcall", 0.9, fcall("rl_fixed_window", argLimit, argPeriod, "1")},
-	{"sliding_log", "fcall", 1.6, fcall("rl_sliding_log", argLimit, argPeriod, "1")},
-	{"sliding_window", "fcall", 1.1, fcall("rl_sliding_window", argLimit, argPeriod, "1")},
-	{"token_bucket", "fcall", 1.0, fcall("rl_token_bucket", argLimit, argRate, argPeriod, "1")},
-	{"leaky_bucket_police", "fcall", 1.0, fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "police")},
-	{"leaky_bucket_shape", "fcall", 1.0, fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "shape")},
-	{"redis_rate", "evalsha", 0, redisRate},
+	{name: "fixed_window", stat: "fcall", target: 0.9, decide: fcall("rl_fixed_window", argLimit, argPeriod, "1")},
+	{name: "sliding_log", stat: "fcall", target: 1.6, decide: fcall("rl_sliding_log", argLimit, argPeriod, "1")},
+	{name: "sliding_window", stat: "fcall", target: 1.1, decide: fcall("rl_sliding_window", argLimit, argPeriod, "1")},
+	{name: "token_bucket", stat: "fcall", target: 1.0, decide: fcall("rl_token_bucket", argLimit, argRate, argPeriod, "1")},
+	{name: "leaky_bucket_police", stat: "fcall", target: 1.0, decide: fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "police")},
+	{name: "leaky_bucket_shape", stat: "fcall", target: 1.0, decide: fcall("rl_leaky_bucket", argLimit, argRate, argPeriod, "1", "shape")},
+	{name: "token_bucket_reserve", stat: "fcall", decide: fcall("rl_token_bucket", argLimit, argRate, argPeriod, "1", "10")},
+	{name: "token_bucket_refund", stat: "fcall", decide: fcall("rl_token_bucket_refund", argLimit, argRate, argPeriod, "1"),
+		setup: spend("50"), noMemory: true},
+	{name: "concurrency_acquire", stat: "fcall", decide: acquire.call("rl_concurrency"), setup: acquire.reset(0)},
+	{name: "concurrency_release", stat: "fcall", decide: release.call("rl_concurrency_release"),
+		setup: release.reset(50), noMemory: true},
+	{name: multi3, stat: "fcall", decide: fcallKeys("rl_multi",
+		func(key string) []string { return []string{key + ":fw", key + ":sw", key + ":tb"} },
+		"fixed_window", argLimit, argPeriod, "1", "0",
+		"sliding_window", argLimit, argPeriod, "1", "0",
+		"token_bucket", argLimit, argRate, argPeriod, "1", "0"), noMemory: true},
+	{name: "redis_rate", stat: "evalsha", decide: redisRate},
 }
 
-const baseline = "redis_rate"
+const (
+	baseline = "redis_rate"
+	// multi3 is rl_multi of a fixed window, a sliding window and a token bucket, compared with
+	// those three called one by one.
+	multi3 = "multi_fw_sw_tb"
+)
+
+var multiParts = []string{"fixed_window", "sliding_window", "token_bucket"}
 
 type config struct {
 	addr, serverBin        string
@@ -347,6 +429,11 @@ func load(ctx context.Context, s *server, cg *callgrind, a algorithm, cfg config
 	for i := range keys {
 		keys[i] = fmt.Sprintf(keyFmt, i)
 	}
+	if a.setup != nil {
+		if err := a.setup(ctx, s, keys); err != nil {
+			return r, fmt.Errorf("%s: setup: %w", a.name, err)
+		}
+	}
 	if cg != nil {
 		if err := cg.control("-z"); err != nil {
 			return r, err
@@ -515,6 +602,9 @@ func BenchmarkCost(b *testing.B) {
 		rounds(b, plain, nil, cfg, cfg.rounds, res, true)
 	}
 	for _, a := range algorithms {
+		if a.noMemory {
+			continue
+		}
 		perKey, usage, err := memory(b.Context(), plain, a, cfg.idle)
 		if err != nil {
 			b.Fatal(err)
@@ -578,10 +668,28 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 				}
 			}
 		}
-		w("| %s | %s | %s | %s | %s | %.2f | %.2fx | %.1f%% | %.0f | %d |\n",
+		bytes, usage := fmt.Sprintf("%.0f", r.bytes), strconv.FormatInt(r.usage, 10)
+		if a.noMemory {
+			bytes, usage = "n/a", "n/a"
+		}
+		w("| %s | %s | %s | %s | %s | %.2f | %.2fx | %.1f%% | %s | %s |\n",
 			a.name, irCell, irRatio, target, met, median(r.usec), median(r.usec)/median(base.usec),
-			100*float64(r.admitted)/float64(r.total), r.bytes, r.usage)
+			100*float64(r.admitted)/float64(r.total), bytes, usage)
 	}
+	// rl_multi against the same three limits called one by one
+	var sepIr, sepUsec float64
+	for _, name := range multiParts {
+		sepIr += median(res[name].ir)
+		sepUsec += median(res[name].usec)
+	}
+	m := res[multi3]
+	if cgServer != nil {
+		w("\n%s: %.0f instructions, %.2fx the %.0f of %s called one by one; ", multi3, median(m.ir),
+			median(m.ir)/sepIr, sepIr, strings.Join(multiParts, " + "))
+	} else {
+		w("\n%s: ", multi3)
+	}
+	w("%.2f server µs, %.2fx the %.2f of the three calls.\n", median(m.usec), median(m.usec)/sepUsec, sepUsec)
 	// eachRound lists each algorithm's figure of every round, to show how much they vary.
 	eachRound := func(title, format string, figures func(*result) []float64) {
 		w("\n%s, each round:\n\n", title)
