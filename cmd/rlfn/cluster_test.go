@@ -2,24 +2,32 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/versions"
 )
 
-// TestCluster finds every node of a 3-shard cluster from one of its replicas, deploys to
-// every primary and calls principals that land on every shard.
+// TestCluster finds every node of a 3-shard cluster from one of its replicas, deploys 1.0.0
+// to every primary and calls principals that land on every shard; then, with 1.1.0 loaded by
+// hand on one primary (a partial rollout), status and diff show the others behind, diff shows
+// the real code diff 1.0.0 -> 1.1.0, and a deploy completes the rollout.
 func TestCluster(t *testing.T) {
 	t.Setenv("NO_COLOR", "1")
 	c := harness.StartCluster(t, 3, 1)
 	seed := c.Replicas[0].Addr
-	set := versions.Embedded()
+	set := testReleases(t)
+	v100, v110 := set[0], set[1]
 
 	st := statusOf(t, set, seed)
 	roles := map[string]int{}
@@ -36,11 +44,11 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("status from a replica found %v, want 3 primaries and 3 replicas", roles)
 	}
 
-	r := rlfnAt(t, set, seed, "deploy", "--yes")
-	wantExit(t, r, exitOK, "deploy to the cluster")
+	r := rlfnAt(t, set, seed, "deploy", "--yes", "--to", v100.Version)
+	wantExit(t, r, exitOK, "deploy 1.0.0 to the cluster")
 	for _, row := range statusOf(t, set, seed) {
-		if row.State != "current" || row.Version != set.Latest().Version {
-			t.Errorf("after the deploy %s is %s %q", row.Addr, row.State, row.Version)
+		if row.State != "behind" || row.Version != v100.Version {
+			t.Errorf("after the deploy of 1.0.0 %s is %s %q, want behind 1.0.0", row.Addr, row.State, row.Version)
 		}
 	}
 	// 30 principals spread over the 3 shards: each call reaches its slot's primary.
@@ -52,7 +60,113 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("user:%d: %s", i, r.stdout)
 		}
 	}
-	wantExit(t, rlfnAt(t, set, seed, "diff", "--exit-code"), exitOK, "diff after the deploy")
+
+	// A partial rollout: one primary (and so its replica) runs 1.1.0, loaded by hand.
+	ahead := c.Primaries[1]
+	vk := ahead.Client(t)
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(v110.Code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitLibrary(t, c.ReplicasOf(ahead)[0], v110.Code)
+	upgraded := map[string]bool{ahead.Addr: true, c.ReplicasOf(ahead)[0].Addr: true}
+	var behind []string // the primaries still on 1.0.0
+	for _, p := range c.Primaries {
+		if !upgraded[p.Addr] {
+			behind = append(behind, p.Addr)
+		}
+	}
+	slices.Sort(behind)
+
+	for addr, row := range statusOf(t, set, seed) {
+		want, version := "behind", v100.Version
+		if upgraded[addr] {
+			want, version = "current", v110.Version
+		}
+		if row.State != want || row.Version != version {
+			t.Errorf("partial rollout: %s is %s %q, want %s %s", addr, row.State, row.Version, want, version)
+		}
+	}
+	r = rlfnAt(t, set, seed, "status")
+	wantExit(t, r, exitOK, "status during a partial rollout")
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		addr, _, _ := strings.Cut(line, " ")
+		want := "1.0.0 +behind$"
+		if upgraded[addr] {
+			want = "1.1.0 +current$"
+		}
+		if !regexp.MustCompile(want).MatchString(line) {
+			t.Errorf("status line %q does not match %q", line, want)
+		}
+	}
+
+	r = rlfnAt(t, set, seed, "diff", "--exit-code")
+	wantExit(t, r, exitPending, "diff --exit-code during a partial rollout")
+	for _, want := range []string{
+		"Plan: load 1.1.0 on 2 primaries of 3; 3 replicas follow their primaries.",
+		"--- ratelimit 1.0.0 on " + strings.Join(behind, ", ") + "\n+++ ratelimit 1.1.0\n",
+		"\n-local VERSION = '1.0.0'\n",
+		"\n+local VERSION = '1.1.0'\n",
+		"\n+  function_name = 'rl_concurrency',\n", // a line only 1.1.0 has
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("diff during a partial rollout does not contain %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, addr := range behind {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(addr) + ` +primary +1\.0\.0 +1\.1\.0 +upgrade 1\.0\.0 -> 1\.1\.0$`).MatchString(r.stdout) {
+			t.Errorf("diff does not plan the upgrade of %s:\n%s", addr, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "--- ratelimit 1.1.0") {
+		t.Errorf("diff shows a diff of the primary that already runs 1.1.0:\n%s", r.stdout)
+	}
+
+	r = rlfnAt(t, set, seed, "diff", "--json")
+	wantExit(t, r, exitOK, "diff --json during a partial rollout")
+	var dj diffJSON
+	if err := json.Unmarshal([]byte(r.stdout), &dj); err != nil {
+		t.Fatalf("diff --json: %v\n%s", err, r.stdout)
+	}
+	if !dj.Pending || len(dj.Diffs) != 1 || dj.Diffs[0].From != v100.Version || dj.Diffs[0].State != "behind" ||
+		!slices.Equal(dj.Diffs[0].Nodes, behind) || !strings.Contains(dj.Diffs[0].Diff, "\n+local VERSION = '1.1.0'\n") {
+		t.Errorf("diff --json during a partial rollout = %+v, want one diff from 1.0.0 on %v", dj, behind)
+	}
+	for _, s := range dj.Steps {
+		if want := map[bool]string{true: "current", false: "behind"}[upgraded[s.Addr]]; s.State != want {
+			t.Errorf("diff --json: %s is %s, want %s", s.Addr, s.State, want)
+		}
+	}
+
+	wantExit(t, rlfnAt(t, set, seed, "deploy", "--yes"), exitOK, "deploy completing the rollout")
+	for _, row := range statusOf(t, set, seed) {
+		if row.State != "current" || row.Version != v110.Version {
+			t.Errorf("after the rollout %s is %s %q", row.Addr, row.State, row.Version)
+		}
+	}
+	wantExit(t, rlfnAt(t, set, seed, "diff", "--exit-code"), exitOK, "diff after the rollout")
+	// The limiters the 1.0.0 calls exhausted are still exhausted under 1.1.0.
+	for i := range 30 {
+		r := rlfnAt(t, set, seed, "call", "sliding_log", fmt.Sprintf("user:%d", i), "--limit", "1", "--window", "1m", "--peek", "--json")
+		if wantExit(t, r, exitOK, "peek after the rollout"); !strings.Contains(r.stdout, `"allowed":false`) {
+			t.Fatalf("user:%d after the rollout: %s", i, r.stdout)
+		}
+	}
+}
+
+// waitLibrary waits up to 10s for a node (a replica catching up) to run code.
+func waitLibrary(t *testing.T, s *harness.Server, code string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := harness.LibraryCode(context.Background(), s.Client(t), functions.Library)
+		if err == nil && got == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not run the expected code after 10s (%v)", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestTLSAndACL deploys over rediss:// with --tls-ca as a user that may deploy and do nothing
