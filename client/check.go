@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/valkey-io/valkey-go"
@@ -16,6 +17,17 @@ import (
 // it was built with.
 var speaks = sync.OnceValue(func() string { return versions.Embedded().Latest().Major() })
 
+// Release11 is the library release that brought reserve, refunds, concurrency leases and
+// rl_multi: what CheckVersion needs before a service uses them.
+const Release11 = "1.1.0"
+
+// VersionCommand is FCALL_RO rl_version, the one way this module asks a node for its
+// library's version. With a key, a cluster client sends it to the node that owns the key's
+// slot (rl_version ignores its keys).
+func VersionCommand(c valkey.Client, keys ...string) valkey.Completed {
+	return c.B().FcallRo().Function("rl_version").Numkeys(int64(len(keys))).Key(keys...).Build()
+}
+
 // Check verifies that every primary the client knows runs a ratelimit library of the major
 // version this client speaks. It returns nil, or one error per node that does not (a
 // *VersionError, or the node's network error), joined with errors.Join and in address order.
@@ -24,6 +36,16 @@ var speaks = sync.OnceValue(func() string { return versions.Embedded().Latest().
 // A cluster client knows the primaries that own slots; a primary that owns none serves no
 // calls yet, and is the deployer's to check.
 func (l *Limiter) Check(ctx context.Context) error {
+	return l.CheckVersion(ctx, "")
+}
+
+// CheckVersion is Check that also requires min or later on every primary, e.g. Release11
+// before using Reserve, Refund, Acquire or AllowAll; an empty min requires only the major
+// version. A node that runs an older version is a *VersionError with Want = min.
+func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
+	if min != "" && !versions.Valid(min) {
+		return fmt.Errorf("rlfn: check: %q is not a version", min)
+	}
 	nodes := l.vk.Nodes()
 	if len(nodes) == 0 {
 		return errors.New("rlfn: check: the client knows no node")
@@ -36,14 +58,14 @@ func (l *Limiter) Check(ctx context.Context) error {
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Go(func() { errs[i] = checkNode(ctx, addr, nodes[addr]) })
+		wg.Go(func() { errs[i] = checkNode(ctx, addr, nodes[addr], min) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func checkNode(ctx context.Context, addr string, c valkey.Client) error {
-	res := c.DoMulti(ctx, c.B().Role().Build(), c.B().FcallRo().Function("rl_version").Numkeys(0).Build())
+func checkNode(ctx context.Context, addr string, c valkey.Client, min string) error {
+	res := c.DoMulti(ctx, c.B().Role().Build(), VersionCommand(c))
 	role, err := res[0].ToArray()
 	if err != nil {
 		// A server error (ROLE refused by an ACL) leaves the role unknown: the node is
@@ -67,5 +89,45 @@ func checkNode(ctx context.Context, addr string, c valkey.Client) error {
 	if !versions.Valid(v) || versions.Major(v) != want {
 		return &VersionError{Node: addr, Version: v, Want: want}
 	}
+	if min != "" && versions.Compare(v, min) < 0 {
+		return &VersionError{Node: addr, Version: v, Want: min}
+	}
 	return nil
+}
+
+// olderLibrary reports the errors a 1.0 library answers a 1.1 call with: "Function not
+// found" for a function it does not have, and RLERR "... takes 3 arguments ..." for a
+// trailing reserve.
+func olderLibrary(err error) bool {
+	var le *LibraryError
+	return errors.Is(err, ErrNotLoaded) || errors.As(err, &le) && strings.Contains(le.Message, " takes ")
+}
+
+// versionError finds out why fn failed with what a 1.0 library would answer: it asks every
+// node the client knows for rl_version, routed by key, so that in a cluster only the owner of
+// key's slot answers (the others redirect). It returns a *VersionError for a node older than
+// Release11 (or, without the library, one that is errors.Is ErrNotLoaded), or nil when every
+// answering node runs Release11 or later: the call's own error stands.
+func (l *Limiter) versionError(ctx context.Context, fn, key string) error {
+	nodes := l.vk.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	var absent error
+	for _, addr := range addrs {
+		c := nodes[addr]
+		v, err := c.Do(ctx, VersionCommand(c, key)).ToString()
+		if err != nil {
+			if verr, ok := valkey.IsValkeyErr(err); ok && notFound(verr.Error()) && absent == nil {
+				absent = &VersionError{Node: addr, Want: Release11, Function: fn}
+			}
+			continue
+		}
+		if versions.Valid(v) && versions.Compare(v, Release11) < 0 {
+			return &VersionError{Node: addr, Version: v, Want: Release11, Function: fn}
+		}
+	}
+	return absent
 }

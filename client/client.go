@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
+	"reflect"
 	"strings"
 	"time"
 
@@ -84,12 +84,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 }
 
 // AllowN takes n units (0 to 999999999999999) from key's limiter, all or nothing: a denied
-// call consumes nothing. An n above the limit is denied with RetryAfter = Never.
+// call consumes nothing. An n above the limit (with the reserve, unless ctx is Critical) is
+// denied with RetryAfter = Never.
 //
 // The call gives up at its deadline (WithDeadline), and when the server cannot decide, the
 // Limiter's Policy does.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := prepare(limit, n)
+	c, err := prepare(ctx, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -109,11 +110,34 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // The deadline, the circuit breaker and the Policy apply as to AllowN; a local peek consumes
 // nothing either.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := prepare(limit, n)
+	c, err := prepare(ctx, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
 	return l.decide(ctx, opPeek, key, c)
+}
+
+// Refund gives n units (0 to 999999999999999) back to key's limiter, as far as its state
+// still holds them (library 1.1.0): a token bucket gets n tokens back, up to its capacity; a
+// leaky bucket's level drops by n; a window's current count drops by n; a sliding log drops
+// its n newest entries. It never makes a limiter more permissive than a fresh one, and answers
+// with the limiter's state after it (Allowed, RetryAfter 0). Charge a predicted cost with
+// AllowN, then refund what the work did not use.
+//
+// A refund is not idempotent: it is never retried, by the client or by the policy. The
+// deadline, the breaker and the Policy apply as to AllowN (LocalFallback refunds the local
+// limiter; FailOpen and FailClosed refund nothing).
+func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	if isNil(limit) {
+		return Result{}, &LimitError{Field: "limit", Reason: "must not be nil"}
+	}
+	if err := limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkInt("refund", n, 0, maxInt); err != nil {
+		return Result{}, err
+	}
+	return l.decide(ctx, opRefund, key, call{spec: limit.spec(), cost: n})
 }
 
 // decide asks the server unless the breaker is open, and turns a failure into the policy's
@@ -141,6 +165,24 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 		sent = l.clock()
 	}
 	res, err := l.server(ctx, op, key, c)
+	kind := l.settle(ctx, probe, c.alg.id, op, start, res, err)
+	if kind == kindNone && dropLocal {
+		// The server decides key again, and its state is the truth: the local one is memory.
+		var b [128]byte
+		l.local.drop(appendKey(b[:0], l.prefix, key, c.alg.name, c.name), sent, l.clock())
+	}
+	if err == nil {
+		return res, nil
+	}
+	if !kind.failure() {
+		l.countError(ctx, c.alg.id, op, kind)
+		return Result{}, err
+	}
+	return l.fail(ctx, op, key, c, kind, err)
+}
+
+// settle classifies a server call's outcome, moves the breaker and records the call.
+func (l *Limiter) settle(ctx context.Context, probe bool, subject int, op operation, start time.Time, res Result, err error) errKind {
 	kind := kindNone
 	if err != nil {
 		kind = classify(ctx, err)
@@ -154,11 +196,6 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 		// the server answered, if only with an error
 		l.transition(ctx, l.breaker.success(probe))
 	}
-	if kind == kindNone && dropLocal {
-		// The server decides key again, and its state is the truth: the local one is memory.
-		var b [128]byte
-		l.local.drop(appendKey(b[:0], l.prefix, key, c.fn.algorithm), sent, l.clock())
-	}
 	if m := l.metrics; m != nil {
 		out := outError
 		if err == nil {
@@ -167,69 +204,96 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 				out = outAllowed
 			}
 		}
-		m.duration.Record(ctx, time.Since(start).Seconds(), m.durationOpts[c.fn.id][op][out]...)
+		m.duration.Record(ctx, time.Since(start).Seconds(), m.durationOpts[subject][op][out]...)
 		if err == nil {
-			m.decisions.Add(ctx, 1, m.decisionOpts[c.fn.id][op][b2i(res.Allowed)][0]...)
+			m.decisions.Add(ctx, 1, m.decisionOpts[subject][op][b2i(res.Allowed)][0]...)
 		}
 	}
-	if err == nil {
-		return res, nil
-	}
-	if !kind.failure() {
-		l.countError(ctx, op, c, kind)
-		return Result{}, err
-	}
-	return l.fail(ctx, op, key, c, kind, err)
+	return kind
 }
 
 // server runs c on the server, within the deadline.
 func (l *Limiter) server(ctx context.Context, op operation, key string, c call) (Result, error) {
 	ctx = l.withDeadline(ctx)
-	if op == opAllow {
-		return decode(c.fn.name, l.vk.Do(ctx, l.command(false, c.fn.name, key, c)))
+	fn := c.alg.fn
+	switch op {
+	case opPeek:
+		fn = c.alg.peek
+	case opRefund, opRelease:
+		fn = c.alg.refund
 	}
-	res, err := decode(c.fn.peek, l.vk.Do(ctx, l.command(true, c.fn.peek, key, c)))
-	if errors.Is(err, ErrNotLoaded) {
+	reserve := op != opRefund && op != opRelease && c.reserve > 0
+	res, err := decode(fn, l.vk.Do(ctx, l.command(op == opPeek, fn, key, c, reserve)))
+	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
 		// runs under FCALL as well (no-writes only permits FCALL_RO, it does not require it).
-		res, err = decode(c.fn.peek, l.vk.Do(ctx, l.command(false, c.fn.peek, key, c)))
+		res, err = decode(fn, l.vk.Do(ctx, l.command(false, fn, key, c, reserve)))
+	}
+	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
+		// A 1.0 library has no such function, or takes no reserve.
+		var b [128]byte
+		what := fn
+		if reserve && c.alg != concurrencyAlg {
+			what += " reserve"
+		}
+		if verr := l.versionError(ctx, what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name))); verr != nil {
+			return Result{}, verr
+		}
 	}
 	return res, err
 }
 
 // fail applies the policy to a call the server could not decide.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
-	l.countError(ctx, op, c, kind)
-	limit, cost := c.nums[0], c.nums[c.n-1]
-	var r Result
-	switch l.policy {
-	case FailOpen:
-		r = Result{Allowed: true, Limit: limit, Remaining: limit - cost, Local: true}
-		if cost > limit {
-			r = Result{Limit: limit, Remaining: limit, RetryAfter: Never, Local: true}
-		}
-	case FailClosed:
-		wait := l.breaker.retryAfter(l.clock())
-		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
-		if cost > limit {
-			r.RetryAfter = Never
-		}
-	case LocalFallback:
-		var b [128]byte
-		k := appendKey(b[:0], l.prefix, key, c.fn.algorithm)
-		r = l.local.decide(k, c, l.instances, l.clock(), op == opAllow)
-	default:
+	l.countError(ctx, c.alg.id, op, kind)
+	if l.policy == ReturnError {
 		return Result{}, err
 	}
+	r := l.policyResult(op, key, c)
 	if m := l.metrics; m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.fn.id][op][b2i(r.Allowed)][l.policy]...)
+		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][op][b2i(r.Allowed)][l.policy]...)
 	}
 	return r, nil
 }
 
-func (l *Limiter) countError(ctx context.Context, op operation, c call, kind errKind) {
+// policyResult is the decision of the Limiter's policy (not ReturnError) on c.
+func (l *Limiter) policyResult(op operation, key string, c call) Result {
+	limit, need := c.limit, c.cost+c.reserve
+	giveBack := op == opRefund || op == opRelease
+	var r Result
+	switch l.policy {
+	case FailOpen:
+		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Local: true}
+		switch {
+		case giveBack:
+			r.Remaining = limit
+		case need > limit:
+			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Local: true}
+		}
+	case FailClosed:
+		wait := l.breaker.retryAfter(l.clock())
+		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
+		switch {
+		case giveBack:
+			r = Result{Allowed: true, Limit: limit, Local: true}
+		case need > limit:
+			r.RetryAfter = Never
+		}
+	case LocalFallback:
+		var b [128]byte
+		k := appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+		if giveBack {
+			r = l.local.refund(k, c, l.instances, l.clock())
+		} else {
+			r = l.local.decide(k, c, l.instances, l.clock(), op != opPeek)
+		}
+	}
+	return r
+}
+
+func (l *Limiter) countError(ctx context.Context, subject int, op operation, kind errKind) {
 	if m := l.metrics; m != nil {
-		m.errors.Add(ctx, 1, m.errorOpts[c.fn.id][op][kind]...)
+		m.errors.Add(ctx, 1, m.errorOpts[subject][op][kind]...)
 	}
 }
 
@@ -247,9 +311,12 @@ func (l *Limiter) transition(ctx context.Context, s breakerState) {
 func classify(ctx context.Context, err error) errKind {
 	var le *LibraryError
 	var re *ReplyError
+	var ve *VersionError
 	switch {
 	case errors.As(err, &le):
 		return kindLibrary
+	case errors.As(err, &ve) && ve.Version != "":
+		return kindVersion
 	case errors.Is(err, ErrNotLoaded):
 		return kindNotLoaded
 	case errors.As(err, &re):
@@ -260,8 +327,8 @@ func classify(ctx context.Context, err error) errKind {
 		return kindTimeout
 	}
 	// replyErr wraps the server's error, and IsValkeyErr does not unwrap
-	var ve *valkey.ValkeyError
-	if errors.As(err, &ve) {
+	var vke *valkey.ValkeyError
+	if errors.As(err, &vke) {
 		return kindServer
 	}
 	return kindUnreachable
@@ -274,7 +341,9 @@ func b2i(b bool) int {
 	return 0
 }
 
-func prepare(limit Limit, n int64) (call, error) {
+// prepare validates a limit and a cost, and makes the call, with the limit's reserve unless
+// ctx is Critical.
+func prepare(ctx context.Context, limit Limit, n int64) (call, error) {
 	if isNil(limit) {
 		return call{}, &LimitError{Field: "limit", Reason: "must not be nil"}
 	}
@@ -284,50 +353,43 @@ func prepare(limit Limit, n int64) (call, error) {
 	if err := checkCost(n); err != nil {
 		return call{}, err
 	}
-	return limit.args(n), nil
+	c := call{spec: limit.spec(), cost: n}
+	if c.params.reserve > 0 && !IsCritical(ctx) {
+		// the context is read only for limits with a reserve: the others do not pay for it
+		c.reserve = c.params.reserve
+	}
+	return c, nil
 }
 
 // isNil reports a nil Limit, or a nil pointer to a limit: a pointer has the value's methods,
 // and they would dereference it.
 func isNil(limit Limit) bool {
-	switch p := limit.(type) {
-	case nil:
+	if limit == nil {
 		return true
-	case *FixedWindow:
-		return p == nil
-	case *SlidingLog:
-		return p == nil
-	case *SlidingWindow:
-		return p == nil
-	case *TokenBucket:
-		return p == nil
-	case *LeakyBucket:
-		return p == nil
 	}
-	return false
+	v := reflect.ValueOf(limit)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// command builds FCALL (or FCALL_RO) fn 1 key args... A command is built for each call and
-// never reused, because valkey-go recycles it once Do returns; so it needs no Pin.
-func (l *Limiter) command(readOnly bool, fn, key string, c call) valkey.Completed {
-	// The key and every number are written into one buffer and converted to one string that
+// command builds FCALL (or FCALL_RO) fn 1 key args... [reserve]. A command is built for each
+// call and never reused, because valkey-go recycles it once Do returns; so it needs no Pin.
+func (l *Limiter) command(readOnly bool, fn, key string, c call, reserve bool) valkey.Completed {
+	// The key and every argument are written into one buffer and converted to one string that
 	// the arguments slice: one allocation per call rather than one per argument.
-	var b [128]byte
-	buf := appendKey(b[:0], l.prefix, key, c.fn.algorithm)
-	var ends [len(c.nums) + 1]int
-	ends[0] = len(buf)
-	for i, v := range c.nums[:c.n] {
-		buf = strconv.AppendInt(buf, v, 10)
-		ends[i+1] = len(buf)
+	var b [192]byte
+	var e [8]int
+	buf := appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+	ends := append(e[:0], len(buf))
+	buf, ends = c.appendArgs(buf, ends)
+	if reserve {
+		buf = appendInt(buf, c.reserve)
+		ends = append(ends, len(buf))
 	}
 	s := string(buf)
-	var argv [len(c.nums) + 1]string
+	var argv [len(e)]string
 	args := argv[:0]
-	for i := range c.n {
-		args = append(args, s[ends[i]:ends[i+1]])
-	}
-	if c.mode != "" {
-		args = append(args, c.mode)
+	for i := 1; i < len(ends); i++ {
+		args = append(args, s[ends[i-1]:ends[i]])
 	}
 	k := s[:ends[0]]
 	if readOnly {
@@ -341,31 +403,38 @@ const maxMs = int64(1<<63-1) / int64(time.Millisecond)
 
 // decode turns fn's reply into a Result, or into this package's error for it.
 func decode(fn string, res valkey.ValkeyResult) (Result, error) {
+	r, _, err := decodeN(fn, res, 6)
+	return r, err
+}
+
+// decodeN decodes a reply of at least n integers (6, or 7 for rl_multi, whose seventh is the
+// binding limit's 1-based index, returned as the second value).
+func decodeN(fn string, res valkey.ValkeyResult, n int) (Result, int64, error) {
 	if err := res.Error(); err != nil && !valkey.IsValkeyNil(err) {
-		return Result{}, replyErr(fn, err)
+		return Result{}, 0, replyErr(fn, err)
 	}
 	arr, err := res.ToArray()
 	if err != nil {
-		return Result{}, &ReplyError{Function: fn, Reason: err.Error()}
+		return Result{}, 0, &ReplyError{Function: fn, Reason: err.Error()}
 	}
 	// Within a major version the reply may grow: later elements are for later clients.
-	if len(arr) < 6 {
-		return Result{}, &ReplyError{Function: fn, Reason: fmt.Sprintf("%d elements, want 6", len(arr))}
+	if len(arr) < n {
+		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("%d elements, want %d", len(arr), n)}
 	}
-	var v [6]int64
-	for i := range v {
+	var v [7]int64
+	for i := range n {
 		if v[i], err = arr[i].ToInt64(); err != nil {
-			return Result{}, &ReplyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
+			return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
 		}
 	}
 	allowed, limit, remaining, retry, reset, delay := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Result{}, &ReplyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
+		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
 	case remaining < 0:
-		return Result{}, &ReplyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
+		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
 	case retry < -1 || retry > maxMs || reset < 0 || reset > maxMs || delay < 0 || delay > maxMs:
-		return Result{}, &ReplyError{Function: fn, Reason: fmt.Sprintf(
+		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf(
 			"durations out of range: retry_after_ms %d, reset_after_ms %d, delay_ms %d", retry, reset, delay)}
 	}
 	r := Result{
@@ -379,7 +448,7 @@ func decode(fn string, res valkey.ValkeyResult) (Result, error) {
 	if retry == -1 {
 		r.RetryAfter = Never
 	}
-	return r, nil
+	return r, v[6], nil
 }
 
 // replyErr classifies an error reply: RLERR, a missing function, or anything else (the

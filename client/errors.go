@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrNotLoaded is returned when the server has no ratelimit library (it answered "Function not
@@ -42,19 +43,34 @@ func (e *ReplyError) Error() string {
 	return "rlfn: " + e.Function + ": reply out of contract: " + e.Reason
 }
 
-// VersionError reports a primary that runs no ratelimit library, or one of a major version
-// this client does not speak. It is errors.Is ErrNotLoaded when the library is absent.
+// VersionError reports a primary that runs no ratelimit library, one of a major version this
+// client does not speak, or one older than a call or CheckVersion needs (a 1.1 feature
+// against a node still running 1.0.0). It is errors.Is ErrNotLoaded when the library is
+// absent. Every Policy returns it as it is when the library is there but too old: a feature
+// that is not deployed yet is no outage to decide around (see CheckVersion).
 type VersionError struct {
 	Node    string // the node's address
 	Version string // what its rl_version answered; empty when the library is absent
-	Want    string // the major version this client speaks, e.g. "1"
+	// Want is what is needed: the major version this client speaks (e.g. "1") from Check, a
+	// minimum version (e.g. "1.1.0") from CheckVersion or a call.
+	Want string
+	// Function is, for a call, the function (or argument) that needs Want, e.g.
+	// "rl_concurrency" or "rl_token_bucket reserve"; empty from Check and CheckVersion.
+	Function string
 }
 
 func (e *VersionError) Error() string {
-	if e.Version == "" {
+	switch {
+	case e.Version == "":
 		return fmt.Sprintf("rlfn: node %s has no ratelimit library (run rlfn deploy)", e.Node)
+	case !strings.Contains(e.Want, "."):
+		return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, this client speaks %s.x (run rlfn deploy)",
+			e.Node, e.Version, e.Want)
+	case e.Function != "":
+		return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, %s needs %s or later (run rlfn deploy)",
+			e.Node, e.Version, e.Function, e.Want)
 	}
-	return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, this client speaks %s.x (run rlfn deploy)",
+	return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, %s or later is required (run rlfn deploy)",
 		e.Node, e.Version, e.Want)
 }
 

@@ -8,8 +8,9 @@ const DefaultPrefix = "rl:"
 // Key returns the server key holding the state of key's limiter of l's algorithm:
 //
 //	<prefix>{<key>}:<algorithm>
+//	<prefix>{<key>}:<algorithm>:<name>   when the limit has a Name
 //
-// e.g. "rl:{user:42}:token_bucket". The CLI composes keys with it, so that both reach the same
+// e.g. "rl:{user:42}:token_bucket", "rl:{user:42}:fixed_window:hourly". The CLI composes keys with it, so that both reach the same
 // state.
 //
 // Inside prefix and key, '%', '{' and '}' are written %25, %7B and %7D, and an empty key is
@@ -23,13 +24,22 @@ const DefaultPrefix = "rl:"
 // The algorithm is the limiter's name (fixed_window, sliding_log, sliding_window, token_bucket,
 // leaky_bucket): both modes of a leaky bucket share a key, see LeakyBucket. The limit's numbers
 // are not part of the key, so a changed limit keeps its principals' state; two limits of one
-// algorithm for one principal (per second and per hour) need two keys or two prefixes.
+// algorithm for one principal (per second and per hour) need a Name each (or one of them),
+// which keeps both in the principal's slot, so that AllowAll decides them in one call. A name
+// comes after the algorithm, whose name has no ':', so named and unnamed keys never meet.
 func Key(prefix, key string, l Limit) string {
-	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, l.args(0).fn.algorithm))
+	s := l.spec()
+	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, s.alg.name, s.name))
+}
+
+// ConcurrencyKey is Key for a Concurrency limit: <prefix>{<key>}:concurrency[:<name>].
+func ConcurrencyKey(prefix, key string, c Concurrency) string {
+	s := c.spec("")
+	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, s.alg.name, s.name))
 }
 
 // appendKey appends the key for an already escaped prefix.
-func appendKey(buf []byte, escapedPrefix, key, algorithm string) []byte {
+func appendKey(buf []byte, escapedPrefix, key, algorithm, name string) []byte {
 	buf = append(buf, escapedPrefix...)
 	buf = append(buf, '{')
 	if key == "" {
@@ -40,7 +50,11 @@ func appendKey(buf []byte, escapedPrefix, key, algorithm string) []byte {
 		buf = appendEscaped(buf, key)
 	}
 	buf = append(buf, '}', ':')
-	return append(buf, algorithm...)
+	buf = append(buf, algorithm...)
+	if name != "" {
+		buf = append(append(buf, ':'), name...)
+	}
+	return buf
 }
 
 // appendEscaped appends s with '%', '{' and '}' percent-encoded.

@@ -1,7 +1,11 @@
 package client
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
 	"time"
 )
 
@@ -16,50 +20,45 @@ const (
 
 // Limit is a limiter's configuration: FixedWindow, SlidingLog, SlidingWindow, TokenBucket or
 // LeakyBucket. It is a value: a call may use any limit, and a changed limit applies to the
-// state the previous one left (the key does not depend on it). Keep limits that are used on
-// every request in variables of type Limit: a struct converted to the interface at each call
-// costs an allocation each time.
+// state the previous one left (the key does not depend on its numbers). Keep limits that are
+// used on every request in variables of type Limit: a struct converted to the interface at
+// each call costs an allocation each time.
+//
+// Every limit has two optional fields. Reserve (library 1.1.0) keeps that many units for
+// critical callers: a call whose context is not marked with Critical is admitted only if at
+// least Reserve units are left after it, so that a critical caller can still use them. Name
+// (any string) tells apart two limits of one algorithm for one principal (per second and per
+// hour): it is part of the key (see Key), in the principal's cluster slot.
 type Limit interface {
 	// Validate reports, as a *LimitError, why the library would refuse this limit.
 	Validate() error
-	// args is the library function and its arguments for a call of cost; unexported, because
-	// the library has exactly these five limiters.
-	args(cost int64) call
+	// Quota is the limit as rate-limit headers describe it.
+	Quota() Quota
+	// spec is the limit's algorithm and numbers; unexported, because the library has
+	// exactly these five limiters.
+	spec() spec
 }
 
-// function is one limiter of the library.
-type function struct {
-	name      string // the function FCALL runs
-	peek      string // its no-writes twin, for FCALL_RO
-	algorithm string // the suffix of its keys
-	id        int    // its index in functions, for per-algorithm tables (metrics)
-}
-
-var (
-	fixedWindowFn   = &function{"rl_fixed_window", "rl_fixed_window_peek", "fixed_window", 0}
-	slidingLogFn    = &function{"rl_sliding_log", "rl_sliding_log_peek", "sliding_log", 1}
-	slidingWindowFn = &function{"rl_sliding_window", "rl_sliding_window_peek", "sliding_window", 2}
-	tokenBucketFn   = &function{"rl_token_bucket", "rl_token_bucket_peek", "token_bucket", 3}
-	leakyBucketFn   = &function{"rl_leaky_bucket", "rl_leaky_bucket_peek", "leaky_bucket", 4}
-
-	functions = [nAlgorithms]*function{fixedWindowFn, slidingLogFn, slidingWindowFn, tokenBucketFn, leakyBucketFn}
-)
-
-const nAlgorithms = 5
-
-// call is one call's ARGV: integers (the cost last), then, for a leaky bucket, the mode.
-type call struct {
-	fn   *function
-	nums [4]int64
-	n    int // how many of nums are used
-	mode string
+// Quota is a limit as the IETF RateLimit headers describe it: Limit units per Window.
+type Quota struct {
+	// Limit is the limit or capacity.
+	Limit int64
+	// Window is a windowed limit's window; for a bucket, the time Rate per Period takes to
+	// refill (or drain) the whole Capacity, rounded up to the millisecond and at most the
+	// largest time.Duration, so that Limit per Window is its long-run rate.
+	Window time.Duration
+	// Leak is, for a LeakyBucket, how long one unit takes to leak out (Period / Rate rounded
+	// up); zero for every other limit.
+	Leak time.Duration
 }
 
 // FixedWindow admits at most Limit units per window of Window, windows aligned to the Unix
 // epoch: up to twice Limit can pass around a window boundary.
 type FixedWindow struct {
-	Limit  int64         // 1 to 999999999999999
-	Window time.Duration // a whole number of milliseconds, 1ms to 10^11ms (about 3 years)
+	Limit   int64         // 1 to 999999999999999
+	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms (about 3 years)
+	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
+	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -67,19 +66,26 @@ func (l FixedWindow) Validate() error {
 	if err := checkInt("FixedWindow.Limit", l.Limit, 1, maxInt); err != nil {
 		return err
 	}
-	_, err := milliseconds("FixedWindow.Window", l.Window)
-	return err
+	if _, err := milliseconds("FixedWindow.Window", l.Window); err != nil {
+		return err
+	}
+	return checkInt("FixedWindow.Reserve", l.Reserve, 0, l.Limit)
 }
 
-func (l FixedWindow) args(cost int64) call {
-	return call{fn: fixedWindowFn, nums: [4]int64{l.Limit, l.Window.Milliseconds(), cost}, n: 3}
+// Quota implements Limit.
+func (l FixedWindow) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
+
+func (l FixedWindow) spec() spec {
+	return spec{fixedWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
 }
 
 // SlidingLog admits at most Limit units in any span of Window, exactly: the server keeps one
 // log entry per admitted unit, so Limit is at most 100000.
 type SlidingLog struct {
-	Limit  int64         // 1 to 100000
-	Window time.Duration // a whole number of milliseconds, 1ms to 10^11ms
+	Limit   int64         // 1 to 100000
+	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
+	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
+	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -87,20 +93,27 @@ func (l SlidingLog) Validate() error {
 	if err := checkInt("SlidingLog.Limit", l.Limit, 1, maxLog); err != nil {
 		return err
 	}
-	_, err := milliseconds("SlidingLog.Window", l.Window)
-	return err
+	if _, err := milliseconds("SlidingLog.Window", l.Window); err != nil {
+		return err
+	}
+	return checkInt("SlidingLog.Reserve", l.Reserve, 0, l.Limit)
 }
 
-func (l SlidingLog) args(cost int64) call {
-	return call{fn: slidingLogFn, nums: [4]int64{l.Limit, l.Window.Milliseconds(), cost}, n: 3}
+// Quota implements Limit.
+func (l SlidingLog) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
+
+func (l SlidingLog) spec() spec {
+	return spec{slidingLogAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
 }
 
 // SlidingWindow admits while the previous window's count, weighted by how much of it the
 // sliding span still covers, plus the current window's count stays within Limit: the
 // sliding window counter, with constant memory.
 type SlidingWindow struct {
-	Limit  int64         // 1 to 999999999999999, and Limit * Window in ms below 2^53
-	Window time.Duration // a whole number of milliseconds, 1ms to 10^11ms
+	Limit   int64         // 1 to 999999999999999, and Limit * Window in ms below 2^53
+	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
+	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
+	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -118,11 +131,14 @@ func (l SlidingWindow) Validate() error {
 		return &LimitError{Field: "SlidingWindow.Limit", Reason: fmt.Sprintf(
 			"* Window in milliseconds must be below 2^53, got %d * %d", l.Limit, ms)}
 	}
-	return nil
+	return checkInt("SlidingWindow.Reserve", l.Reserve, 0, l.Limit)
 }
 
-func (l SlidingWindow) args(cost int64) call {
-	return call{fn: slidingWindowFn, nums: [4]int64{l.Limit, l.Window.Milliseconds(), cost}, n: 3}
+// Quota implements Limit.
+func (l SlidingWindow) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
+
+func (l SlidingWindow) spec() spec {
+	return spec{slidingWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
 }
 
 // TokenBucket allows bursts of up to Capacity units and refills Rate units per Period,
@@ -131,16 +147,26 @@ type TokenBucket struct {
 	Capacity int64         // 1 to 999999999999999: the largest burst
 	Rate     int64         // 1 to 999999999999999 units per Period
 	Period   time.Duration // a whole number of milliseconds, 1ms to 10^11ms
+	Reserve  int64         // 0 to Capacity: units only critical calls may take (see Limit)
+	Name     string        // optional: a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
 func (l TokenBucket) Validate() error {
-	return validateBucket("TokenBucket.Capacity", "TokenBucket.Rate", "TokenBucket.Period",
-		l.Capacity, l.Rate, l.Period)
+	if err := validateBucket("TokenBucket.Capacity", "TokenBucket.Rate", "TokenBucket.Period",
+		l.Capacity, l.Rate, l.Period); err != nil {
+		return err
+	}
+	return checkInt("TokenBucket.Reserve", l.Reserve, 0, l.Capacity)
 }
 
-func (l TokenBucket) args(cost int64) call {
-	return call{fn: tokenBucketFn, nums: [4]int64{l.Capacity, l.Rate, l.Period.Milliseconds(), cost}, n: 4}
+// Quota implements Limit.
+func (l TokenBucket) Quota() Quota {
+	return Quota{Limit: l.Capacity, Window: bucketWindow(l.Capacity, l.Rate, l.Period)}
+}
+
+func (l TokenBucket) spec() spec {
+	return spec{tokenBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), reserve: l.Reserve, name: l.Name}}
 }
 
 // Mode is what a leaky bucket does with a request.
@@ -175,6 +201,8 @@ type LeakyBucket struct {
 	Rate     int64         // 1 to 999999999999999 units per Period
 	Period   time.Duration // a whole number of milliseconds, 1ms to 10^11ms
 	Mode     Mode          // Police (the zero value) or Shape
+	Reserve  int64         // 0 to Capacity: units only critical calls may take (see Limit)
+	Name     string        // optional: a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -186,11 +214,42 @@ func (l LeakyBucket) Validate() error {
 	if l.Mode != Police && l.Mode != Shape {
 		return &LimitError{Field: "LeakyBucket.Mode", Reason: "must be Police or Shape, got " + l.Mode.String()}
 	}
-	return nil
+	return checkInt("LeakyBucket.Reserve", l.Reserve, 0, l.Capacity)
 }
 
-func (l LeakyBucket) args(cost int64) call {
-	return call{fn: leakyBucketFn, nums: [4]int64{l.Capacity, l.Rate, l.Period.Milliseconds(), cost}, n: 4, mode: l.Mode.String()}
+// Quota implements Limit.
+func (l LeakyBucket) Quota() Quota {
+	q := Quota{Limit: l.Capacity, Window: bucketWindow(l.Capacity, l.Rate, l.Period)}
+	if l.Rate > 0 && l.Period > 0 {
+		rate := time.Duration(l.Rate)
+		q.Leak = (l.Period + rate - 1) / rate
+	}
+	return q
+}
+
+func (l LeakyBucket) spec() spec {
+	return spec{leakyBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), mode: l.Mode, reserve: l.Reserve, name: l.Name}}
+}
+
+// bucketWindow is ceil(capacity * period / rate) in whole milliseconds, exactly (the product
+// needs 128 bits), at most the largest Duration; 0 for a bucket that cannot work.
+func bucketWindow(capacity, rate int64, period time.Duration) time.Duration {
+	ms := period.Milliseconds()
+	if capacity <= 0 || rate <= 0 || ms <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(capacity), uint64(ms))
+	if hi >= uint64(rate) {
+		return math.MaxInt64
+	}
+	q, rem := bits.Div64(hi, lo, uint64(rate))
+	if rem != 0 {
+		q++
+	}
+	if q > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return math.MaxInt64
+	}
+	return time.Duration(q) * time.Millisecond
 }
 
 // validateBucket validates a token or leaky bucket; the field names are constants, so that a
@@ -252,4 +311,22 @@ func milliseconds(field string, d time.Duration) (int64, error) {
 // the library denies it with Result.RetryAfter = Never.
 func checkCost(n int64) error {
 	return checkInt("cost", n, 0, maxInt)
+}
+
+func appendInt(buf []byte, v int64) []byte { return strconv.AppendInt(buf, v, 10) }
+
+type criticalKey struct{}
+
+// Critical returns ctx marked critical: calls made with it may use the whole limit, the
+// Reserve of every limit included (Allow, Peek, Acquire, AllowAll; Reserve needs library
+// 1.1.0). A call that is not critical leaves each limit's Reserve to critical ones. The
+// middleware (httplimit) marks a route's requests critical this way.
+func Critical(ctx context.Context) context.Context {
+	return context.WithValue(ctx, criticalKey{}, true)
+}
+
+// IsCritical reports whether ctx was marked by Critical.
+func IsCritical(ctx context.Context) bool {
+	v, _ := ctx.Value(criticalKey{}).(bool)
+	return v
 }

@@ -33,7 +33,8 @@ type localState struct {
 	t       int64 // fixed and sliding window: window start (ms); buckets: time of level (ns)
 	a, b    int64 // fixed window: count in a; sliding window: previous in a, current in b
 	level   float64
-	log     []logSlot // sliding log, oldest first
+	log     []logSlot        // sliding log, oldest first
+	leases  map[string]int64 // concurrency: each holder's expiry (ns)
 }
 
 // logSlot counts the units a sliding log admitted during one slot of its window.
@@ -129,19 +130,43 @@ func (s *localStore) decide(key []byte, c call, instances, now int64, write bool
 	if st != nil && st.expires <= now {
 		*st = localState{created: now, log: st.log[:0]}
 	}
+	reserve := localReserve(c.reserve, c.limit, instances)
 	if st == nil {
 		if !write {
 			var zero localState
-			return decideLocal(&zero, c, instances, now, false)
+			return c.alg.local.decide(&zero, c.params, c.cost, reserve, instances, now, false)
 		}
 		st = &localState{created: now}
-		res := decideLocal(st, c, instances, now, true)
+		res := c.alg.local.decide(st, c.params, c.cost, reserve, instances, now, true)
 		if st.expires > now {
 			s.insert(sh, string(key), st, now)
 		}
 		return res
 	}
-	return decideLocal(st, c, instances, now, write)
+	return c.alg.local.decide(st, c.params, c.cost, reserve, instances, now, write)
+}
+
+// refund gives c.cost units back to key's local limiter (for concurrency: releases c.id's
+// lease), and answers with its state after.
+func (s *localStore) refund(key []byte, c call, instances, now int64) Result {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st := sh.m[string(key)]
+	if st == nil || st.expires <= now {
+		var zero localState
+		return c.alg.local.refund(&zero, c.params, c.cost, instances, now)
+	}
+	return c.alg.local.refund(st, c.params, c.cost, instances, now)
+}
+
+// localReserve is a reserve's local part: reserve / instances rounded up, so that critical
+// callers keep some of every share, and at most the share itself.
+func localReserve(reserve, limit, instances int64) int64 {
+	if reserve == 0 {
+		return 0
+	}
+	return min((reserve+instances-1)/instances, share(limit, instances))
 }
 
 // insert adds a key, first making room: expired keys go once per sweepEvery; a shard still
@@ -177,26 +202,31 @@ func share(v, instances int64) int64 {
 	return max(1, v/instances)
 }
 
-// decideLocal dispatches to the algorithm of c.
-func decideLocal(st *localState, c call, instances, now int64, write bool) Result {
-	switch c.fn {
-	case fixedWindowFn:
-		return localFixedWindow(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
-	case slidingWindowFn:
-		return localSlidingWindow(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
-	case slidingLogFn:
-		return localSlidingLog(st, share(c.nums[0], instances), c.nums[1], c.nums[2], now, write)
-	case tokenBucketFn:
-		return localBucket(st, c.nums[0], c.nums[1], c.nums[2], c.nums[3], instances, now, write, false)
-	default:
-		return localBucket(st, c.nums[0], c.nums[1], c.nums[2], c.nums[3], instances, now, write, c.mode == "shape")
-	}
+// localAlgorithm is an algorithm's in-process equivalent. Times are Unix nanoseconds.
+type localAlgorithm interface {
+	// decide judges cost + reserve against st at now, and consumes cost when it admits and
+	// write is set. Limits are divided by instances.
+	decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result
+	// refund gives back n units as far as st still holds them and answers with the state
+	// after (Allowed, no RetryAfter, no Delay), as the library's refunds do.
+	refund(st *localState, p params, n, instances, now int64) Result
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
+// refunded is a refund's reply: the state after it, as a peek of cost 0 sees it.
+func refunded(a localAlgorithm, st *localState, p params, instances, now int64) Result {
+	r := a.decide(st, p, 0, 0, instances, now, false)
+	r.Allowed, r.RetryAfter, r.Delay = true, 0, 0
+	return r
+}
+
 // localFixedWindow is rl_fixed_window: at most limit units per aligned window of windowMs.
-func localFixedWindow(st *localState, limit, windowMs, cost, now int64, write bool) Result {
+type localFixedWindow struct{}
+
+func (localFixedWindow) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
+	limit, windowMs := share(p.limit, instances), p.ms
+	need := cost + reserve
 	nowMs := now / int64(time.Millisecond)
 	start := nowMs - nowMs%windowMs
 	resetNs := (start+windowMs)*int64(time.Millisecond) - now
@@ -205,15 +235,15 @@ func localFixedWindow(st *localState, limit, windowMs, cost, now int64, write bo
 		count = st.a
 	}
 	// a limit lowered since the count was taken may be below it
-	r := Result{Limit: limit, Remaining: max(0, limit-count), Local: true}
+	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Local: true}
 	if count > 0 {
 		r.ResetAfter = time.Duration(resetNs)
 	}
 	switch {
-	case cost > limit:
+	case need > limit:
 		r.RetryAfter = Never
 		return r
-	case count+cost > limit:
+	case count+need > limit:
 		r.RetryAfter = time.Duration(resetNs)
 		return r
 	}
@@ -221,15 +251,27 @@ func localFixedWindow(st *localState, limit, windowMs, cost, now int64, write bo
 	if write && cost > 0 {
 		st.t, st.a = start, count+cost
 		st.expires = (start + windowMs) * int64(time.Millisecond)
-		r.Remaining = limit - st.a
+		r.Remaining = max(0, limit-st.a-reserve)
 		r.ResetAfter = time.Duration(resetNs)
 	}
 	return r
 }
 
+func (a localFixedWindow) refund(st *localState, p params, n, instances, now int64) Result {
+	nowMs := now / int64(time.Millisecond)
+	if st.t == nowMs-nowMs%p.ms {
+		st.a = max(0, st.a-n)
+	}
+	return refunded(a, st, p, instances, now)
+}
+
 // localSlidingWindow is rl_sliding_window, in the same integer arithmetic (units * ms): admits
 // while prev * (window - elapsed) / window + curr + cost <= limit.
-func localSlidingWindow(st *localState, limit, window, cost, now int64, write bool) Result {
+type localSlidingWindow struct{}
+
+func (localSlidingWindow) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
+	limit, window := share(p.limit, instances), p.ms
+	need := cost + reserve
 	nowMs := now / int64(time.Millisecond)
 	start := nowMs - nowMs%window
 	elapsed := nowMs - start
@@ -241,7 +283,7 @@ func localSlidingWindow(st *localState, limit, window, cost, now int64, write bo
 		prev = st.b
 	}
 	room := limit*window - prev*(window-elapsed) - curr*window
-	whole := func(room int64) int64 { return max(0, room) / window }
+	whole := func(room int64) int64 { return max(0, room-reserve*window) / window }
 	r := Result{Limit: limit, Remaining: whole(room), Local: true}
 	switch {
 	case curr > 0:
@@ -249,15 +291,15 @@ func localSlidingWindow(st *localState, limit, window, cost, now int64, write bo
 	case prev > 0:
 		r.ResetAfter = ms(start + window - nowMs)
 	}
-	if cost > limit {
+	if need > limit {
 		r.RetryAfter = Never
 		return r
 	}
-	if cost*window > room {
+	if need*window > room {
 		// The first elapsed e of this window whose weight of prev admits; failing that, the
 		// first of the next window, where curr becomes the previous count.
 		target := int64(-1)
-		if left := (limit - curr - cost) * window; left >= 0 && prev > 0 {
+		if left := (limit - curr - need) * window; left >= 0 && prev > 0 {
 			if e := window - left/prev; e < window {
 				target = start + e
 			}
@@ -265,7 +307,7 @@ func localSlidingWindow(st *localState, limit, window, cost, now int64, write bo
 		if target < 0 {
 			e := int64(0)
 			if curr > 0 {
-				e = max(0, window-(limit-cost)*window/curr)
+				e = max(0, window-(limit-need)*window/curr)
 			}
 			target = start + window + e
 		}
@@ -282,12 +324,24 @@ func localSlidingWindow(st *localState, limit, window, cost, now int64, write bo
 	return r
 }
 
+func (a localSlidingWindow) refund(st *localState, p params, n, instances, now int64) Result {
+	nowMs := now / int64(time.Millisecond)
+	if st.t == nowMs-nowMs%p.ms {
+		st.b = max(0, st.b-n)
+	}
+	return refunded(a, st, p, instances, now)
+}
+
 // localSlidingLog is rl_sliding_log with admissions counted per slot of window/logSlots
 // (rounded up to whole milliseconds, so that at most logSlots slots and the current one are
 // live) rather than per unit: a unit leaves the window when its slot's end does, up to a slot
 // later than on the server, so the local log never admits more than limit units in any span
 // of window.
-func localSlidingLog(st *localState, limit, window, cost, now int64, write bool) Result {
+type localSlidingLog struct{}
+
+func (localSlidingLog) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
+	limit, window := share(p.limit, instances), p.ms
+	need := cost + reserve
 	nowMs := now / int64(time.Millisecond)
 	width := (window + logSlots - 1) / logSlots
 	slot := nowMs / width
@@ -301,17 +355,17 @@ func localSlidingLog(st *localState, limit, window, cost, now int64, write bool)
 	for _, e := range live {
 		count += e.n
 	}
-	r := Result{Limit: limit, Remaining: max(0, limit-count), Local: true}
+	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Local: true}
 	if len(live) > 0 {
 		r.ResetAfter = ms(leaves(live[len(live)-1].slot) - nowMs)
 	}
-	if cost > limit {
+	if need > limit {
 		r.RetryAfter = Never
 		return r
 	}
-	if count+cost > limit {
-		// the (count + cost - limit)-th oldest unit must leave first
-		k := count + cost - limit
+	if count+need > limit {
+		// the (count + need - limit)-th oldest unit must leave first
+		k := count + need - limit
 		for _, e := range live {
 			if k -= e.n; k <= 0 {
 				r.RetryAfter = ms(leaves(e.slot) - nowMs)
@@ -334,10 +388,23 @@ func localSlidingLog(st *localState, limit, window, cost, now int64, write bool)
 			st.log = append(st.log, logSlot{slot: slot, n: cost})
 		}
 		st.expires = leaves(slot) * int64(time.Millisecond)
-		r.Remaining = limit - count - cost
+		r.Remaining = max(0, limit-count-cost-reserve)
 		r.ResetAfter = ms(leaves(slot) - nowMs)
 	}
 	return r
+}
+
+// refund removes up to n of the newest units.
+func (a localSlidingLog) refund(st *localState, p params, n, instances, now int64) Result {
+	for i := len(st.log) - 1; i >= 0 && n > 0; i-- {
+		take := min(n, st.log[i].n)
+		st.log[i].n -= take
+		n -= take
+		if st.log[i].n == 0 {
+			st.log = st.log[:i]
+		}
+	}
+	return refunded(a, st, p, instances, now)
 }
 
 // localBucket is the token bucket (the level is the tokens missing from a full bucket) and the
@@ -345,30 +412,30 @@ func localSlidingLog(st *localState, limit, window, cost, now int64, write bool)
 // divided by instances as a window's limit is, and the rate is kept whole over a period
 // instances times as long, so no rate rounds down to nothing. The level is a float64: exact
 // for whole units, and a fallback need not be exact to the nanosecond in between.
-func localBucket(st *localState, capacity, rate, periodMs, cost, instances, now int64, write, shape bool) Result {
-	capacity = share(capacity, instances)
-	periodNs := float64(periodMs) * float64(time.Millisecond) * float64(instances)
+type localBucket struct {
+	leaky bool // a leaky bucket: in Shape mode, an admitted call has a Delay
+}
+
+func (b localBucket) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
+	capacity, rate := share(p.limit, instances), p.rate
+	need := cost + reserve
+	periodNs := float64(p.ms) * float64(time.Millisecond) * float64(instances)
 	// drain is the time the level x takes to drain; the product first, so that round numbers
 	// stay exact.
 	drain := func(x float64) time.Duration { return duration(x * periodNs / float64(rate)) }
-	level := 0.0
-	if st.expires > now {
-		level = min(st.level, float64(capacity)) // a lowered capacity keeps at most a full bucket
-		if elapsed := now - st.t; elapsed > 0 {
-			level = max(0, level-float64(elapsed)*float64(rate)/periodNs)
-		}
-	}
-	r := Result{Limit: capacity, Remaining: int64(float64(capacity) - level), Local: true, ResetAfter: drain(level)}
-	if cost > capacity {
+	level := b.level(st, capacity, rate, periodNs, now)
+	left := func(level float64) int64 { return max(0, int64(float64(capacity)-level)-reserve) }
+	r := Result{Limit: capacity, Remaining: left(level), Local: true, ResetAfter: drain(level)}
+	if need > capacity {
 		r.RetryAfter = Never
 		return r
 	}
-	if level+float64(cost) > float64(capacity) {
-		r.RetryAfter = drain(level + float64(cost) - float64(capacity))
+	if level+float64(need) > float64(capacity) {
+		r.RetryAfter = drain(level + float64(need) - float64(capacity))
 		return r
 	}
 	r.Allowed = true
-	if shape {
+	if b.leaky && p.mode == Shape {
 		// this call leaves once the level ahead of it has drained
 		r.Delay = drain(level)
 	}
@@ -377,9 +444,32 @@ func localBucket(st *localState, capacity, rate, periodMs, cost, instances, now 
 		st.t, st.level = now, level
 		r.ResetAfter = drain(level)
 		st.expires = now + int64(r.ResetAfter)
-		r.Remaining = int64(float64(capacity) - level)
+		r.Remaining = left(level)
 	}
 	return r
+}
+
+// level is the bucket's level at now.
+func (localBucket) level(st *localState, capacity, rate int64, periodNs float64, now int64) float64 {
+	level := 0.0
+	if st.expires > now {
+		level = min(st.level, float64(capacity)) // a lowered capacity keeps at most a full bucket
+		if elapsed := now - st.t; elapsed > 0 {
+			level = max(0, level-float64(elapsed)*float64(rate)/periodNs)
+		}
+	}
+	return level
+}
+
+// refund lowers the level by n (for a token bucket: adds n tokens), not below empty (full).
+func (b localBucket) refund(st *localState, p params, n, instances, now int64) Result {
+	capacity := share(p.limit, instances)
+	periodNs := float64(p.ms) * float64(time.Millisecond) * float64(instances)
+	if level := b.level(st, capacity, p.rate, periodNs, now); level > 0 {
+		st.t, st.level = now, max(0, level-float64(n))
+		st.expires = now + int64(duration(st.level*periodNs/float64(p.rate)))
+	}
+	return refunded(b, st, p, instances, now)
 }
 
 // duration rounds ns up to a Duration, short of Never.

@@ -110,9 +110,9 @@ func TestLocalLimiters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newLocalStore(10)
-			c := tt.limit.args(0)
+			c := callOf(tt.limit, 0)
 			for i, st := range tt.steps {
-				c.nums[c.n-1] = st.cost
+				c.cost = st.cost
 				st.want.Local = true
 				got := s.decide([]byte("k"), c, tt.instances, epoch+int64(st.at), !st.peek)
 				if got != st.want {
@@ -126,7 +126,7 @@ func TestLocalLimiters(t *testing.T) {
 // A peek creates no state, and an expired state is forgotten.
 func TestLocalStoreHoldsOnlyLiveState(t *testing.T) {
 	s := newLocalStore(100_000)
-	c := FixedWindow{Limit: 1, Window: time.Second}.args(1)
+	c := callOf(FixedWindow{Limit: 1, Window: time.Second}, 1)
 	s.decide([]byte("peeked"), c, 1, epoch, false)
 	if n := s.len(); n != 0 {
 		t.Fatalf("a peek left %d keys", n)
@@ -139,7 +139,7 @@ func TestLocalStoreHoldsOnlyLiveState(t *testing.T) {
 	}
 	// Two seconds on, those windows have ended: new keys land in every shard, and the first in
 	// each sweeps it.
-	ms := FixedWindow{Limit: 1, Window: time.Millisecond}.args(1)
+	ms := callOf(FixedWindow{Limit: 1, Window: time.Millisecond}, 1)
 	for i := range 1000 {
 		s.decide(fmt.Appendf(nil, "new%d", i), ms, 1, epoch+int64(2*time.Second), true)
 	}
@@ -158,7 +158,7 @@ func TestLocalStoreHoldsOnlyLiveState(t *testing.T) {
 func TestLocalStoreIsBounded(t *testing.T) {
 	for _, give := range []int{1, 64, 1000} {
 		s := newLocalStore(give)
-		c := TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}.args(1)
+		c := callOf(TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}, 1)
 		for i := range 20_000 {
 			s.decide(fmt.Appendf(nil, "k%d", i), c, 1, epoch+int64(i), true)
 		}
@@ -174,7 +174,7 @@ func TestLocalStoreIsBounded(t *testing.T) {
 func TestLocalStoreFullSweepsOnSchedule(t *testing.T) {
 	const perShard = 4
 	s := newLocalStore(localShards * perShard)
-	live := TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}.args(1)
+	live := callOf(TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}, 1)
 	for i := range 10_000 {
 		s.decide(fmt.Appendf(nil, "live%d", i), live, 1, epoch, true)
 	}
@@ -211,11 +211,11 @@ func TestLocalLoweredLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newLocalStore(10)
-			if got := s.decide([]byte("k"), tt.give.args(8), 1, epoch, true); !got.Allowed {
+			if got := s.decide([]byte("k"), callOf(tt.give, 8), 1, epoch, true); !got.Allowed {
 				t.Fatalf("8 of 10: %+v", got)
 			}
 			for _, write := range []bool{false, true} {
-				got := s.decide([]byte("k"), tt.then.args(1), 1, epoch, write)
+				got := s.decide([]byte("k"), callOf(tt.then, 1), 1, epoch, write)
 				if got.Allowed || got.Remaining != 0 || got.Limit != 5 {
 					t.Errorf("limit lowered to 5 (write %v): %+v; want denied, Remaining 0", write, got)
 				}
@@ -230,7 +230,7 @@ func TestLocalSlidingLogSlots(t *testing.T) {
 	for _, window := range []time.Duration{time.Millisecond, 15 * time.Millisecond, 16 * time.Millisecond,
 		17 * time.Millisecond, 31 * time.Millisecond, 33 * time.Millisecond, time.Second + time.Millisecond} {
 		s := newLocalStore(10)
-		c := SlidingLog{Limit: maxLog, Window: window}.args(1)
+		c := callOf(SlidingLog{Limit: maxLog, Window: window}, 1)
 		for i := range 3 * window.Milliseconds() {
 			if got := s.decide([]byte("k"), c, 1, epoch+i*int64(time.Millisecond), true); !got.Allowed {
 				t.Fatalf("window %s, call %d denied: %+v", window, i, got)
@@ -263,7 +263,7 @@ func TestShare(t *testing.T) {
 // bound, 100000 keys of token buckets an hour long): each one evicts another.
 func BenchmarkLocalStoreFull(b *testing.B) {
 	s := newLocalStore(DefaultLocalKeys)
-	c := TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}.args(1)
+	c := callOf(TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}, 1)
 	bound := localShards * ((DefaultLocalKeys + localShards - 1) / localShards)
 	for i := range bound * 2 {
 		s.decide(fmt.Appendf(nil, "fill%d", i), c, 1, epoch, true)
@@ -281,7 +281,7 @@ func BenchmarkLocalStoreFull(b *testing.B) {
 // began (in flight when the outage started) must not hand the key a second local budget.
 func TestDropIgnoresStragglers(t *testing.T) {
 	s := newLocalStore(10)
-	c := FixedWindow{Limit: 5, Window: time.Hour}.args(1)
+	c := callOf(FixedWindow{Limit: 5, Window: time.Hour}, 1)
 	key := []byte("k")
 	const t0 = epoch + int64(time.Minute)
 	for range 5 {
@@ -298,3 +298,6 @@ func TestDropIgnoresStragglers(t *testing.T) {
 		t.Fatalf("the server's decision did not drop the local state: %+v", r)
 	}
 }
+
+// callOf is a call of limit with cost, and no reserve.
+func callOf(limit Limit, cost int64) call { return call{spec: limit.spec(), cost: cost} }

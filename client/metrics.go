@@ -10,13 +10,15 @@ import (
 
 // Instrument names, with their attributes.
 const (
-	// MetricDecisions counts decisions ({decision}), by rlfn.algorithm, rlfn.operation (allow,
-	// peek), rlfn.outcome (allowed, denied) and rlfn.source (server, or the policy that
+	// MetricDecisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
+	// concurrency, or multi for rl_multi), rlfn.operation (allow, peek, refund, acquire,
+	// release), rlfn.outcome (allowed, denied) and rlfn.source (server, or the policy that
 	// decided: fail_open, fail_closed, local_fallback).
 	MetricDecisions = "rlfn.client.decisions"
 	// MetricErrors counts the errors calls met ({error}), returned or decided by a policy, by
 	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, circuit_open,
-	// not_loaded, server_error, reply_error, library_error or canceled. Limits refused before
+	// not_loaded, server_error, reply_error, library_error, version (a 1.1 feature on an older
+	// library) or canceled. Limits refused before
 	// any call (*LimitError) are not counted.
 	MetricErrors = "rlfn.client.errors"
 	// MetricDuration is the latency of the calls sent to the server, in seconds, by
@@ -39,15 +41,16 @@ const (
 	kindServer
 	kindReply
 	kindLibrary
+	kindVersion
 	kindCanceled
 	nKinds
 )
 
 var kindNames = [nKinds]string{"", "timeout", "unreachable", "circuit_open", "not_loaded",
-	"server_error", "reply_error", "library_error", "canceled"}
+	"server_error", "reply_error", "library_error", "version", "canceled"}
 
-// failure reports whether the server could not decide: the policy applies. A library error or
-// a canceled call is the caller's.
+// failure reports whether the server could not decide: the policy applies. A library error, a
+// library too old for the call, or a canceled call is the caller's.
 func (k errKind) failure() bool { return k >= kindTimeout && k <= kindReply }
 
 // unanswered reports a call the server did not answer: the breaker counts it. A server that
@@ -59,9 +62,13 @@ type operation uint8
 const (
 	opAllow operation = iota
 	opPeek
+	opRefund
+	opAcquire // takes or renews a lease
+	opRelease
+	nOps
 )
 
-var opNames = [2]string{"allow", "peek"}
+var opNames = [nOps]string{"allow", "peek", "refund", "acquire", "release"}
 
 // Decision sources: the server, or the policy that decided (Policy's values 1 to 3).
 const nSources = 4
@@ -85,9 +92,9 @@ type metrics struct {
 	duration    metric.Float64Histogram
 	transitions metric.Int64Counter
 
-	decisionOpts   [nAlgorithms][2][2][nSources][]metric.AddOption // algorithm, op, allowed, source
-	errorOpts      [nAlgorithms][2][nKinds][]metric.AddOption
-	durationOpts   [nAlgorithms][2][3][]metric.RecordOption
+	decisionOpts   [nSubjects][nOps][2][nSources][]metric.AddOption // subject, op, allowed, source
+	errorOpts      [nSubjects][nOps][nKinds][]metric.AddOption
+	durationOpts   [nSubjects][nOps][3][]metric.RecordOption
 	transitionOpts [3][]metric.AddOption // by breakerState
 }
 
@@ -112,9 +119,14 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	if err := errors.Join(errs[:]...); err != nil {
 		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
 	}
-	for a, fn := range functions {
-		for op := range 2 {
-			alg := attribute.String("rlfn.algorithm", fn.algorithm)
+	var subjects [nSubjects]string
+	for _, a := range algorithms {
+		subjects[a.id] = a.name
+	}
+	subjects[multiSubject] = "multi"
+	for a, name := range subjects {
+		for op := range nOps {
+			alg := attribute.String("rlfn.algorithm", name)
 			opa := attribute.String("rlfn.operation", opNames[op])
 			for allowed := range 2 {
 				for src := range nSources {

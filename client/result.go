@@ -30,4 +30,9 @@ type Result struct {
 	// Local reports a decision made in this process without the server, by the Limiter's
 	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
 	Local bool
+	// Rule is, for AllowAll and PeekAll, the index in their rules of the limit this Result
+	// is the reply of, the one that decided: when denied, the denying limit with the longest
+	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero
+	// for every other call.
+	Rule int
 }

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"math/bits"
 	"net/http"
 	"strconv"
 	"time"
@@ -86,58 +85,14 @@ func appendSeconds(b []byte, d time.Duration) []byte {
 }
 
 // window is the RateLimit-Policy w of a limit in seconds, rounded up to at least 1 (the draft
-// wants a non-zero integer): the window of a windowed limit; for a bucket, the time Rate per
-// Period takes to refill (or drain) the whole Capacity, so that q per w is its long-run rate.
+// wants a non-zero integer): client.Quota's Window (a bucket's time to refill or drain its
+// whole Capacity, so that q per w is its long-run rate), or none when it has no window.
 func window(l client.Limit) (int64, bool) {
-	switch l := l.(type) {
-	case client.FixedWindow:
-		return windowSeconds(l.Window)
-	case *client.FixedWindow:
-		return windowSeconds(l.Window)
-	case client.SlidingLog:
-		return windowSeconds(l.Window)
-	case *client.SlidingLog:
-		return windowSeconds(l.Window)
-	case client.SlidingWindow:
-		return windowSeconds(l.Window)
-	case *client.SlidingWindow:
-		return windowSeconds(l.Window)
-	case client.TokenBucket:
-		return bucketSeconds(l.Capacity, l.Rate, l.Period)
-	case *client.TokenBucket:
-		return bucketSeconds(l.Capacity, l.Rate, l.Period)
-	case client.LeakyBucket:
-		return bucketSeconds(l.Capacity, l.Rate, l.Period)
-	case *client.LeakyBucket:
-		return bucketSeconds(l.Capacity, l.Rate, l.Period)
-	}
-	return 0, false
-}
-
-func windowSeconds(d time.Duration) (int64, bool) {
+	d := l.Quota().Window
 	if d <= 0 {
 		return 0, false
 	}
-	return max(1, (int64(d)+int64(time.Second)-1)/int64(time.Second)), true
-}
-
-// bucketSeconds is ceil(capacity * period / rate) in seconds, exactly: capacity and period in
-// milliseconds each go up to about 10^15 and 10^11, so their product needs 128 bits.
-func bucketSeconds(capacity, rate int64, period time.Duration) (int64, bool) {
-	ms := period.Milliseconds()
-	if capacity <= 0 || rate <= 0 || ms <= 0 {
-		return 0, false
-	}
-	hi, lo := bits.Mul64(uint64(capacity), uint64(ms))
-	if hi >= uint64(rate) {
-		return maxSFInteger, true
-	}
-	q, rem := bits.Div64(hi, lo, uint64(rate))
-	if rem != 0 {
-		q++
-	}
-	s := (q + 999) / 1000
-	return int64(min(max(s, 1), maxSFInteger)), true
+	return min(maxSFInteger, (int64(d)-1)/int64(time.Second)+1), true
 }
 
 // body is the JSON body of a response the middleware writes itself.

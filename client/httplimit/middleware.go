@@ -175,24 +175,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 }
 
-// unitLeak is how long one unit takes to leak out of a leaky bucket: Period / Rate, rounded
-// up; zero for every other limit.
-func unitLeak(l client.Limit) time.Duration {
-	var lb client.LeakyBucket
-	switch l := l.(type) {
-	case client.LeakyBucket:
-		lb = l
-	case *client.LeakyBucket:
-		lb = *l
-	default:
-		return 0
-	}
-	if lb.Rate <= 0 || lb.Period <= 0 {
-		return 0
-	}
-	rate := time.Duration(lb.Rate)
-	return (lb.Period + rate - 1) / rate
-}
+// unitLeak is how long one unit takes to leak out of a leaky bucket; zero for every other
+// limit.
+func unitLeak(l client.Limit) time.Duration { return l.Quota().Leak }
 
 // hold waits d, and reports false if ctx ends first.
 func hold(ctx context.Context, d time.Duration) bool {

@@ -316,7 +316,8 @@ func TestWindow(t *testing.T) {
 		{client.TokenBucket{Capacity: 10, Rate: 3, Period: time.Second}, 4, true},
 		{&client.TokenBucket{Capacity: 1, Rate: 1000, Period: time.Millisecond}, 1, true},
 		{client.LeakyBucket{Capacity: 3, Rate: 1, Period: 2 * time.Second, Mode: client.Shape}, 6, true},
-		{client.LeakyBucket{Capacity: 999999999999999, Rate: 1, Period: 100000000000 * time.Millisecond}, maxSFInteger, true},
+		// the largest time.Duration, rounded up
+		{client.LeakyBucket{Capacity: 999999999999999, Rate: 1, Period: 100000000000 * time.Millisecond}, 9223372037, true},
 		{client.TokenBucket{Capacity: 1, Rate: 0, Period: time.Second}, 0, false},
 		{client.FixedWindow{Limit: 1}, 0, false},
 	}

@@ -1,0 +1,178 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// Concurrency caps how many leases on one key are held at once: how many requests of a
+// principal are in flight (library 1.1.0). Every lease expires after Lease unless renewed, so
+// a holder that crashes never keeps a slot.
+type Concurrency struct {
+	Limit   int64         // slots, 1 to 999999999999999
+	Lease   time.Duration // how long a lease lasts unless renewed: whole milliseconds, 1ms to 10^11ms
+	Reserve int64         // 0 to Limit: slots only critical callers may take; a renewal is always admitted
+	Name    string        // optional: a second concurrency limit for one principal (see Limit)
+}
+
+// Validate reports, as a *LimitError, why the library would refuse this limit.
+func (c Concurrency) Validate() error {
+	if err := checkInt("Concurrency.Limit", c.Limit, 1, maxInt); err != nil {
+		return err
+	}
+	if _, err := milliseconds("Concurrency.Lease", c.Lease); err != nil {
+		return err
+	}
+	return checkInt("Concurrency.Reserve", c.Reserve, 0, c.Limit)
+}
+
+func (c Concurrency) spec(id string) spec {
+	return spec{concurrencyAlg, params{limit: c.Limit, ms: c.Lease.Milliseconds(), reserve: c.Reserve, name: c.Name, id: id}}
+}
+
+// MaxLeaseID is the longest lease holder id the library takes, in bytes.
+const MaxLeaseID = 128
+
+// Lease is one holder's slot in a Concurrency limit. Its methods are safe for concurrent use.
+type Lease struct {
+	lim   *Limiter
+	key   string
+	limit Concurrency
+	id    string
+}
+
+// Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
+// from crypto/rand: ids never collide across processes). When admitted it returns the Lease,
+// which the caller releases when done (Release) and renews before it expires if the work takes
+// longer (Renew); when denied, a nil Lease and a Result whose RetryAfter is when enough leases
+// will have expired (a release may come sooner).
+//
+// A call that is not Critical leaves c.Reserve slots free. The deadline, the breaker and the
+// Policy apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Lease, Result, error) {
+	var b [16]byte
+	rand.Read(b[:])
+	lease, err := l.Lease(key, c, hex.EncodeToString(b[:]))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	res, err := lease.Renew(ctx)
+	if err != nil || !res.Allowed {
+		return nil, res, err
+	}
+	return lease, res, nil
+}
+
+// Lease returns the lease of holder id (1 to MaxLeaseID bytes) on key's Concurrency limit,
+// without a call: to renew or release a lease taken elsewhere (by another process, or by
+// rlfn call). Renew takes its slot if id holds none.
+func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(id) < 1 || len(id) > MaxLeaseID {
+		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to 128 bytes"}
+	}
+	return &Lease{lim: l, key: key, limit: c, id: id}, nil
+}
+
+// ID is the lease holder's id.
+func (le *Lease) ID() string { return le.id }
+
+// Renew extends the lease to Lease from now. If it had expired and its slot was taken, it is
+// denied (the holder lost its slot); if it had expired and a slot is free, it takes it again
+// (under the Reserve, unless ctx is Critical). A renewal of a held lease is always admitted.
+func (le *Lease) Renew(ctx context.Context) (Result, error) {
+	c := call{spec: le.limit.spec(le.id), cost: 1}
+	if c.params.reserve > 0 && !IsCritical(ctx) {
+		c.reserve = c.params.reserve
+	}
+	return le.lim.decide(ctx, opAcquire, le.key, c)
+}
+
+// Release frees the lease's slot: Allowed reports whether it still held one (false when it had
+// expired). Remaining is the free slots after it. A release is not retried.
+func (le *Lease) Release(ctx context.Context) (Result, error) {
+	return le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
+}
+
+// localConcurrency is rl_concurrency: a semaphore of Limit / instances slots, each held by one
+// id until it expires.
+type localConcurrency struct{}
+
+// live drops the expired leases; it returns the free slots.
+func (localConcurrency) live(st *localState, limit, now int64) int64 {
+	for id, exp := range st.leases {
+		if exp <= now {
+			delete(st.leases, id)
+		}
+	}
+	return limit - int64(len(st.leases))
+}
+
+// lastExpiry is when the last lease ends (ns), or now without one.
+func (localConcurrency) lastExpiry(st *localState, now int64) int64 {
+	last := now
+	for _, exp := range st.leases {
+		last = max(last, exp)
+	}
+	return last
+}
+
+func (a localConcurrency) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
+	limit := share(p.limit, instances)
+	free := a.live(st, limit, now)
+	_, held := st.leases[p.id]
+	r := Result{Limit: limit, Remaining: max(0, free-reserve), Local: true}
+	if !held && 1+reserve > free {
+		r.ResetAfter = time.Duration(a.lastExpiry(st, now) - now)
+		if 1+reserve > limit {
+			r.RetryAfter = Never
+			return r
+		}
+		// the wait until enough leases have expired for 1 + reserve slots to be free
+		need := 1 + reserve - free
+		exps := make([]int64, 0, len(st.leases))
+		for _, exp := range st.leases {
+			exps = append(exps, exp)
+		}
+		for i := range exps {
+			for j := i + 1; j < len(exps); j++ {
+				if exps[j] < exps[i] {
+					exps[i], exps[j] = exps[j], exps[i]
+				}
+			}
+		}
+		r.RetryAfter = time.Duration(exps[need-1] - now)
+		return r
+	}
+	r.Allowed = true
+	if write {
+		if st.leases == nil {
+			st.leases = map[string]int64{}
+		}
+		st.leases[p.id] = now + p.ms*int64(time.Millisecond)
+		st.expires = a.lastExpiry(st, now)
+		if !held {
+			free--
+		}
+		r.Remaining = max(0, free-reserve)
+	}
+	r.ResetAfter = time.Duration(a.lastExpiry(st, now) - now)
+	return r
+}
+
+// refund releases p.id's lease.
+func (a localConcurrency) refund(st *localState, p params, _, instances, now int64) Result {
+	limit := share(p.limit, instances)
+	free := a.live(st, limit, now)
+	_, held := st.leases[p.id]
+	if held {
+		delete(st.leases, p.id)
+		free++
+		st.expires = a.lastExpiry(st, now)
+	}
+	return Result{Allowed: held, Limit: limit, Remaining: free, ResetAfter: time.Duration(a.lastExpiry(st, now) - now), Local: true}
+}

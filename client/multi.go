@@ -1,0 +1,326 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
+const maxMulti = 16
+
+// Rule is one limit of a decision on several: Key's limiter of Limit.
+type Rule struct {
+	Key   string
+	Limit Limit
+}
+
+// AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.
+func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
+	return l.AllowAllN(ctx, rules, 1)
+}
+
+// AllowAllN takes n units from every rule's limiter, all or nothing: either every limit admits
+// and each consumes n, or none consumes anything. The Result is the reply of the limit that
+// decided, whose index in rules is Result.Rule: when denied, the denying limit with the
+// longest RetryAfter (Never above all); when admitted, the one with the fewest Remaining.
+// ResetAfter is the longest of all, Delay the longest when admitted.
+//
+// Rules of one Key (one principal, so one cluster slot) are decided by one atomic rl_multi
+// call, up to 16 of them (library 1.1.0); two of one algorithm need distinct Names. Rules of
+// different Keys (the login triple (IP, user), IP and user; a merchant's limit and a global
+// one) are decided side by side, each Key by one call, and when any denies or fails, the units
+// the others took are refunded: no limit ever admits more than it allows, though a concurrent
+// call may, rarely, see a unit that is about to be refunded. A single rule of a Key is an
+// ordinary call, which a 1.0 library serves too.
+//
+// Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
+// Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
+// error, in rule order, is returned after the refunds.
+func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
+	return l.all(ctx, opAllow, rules, n)
+}
+
+// PeekAll reports whether one unit of every rule would be admitted now, consuming nothing;
+// Result.Rule names the limit that decides, as for AllowAll. See PeekAllN.
+func (l *Limiter) PeekAll(ctx context.Context, rules []Rule) (Result, error) {
+	return l.PeekAllN(ctx, rules, 1)
+}
+
+// PeekAllN reports whether n units of every rule would be admitted now, consuming nothing.
+// Since a peek's Remaining does not subtract its cost, an admitted PeekAllN may name another
+// limit than AllowAllN would; a denied one names the same.
+func (l *Limiter) PeekAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
+	return l.all(ctx, opPeek, rules, n)
+}
+
+// group is the rules of one Key.
+type group struct {
+	key   string
+	rules []int  // indexes in rules
+	calls []call // one per rule
+	res   Result
+	err   error
+}
+
+func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) (Result, error) {
+	groups, err := groupRules(ctx, rules, n)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	run := func(g *group) {
+		var i int
+		if len(g.calls) == 1 {
+			g.res, g.err = l.decide(ctx, op, g.key, g.calls[0])
+		} else {
+			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls)
+		}
+		g.res.Rule = g.rules[i]
+	}
+	if len(groups) == 1 {
+		run(&groups[0])
+	} else {
+		var wg sync.WaitGroup
+		for i := range groups {
+			wg.Go(func() { run(&groups[i]) })
+		}
+		wg.Wait()
+	}
+	var firstErr error
+	firstRule := len(rules)
+	results := make([]Result, 0, len(groups))
+	for i := range groups {
+		g := &groups[i]
+		if g.err != nil {
+			if g.rules[0] < firstRule {
+				firstErr, firstRule = g.err, g.rules[0]
+			}
+			continue
+		}
+		results = append(results, g.res)
+	}
+	var res Result
+	if firstErr == nil {
+		var b int
+		res, b = binding(results)
+		res.Rule = results[b].Rule
+	}
+	if op == opAllow && (firstErr != nil || !res.Allowed) {
+		l.compensate(ctx, groups)
+	}
+	if firstErr != nil {
+		return Result{}, firstErr
+	}
+	return res, nil
+}
+
+// groupRules validates rules and groups them by Key, in the order of their first rule.
+func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
+	if len(rules) == 0 {
+		return nil, &LimitError{Field: "rules", Reason: "must not be empty"}
+	}
+	if err := checkCost(n); err != nil {
+		return nil, err
+	}
+	critical := IsCritical(ctx)
+	var groups []group
+	byKey := map[string]int{}
+	for i, r := range rules {
+		field := fmt.Sprintf("rules[%d].Limit", i)
+		if isNil(r.Limit) {
+			return nil, &LimitError{Field: field, Reason: "must not be nil"}
+		}
+		if err := r.Limit.Validate(); err != nil {
+			return nil, err
+		}
+		c := call{spec: r.Limit.spec(), cost: n}
+		if !critical {
+			c.reserve = c.params.reserve
+		}
+		gi, ok := byKey[r.Key]
+		if !ok {
+			gi = len(groups)
+			byKey[r.Key] = gi
+			groups = append(groups, group{key: r.Key})
+		}
+		g := &groups[gi]
+		for j, o := range g.calls {
+			if o.alg == c.alg && o.name == c.name {
+				return nil, &LimitError{Field: field, Reason: fmt.Sprintf(
+					"has the Key, algorithm and Name of rules[%d]: one limiter cannot be two (give one a Name)", g.rules[j])}
+			}
+		}
+		if len(g.calls) == maxMulti {
+			return nil, &LimitError{Field: field, Reason: fmt.Sprintf("is the 17th rule of Key %q: at most %d per key", r.Key, maxMulti)}
+		}
+		g.rules = append(g.rules, i)
+		g.calls = append(g.calls, c)
+	}
+	return groups, nil
+}
+
+// compensate refunds what the admitted groups took: another group denied or failed. The
+// refunds run whatever happens to ctx (they are owed), within the Limiter's deadline.
+func (l *Limiter) compensate(ctx context.Context, groups []group) {
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range groups {
+		g := &groups[i]
+		if g.err != nil || !g.res.Allowed {
+			continue
+		}
+		for _, c := range g.calls {
+			if c.cost == 0 {
+				continue
+			}
+			wg.Go(func() { _, _ = l.decide(ctx, opRefund, g.key, c) })
+		}
+	}
+	wg.Wait()
+}
+
+// binding is the Result of several decisions, as rl_multi picks it: when any denies, the
+// denier with the longest RetryAfter (Never is the longest); else the one with the fewest
+// Remaining; ties to the first. ResetAfter is the longest of all, Delay the longest when
+// admitted; Local if any was local.
+func binding(results []Result) (Result, int) {
+	b := 0
+	allowed := true
+	var reset, delay time.Duration
+	local := false
+	for i, r := range results {
+		reset, delay, local = max(reset, r.ResetAfter), max(delay, r.Delay), local || r.Local
+		switch {
+		case !r.Allowed:
+			if allowed || r.RetryAfter > results[b].RetryAfter {
+				b = i
+			}
+			allowed = false
+		case allowed && r.Remaining < results[b].Remaining:
+			b = i
+		}
+	}
+	res := results[b]
+	res.ResetAfter, res.Local = reset, local
+	res.Delay = 0
+	if allowed {
+		res.Delay = delay
+	}
+	return res, b
+}
+
+// decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
+// cannot, by the policy. It returns the binding Result and its index in cs.
+func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
+	pass, probe := l.breaker.acquire(l.clock)
+	if !pass {
+		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen)
+	}
+	if probe {
+		l.transition(ctx, halfOpen)
+	}
+	var start time.Time
+	if l.metrics != nil {
+		start = time.Now()
+	}
+	var sent int64
+	dropLocal := l.local != nil && l.local.used()
+	if dropLocal {
+		sent = l.clock()
+	}
+	res, i, err := l.serverMulti(ctx, op, key, cs)
+	kind := l.settle(ctx, probe, multiSubject, op, start, res, err)
+	if kind == kindNone && dropLocal {
+		for _, c := range cs {
+			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), sent, l.clock())
+		}
+	}
+	if err == nil {
+		return res, i, nil
+	}
+	if !kind.failure() {
+		l.countError(ctx, multiSubject, op, kind)
+		return Result{}, 0, err
+	}
+	return l.failMulti(ctx, op, key, cs, kind, err)
+}
+
+func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
+	ctx = l.withDeadline(ctx)
+	fn := "rl_multi"
+	if op == opPeek {
+		fn = "rl_multi_peek"
+	}
+	keys := make([]string, len(cs))
+	var args []string
+	var ends [8]int
+	for i := range cs {
+		c := &cs[i]
+		keys[i] = string(appendKey(nil, l.prefix, key, c.alg.name, c.name))
+		buf, e := c.appendArgs(nil, ends[:0])
+		s := string(buf)
+		args = append(args, c.alg.name)
+		from := 0
+		for _, end := range e {
+			args = append(args, s[from:end])
+			from = end
+		}
+		args = append(args, fmt.Sprint(c.reserve))
+	}
+	var cmd = l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	if op == opPeek {
+		cmd = l.vk.B().FcallRo().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	res, idx, err := decodeN(fn, l.vk.Do(ctx, cmd), 7)
+	if op == opPeek && errors.Is(err, ErrNotLoaded) {
+		cmd = l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		res, idx, err = decodeN(fn, l.vk.Do(ctx, cmd), 7)
+	}
+	if err != nil {
+		if olderLibrary(err) {
+			if verr := l.versionError(ctx, fn, keys[0]); verr != nil {
+				return Result{}, 0, verr
+			}
+		}
+		return Result{}, 0, err
+	}
+	if idx < 1 || idx > int64(len(cs)) {
+		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, len(cs))}
+	}
+	return res, int(idx - 1), nil
+}
+
+// failMulti applies the policy to one key's calls the server could not decide: each is
+// decided as a single call would be, all or nothing.
+func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error) (Result, int, error) {
+	l.countError(ctx, multiSubject, op, kind)
+	if l.policy == ReturnError {
+		return Result{}, 0, err
+	}
+	results := make([]Result, len(cs))
+	for i, c := range cs {
+		results[i] = l.policyResult(opPeek, key, c)
+	}
+	r, b := binding(results)
+	if op == opAllow && r.Allowed {
+		for i, c := range cs {
+			if results[i] = l.policyResult(opAllow, key, c); !results[i].Allowed {
+				// a concurrent local call took the room meanwhile: give back what this took
+				for _, d := range cs[:i] {
+					l.policyResult(opRefund, key, d)
+				}
+				break
+			}
+		}
+		r, b = binding(results)
+	}
+	if m := l.metrics; m != nil {
+		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][l.policy]...)
+	}
+	return r, b, nil
+}
