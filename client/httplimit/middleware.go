@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -34,9 +35,30 @@ type Policy struct {
 	// Default (empty): DefaultPolicyName, "default".
 	Name string
 	// Limit is the limiter's configuration, e.g. client.TokenBucket{...}. Default (nil): the
-	// request is not limited: no call, no rate-limit headers.
+	// request is not rate-limited: no call, no rate-limit headers.
 	Limit client.Limit
+	// Concurrency, when not nil, caps the requests of one key in flight at once: the request
+	// holds a lease of it (library 1.1.0) from after Limit admits it until the next handler
+	// returns, or panics. Make Lease longer than the longest request: the lease is not renewed,
+	// and one that expires frees its slot early. A request refused a slot is answered 429 with
+	// Retry-After (the unit Limit took stays taken). The Limiter must be a *client.Limiter (or
+	// implement Acquirer). Default (nil): no concurrency limit.
+	Concurrency *client.Concurrency
+	// Critical marks the route's requests critical (client.Critical): they may use the Reserve
+	// of Limit and of Concurrency, which other routes leave to them. Default: false.
+	Critical bool
 }
+
+// Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
+type Acquirer interface {
+	Acquire(ctx context.Context, key string, c client.Concurrency) (*client.Lease, client.Result, error)
+}
+
+var _ Acquirer = (*client.Limiter)(nil)
+
+// ErrNoAcquirer is passed to Options.OnError when a Policy has a Concurrency and the Limiter
+// cannot take leases (it does not implement Acquirer).
+var ErrNoAcquirer = errors.New("httplimit: Policy.Concurrency needs a Limiter that implements Acquirer, such as *client.Limiter")
 
 // Options configures a Middleware. Key and Policy are required.
 type Options struct {
@@ -125,7 +147,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	p := m.opts.Policy(r)
-	if p.Limit == nil {
+	if p.Limit == nil && p.Concurrency == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -141,8 +163,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		writeJSON(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
 		return
 	}
+	ctx := r.Context()
+	if p.Critical {
+		ctx = client.Critical(ctx)
+	}
 	// The name cannot contain ':', so "name:key" is injective.
-	res, err := m.lim.Allow(r.Context(), p.Name+":"+key, p.Limit)
+	key = p.Name + ":" + key
+	if p.Limit == nil {
+		m.concurrent(ctx, w, r, next, p, key)
+		return
+	}
+	res, err := m.lim.Allow(ctx, key, p.Limit)
 	if err != nil {
 		if r.Context().Err() != nil {
 			// The client went away (or the server is shutting down): nobody reads an answer,
@@ -171,8 +202,44 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeJSON(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: p.Name, RetryAfterMs: -1})
 			return
 		}
+		if p.Concurrency != nil {
+			m.concurrent(ctx, w, r, next, p, key)
+			return
+		}
 		next.ServeHTTP(w, r)
 	}
+}
+
+// concurrent serves the request holding a lease of p.Concurrency, released when next returns
+// or panics.
+func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string) {
+	acq, ok := m.lim.(Acquirer)
+	if !ok {
+		m.failed(w, r, next, ErrNoAcquirer)
+		return
+	}
+	lease, res, err := acq.Acquire(ctx, key, *p.Concurrency)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		m.failed(w, r, next, err)
+		return
+	}
+	if !res.Allowed {
+		if res.RetryAfter != client.Never {
+			w.Header()["Retry-After"] = []string{string(appendSeconds(nil, res.RetryAfter))}
+		}
+		deny(w, p.Name, res.RetryAfter)
+		return
+	}
+	defer func() {
+		// The request's context may be over (the client went away): the slot is owed anyway.
+		if _, err := lease.Release(context.WithoutCancel(r.Context())); err != nil {
+			m.onError(r, err)
+		}
+	}()
+	next.ServeHTTP(w, r)
 }
 
 // unitLeak is how long one unit takes to leak out of a leaky bucket; zero for every other

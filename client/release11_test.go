@@ -1,0 +1,286 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// Each 1.1 call sends exactly the library's command: the trailing reserve only when a limit
+// has one and the call is not critical, never on a refund or a release.
+func TestCommands11(t *testing.T) {
+	ctx := context.Background()
+	crit := client.Critical(ctx)
+	tb := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second, Reserve: 20}
+	conc := client.Concurrency{Limit: 10, Lease: 30 * time.Second, Reserve: 2}
+	tests := []struct {
+		name string
+		do   func(lim *client.Limiter) error
+		want []string
+	}{
+		{
+			name: "reserve", want: []string{"FCALL", "rl_token_bucket", "1", "rl:{k}:token_bucket", "100", "10", "1000", "1", "20"},
+			do: func(lim *client.Limiter) error { _, err := lim.Allow(ctx, "k", tb); return err },
+		},
+		{
+			name: "critical sends no reserve", want: []string{"FCALL", "rl_token_bucket", "1", "rl:{k}:token_bucket", "100", "10", "1000", "1"},
+			do: func(lim *client.Limiter) error { _, err := lim.Allow(crit, "k", tb); return err },
+		},
+		{
+			name: "leaky reserve follows mode",
+			want: []string{"FCALL_RO", "rl_leaky_bucket_peek", "1", "rl:{k}:leaky_bucket", "5", "1", "1000", "2", "shape", "3"},
+			do: func(lim *client.Limiter) error {
+				_, err := lim.PeekN(ctx, "k", client.LeakyBucket{Capacity: 5, Rate: 1, Period: time.Second, Mode: client.Shape, Reserve: 3}, 2)
+				return err
+			},
+		},
+		{
+			name: "named limit", want: []string{"FCALL", "rl_fixed_window", "1", "rl:{k}:fixed_window:hourly", "5", "3600000", "1"},
+			do: func(lim *client.Limiter) error {
+				_, err := lim.Allow(ctx, "k", client.FixedWindow{Limit: 5, Window: time.Hour, Name: "hourly"})
+				return err
+			},
+		},
+		{
+			name: "refund", want: []string{"FCALL", "rl_token_bucket_refund", "1", "rl:{k}:token_bucket", "100", "10", "1000", "7"},
+			do: func(lim *client.Limiter) error { _, err := lim.Refund(ctx, "k", tb, 7); return err },
+		},
+		{
+			name: "renew", want: []string{"FCALL", "rl_concurrency", "1", "rl:{k}:concurrency", "10", "30000", "holder-1", "2"},
+			do: func(lim *client.Limiter) error {
+				le, err := lim.Lease("k", conc, "holder-1")
+				if err != nil {
+					return err
+				}
+				_, err = le.Renew(ctx)
+				return err
+			},
+		},
+		{
+			name: "release", want: []string{"FCALL", "rl_concurrency_release", "1", "rl:{k}:concurrency", "10", "30000", "holder-1"},
+			do: func(lim *client.Limiter) error {
+				le, err := lim.Lease("k", conc, "holder-1")
+				if err != nil {
+					return err
+				}
+				_, err = le.Release(ctx)
+				return err
+			},
+		},
+		{
+			name: "one principal's limits in one rl_multi",
+			want: []string{"FCALL", "rl_multi", "2", "rl:{m}:fixed_window", "rl:{m}:token_bucket",
+				"fixed_window", "5", "1000", "2", "0", "token_bucket", "100", "10", "1000", "2", "20"},
+			do: func(lim *client.Limiter) error {
+				_, err := lim.AllowAllN(ctx, []client.Rule{
+					{Key: "m", Limit: client.FixedWindow{Limit: 5, Window: time.Second}},
+					{Key: "m", Limit: tb},
+				}, 2)
+				return err
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			reply := okReply
+			if tt.want[1] == "rl_multi" {
+				reply = mock.Result(ints(1, 10, 9, 0, 1000, 0, 1))
+			}
+			vk.EXPECT().Do(gomock.Any(), mock.Match(tt.want...)).Return(reply)
+			if err := tt.do(client.New(vk)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Acquire's ids are random, 32 hex digits, and differ call after call.
+func TestAcquireIDs(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	var ids []string
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+		ids = append(ids, cmd.Commands()[6])
+		return okReply
+	}).Times(2)
+	lim := client.New(vk)
+	for range 2 {
+		le, res, err := lim.Acquire(context.Background(), "k", client.Concurrency{Limit: 10, Lease: time.Second})
+		if err != nil || le == nil || !res.Allowed || le.ID() != ids[len(ids)-1] || len(le.ID()) != 32 {
+			t.Fatalf("%v %+v %v (ids %q)", le, res, err, ids)
+		}
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two leases with id %s", ids[0])
+	}
+}
+
+// Rules of different keys run as separate calls; when one denies, the units the others took
+// are refunded, and the Result is the denier's, with its index.
+func TestAllowAllCompensates(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	ip := client.FixedWindow{Limit: 100, Window: time.Minute}
+	user := client.FixedWindow{Limit: 5, Window: time.Minute}
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1")).
+		Return(mock.Result(ints(1, 100, 50, 0, 1000, 0)))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{user:9}:fixed_window", "5", "60000", "1")).
+		Return(mock.Result(ints(0, 5, 0, 3000, 3000, 0)))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window_refund", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1")).
+		Return(mock.Result(ints(1, 100, 51, 0, 1000, 0)))
+	res, err := client.New(vk).AllowAll(context.Background(), []client.Rule{{Key: "ip:1", Limit: ip}, {Key: "user:9", Limit: user}})
+	if err != nil || res.Allowed || res.Rule != 1 || res.Limit != 5 || res.RetryAfter != 3*time.Second {
+		t.Fatalf("%+v, %v; want the user's denial", res, err)
+	}
+}
+
+// A failed principal counts as a denial: the others are refunded, and the error returned.
+func TestAllowAllErrorCompensates(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	l := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
+		Return(okReply)
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{b}:token_bucket", "10", "1", "1000", "1")).
+		Return(mock.Result(mock.ValkeyError("NOPERM no")))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
+		Return(okReply)
+	if _, err := client.New(vk).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}); err == nil {
+		t.Fatal("no error")
+	}
+}
+
+func TestAllowAllRefusesBadRules(t *testing.T) {
+	lim := client.New(mock.NewClient(gomock.NewController(t)))
+	fw := client.FixedWindow{Limit: 5, Window: time.Second}
+	many := make([]client.Rule, 17)
+	for i := range many {
+		many[i] = client.Rule{Key: "k", Limit: client.FixedWindow{Limit: 5, Window: time.Second, Name: strings.Repeat("n", i+1)}}
+	}
+	for name, rules := range map[string][]client.Rule{
+		"empty":         nil,
+		"repeated":      {{Key: "k", Limit: fw}, {Key: "k", Limit: fw}},
+		"nil limit":     {{Key: "k"}},
+		"invalid":       {{Key: "k", Limit: client.FixedWindow{Limit: 5, Window: time.Second, Reserve: 6}}},
+		"17 of one key": many,
+	} {
+		var le *client.LimitError
+		if _, err := lim.AllowAll(context.Background(), rules); !errors.As(err, &le) {
+			t.Errorf("%s: got %v, want a *LimitError", name, err)
+		}
+	}
+}
+
+// A 1.1 call answered as a 1.0 library answers it is a *VersionError naming the node, under
+// every policy; the node is the one that answers rl_version for the key.
+func TestVersionErrorOn10(t *testing.T) {
+	tb := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}
+	for _, tt := range []struct {
+		name   string
+		reply  string
+		do     func(ctx context.Context, lim *client.Limiter) error
+		what   string
+		policy client.Policy
+	}{
+		{"reserve", "RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5",
+			func(ctx context.Context, lim *client.Limiter) error { _, err := lim.Allow(ctx, "k", tb); return err },
+			"rl_token_bucket reserve", client.FailOpen},
+		{"refund", "ERR Function not found",
+			func(ctx context.Context, lim *client.Limiter) error {
+				_, err := lim.Refund(ctx, "k", tb, 1)
+				return err
+			},
+			"rl_token_bucket_refund", client.LocalFallback},
+		{"acquire", "ERR Function not found",
+			func(ctx context.Context, lim *client.Limiter) error {
+				_, _, err := lim.Acquire(ctx, "k", client.Concurrency{Limit: 1, Lease: time.Second})
+				return err
+			},
+			"rl_concurrency", client.ReturnError},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctrl := gomock.NewController(t)
+			vk := mock.NewClient(ctrl)
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError(tt.reply)))
+			owner, other := mock.NewClient(ctrl), mock.NewClient(ctrl)
+			owner.EXPECT().Do(gomock.Any(), mock.MatchFn(func(cmd []string) bool {
+				return cmd[1] == "rl_version" && cmd[2] == "1"
+			})).Return(mock.Result(mock.ValkeyBlobString("1.0.0")))
+			other.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError("MOVED 1234 10.0.0.1:6379"))).AnyTimes()
+			vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": owner, "10.0.0.0:6379": other})
+			err := tt.do(context.Background(), client.New(vk, client.WithPolicy(tt.policy)))
+			var ve *client.VersionError
+			if !errors.As(err, &ve) || ve.Node != "10.0.0.1:6379" || ve.Version != "1.0.0" || ve.Want != "1.1.0" || ve.Function != tt.what {
+				t.Fatalf("got %v, want a *VersionError naming 10.0.0.1:6379", err)
+			}
+			want := "rlfn: node 10.0.0.1:6379 runs ratelimit library 1.0.0, " + tt.what + " needs 1.1.0 or later (run rlfn deploy)"
+			if err.Error() != want {
+				t.Errorf("got %q, want %q", err, want)
+			}
+		})
+	}
+}
+
+// An RLERR about arguments from a 1.1 node is the limit's error, not a version error.
+func TestArityErrorOn11StaysLibraryError(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	vk := mock.NewClient(ctrl)
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 or 5 arguments, got 9")))
+	node := mock.NewClient(ctrl)
+	node.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyBlobString("1.1.0")))
+	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node})
+	_, err := client.New(vk).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
+	var le *client.LibraryError
+	if !errors.As(err, &le) {
+		t.Fatalf("got %v, want the *LibraryError", err)
+	}
+}
+
+func TestCheckVersion(t *testing.T) {
+	primary := mock.Result(mock.ValkeyArray(mock.ValkeyBlobString("master"), mock.ValkeyInt64(0), mock.ValkeyArray()))
+	for _, tt := range []struct {
+		runs, min string
+		ok        bool
+	}{
+		{"1.0.0", "", true},
+		{"1.0.0", client.Release11, false},
+		{"1.1.0", client.Release11, true},
+		{"1.2.0", client.Release11, true},
+	} {
+		ctrl := gomock.NewController(t)
+		nc := mock.NewClient(ctrl)
+		nc.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
+			Return([]valkey.ValkeyResult{primary, mock.Result(mock.ValkeyBlobString(tt.runs))})
+		vk := mock.NewClient(ctrl)
+		vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": nc})
+		err := client.New(vk).CheckVersion(context.Background(), tt.min)
+		var ve *client.VersionError
+		if tt.ok != (err == nil) || !tt.ok && (!errors.As(err, &ve) || ve.Want != tt.min || ve.Version != tt.runs) {
+			t.Errorf("%s, min %q: %v", tt.runs, tt.min, err)
+		}
+	}
+}
+
+func TestQuota(t *testing.T) {
+	tests := []struct {
+		give client.Limit
+		want client.Quota
+	}{
+		{client.FixedWindow{Limit: 5, Window: time.Minute}, client.Quota{Limit: 5, Window: time.Minute}},
+		{&client.SlidingLog{Limit: 5, Window: time.Second}, client.Quota{Limit: 5, Window: time.Second}},
+		{client.TokenBucket{Capacity: 10, Rate: 3, Period: time.Second}, client.Quota{Limit: 10, Window: 3334 * time.Millisecond}},
+		{client.LeakyBucket{Capacity: 10, Rate: 3, Period: time.Second}, client.Quota{Limit: 10, Window: 3334 * time.Millisecond, Leak: 333333334}},
+		{client.TokenBucket{Capacity: 999999999999999, Rate: 1, Period: 100000000000 * time.Millisecond}, client.Quota{Limit: 999999999999999, Window: 1<<63 - 1}},
+	}
+	for _, tt := range tests {
+		if got := tt.give.Quota(); got != tt.want {
+			t.Errorf("%#v: %+v, want %+v", tt.give, got, tt.want)
+		}
+	}
+}
