@@ -510,11 +510,16 @@ local sliding_log = {
       after = '(' .. format('%d', cutoff)
       if not emit then
         count = rcall('ZCOUNT', key, after, '+inf')
-      else
-        if oldest <= cutoff then
-          rcall('ZREMRANGEBYSCORE', key, '-inf', format('%d', cutoff))
-        end
+      elseif oldest > cutoff then
+        count = rcall('ZCARD', key)
+      elseif emit == rcall then
+        rcall('ZREMRANGEBYSCORE', key, '-inf', format('%d', cutoff))
         count = rcall('ZCARD', key) -- 0 when every entry expired: the key is gone
+      else
+        -- rl_multi writes nothing before every limit is judged: the cleanup waits with the
+        -- other writes
+        count = rcall('ZCOUNT', key, after, '+inf')
+        emit('ZREMRANGEBYSCORE', key, '-inf', format('%d', cutoff))
       end
     end
     local need = cost + reserve
@@ -645,6 +650,10 @@ local function bucket_state(name, key, now, capacity, rate, period, algorithm)
     d = 0
   elseif drained > 0 then
     d = d - drained
+  elseif ts >= MAX_SAFE then
+    -- a time no TIME reaches before the year 2255: checked only when it is not in the past,
+    -- so the hot path does not pay for it
+    foreign(name, key, algorithm)
   end
   return r, p, full, d, true
 end
@@ -854,9 +863,11 @@ local function multi_call(name, keys, args, write)
   local emit = write and defer or nil
   local bind_i, bind, allowed = 0, nil, true
   local reset, delay = 0, 0
+  local replies = {}
   for i = 1, nkeys do
     local g = groups[i]
     local r = g[1].decide(name, keys[i], now, emit, g[2], g[3], g[4], g[5], g[6], g[7])
+    replies[i] = r
     if r[5] > reset then
       reset = r[5]
     end
@@ -879,10 +890,26 @@ local function multi_call(name, keys, args, write)
     end
   else
     delay = 0
-    -- a denied group's own cleanup (deleting a key in its initial state) is no consumption
+    -- cleanups (deleting a key in its initial state, dropping a log's ended entries) are no
+    -- consumption
     for i = 1, #pending do
-      if pending[i][1] == 'DEL' then
+      local op = pending[i][1]
+      if op == 'DEL' or op == 'ZREMRANGEBYSCORE' then
         rcall(unpack(pending[i]))
+      end
+    end
+    if write then
+      -- an admitting limit's reset described it after a consumption that did not happen: its
+      -- reset is the one it has now
+      reset = 0
+      for i = 1, nkeys do
+        local g, r = groups[i], replies[i]
+        if r[1] == 1 and g[2] > 0 then
+          r = g[1].decide(name, keys[i], now, nil, g[2], g[3], g[4], g[5], g[6], g[7])
+        end
+        if r[5] > reset then
+          reset = r[5]
+        end
       end
     end
   end
@@ -925,43 +952,47 @@ local function parse_concurrency(name, keys, args)
   return keys[1], limit, lease, id, reserve
 end
 
--- lease_state reads the marker: false when the key does not exist; a key without it (a
--- sliding log, any other sorted set) is foreign.
+-- lease_state reads a concurrency key's first and last members, before anything is written:
+-- nil when the key does not exist, else the expiry (ms) of the lease that ends last (0 with
+-- none) and its holder. The first member must be the marker '' scored 0 (a sliding log, any
+-- other sorted set, a member scored below the marker are foreign) and the last an integer
+-- millisecond (an infinite score is foreign).
 local function lease_state(name, key)
-  local m = rpcall('ZSCORE', key, '')
-  if type(m) == 'table' then
-    wrongtype(name, key, m)
+  local first = rpcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first.err then
+    wrongtype(name, key, first)
   end
-  if m then
-    if m ~= '0' then
-      foreign(name, key, 'concurrency')
-    end
-    return true
+  if not first[1] then
+    return nil
   end
-  if rcall('EXISTS', key) == 1 then
+  if first[1] ~= '' or first[2] ~= '0' then
     foreign(name, key, 'concurrency')
   end
-  return false
+  local e = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if e[1] == '' then
+    return 0, nil
+  end
+  local last = tonumber(e[2])
+  if not (last < MAX_SAFE and last % 1 == 0) then
+    foreign(name, key, 'concurrency')
+  end
+  return last, e[1]
 end
 
--- last_expiry is the expiry (ms) of the lease that ends last, or nil with none.
+-- last_expiry is the expiry (ms) of the lease that ends last, once the key holds one.
 local function last_expiry(key)
-  local e = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local t = tonumber(e[2])
-  if t and t > 0 then
-    return t
-  end
-  return nil
+  return tonumber(rcall('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
 end
 
 local function concurrency(name, keys, args, write)
   local key, limit, lease, id, reserve = parse_concurrency(name, keys, args)
   local now_ms = floor(now_us() / 1000)
-  local exists = lease_state(name, key)
+  local last, last_id = lease_state(name, key)
+  local exists = last ~= nil
   local count, held = 0, false
   if exists then
     if write then
-      -- expired leases are dropped before the decision
+      -- expired leases are dropped before the decision (the last lease stays if any does)
       rcall('ZREMRANGEBYSCORE', key, '(0', now_ms)
       count = rcall('ZCARD', key) - 1
       if count == 0 then
@@ -979,18 +1010,20 @@ local function concurrency(name, keys, args, write)
   if held then
     -- a renewal: always admitted, and no second slot
     if write then
-      rcall('ZADD', key, now_ms + lease, id)
-    end
-    local last = last_expiry(key)
-    if write then
+      local expiry = now_ms + lease
+      rcall('ZADD', key, expiry, id)
+      if expiry > last then
+        last = expiry
+      elseif id == last_id then
+        last = last_expiry(key) -- the last lease, renewed shorter
+      end
       rcall('PEXPIREAT', key, last)
     end
     return reply(true, limit, limit - count - reserve, 0, last - now_ms, 0)
   end
 
-  local last = exists and last_expiry(key)
-  if last and last <= now_ms then
-    last = nil -- a peek sees only expired leases
+  if not exists or last <= now_ms then
+    last = nil -- no live lease
   end
   local need = 1 + reserve
   if need > limit or count + need > limit then
@@ -1020,19 +1053,22 @@ local function concurrency(name, keys, args, write)
 end
 
 local function release(name, keys, args)
-  local key, limit = parse_concurrency(name, keys, args)
+  local key, limit, _, id = parse_concurrency(name, keys, args)
   local now_ms = floor(now_us() / 1000)
-  if not lease_state(name, key) then
+  local last, last_id = lease_state(name, key)
+  if not last then
     return {0, limit, limit, 0, 0, 0}
   end
   rcall('ZREMRANGEBYSCORE', key, '(0', now_ms)
-  local held = rcall('ZREM', key, args[3])
+  local held = rcall('ZREM', key, id)
   local count = rcall('ZCARD', key) - 1
   if count == 0 then
     rcall('DEL', key) -- the last release deletes the key
     return {held, limit, limit, 0, 0, 0}
   end
-  local last = last_expiry(key)
+  if held == 1 and id == last_id then
+    last = last_expiry(key)
+  end
   rcall('PEXPIREAT', key, last)
   return reply(held == 1, limit, limit - count, 0, last - now_ms, 0)
 end

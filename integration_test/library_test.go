@@ -432,10 +432,18 @@ func TestVersionAndFlags(t *testing.T) {
 			t.Fatalf("rl_version = %q, %v; want %s", v, err, workingVersion(t))
 		}
 		flags := functionFlags(t, tg.c)
-		want := map[string][]string{"rl_version": {"allow-stale", "no-writes"}}
+		want := map[string][]string{
+			"rl_version":             {"allow-stale", "no-writes"},
+			"rl_multi":               nil,
+			"rl_multi_peek":          {"no-writes"},
+			"rl_concurrency":         nil,
+			"rl_concurrency_peek":    {"no-writes"},
+			"rl_concurrency_release": nil,
+		}
 		for _, l := range slow {
 			want[l.fn] = nil
 			want[l.fn+"_peek"] = []string{"no-writes"}
+			want[l.fn+"_refund"] = nil
 		}
 		for fn, w := range want {
 			got, ok := flags[fn]

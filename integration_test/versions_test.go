@@ -78,3 +78,77 @@ func TestStateSurvivesUpgrades(t *testing.T) {
 		}
 	}
 }
+
+func release(t *testing.T, v string) versions.Release {
+	t.Helper()
+	for _, r := range versions.Embedded() {
+		if r.Version == v {
+			return r
+		}
+	}
+	t.Fatalf("no release %s", v)
+	return versions.Release{}
+}
+
+// A rollback from 1.1.0 to 1.0.0 keeps every live limiter exactly: state written by 1.1.0,
+// with reserves and after refunds, is read by 1.0.0 as 1.1.0 reads it.
+func TestRollbackTo10KeepsState(t *testing.T) {
+	v10, v11 := release(t, "1.0.0"), release(t, "1.1.0")
+	for _, s := range []struct {
+		name  string
+		start func(testing.TB, ...string) *harness.Server
+	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+		t.Run(s.name, func(t *testing.T) {
+			c := s.start(t).Client(t)
+			const limit = 10
+			roomInWindow(t, c, 60_000, 3*time.Second)
+			loadCode(t, c, v11.Code)
+			keys := map[string]string{}
+			for _, l := range slow {
+				key := keyFor(t) + l.name
+				keys[l.name] = key
+				// 7 taken, 2 given back: 5 used
+				fcall(t, c, l.fn, key, withReserve(l.args(limit, 3), 2)...)
+				fcall(t, c, l.fn, key, withReserve(l.args(limit, 4), 3)...)
+				if r := fcall(t, c, l.fn, key, withReserve(l.args(limit, 1), 6)...); r.Allowed {
+					t.Fatalf("%s: cost 1 + reserve 6 with 3 left: %v", l.name, r)
+				}
+				if r := fcall(t, c, refundFn(l), key, l.args(limit, 2)...); r.Remaining != 5 {
+					t.Fatalf("%s: refund 2 of 7: %v", l.name, r)
+				}
+			}
+			read := func() map[string]reply {
+				out := map[string]reply{}
+				for _, l := range slow {
+					out[l.name] = fcall(t, c, l.fn+"_peek", keys[l.name], l.args(limit, 1)...)
+				}
+				return out
+			}
+			dumps := map[string]snapshot{}
+			for name, key := range keys {
+				dumps[name] = snap(t, c, key)
+			}
+			start := time.Now()
+			by11 := read()
+			loadCode(t, c, v10.Code)
+			by10 := read()
+			elapsed := time.Since(start).Milliseconds()
+			for _, l := range slow {
+				a, b := by11[l.name], by10[l.name]
+				if a.Remaining != 5 || b.Allowed != a.Allowed || b.Remaining != a.Remaining || b.Limit != a.Limit ||
+					b.ResetAfter > a.ResetAfter || b.ResetAfter < a.ResetAfter-elapsed-1 || b.Delay > a.Delay || b.Delay < a.Delay-elapsed-1 {
+					t.Errorf("%s: 1.1.0 reads %v, 1.0.0 reads %v", l.name, a, b)
+				}
+				if snap(t, c, keys[l.name]) != dumps[l.name] {
+					t.Errorf("%s: the state changed across the rollback", l.name)
+				}
+				if r := fcall(t, c, l.fn, keys[l.name], l.args(limit, 5)...); !r.Allowed || r.Remaining != 0 {
+					t.Errorf("%s: 1.0.0 takes the 5 left: %v", l.name, r)
+				}
+				if r := fcall(t, c, l.fn, keys[l.name], l.args(limit, 1)...); r.Allowed {
+					t.Errorf("%s: 1.0.0 admits beyond the limit: %v", l.name, r)
+				}
+			}
+		})
+	}
+}
