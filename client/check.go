@@ -22,10 +22,9 @@ var speaks = sync.OnceValue(func() string { return versions.Embedded().Latest().
 const Release11 = "1.1.0"
 
 // VersionCommand is FCALL_RO rl_version, the one way this module asks a node for its
-// library's version. With a key, a cluster client sends it to the node that owns the key's
-// slot (rl_version ignores its keys).
-func VersionCommand(c valkey.Client, keys ...string) valkey.Completed {
-	return c.B().FcallRo().Function("rl_version").Numkeys(int64(len(keys))).Key(keys...).Build()
+// library's version.
+func VersionCommand(c valkey.Client) valkey.Completed {
+	return c.B().FcallRo().Function("rl_version").Numkeys(0).Build()
 }
 
 // Check verifies that every primary the client knows runs a ratelimit library of the major
@@ -104,8 +103,9 @@ func olderLibrary(err error) bool {
 }
 
 // versionError finds out why fn failed with what a 1.0 library would answer: it asks every
-// node the client knows for rl_version, routed by key, so that in a cluster only the owner of
-// key's slot answers (the others redirect). It returns a *VersionError for a node older than
+// node the client knows for rl_version, with EXISTS key before it, which in a cluster only
+// the owner of key's slot answers (the others redirect), so that the node named is the one
+// that served the call. It returns a *VersionError for a node older than
 // Release11 (or, without the library, one that is errors.Is ErrNotLoaded), or nil when every
 // answering node runs Release11 or later: the call's own error stands.
 func (l *Limiter) versionError(ctx context.Context, fn, key string) error {
@@ -118,7 +118,13 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string) error {
 	var absent error
 	for _, addr := range addrs {
 		c := nodes[addr]
-		v, err := c.Do(ctx, VersionCommand(c, key)).ToString()
+		res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), VersionCommand(c))
+		if err := res[0].Error(); err != nil {
+			if _, moved := valkey.IsValkeyErr(err); moved && isRedirect(err.Error()) {
+				continue
+			}
+		}
+		v, err := res[1].ToString()
 		if err != nil {
 			if verr, ok := valkey.IsValkeyErr(err); ok && notFound(verr.Error()) && absent == nil {
 				absent = &VersionError{Node: addr, Want: Release11, Function: fn}
@@ -130,4 +136,9 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string) error {
 		}
 	}
 	return absent
+}
+
+// isRedirect reports a cluster's answer about a key another node owns.
+func isRedirect(msg string) bool {
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }

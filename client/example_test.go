@@ -149,3 +149,83 @@ func ExampleKey() {
 	// rl:{user:42}:leaky_bucket
 	// rl:{a%7Db%7Bc%25}:fixed_window
 }
+
+// The login triple: a login is limited per (IP, user), per IP and per user at once. Each is a
+// principal of its own (its own cluster slot): the calls run side by side, and when one
+// denies, the units the others took are given back.
+func ExampleLimiter_AllowAll() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	ctx := context.Background()
+	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+		log.Fatal(err) // a node still runs 1.0.0: run rlfn deploy
+	}
+
+	ip, user := "203.0.113.7", "alice"
+	res, err := lim.AllowAll(ctx, []client.Rule{
+		{Key: "login:" + ip + ":" + user, Limit: client.SlidingLog{Limit: 5, Window: 15 * time.Minute}},
+		{Key: "login-ip:" + ip, Limit: client.TokenBucket{Capacity: 100, Rate: 1, Period: 6 * time.Second}},
+		{Key: "login-user:" + user, Limit: client.SlidingWindow{Limit: 20, Window: time.Hour}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("login refused by rule %d, retry in %s\n", res.Rule, res.RetryAfter)
+	}
+}
+
+// A payment API checks a per-merchant limit and a global one on every request. The merchant's
+// two limits (per second and per day, told apart by a Name) share its slot and are decided by
+// one atomic call; the global limit runs beside it.
+func ExampleLimiter_AllowAll_merchantAndGlobal() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	ctx := context.Background()
+
+	merchant := "merchant:acme"
+	res, err := lim.AllowAll(ctx, []client.Rule{
+		{Key: merchant, Limit: client.TokenBucket{Capacity: 50, Rate: 25, Period: time.Second}},
+		{Key: merchant, Limit: client.FixedWindow{Limit: 100_000, Window: 24 * time.Hour, Name: "daily"}},
+		{Key: "global", Limit: client.TokenBucket{Capacity: 10_000, Rate: 5_000, Period: time.Second}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Allowed, res.Remaining)
+}
+
+// Shopify-style costs: charge a query's predicted cost up front, then refund what it did not
+// use once its real cost is known.
+func ExampleLimiter_Refund() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	ctx := context.Background()
+
+	limit := client.TokenBucket{Capacity: 1000, Rate: 50, Period: time.Second}
+	const predicted = 120
+	res, err := lim.AllowN(ctx, "shop:42", limit, predicted)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("throttled, retry in %s\n", res.RetryAfter)
+		return
+	}
+	actual := int64(35) // what the query really cost
+	if _, err := lim.Refund(ctx, "shop:42", limit, predicted-actual); err != nil {
+		log.Print(err) // a lost refund only makes the limit stricter for a while
+	}
+}

@@ -16,7 +16,11 @@ func TestREADMEExamples(t *testing.T) {
 	for _, ex := range []struct{ file, fn string }{
 		{"example_test.go", "Example"},
 		{"example_test.go", "ExampleWithPolicy"},
+		{"example_test.go", "ExampleLimiter_AllowAll"},
+		{"example_test.go", "ExampleLimiter_AllowAll_merchantAndGlobal"},
+		{"example_test.go", "ExampleLimiter_Refund"},
 		{"httplimit/example_test.go", "Example"},
+		{"httplimit/example_test.go", "Example_concurrency"},
 	} {
 		src, err := os.ReadFile(ex.file)
 		if err != nil {

@@ -187,32 +187,34 @@ func TestVersionErrorOn10(t *testing.T) {
 		do     func(ctx context.Context, lim *client.Limiter) error
 		what   string
 		policy client.Policy
+		key    string
 	}{
 		{"reserve", "RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5",
 			func(ctx context.Context, lim *client.Limiter) error { _, err := lim.Allow(ctx, "k", tb); return err },
-			"rl_token_bucket reserve", client.FailOpen},
+			"rl_token_bucket reserve", client.FailOpen, "rl:{k}:token_bucket"},
 		{"refund", "ERR Function not found",
 			func(ctx context.Context, lim *client.Limiter) error {
 				_, err := lim.Refund(ctx, "k", tb, 1)
 				return err
 			},
-			"rl_token_bucket_refund", client.LocalFallback},
+			"rl_token_bucket_refund", client.LocalFallback, "rl:{k}:token_bucket"},
 		{"acquire", "ERR Function not found",
 			func(ctx context.Context, lim *client.Limiter) error {
 				_, _, err := lim.Acquire(ctx, "k", client.Concurrency{Limit: 1, Lease: time.Second})
 				return err
 			},
-			"rl_concurrency", client.ReturnError},
+			"rl_concurrency", client.ReturnError, "rl:{k}:concurrency"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctrl := gomock.NewController(t)
 			vk := mock.NewClient(ctrl)
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError(tt.reply)))
 			owner, other := mock.NewClient(ctrl), mock.NewClient(ctrl)
-			owner.EXPECT().Do(gomock.Any(), mock.MatchFn(func(cmd []string) bool {
-				return cmd[1] == "rl_version" && cmd[2] == "1"
-			})).Return(mock.Result(mock.ValkeyBlobString("1.0.0")))
-			other.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError("MOVED 1234 10.0.0.1:6379"))).AnyTimes()
+			owner.EXPECT().DoMulti(gomock.Any(), mock.Match("EXISTS", tt.key),
+				mock.Match("FCALL_RO", "rl_version", "0")).
+				Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(1)), mock.Result(mock.ValkeyBlobString("1.0.0"))})
+			other.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
+				Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyError("MOVED 1234 10.0.0.1:6379")), mock.Result(mock.ValkeyBlobString("1.1.0"))}).AnyTimes()
 			vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": owner, "10.0.0.0:6379": other})
 			err := tt.do(context.Background(), client.New(vk, client.WithPolicy(tt.policy)))
 			var ve *client.VersionError
@@ -233,7 +235,8 @@ func TestArityErrorOn11StaysLibraryError(t *testing.T) {
 	vk := mock.NewClient(ctrl)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 or 5 arguments, got 9")))
 	node := mock.NewClient(ctrl)
-	node.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyBlobString("1.1.0")))
+	node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
+		Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.1.0"))})
 	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node})
 	_, err := client.New(vk).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
 	var le *client.LibraryError

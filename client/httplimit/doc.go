@@ -38,6 +38,14 @@
 // A request whose context ends while it is held is answered 503 and never reaches the next
 // handler.
 //
+// # Concurrency and critical routes
+//
+// A Policy with a Concurrency holds a lease of it (library 1.1.0) while the next handler runs,
+// released when it returns or panics: at most Limit requests of one key in flight. A request
+// refused a slot is answered 429 with Retry-After. A Policy marked Critical makes its
+// requests client.Critical: they may use the Reserve of its limits, which other routes
+// leave to them.
+//
 // # Failures
 //
 // The limiter's errors (server gone, deadline, a limit the library refuses) are passed to

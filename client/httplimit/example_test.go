@@ -50,3 +50,33 @@ func Example() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
 }
+
+// A payment route holds a concurrency lease for the whole request: at most 20 payments of one
+// API key in flight, 4 of them kept for the critical route (refunds to customers), which may
+// use them all; other routes stop at 16.
+func Example_concurrency() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	inFlight := &client.Concurrency{Limit: 20, Lease: 30 * time.Second, Reserve: 4}
+	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		Policy: func(r *http.Request) httplimit.Policy {
+			return httplimit.Policy{
+				Name:        "payments",
+				Limit:       client.TokenBucket{Capacity: 100, Rate: 25, Period: time.Second, Reserve: 20},
+				Concurrency: inFlight,
+				Critical:    r.URL.Path == "/refunds",
+			}
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("paid\n")) })
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
+}
