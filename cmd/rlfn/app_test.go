@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +104,43 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "drip"}, "--mode is police or shape"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--repeat", "0"}, "--repeat must be at least 1"},
 		{[]string{"call", "fixed_window", "k", "--limit", "x"}, "invalid value"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--reserve", "6"}, "FixedWindow.Reserve"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--cost", "-1"}, "--cost must be 0 to 999999999999999"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--lease", "1s"}, "--lease does not apply to fixed_window"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--id", "a"}, "--id does not apply to fixed_window"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--release"}, "--release does not apply to fixed_window"},
+		// refunds
+		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "-1"}, "--refund must be 0 to 999999999999999"},
+		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "1", "--cost", "2"}, "--cost does not go with --refund"},
+		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "1", "--peek"}, "--peek does not go with --refund"},
+		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "1", "--reserve", "1"}, "--reserve does not go with --refund"},
+		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "1", "--also", "fixed_window,limit=1,window=1s"}, "--also does not go with --refund"},
+		// concurrency
+		{[]string{"call", "concurrency", "k", "--limit", "5"}, "concurrency needs --lease"},
+		{[]string{"call", "concurrency", "k", "--lease", "1s"}, "concurrency needs --limit"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--window", "1s"}, "--window does not apply to concurrency"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--cost", "2"}, "--cost does not apply to concurrency"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--peek"}, "--peek does not apply to concurrency"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--refund", "1"}, "--refund does not apply to concurrency"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--release"}, "--release needs --id"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--release", "--id", "a", "--critical"}, "--critical does not go with --release"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--id", strings.Repeat("x", 129)}, "--id must be 1 to 128 bytes"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--reserve", "6"}, "Concurrency.Reserve"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--also", "fixed_window,limit=1,window=1s"}, "--also does not apply to concurrency"},
+		// several limits
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "bogus,limit=1"}, `--also bogus,limit=1: unknown algorithm "bogus"`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "token_bucket,capacity=1,rate=1"}, "token_bucket needs period="},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "token_bucket,capacity=1,rate=1,period=1s,window=1s"}, "window= does not apply to token_bucket"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=x,window=1s"}, `invalid value "x" for limit=`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=1s,foo=1"}, `unknown field "foo"`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,limit=2,window=1s"}, "limit given twice"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit"}, `"limit" is not field=value`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "leaky_bucket,capacity=1,rate=1,period=1s,mode=drip"}, `mode= is police or shape, not "drip"`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "concurrency,limit=1,lease=1s"}, "concurrency leases are not part of a decision on several limits"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=1m"}, "is the limiter of rule 1 (rl:{k}:fixed_window): give one a name"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=0s"}, "FixedWindow.Window"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,key=,limit=1,window=1s"}, "key= is empty"},
+		{append([]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s"}, manyAlso(16)...), "--also fixed_window,name=16,limit=1,window=1s: more than 16 limits for key k"},
 		{[]string{"status", "--bogus"}, "flag provided but not defined: -bogus (see rlfn status --help)"},
 		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus (see rlfn --help)"},
 		{[]string{"--url", "http://127.0.0.1:1", "status"}, "scheme"},
@@ -129,6 +167,15 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// manyAlso is n --also specs of distinct fixed windows for the call's key.
+func manyAlso(n int) []string {
+	var args []string
+	for i := range n {
+		args = append(args, "--also", fmt.Sprintf("fixed_window,name=%d,limit=1,window=1s", i+1))
+	}
+	return args
+}
+
 func TestUnreachable(t *testing.T) {
 	for _, cmd := range [][]string{{"status"}, {"diff"}, {"deploy", "--yes"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}} {
 		r := rlfn(t, nil, append([]string{"--url", "redis://127.0.0.1:1", "--timeout", "5s"}, cmd...)...)
@@ -151,6 +198,7 @@ func TestPermute(t *testing.T) {
 		{"rlfn --json=false call a --limit=3 k", "rlfn --json=false call --limit=3 -- a k"},
 		{"rlfn call a -- -k --limit", "rlfn call -- a -k --limit"},
 		{"rlfn call --limit 3 a k", "rlfn call --limit 3 -- a k"},
+		{"rlfn call a k --also fixed_window,key=k=1,limit=3 --release", "rlfn call --also fixed_window,key=k=1,limit=3 --release -- a k"},
 		{"rlfn bogus --x y", "rlfn bogus --x y"},
 		{"rlfn status --url redis://x:1 --json", "rlfn --url redis://x:1 status --json"},
 		{"rlfn --timeout 1s call a k --url=redis://x:1 --limit 3", "rlfn --timeout 1s --url=redis://x:1 call --limit 3 -- a k"},

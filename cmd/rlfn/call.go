@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"slices"
+	"io"
 	"strings"
 	"time"
 
@@ -12,6 +13,9 @@ import (
 	"github.com/rlfn/rlfn/client"
 )
 
+// maxInt is the library's largest number (a cost, a refund).
+const maxInt = 999999999999999
+
 // callCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func callCommand() *cli.Command {
 	return &cli.Command{
@@ -19,19 +23,39 @@ func callCommand() *cli.Command {
 		Name:         "call",
 		Usage:        "make a decision as a service would, on the same key",
 		ArgsUsage:    "ALGORITHM KEY",
-		Description: "ALGORITHM is fixed_window, sliding_log, sliding_window (--limit, --window),\n" +
-			"token_bucket or leaky_bucket (--capacity, --rate, --period; leaky_bucket also --mode).\n" +
+		Description: "ALGORITHM is fixed_window, sliding_log, sliding_window (--limit, --window), token_bucket\n" +
+			"or leaky_bucket (--capacity, --rate, --period; leaky_bucket also --mode), or concurrency\n" +
+			"(--limit slots, --lease).\n" +
 			"KEY is the principal (user:42); the server key is composed as the Go client composes it,\n" +
-			"<prefix>{<key>}:<algorithm>, so the call reads and changes the state a service sees.\n" +
-			"Durations use Go syntax: 500ms, 1s, 1m, 1h.",
+			"<prefix>{<key>}:<algorithm>[:<name>], so the call reads and changes the state a service sees.\n" +
+			"Durations use Go syntax: 500ms, 1s, 1m, 1h.\n" +
+			"\n" +
+			"With library 1.1.0:\n" +
+			"  --reserve N   admitted only if N units are left after the call: they are kept for\n" +
+			"                critical callers (--critical), who may use them\n" +
+			"  --refund N    give N units back (charge a predicted cost, refund what was not used)\n" +
+			"  concurrency   take a slot for a new holder (its ID is printed), or with --id take or\n" +
+			"                renew that holder's slot; --release --id frees it\n" +
+			"  --also SPEC   decide one more limit with the first, all or nothing (repeatable). SPEC\n" +
+			"                is ALGORITHM,field=value,...: the fields are the flags' names, and key=\n" +
+			"                (default: KEY); e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
+			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also.",
 		Flags: []cli.Flag{
-			&cli.Int64Flag{Name: "limit", Usage: "`N` units per window (fixed_window, sliding_log, sliding_window)"},
+			&cli.Int64Flag{Name: "limit", Usage: "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)"},
 			&cli.DurationFlag{Name: "window", Usage: "window `DURATION` (fixed_window, sliding_log, sliding_window)"},
 			&cli.Int64Flag{Name: "capacity", Usage: "bucket capacity `N` (token_bucket, leaky_bucket)"},
 			&cli.Int64Flag{Name: "rate", Usage: "`N` units refilled or leaked per period (token_bucket, leaky_bucket)"},
 			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
 			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: "police"},
+			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
+			&cli.StringFlag{Name: "id", Usage: "concurrency: the lease holder `ID` (1 to 128 bytes) to take, renew or --release"},
+			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
+			&cli.Int64Flag{Name: "reserve", Usage: "leave `N` units (slots) to critical callers: admitted only if N are left after the call"},
+			&cli.BoolFlag{Name: "critical", Usage: "call as a critical caller, who may use the reserve"},
+			&cli.StringFlag{Name: "name", Usage: "limit `NAME`, for a second limit of one algorithm on one KEY (as the client's Name)"},
 			&cli.Int64Flag{Name: "cost", Usage: "`N` units the call takes", Value: 1},
+			&cli.Int64Flag{Name: "refund", Usage: "give `N` units back instead of taking --cost"},
+			&cli.GenericFlag{Name: "also", Usage: "decide one more limit `SPEC` with the first, all or nothing (repeatable)", Value: &alsoFlag{}},
 			&cli.BoolFlag{Name: "peek", Usage: "only check, consuming nothing (FCALL_RO, which a replica may serve)"},
 			&cli.IntFlag{Name: "repeat", Usage: "make the call `N` times", Value: 1},
 			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's WithPrefix", Value: client.DefaultPrefix},
@@ -41,29 +65,46 @@ func callCommand() *cli.Command {
 	}
 }
 
+// callMode is what one call does.
+type callMode int
+
+const (
+	modeAllow   callMode = iota // AllowN, or PeekN with --peek
+	modeRefund                  // Refund
+	modeAcquire                 // Acquire, or a Lease's Renew with --id
+	modeRelease                 // a Lease's Release
+	modeMulti                   // AllowAllN, or PeekAllN with --peek
+)
+
+// callPlan is one call, made --repeat times, checked before any connection is made.
+type callPlan struct {
+	mode     callMode
+	prefix   string
+	key      string
+	limit    client.Limit       // modeAllow, modeRefund
+	conc     client.Concurrency // modeAcquire, modeRelease
+	id       string             // modeAcquire: "" takes a slot for a new random holder
+	rules    []client.Rule      // modeMulti; rules[0] is ALGORITHM KEY
+	n        int64              // the cost, or the units refunded
+	peek     bool
+	critical bool
+}
+
 func callAction(c *cli.Context) error {
-	if c.NArg() != 2 {
-		return usageError(c, "needs ALGORITHM and KEY")
-	}
-	limit, err := parseLimit(c, c.Args().Get(0))
+	plan, err := newCallPlan(c)
 	if err != nil {
 		return err
 	}
-	key, cost, repeat := c.Args().Get(1), c.Int64("cost"), c.Int("repeat")
-	if repeat < 1 {
-		return usageError(c, "--repeat must be at least 1")
-	}
-	// The client validates a limit exactly as the library does; do it before dialling, so a
-	// mistake is reported as one whatever the state of the server. (AllowN checks the cost.)
-	if err := limit.Validate(); err != nil {
-		return err
-	}
+	repeat := c.Int("repeat")
 	opt, err := clientOption(c)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
+	if plan.critical {
+		ctx = client.Critical(ctx)
+	}
 	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
@@ -73,89 +114,249 @@ func callAction(c *cli.Context) error {
 	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
 	// service's hot path rather than a person across a slow link; errors are returned, never
 	// replaced by a fallback decision (the client's default policy).
-	lim := client.New(vk, client.WithPrefix(c.String("prefix")), client.WithDeadline(c.Duration("timeout")))
-	serverKey := client.Key(c.String("prefix"), key, limit)
+	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")))
 
-	var t *table
-	if !c.Bool("json") {
-		t = newTable(c.App.Writer, "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
-	}
+	out := newCallOutput(c.App.Writer, plan.mode, c.Bool("json"))
 	for range repeat {
-		var res client.Result
-		if c.Bool("peek") {
-			res, err = lim.PeekN(ctx, key, limit, cost)
-		} else {
-			res, err = lim.AllowN(ctx, key, limit, cost)
-		}
+		row, err := plan.do(ctx, lim)
 		if err != nil {
-			if t != nil {
-				t.flush()
+			if out.rows > 0 {
+				_ = out.flush() // the calls made before the error; a header alone says nothing
 			}
 			return err
 		}
-		if t == nil {
-			if err := writeJSONLine(c.App.Writer, resultJSON(serverKey, res)); err != nil {
-				return err
-			}
-			continue
+		if err := out.add(row); err != nil {
+			return err
 		}
-		t.row(serverKey, yesNo(res.Allowed), fmt.Sprint(res.Limit), fmt.Sprint(res.Remaining),
-			human(res.RetryAfter), human(res.ResetAfter), human(res.Delay))
 	}
-	if t != nil {
-		return t.flush()
+	return out.flush()
+}
+
+// newCallPlan reads and checks the command line: every mistake is reported before dialling,
+// whatever the state of the server. (The client validates a limit exactly as the library does.)
+func newCallPlan(c *cli.Context) (*callPlan, error) {
+	if c.NArg() != 2 {
+		return nil, usageError(c, "needs ALGORITHM and KEY")
 	}
+	spec, err := flagSpec(c, c.Args().Get(0))
+	if err != nil {
+		return nil, usageError(c, err.Error())
+	}
+	if c.Int("repeat") < 1 {
+		return nil, usageError(c, "--repeat must be at least 1")
+	}
+	p := &callPlan{
+		prefix: c.String("prefix"), key: c.Args().Get(1), n: c.Int64("cost"),
+		peek: c.Bool("peek"), critical: c.Bool("critical"), id: c.String("id"),
+	}
+	also := *c.Generic("also").(*alsoFlag)
+	// Flags that do not go together, as "--a with --b" or "--a with ALGORITHM".
+	conflict := func(a, b string) error {
+		if !strings.HasPrefix(b, "-") {
+			return usageError(c, fmt.Sprintf("--%s does not apply to %s", a, b))
+		}
+		return usageError(c, fmt.Sprintf("--%s does not go with %s", a, b))
+	}
+	given := func(names ...string) string {
+		for _, n := range names {
+			if c.IsSet(n) {
+				return n
+			}
+		}
+		return ""
+	}
+	switch {
+	case spec.algorithm == "concurrency":
+		if f := given("cost", "refund", "peek", "also"); f != "" {
+			return nil, conflict(f, "concurrency")
+		}
+		p.mode, p.conc = modeAcquire, spec.concurrency()
+		if c.Bool("release") {
+			p.mode = modeRelease
+			if p.id == "" {
+				return nil, usageError(c, "--release needs --id")
+			}
+			if c.IsSet("critical") {
+				return nil, conflict("critical", "--release")
+			}
+		}
+		if err := p.conc.Validate(); err != nil {
+			return nil, err
+		}
+		if c.IsSet("id") && (len(p.id) < 1 || len(p.id) > client.MaxLeaseID) {
+			return nil, usageError(c, fmt.Sprintf("--id must be 1 to %d bytes", client.MaxLeaseID))
+		}
+		return p, nil
+	case given("id", "release") != "":
+		return nil, conflict(given("id", "release"), spec.algorithm)
+	}
+
+	p.limit = spec.build()
+	if err := p.limit.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.IsSet("refund"):
+		if f := given("cost", "peek", "reserve", "critical", "also"); f != "" {
+			return nil, conflict(f, "--refund")
+		}
+		p.mode, p.n = modeRefund, c.Int64("refund")
+		if p.n < 0 || p.n > maxInt {
+			return nil, usageError(c, fmt.Sprintf("--refund must be 0 to %d", int64(maxInt)))
+		}
+		return p, nil
+	case p.n < 0 || p.n > maxInt:
+		return nil, usageError(c, fmt.Sprintf("--cost must be 0 to %d", int64(maxInt)))
+	case len(also) == 0:
+		return p, nil
+	}
+
+	p.mode = modeMulti
+	p.rules = []client.Rule{{Key: p.key, Limit: p.limit}}
+	seen := map[string]int{client.Key(p.prefix, p.key, p.limit): 1}
+	perKey := map[string]int{p.key: 1}
+	for _, text := range also {
+		s, err := parseSpec(text)
+		if err != nil {
+			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, err))
+		}
+		r := client.Rule{Key: p.key, Limit: s.build()}
+		if s.key != "" {
+			r.Key = s.key
+		}
+		if err := r.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("--also %s: %w", text, err)
+		}
+		k := client.Key(p.prefix, r.Key, r.Limit)
+		if i, ok := seen[k]; ok {
+			return nil, usageError(c, fmt.Sprintf("--also %s: is the limiter of rule %d (%s): give one a name", text, i, k))
+		}
+		seen[k] = len(p.rules) + 1
+		if perKey[r.Key]++; perKey[r.Key] > maxRulesPerKey {
+			return nil, usageError(c, fmt.Sprintf("--also %s: more than %d limits for key %s", text, maxRulesPerKey, r.Key))
+		}
+		p.rules = append(p.rules, r)
+	}
+	return p, nil
+}
+
+// maxRulesPerKey is how many limits of one key one rl_multi call decides.
+const maxRulesPerKey = 16
+
+// callRow is one call's outcome as printed.
+type callRow struct {
+	key  string // the server key of the limit that decided
+	id   string // a lease's holder
+	rule int    // modeMulti: the 1-based index of the limit that decided
+	res  client.Result
+}
+
+// do makes the call once.
+func (p *callPlan) do(ctx context.Context, lim *client.Limiter) (callRow, error) {
+	var row callRow
+	var err error
+	switch p.mode {
+	case modeAllow:
+		row.key = client.Key(p.prefix, p.key, p.limit)
+		if p.peek {
+			row.res, err = lim.PeekN(ctx, p.key, p.limit, p.n)
+		} else {
+			row.res, err = lim.AllowN(ctx, p.key, p.limit, p.n)
+		}
+	case modeRefund:
+		row.key = client.Key(p.prefix, p.key, p.limit)
+		row.res, err = lim.Refund(ctx, p.key, p.limit, p.n)
+	case modeAcquire, modeRelease:
+		row.key, row.id = client.ConcurrencyKey(p.prefix, p.key, p.conc), p.id
+		var lease *client.Lease
+		switch {
+		case p.id == "":
+			lease, row.res, err = lim.Acquire(ctx, p.key, p.conc)
+			if lease != nil {
+				row.id = lease.ID()
+			}
+		case p.mode == modeRelease:
+			if lease, err = lim.Lease(p.key, p.conc, p.id); err == nil {
+				row.res, err = lease.Release(ctx)
+			}
+		default:
+			if lease, err = lim.Lease(p.key, p.conc, p.id); err == nil {
+				row.res, err = lease.Renew(ctx)
+			}
+		}
+	case modeMulti:
+		if p.peek {
+			row.res, err = lim.PeekAllN(ctx, p.rules, p.n)
+		} else {
+			row.res, err = lim.AllowAllN(ctx, p.rules, p.n)
+		}
+		r := p.rules[row.res.Rule]
+		row.key, row.rule = client.Key(p.prefix, r.Key, r.Limit), row.res.Rule+1
+	}
+	return row, err
+}
+
+// callOutput prints the calls: a table, or JSON Lines (one object per call).
+type callOutput struct {
+	w    io.Writer
+	mode callMode
+	t    *table // nil for JSON
+	rows int
+}
+
+func newCallOutput(w io.Writer, mode callMode, asJSON bool) *callOutput {
+	o := &callOutput{w: w, mode: mode}
+	if asJSON {
+		return o
+	}
+	switch mode {
+	case modeAcquire:
+		o.t = newTable(w, "KEY", "ID", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
+	case modeRelease:
+		o.t = newTable(w, "KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
+	case modeMulti:
+		o.t = newTable(w, "RULE", "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
+	default:
+		o.t = newTable(w, "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
+	}
+	return o
+}
+
+func (o *callOutput) add(row callRow) error {
+	o.rows++
+	if o.t == nil {
+		return writeJSONLine(o.w, resultJSON(row))
+	}
+	r := row.res
+	cells := []string{row.key, yesNo(r.Allowed), fmt.Sprint(r.Limit), fmt.Sprint(r.Remaining),
+		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
+	switch o.mode {
+	case modeAcquire, modeRelease:
+		id := row.id
+		if id == "" {
+			id = "-" // denied: no holder was given a slot
+		}
+		cells = append([]string{row.key, id}, cells[1:6]...)
+	case modeMulti:
+		cells = append([]string{fmt.Sprint(row.rule)}, cells...)
+	}
+	o.t.row(cells...)
 	return nil
 }
 
-// parseLimit builds the limit of algorithm from the flags, refusing flags of other algorithms
-// so that a typo is not silently ignored.
-func parseLimit(c *cli.Context, algorithm string) (client.Limit, error) {
-	algorithm = strings.ReplaceAll(algorithm, "-", "_")
-	window := []string{"limit", "window"}
-	bucket := []string{"capacity", "rate", "period"}
-	var limit client.Limit
-	var want []string
-	switch algorithm {
-	case "fixed_window":
-		limit, want = client.FixedWindow{Limit: c.Int64("limit"), Window: c.Duration("window")}, window
-	case "sliding_log":
-		limit, want = client.SlidingLog{Limit: c.Int64("limit"), Window: c.Duration("window")}, window
-	case "sliding_window":
-		limit, want = client.SlidingWindow{Limit: c.Int64("limit"), Window: c.Duration("window")}, window
-	case "token_bucket":
-		limit, want = client.TokenBucket{Capacity: c.Int64("capacity"), Rate: c.Int64("rate"), Period: c.Duration("period")}, bucket
-	case "leaky_bucket":
-		mode := client.Police
-		switch c.String("mode") {
-		case "police":
-		case "shape":
-			mode = client.Shape
-		default:
-			return nil, usageError(c, fmt.Sprintf("--mode is police or shape, not %q", c.String("mode")))
-		}
-		limit = client.LeakyBucket{Capacity: c.Int64("capacity"), Rate: c.Int64("rate"), Period: c.Duration("period"), Mode: mode}
-		want = append(bucket, "mode")
-	default:
-		return nil, usageError(c, fmt.Sprintf("unknown algorithm %q: fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket", algorithm))
+func (o *callOutput) flush() error {
+	if o.t == nil {
+		return nil
 	}
-	for _, name := range []string{"limit", "window", "capacity", "rate", "period", "mode"} {
-		if c.IsSet(name) && !slices.Contains(want, name) {
-			return nil, usageError(c, fmt.Sprintf("--%s does not apply to %s", name, algorithm))
-		}
-	}
-	for _, name := range want {
-		if name != "mode" && !c.IsSet(name) {
-			return nil, usageError(c, fmt.Sprintf("%s needs --%s", algorithm, name))
-		}
-	}
-	return limit, nil
+	return o.t.flush()
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's.
 type callJSON struct {
 	Key          string `json:"key"`
-	Allowed      bool   `json:"allowed"`
+	ID           string `json:"id,omitempty"`   // concurrency: the lease holder
+	Rule         int    `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
+	Allowed      bool   `json:"allowed"`        // a release: whether the holder held a slot
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	RetryAfterMs int64  `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
@@ -163,13 +364,14 @@ type callJSON struct {
 	DelayMs      int64  `json:"delay_ms"`
 }
 
-func resultJSON(key string, r client.Result) callJSON {
+func resultJSON(row callRow) callJSON {
+	r := row.res
 	retry := r.RetryAfter.Milliseconds()
 	if r.RetryAfter == client.Never {
 		retry = -1
 	}
 	return callJSON{
-		Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+		Key: row.key, ID: row.id, Rule: row.rule, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMs: retry, ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/versions"
 )
@@ -158,5 +159,48 @@ func TestColours(t *testing.T) {
 		if got := strings.Contains(b.String(), "\x1b["); got != tt.want {
 			t.Errorf("terminal %v, env %v: coloured %v, want %v", tt.terminal, tt.env, got, tt.want)
 		}
+	}
+}
+
+// TestCallGolden pins call's output in every mode, as a table and as JSON Lines.
+func TestCallGolden(t *testing.T) {
+	admitted := client.Result{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3 * time.Second}
+	shaped := client.Result{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: 800 * time.Millisecond, Delay: 400 * time.Millisecond}
+	denied := client.Result{Limit: 10, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}
+	never := client.Result{Limit: 10, Remaining: 3, RetryAfter: client.Never, ResetAfter: time.Second}
+	for _, tt := range []struct {
+		name string
+		mode callMode
+		rows []callRow
+	}{
+		{"allow", modeAllow, []callRow{
+			{key: "rl:{user:42}:token_bucket", res: admitted},
+			{key: "rl:{user:42}:token_bucket", res: denied},
+			{key: "rl:{user:42}:token_bucket", res: never},
+			{key: "rl:{user:42}:leaky_bucket", res: shaped},
+		}},
+		{"refund", modeRefund, []callRow{{key: "rl:{shop:7}:token_bucket", res: client.Result{Allowed: true, Limit: 1000, Remaining: 640, ResetAfter: 7200 * time.Millisecond}}}},
+		{"concurrency", modeAcquire, []callRow{
+			{key: "rl:{user:42}:concurrency", id: "9f86d081884c7d659a2feaa0c55ad015", res: client.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 30 * time.Second}},
+			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 30 * time.Second}},
+			{key: "rl:{user:42}:concurrency", res: client.Result{Limit: 2, RetryAfter: 29990 * time.Millisecond, ResetAfter: 30 * time.Second}},
+		}},
+		{"release", modeRelease, []callRow{
+			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 29 * time.Second}},
+			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Limit: 2, Remaining: 1}},
+		}},
+		{"multi", modeMulti, []callRow{
+			{key: "rl:{user:42}:fixed_window:hourly", rule: 2, res: admitted},
+			{key: "rl:{global}:token_bucket", rule: 3, res: denied},
+		}},
+	} {
+		var table, lines bytes.Buffer
+		for _, o := range []*callOutput{newCallOutput(&table, tt.mode, false), newCallOutput(&lines, tt.mode, true)} {
+			for _, r := range tt.rows {
+				must(t, o.add(r))
+			}
+			must(t, o.flush())
+		}
+		golden(t, "call-"+tt.name+".golden", table.String()+"\n"+lines.String())
 	}
 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/rlfn/rlfn/integration_test/harness"
+)
+
+// calls runs rlfn call --json against addr and decodes its JSON Lines.
+func calls(t *testing.T, addr string, args ...string) []callJSON {
+	t.Helper()
+	r := rlfnAt(t, testReleases(t), addr, append(append([]string{"call"}, args...), "--json")...)
+	wantExit(t, r, exitOK, "call "+strings.Join(args, " "))
+	var out []callJSON
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var c callJSON
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("call --json line %q: %v", line, err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// want compares the decisions of a run with allowed/remaining pairs, and the rule that decided
+// for --also (0 otherwise).
+func wantCalls(t *testing.T, what string, got []callJSON, want ...[3]int64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d calls, want %d: %+v", what, len(got), len(want), got)
+	}
+	for i, w := range want {
+		if g := got[i]; g.Allowed != (w[0] == 1) || g.Remaining != w[1] || int64(g.Rule) != w[2] {
+			t.Errorf("%s: call %d = %+v, want allowed %v, remaining %d, rule %d", what, i+1, g, w[0] == 1, w[1], w[2])
+		}
+	}
+}
+
+// TestCallModes makes each call of library 1.1.0 through rlfn call on a real server: reserve
+// and critical, refund, concurrency acquire / renew / release, and several limits at once, of
+// one key (one rl_multi) and of two (side by side, refunded when one denies). Against 1.0.0,
+// a 1.1 call fails with one line naming the node and the version it needs.
+func TestCallModes(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	s := harness.StartValkey(t)
+	set := testReleases(t)
+	wantExit(t, rlfnAt(t, set, s.Addr, "deploy", "--yes", "--to", "1.0.0"), exitOK, "deploy 1.0.0")
+	bucket := []string{"token_bucket", "user:1", "--capacity", "5", "--rate", "1", "--period", "1h"}
+	r := rlfnAt(t, set, s.Addr, append([]string{"call"}, append(bucket, "--reserve", "1")...)...)
+	wantExit(t, r, exitError, "a reserve call against 1.0.0")
+	if !strings.Contains(r.stderr, s.Addr) || !strings.Contains(r.stderr, "1.1.0") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("a reserve call against 1.0.0: stderr %q, want one line naming %s and 1.1.0", r.stderr, s.Addr)
+	}
+	wantExit(t, rlfnAt(t, set, s.Addr, "deploy", "--yes"), exitOK, "deploy 1.1.0")
+
+	t.Run("reserve", func(t *testing.T) {
+		wantCalls(t, "cost 3", calls(t, s.Addr, append(bucket, "--cost", "3")...), [3]int64{1, 2, 0})
+		// 2 left: a normal caller leaving 2 is refused, and is told what it could take (0).
+		wantCalls(t, "reserve 2", calls(t, s.Addr, append(bucket, "--reserve", "2")...), [3]int64{0, 0, 0})
+		wantCalls(t, "reserve 1", calls(t, s.Addr, append(bucket, "--reserve", "1")...), [3]int64{1, 0, 0})
+		// The critical caller takes the last unit.
+		wantCalls(t, "critical", calls(t, s.Addr, append(bucket, "--reserve", "1", "--critical", "--repeat", "2")...),
+			[3]int64{1, 0, 0}, [3]int64{0, 0, 0})
+	})
+
+	t.Run("refund", func(t *testing.T) {
+		wantCalls(t, "refund 3", calls(t, s.Addr, append(bucket, "--refund", "3")...), [3]int64{1, 3, 0})
+		wantCalls(t, "refund beyond capacity", calls(t, s.Addr, append(bucket, "--refund", "10")...), [3]int64{1, 5, 0})
+		wantCalls(t, "peek", calls(t, s.Addr, append(bucket, "--peek")...), [3]int64{1, 5, 0})
+	})
+
+	t.Run("concurrency", func(t *testing.T) {
+		conc := []string{"concurrency", "user:1", "--limit", "2", "--lease", "1m"}
+		a := calls(t, s.Addr, append(conc, "--id", "worker-a", "--repeat", "2")...) // takes, then renews
+		wantCalls(t, "worker-a takes and renews", a, [3]int64{1, 1, 0}, [3]int64{1, 1, 0})
+		if a[0].ID != "worker-a" || a[0].Key != "rl:{user:1}:concurrency" {
+			t.Errorf("lease row %+v, want id worker-a on rl:{user:1}:concurrency", a[0])
+		}
+		// A new holder with a random id takes the last slot; the next one is refused.
+		b := calls(t, s.Addr, append(conc, "--repeat", "2")...)
+		wantCalls(t, "two new holders", b, [3]int64{1, 0, 0}, [3]int64{0, 0, 0})
+		if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(b[0].ID) || b[1].ID != "" || b[1].RetryAfterMs <= 0 {
+			t.Errorf("new holders %+v, want a random id for the first and none, with a wait, for the refused one", b)
+		}
+		// worker-a still renews when full; a reserve never refuses a renewal.
+		wantCalls(t, "renew when full", calls(t, s.Addr, append(conc, "--id", "worker-a", "--reserve", "2")...), [3]int64{1, 0, 0})
+		wantCalls(t, "release", calls(t, s.Addr, append(conc, "--id", "worker-a", "--release", "--repeat", "2")...),
+			[3]int64{1, 1, 0}, [3]int64{0, 1, 0})
+		wantCalls(t, "release the random holder", calls(t, s.Addr, append(conc, "--id", b[0].ID, "--release")...), [3]int64{1, 2, 0})
+		r := rlfnAt(t, set, s.Addr, append([]string{"call"}, append(conc, "--id", "worker-a")...)...)
+		if wantExit(t, r, exitOK, "a table"); !regexp.MustCompile(`(?m)^rl:\{user:1\}:concurrency +worker-a +yes +2 +1 +0s +`).MatchString(r.stdout) {
+			t.Errorf("concurrency table:\n%s", r.stdout)
+		}
+	})
+
+	t.Run("several limits of one key", func(t *testing.T) {
+		// 5 an hour, and a burst of 2 refilled 1 an hour (neither aligned to the clock): the
+		// burst decides the third call, and the denied call took nothing from the other limit.
+		multi := []string{"sliding_log", "user:2", "--limit", "5", "--window", "1h", "--also", "token_bucket,name=burst,capacity=2,rate=1,period=1h"}
+		got := calls(t, s.Addr, append(multi, "--repeat", "3")...)
+		wantCalls(t, "3 calls", got, [3]int64{1, 1, 2}, [3]int64{1, 0, 2}, [3]int64{0, 0, 2})
+		if got[2].Key != "rl:{user:2}:token_bucket:burst" || got[2].Limit != 2 || got[2].RetryAfterMs <= 0 {
+			t.Errorf("the denied call %+v, want the burst limit's reply", got[2])
+		}
+		wantCalls(t, "hourly limit", calls(t, s.Addr, "sliding_log", "user:2", "--limit", "5", "--window", "1h", "--peek"), [3]int64{1, 3, 0})
+	})
+
+	t.Run("several limits of two keys", func(t *testing.T) {
+		// A per-user limit of 3 and a global one of 1: the global one denies the second call,
+		// and the user's unit is refunded.
+		login := []string{"sliding_log", "user:3", "--limit", "3", "--window", "1m", "--also", "token_bucket,key=global,capacity=1,rate=1,period=1h"}
+		wantCalls(t, "2 calls", calls(t, s.Addr, append(login, "--repeat", "2")...), [3]int64{1, 0, 2}, [3]int64{0, 0, 2})
+		wantCalls(t, "user limit", calls(t, s.Addr, "sliding_log", "user:3", "--limit", "3", "--window", "1m", "--peek"), [3]int64{1, 2, 0})
+		r := rlfnAt(t, set, s.Addr, append([]string{"call"}, append(login, "--peek")...)...)
+		if wantExit(t, r, exitOK, "a table"); !regexp.MustCompile(`(?m)^2 +rl:\{global\}:token_bucket +no +1 +0 +`).MatchString(r.stdout) {
+			t.Errorf("multi table:\n%s", r.stdout)
+		}
+	})
+}
