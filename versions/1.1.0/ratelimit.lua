@@ -266,8 +266,12 @@ local fixed_window = {
   name = 'fixed_window',
   args = WINDOW_ARGS,
   parse = function(args, o)
-    return uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT),
-      uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
+    if not (cost and limit and window and limit >= 1 and window >= 1 and window <= MAX_DURATION_MS) then
+      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
+      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    end
+    return cost, limit, window
   end,
   decide = function(name, key, now, emit, cost, reserve, limit, window)
     local now_ms = floor(now / 1000)
@@ -287,7 +291,9 @@ local fixed_window = {
     if emit and cost > 0 then
       count = count + cost
       emit('SET', key, spack('<dd', start, count), 'PXAT', start + window)
-      return reply(true, limit, limit - count - reserve, 0, reset_ms, 0)
+      -- the reply written out: the write path runs on most calls
+      local remaining = limit - count - reserve
+      return {1, limit, remaining > 0 and remaining or 0, 0, reset_ms, 0}
     end
     if emit and exists and count == 0 then
       emit('DEL', key)
@@ -367,12 +373,15 @@ local sliding_window = {
   name = 'sliding_window',
   args = WINDOW_ARGS,
   parse = function(args, o)
-    local limit = uint(args, o + 1, 'limit', 1, MAX_INT)
-    local window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
+    if not (cost and limit and window and limit >= 1 and window >= 1 and window <= MAX_DURATION_MS) then
+      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
+      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    end
     if limit * window >= MAX_SAFE then
       rlerr(format('limit * window_ms must be below 2^53, got %d * %d', limit, window))
     end
-    return uint(args, o + 3, 'cost', 0, MAX_INT), limit, window
+    return cost, limit, window
   end,
   decide = function(name, key, now, emit, cost, reserve, limit, window)
     local now_ms = floor(now / 1000)
@@ -418,7 +427,7 @@ local sliding_window = {
     end
     if emit and cost > 0 then
       emit('SET', key, spack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
-      return reply(true, limit, whole_units(room - cost * window - kept, window), 0, start + 2 * window - now_ms, 0)
+      return {1, limit, whole_units(room - cost * window - kept, window), 0, start + 2 * window - now_ms, 0}
     end
     return reply(true, limit, whole_units(room - kept, window), 0, reset, 0)
   end,
@@ -497,8 +506,12 @@ local sliding_log = {
   name = 'sliding_log',
   args = WINDOW_ARGS,
   parse = function(args, o)
-    return uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_LOG),
-      uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
+    if not (cost and limit and window and limit >= 1 and limit <= MAX_LOG and window >= 1 and window <= MAX_DURATION_MS) then
+      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_LOG)
+      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    end
+    return cost, limit, window
   end,
   decide = function(name, key, now, emit, cost, reserve, limit, window)
     local span = window * 1000
@@ -548,7 +561,8 @@ local sliding_log = {
         i = last + 1
       end
       emit('PEXPIREAT', key, ceil_div(now + span, 1000))
-      return reply(true, limit, limit - count - cost - reserve, 0, window, 0)
+      local remaining = limit - count - cost - reserve
+      return {1, limit, remaining > 0 and remaining or 0, 0, window, 0}
     end
     return reply(true, limit, limit - count - reserve, 0, count > 0 and log_reset(key, span, now) or 0, 0)
   end,
@@ -618,9 +632,13 @@ local BUCKET_ARGS = {'capacity', 'rate', 'period_ms', 'cost'}
 local LEAKY_ARGS = {'capacity', 'rate', 'period_ms', 'cost', 'mode'}
 
 local last_rate, last_period, last_g
--- bucket_state returns r and p for rate per period, full = capacity * p, the debt drained to
--- now, and whether a key exists.
-local function bucket_state(name, key, now, capacity, rate, period, algorithm)
+-- REFUND, passed as emit, makes bucket_decide give units back instead of deciding: the state
+-- is read and drained by the same code, without a function call on the hot path.
+local REFUND = {}
+
+-- bucket_decide judges cost + reserve against a bucket's state (see decide above); with emit
+-- REFUND it gives `cost` units back instead.
+local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate, period, shape)
   local period_us = period * 1000
   local g = last_g
   if rate ~= last_rate or period_us ~= last_period then
@@ -632,43 +650,47 @@ local function bucket_state(name, key, now, capacity, rate, period, algorithm)
   if full >= MAX_SAFE then
     rlerr(format('capacity * period_ms * 1000 / gcd(rate, period_ms * 1000) must be below 2^53, got %d * %d / %d', capacity, period_us, g))
   end
-  local ts, d, sp = read_state(name, key, '<ddd', 24, algorithm)
-  if not ts then
-    return r, p, full, 0, false
+  local debt = 0
+  local ts, d, sp = read_state(name, key, '<ddd', 24, shape == nil and 'token_bucket' or 'leaky_bucket')
+  if ts then
+    if not (ts >= US_FLOOR and ts % 1 == 0 and d >= 0 and d < INF and sp >= 1 and sp < INF) then
+      foreign(name, key, shape == nil and 'token_bucket' or 'leaky_bucket')
+    end
+    if sp ~= p then
+      d = ceil(d * p / sp)
+    end
+    if d > full then
+      d = full
+    end
+    local drained = (now - ts) * r
+    if drained >= d then
+      d = 0
+    elseif drained > 0 then
+      d = d - drained
+    elseif ts >= MAX_SAFE then
+      -- a time no TIME reaches before the year 2255: checked only when it is not in the past,
+      -- so the hot path does not pay for it
+      foreign(name, key, shape == nil and 'token_bucket' or 'leaky_bucket')
+    end
+    debt = d
   end
-  if not (ts >= US_FLOOR and ts % 1 == 0 and d >= 0 and d % 1 == 0 and sp >= 1 and sp % 1 == 0) then
-    foreign(name, key, algorithm)
-  end
-  if sp ~= p then
-    d = ceil(d * p / sp)
-  end
-  if d > full then
-    d = full
-  end
-  local drained = (now - ts) * r
-  if drained >= d then
-    d = 0
-  elseif drained > 0 then
-    d = d - drained
-  elseif ts >= MAX_SAFE then
-    -- a time no TIME reaches before the year 2255: checked only when it is not in the past,
-    -- so the hot path does not pay for it
-    foreign(name, key, algorithm)
-  end
-  return r, p, full, d, true
-end
 
--- parse_bucket validates capacity rate period_ms cost from args[o+1]; the capacity * p bound
--- is checked by bucket_state, which computes p anyway.
-local function parse_bucket(args, o)
-  return uint(args, o + 4, 'cost', 0, MAX_INT), uint(args, o + 1, 'capacity', 1, MAX_INT),
-    uint(args, o + 2, 'rate', 1, MAX_INT), uint(args, o + 3, 'period_ms', 1, MAX_DURATION_MS)
-end
-
-local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate, period, shape)
-  local r, p, full, debt, exists = bucket_state(name, key, now, capacity, rate, period,
-    shape == nil and 'token_bucket' or 'leaky_bucket')
-  if emit and exists and debt == 0 then
+  if emit == REFUND then
+    if not ts then
+      return {1, capacity, capacity, 0, 0, 0}
+    end
+    local give = cost * p -- at or above 2^53 it is above any debt, rounded or not
+    if give >= debt then
+      rcall('DEL', key)
+      return {1, capacity, capacity, 0, 0, 0}
+    end
+    if give > 0 then
+      debt = debt - give
+      rcall('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + ceil_div(debt, r), 1000))
+    end
+    return {1, capacity, floor_div(full - debt, p), 0, to_ms(ceil_div(debt, r)), 0}
+  end
+  if emit and ts and debt == 0 then
     emit('DEL', key) -- drained: the initial state
   end
   local need = cost + reserve
@@ -703,27 +725,35 @@ local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate
 end
 
 local function bucket_refund(name, key, now, n, capacity, rate, period, shape)
-  local r, p, full, debt, exists = bucket_state(name, key, now, capacity, rate, period,
-    shape == nil and 'token_bucket' or 'leaky_bucket')
-  if not exists then
-    return {1, capacity, capacity, 0, 0, 0}
+  return bucket_decide(name, key, now, REFUND, n, 0, capacity, rate, period, shape)
+end
+
+-- bucket_parser validates capacity rate period_ms cost (and, for a leaky bucket, mode) from
+-- args[o+1]; the capacity * p bound is checked by bucket_decide, which computes p anyway. The
+-- cached values are looked up inline: a call per argument is the largest cost of parsing.
+local function bucket_parser(leaky)
+  return function(args, o)
+    local shape
+    if leaky then
+      local mode = args[o + 5]
+      if mode ~= 'police' and mode ~= 'shape' then
+        rlerr(format("mode must be 'police' or 'shape', got %s", shown(mode)))
+      end
+      shape = mode == 'shape'
+    end
+    local cost, capacity, rate, period = parsed[args[o + 4]], parsed[args[o + 1]], parsed[args[o + 2]], parsed[args[o + 3]]
+    if not (cost and capacity and rate and period and capacity >= 1 and rate >= 1 and period >= 1 and period <= MAX_DURATION_MS) then
+      cost, capacity = uint(args, o + 4, 'cost', 0, MAX_INT), uint(args, o + 1, 'capacity', 1, MAX_INT)
+      rate, period = uint(args, o + 2, 'rate', 1, MAX_INT), uint(args, o + 3, 'period_ms', 1, MAX_DURATION_MS)
+    end
+    return cost, capacity, rate, period, shape
   end
-  local give = n * p -- at or above 2^53 it is above any debt, rounded or not
-  if give >= debt then
-    rcall('DEL', key)
-    return {1, capacity, capacity, 0, 0, 0}
-  end
-  if give > 0 then
-    debt = debt - give
-    rcall('SET', key, spack('<ddd', now, debt, p), 'PXAT', ceil_div(now + ceil_div(debt, r), 1000))
-  end
-  return {1, capacity, floor_div(full - debt, p), 0, to_ms(ceil_div(debt, r)), 0}
 end
 
 local token_bucket = {
   name = 'token_bucket',
   args = BUCKET_ARGS,
-  parse = parse_bucket, -- shape is nil: a token bucket
+  parse = bucket_parser(false), -- shape is nil: a token bucket
   decide = bucket_decide,
   refund = bucket_refund,
 }
@@ -731,14 +761,7 @@ local token_bucket = {
 local leaky_bucket = {
   name = 'leaky_bucket',
   args = LEAKY_ARGS,
-  parse = function(args, o)
-    local mode = args[o + 5]
-    if mode ~= 'police' and mode ~= 'shape' then
-      rlerr(format("mode must be 'police' or 'shape', got %s", shown(mode)))
-    end
-    local cost, capacity, rate, period = parse_bucket(args, o)
-    return cost, capacity, rate, period, mode == 'shape'
-  end,
+  parse = bucket_parser(true),
   decide = bucket_decide,
   refund = bucket_refund,
 }
@@ -765,7 +788,9 @@ rl_<algorithm>, rl_<algorithm>_peek: the limiter and its no-writes twin, ARGV as
 descriptor's args, then an optional reserve.
 ]]
 local function limiter_call(d, name, keys, args, emit)
-  check_keys(name, keys)
+  if #keys ~= 1 then
+    check_keys(name, keys)
+  end
   local n, got = d.nargs, #args
   if got ~= n and got ~= n + 1 then
     arity(name, d.args, 'reserve', got)
@@ -775,7 +800,9 @@ local function limiter_call(d, name, keys, args, emit)
   if got > n then
     reserve = uint(args, got, 'reserve', 0, limit)
   end
-  return d.decide(name, keys[1], now_us(), emit, cost, reserve, limit, a, b, c)
+  -- TIME written out rather than now_us(): a Lua call costs about 400 instructions
+  local t = rcall('TIME')
+  return d.decide(name, keys[1], t[1] * 1000000 + t[2], emit, cost, reserve, limit, a, b, c)
 end
 
 --[[
