@@ -355,7 +355,7 @@ func TestMultiRefusesBadCalls(t *testing.T) {
 // written nothing on the keys before it, not even the cleanup of a log's ended entries.
 func TestMultiErrorWritesNothing(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		k := tagKeys(t, 2)
+		k := tagKeys(t, 3)
 		// a log with ended entries, in a key kept alive
 		fcall(t, tg.c, "rl_sliding_log", k[0], itoa(10, 100, 2)...)
 		if err := do(t, tg.c, tg.c.B().Pexpire().Key(k[0]).Milliseconds(60_000).Build()).Error(); err != nil {
@@ -363,7 +363,7 @@ func TestMultiErrorWritesNothing(t *testing.T) {
 		}
 		time.Sleep(110 * time.Millisecond)
 		do(t, tg.c, tg.c.B().Set().Key(k[1]).Value("not state").Build())
-		before := snaps(t, tg.c, k)
+		before := snaps(t, tg.c, k[:2])
 		logGroup := []string{"sliding_log", "10", "100", "1", "0"}
 		for _, c := range []struct {
 			name string
@@ -373,12 +373,37 @@ func TestMultiErrorWritesNothing(t *testing.T) {
 			{"bucket overflow", append(append([]string{}, logGroup...), "token_bucket", "999999999999999", "7", "100000000000", "1", "0")},
 		} {
 			for _, fn := range []string{"rl_multi", "rl_multi_peek"} {
-				_, err := tryMulti(tg.c, fn == "rl_multi_peek", fn, k, c.args)
+				_, err := tryMulti(tg.c, fn == "rl_multi_peek", fn, k[:2], c.args)
 				if !isRLERR(err) {
 					t.Errorf("%s: %s: got %v, want RLERR", fn, c.name, err)
 				}
-				sameSnaps(t, tg.c, k, before, fn+": "+c.name)
+				sameSnaps(t, tg.c, k[:2], before, fn+": "+c.name)
 			}
+		}
+		// the deferred cleanup still runs: on a denial (no consumption, the ended entries go,
+		// and with them the key) and before an admission's entries
+		full := k[2]
+		fcall(t, tg.c, fixedSlow.fn, full, fixedSlow.args(1, 1)...)
+		if m, err := tryMulti(tg.c, false, "rl_multi", []string{k[0], full}, append(append([]string{}, logGroup...), group(fixedSlow, 1, 1, 0)...)); err != nil || m.Allowed || m.Binding != 2 {
+			t.Fatalf("rl_multi denied by its second limit: %v, %v", m, err)
+		}
+		if snap(t, tg.c, k[0]).exists {
+			t.Fatalf("a denied rl_multi kept a log of ended entries: %v", zscores(t, tg.c, k[0]))
+		}
+		fcall(t, tg.c, "rl_sliding_log", k[0], itoa(10, 100, 2)...)
+		if err := do(t, tg.c, tg.c.B().Pexpire().Key(k[0]).Milliseconds(60_000).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(110 * time.Millisecond)
+		if m, err := tryMulti(tg.c, false, "rl_multi", k[:1], logGroup); err != nil || !m.Allowed || m.Remaining != 9 {
+			t.Fatalf("rl_multi over a log of ended entries: %v, %v; want admitted with 9 left", m, err)
+		}
+		entries := zscores(t, tg.c, k[0])
+		if len(entries) != 1 {
+			t.Fatalf("log after rl_multi: %v, want its one new entry", entries)
+		}
+		if exp := snap(t, tg.c, k[0]).expiry; exp != ceilDiv(entries[0]+100_000, 1000) {
+			t.Fatalf("the log expires at %d, its entry leaves the window at %d", exp, ceilDiv(entries[0]+100_000, 1000))
 		}
 	})
 }
