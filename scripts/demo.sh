@@ -51,6 +51,17 @@ rlfn call token_bucket user:42 --capacity 3 --rate 1 --period 1s --repeat 4
 rlfn call sliding_window user:42 --limit 3 --window 10s --repeat 4
 rlfn call leaky_bucket user:42 --capacity 3 --rate 10 --period 1s --mode shape --repeat 4
 rlfn call token_bucket user:42 --capacity 3 --rate 1 --period 1s --peek --json
+# Library 1.1.0: a reserve kept for critical callers, a refund, a concurrency lease, and
+# several limits in one decision.
+rlfn call fixed_window shop:7 --limit 5 --window 1m --reserve 2 --repeat 4
+rlfn call fixed_window shop:7 --limit 5 --window 1m --reserve 2 --critical
+rlfn call fixed_window shop:7 --limit 5 --window 1m --refund 3
+rlfn call concurrency user:42 --limit 1 --lease 30s --id worker-1
+rlfn call concurrency user:42 --limit 1 --lease 30s --id worker-2
+rlfn call concurrency user:42 --limit 1 --lease 30s --id worker-1 --release
+rlfn call sliding_window user:7 --limit 100 --window 1m \
+  --also token_bucket,name=burst,capacity=2,rate=1,period=1s \
+  --also fixed_window,key=global,limit=1000,window=1s --repeat 3
 # A second deploy has nothing to do, and the exit codes say so to a script.
 rlfn diff --exit-code
 echo
