@@ -236,37 +236,54 @@ func TestResetAfterMatchesTTL(t *testing.T) {
 // algorithm, not a bug, and this test documents it.
 func TestFixedWindowBoundaryBurst(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		key := keyFor(t)
-		const limit, window = 5, 500
-		nowMs := serverNow(t, tg.c) / 1000
-		// the last 40ms of a window
-		wait := window - nowMs%window - 40
-		if wait < 0 {
-			wait += window
-		}
-		time.Sleep(time.Duration(wait) * time.Millisecond)
-		start := time.Now()
-		admitted := 0
-		for i := 0; i < limit+1; i++ {
-			if fcall(t, tg.c, "rl_fixed_window", key, itoa(limit, window, 1)...).Allowed {
-				admitted++
+		// A loaded machine can stretch the calls over more than a window; such an attempt
+		// proves nothing and is repeated on a fresh key.
+		for attempt := 1; attempt <= 5; attempt++ {
+			if boundaryBurstAttempt(t, tg) {
+				return
 			}
+			t.Logf("attempt %d: the calls spread over more than a window; again", attempt)
 		}
-		// The count belongs to its window, whatever the key's expiry: a state that outlives
-		// its window (a slow expiry, a restored backup) must not carry over.
-		if err := do(t, tg.c, tg.c.B().Pexpire().Key(key).Milliseconds(60_000).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		atWindowStart(t, tg.c, window)
-		for i := 0; i < limit+1; i++ {
-			if fcall(t, tg.c, "rl_fixed_window", key, itoa(limit, window, 1)...).Allowed {
-				admitted++
-			}
-		}
-		if span := time.Since(start); admitted != 2*limit || span > window*time.Millisecond {
-			t.Fatalf("admitted %d in %v, want the documented boundary burst of %d within one window", admitted, span, 2*limit)
-		}
+		t.Fatal("5 attempts, none within one window: the machine is too loaded to test timing")
 	})
+}
+
+func boundaryBurstAttempt(t *testing.T, tg *target) (conclusive bool) {
+	t.Helper()
+	key := keyFor(t)
+	const limit, window = 5, 500
+	nowMs := serverNow(t, tg.c) / 1000
+	// the last 40ms of a window
+	wait := window - nowMs%window - 40
+	if wait < 0 {
+		wait += window
+	}
+	time.Sleep(time.Duration(wait) * time.Millisecond)
+	start := time.Now()
+	admitted := 0
+	for i := 0; i < limit+1; i++ {
+		if fcall(t, tg.c, "rl_fixed_window", key, itoa(limit, window, 1)...).Allowed {
+			admitted++
+		}
+	}
+	// The count belongs to its window, whatever the key's expiry: a state that outlives
+	// its window (a slow expiry, a restored backup) must not carry over.
+	if err := do(t, tg.c, tg.c.B().Pexpire().Key(key).Milliseconds(60_000).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	atWindowStart(t, tg.c, window)
+	for i := 0; i < limit+1; i++ {
+		if fcall(t, tg.c, "rl_fixed_window", key, itoa(limit, window, 1)...).Allowed {
+			admitted++
+		}
+	}
+	if time.Since(start) > window*time.Millisecond {
+		return false
+	}
+	if admitted != 2*limit {
+		t.Fatalf("admitted %d within one window, want the documented boundary burst of %d", admitted, 2*limit)
+	}
+	return true
 }
 
 // The sliding log never admits more than limit units in any window_ms span, whatever the
