@@ -69,6 +69,10 @@ type call struct {
 	spec
 	cost    int64
 	reserve int64
+	// refundable marks a call that AllowAll may have to refund (its rules span several
+	// keys): it relies on library 1.1.0, so it sends its reserve even when 0, which a 1.0
+	// library refuses before writing anything, rather than taking units it cannot give back.
+	refundable bool
 }
 
 // appendArgs appends c's ARGV (without reserve) to buf, recording where each argument ends.

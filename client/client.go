@@ -222,7 +222,7 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call) 
 	case opRefund, opRelease:
 		fn = c.alg.refund
 	}
-	reserve := op != opRefund && op != opRelease && c.reserve > 0
+	reserve := op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
 	res, err := decode(fn, l.vk.Do(ctx, l.command(op == opPeek, fn, key, c, reserve)))
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
@@ -233,7 +233,10 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call) 
 		// A 1.0 library has no such function, or takes no reserve.
 		var b [128]byte
 		what := fn
-		if reserve && c.alg != concurrencyAlg {
+		switch {
+		case c.refundable:
+			what = c.alg.refund // what the call relies on
+		case reserve && c.alg != concurrencyAlg:
 			what += " reserve"
 		}
 		if verr := l.versionError(ctx, what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name))); verr != nil {

@@ -33,8 +33,10 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // different Keys (the login triple (IP, user), IP and user; a merchant's limit and a global
 // one) are decided side by side, each Key by one call, and when any denies or fails, the units
 // the others took are refunded: no limit ever admits more than it allows, though a concurrent
-// call may, rarely, see a unit that is about to be refunded. A single rule of a Key is an
-// ordinary call, which a 1.0 library serves too.
+// call may, rarely, see a unit that is about to be refunded. Refunds need library 1.1.0: a
+// node that still runs 1.0.0 refuses such a call before taking anything, with a *VersionError
+// naming the refund function. (Rules of a single Key need no refund: a single rule is then an
+// ordinary call, which a 1.0 library serves too.)
 //
 // Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
 // Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
@@ -72,6 +74,16 @@ func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) 
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
+	}
+	if op == opAllow && len(groups) > 1 {
+		// The refunds that make several keys all or nothing exist from library 1.1.0: a key's
+		// single rule, which 1.0 would serve, must be refused there before it takes anything.
+		// (Several rules of a key are an rl_multi call, 1.1.0 already.)
+		for i := range groups {
+			if len(groups[i].calls) == 1 {
+				groups[i].calls[0].refundable = true
+			}
+		}
 	}
 	run := func(g *group) {
 		var i int

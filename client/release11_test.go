@@ -123,15 +123,16 @@ func TestAcquireIDs(t *testing.T) {
 	}
 }
 
-// Rules of different keys run as separate calls; when one denies, the units the others took
-// are refunded, and the Result is the denier's, with its index.
+// Rules of different keys run as separate calls, each with its reserve (0 too: the refunds
+// need library 1.1.0); when one denies, the units the others took are refunded, and the
+// Result is the denier's, with its index.
 func TestAllowAllCompensates(t *testing.T) {
 	vk := mock.NewClient(gomock.NewController(t))
 	ip := client.FixedWindow{Limit: 100, Window: time.Minute}
 	user := client.FixedWindow{Limit: 5, Window: time.Minute}
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1")).
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1", "0")).
 		Return(mock.Result(ints(1, 100, 50, 0, 1000, 0)))
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{user:9}:fixed_window", "5", "60000", "1")).
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window", "1", "rl:{user:9}:fixed_window", "5", "60000", "1", "0")).
 		Return(mock.Result(ints(0, 5, 0, 3000, 3000, 0)))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window_refund", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1")).
 		Return(mock.Result(ints(1, 100, 51, 0, 1000, 0)))
@@ -145,9 +146,9 @@ func TestAllowAllCompensates(t *testing.T) {
 func TestAllowAllErrorCompensates(t *testing.T) {
 	vk := mock.NewClient(gomock.NewController(t))
 	l := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1", "0")).
 		Return(okReply)
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{b}:token_bucket", "10", "1", "1000", "1")).
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{b}:token_bucket", "10", "1", "1000", "1", "0")).
 		Return(mock.Result(mock.ValkeyError("NOPERM no")))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
 		Return(okReply)
@@ -226,6 +227,27 @@ func TestVersionErrorOn10(t *testing.T) {
 				t.Errorf("got %q, want %q", err, want)
 			}
 		})
+	}
+}
+
+// AllowAll across keys relies on refunds: against a 1.0 node, the single rule of a key is
+// refused before it takes anything (its reserve, even 0, is an argument 1.0 refuses), with a
+// *VersionError naming the refund, rather than admitted and never given back.
+func TestAllowAllAcrossKeysOn10(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	vk := mock.NewClient(ctrl)
+	l := client.SlidingLog{Limit: 1, Window: time.Minute}
+	on10 := mock.Result(mock.ValkeyError("RLERR rl_sliding_log takes 3 arguments (limit window_ms cost), got 4"))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1", "0")).Return(on10)
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1", "0")).Return(on10)
+	node := mock.NewClient(ctrl)
+	node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
+		Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.0.0"))}).Times(2)
+	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node}).Times(2)
+	_, err := client.New(vk).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}})
+	var ve *client.VersionError
+	if !errors.As(err, &ve) || ve.Version != "1.0.0" || ve.Function != "rl_sliding_log_refund" {
+		t.Fatalf("got %v, want a *VersionError naming rl_sliding_log_refund", err)
 	}
 }
 

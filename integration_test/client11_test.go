@@ -269,6 +269,18 @@ func TestClientVersionErrorOn10(t *testing.T) {
 					t.Errorf("%s: got %v, want a *VersionError naming %s", what, err, s.Addr)
 				}
 			}
+			// AllowAll across keys relies on refunds: 1.0 refuses it before taking anything.
+			other := client.SlidingLog{Limit: 1, Window: time.Minute}
+			_, err := lim.AllowAll(ctx, []client.Rule{{Key: k, Limit: tb}, {Key: k + ":other", Limit: other}})
+			if ve := (*client.VersionError)(nil); !errors.As(err, &ve) || ve.Node != s.Addr || ve.Function != "rl_token_bucket_refund" {
+				t.Errorf("AllowAll across keys: got %v, want a *VersionError naming rl_token_bucket_refund", err)
+			}
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 4 {
+				t.Errorf("AllowAll across keys took from the token bucket: %+v, %v", r, err)
+			}
+			if r, err := lim.Peek(ctx, k+":other", other); err != nil || r.Remaining != 1 {
+				t.Errorf("AllowAll across keys took from the sliding log: %+v, %v", r, err)
+			}
 			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed {
 				t.Errorf("a critical call sends no reserve, so 1.0 serves it: %+v, %v", r, err)
 			}

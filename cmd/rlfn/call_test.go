@@ -54,6 +54,14 @@ func TestCallModes(t *testing.T) {
 	if !strings.Contains(r.stderr, s.Addr) || !strings.Contains(r.stderr, "1.1.0") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("a reserve call against 1.0.0: stderr %q, want one line naming %s and 1.1.0", r.stderr, s.Addr)
 	}
+	// Limits of two keys rely on refunds: refused by 1.0.0 before anything is taken.
+	login := []string{"call", "sliding_log", "user:9", "--limit", "1", "--window", "1m"}
+	r = rlfnAt(t, set, s.Addr, append(login, "--also", "sliding_log,key=other,limit=1,window=1m")...)
+	wantExit(t, r, exitError, "limits of two keys against 1.0.0")
+	if !strings.Contains(r.stderr, "rl_sliding_log_refund needs 1.1.0") {
+		t.Errorf("limits of two keys against 1.0.0: stderr %q, want rl_sliding_log_refund needs 1.1.0", r.stderr)
+	}
+	wantCalls(t, "nothing taken", calls(t, s.Addr, append(login[1:], "--peek")...), [3]int64{1, 1, 0})
 	wantExit(t, rlfnAt(t, set, s.Addr, "deploy", "--yes"), exitOK, "deploy 1.1.0")
 
 	t.Run("reserve", func(t *testing.T) {
