@@ -81,3 +81,20 @@ func (e *VersionError) Unwrap() error {
 	}
 	return nil
 }
+
+// CompensationError reports refunds that AllowAll (AllowAllN) owed and could not make: when
+// one Key's rules denied or failed, the units the other Keys' limiters had taken were to be
+// given back, and those of Rules were not. Their limiters count units no request used until
+// they refill or their window ends: stricter for a while, never more permissive. With a denial
+// it comes with the denial's Result, which stands.
+type CompensationError struct {
+	Rules []int // indexes in the rules of the limits not refunded, in order
+	Err   error // why: each refund's error, joined
+}
+
+func (e *CompensationError) Error() string {
+	return fmt.Sprintf("rlfn: AllowAll could not refund the units rules %v took: %v", e.Rules, e.Err)
+}
+
+// Unwrap returns the refunds' errors, so that errors.As finds a *VersionError among them.
+func (e *CompensationError) Unwrap() error { return e.Err }

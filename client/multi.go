@@ -40,7 +40,9 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 //
 // Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
 // Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
-// error, in rule order, is returned after the refunds.
+// error, in rule order, is returned after the refunds. A refund that fails (under ReturnError,
+// the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
+// or, after a denial, returned with the denial's Result, which stands.
 func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
 	return l.all(ctx, opAllow, rules, n)
 }
@@ -122,13 +124,17 @@ func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) 
 		res, b = binding(results)
 		res.Rule = results[b].Rule
 	}
+	var refundErr error
 	if op == opAllow && (firstErr != nil || !res.Allowed) {
-		l.compensate(ctx, groups)
+		refundErr = l.compensate(ctx, groups, len(rules))
 	}
-	if firstErr != nil {
+	switch {
+	case firstErr != nil && refundErr != nil:
+		return Result{}, errors.Join(firstErr, refundErr)
+	case firstErr != nil:
 		return Result{}, firstErr
 	}
-	return res, nil
+	return res, refundErr
 }
 
 // groupRules validates rules and groups them by Key, in the order of their first rule.
@@ -177,23 +183,36 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 }
 
 // compensate refunds what the admitted groups took: another group denied or failed. The
-// refunds run whatever happens to ctx (they are owed), within the Limiter's deadline.
-func (l *Limiter) compensate(ctx context.Context, groups []group) {
+// refunds run whatever happens to ctx (they are owed), within the Limiter's deadline. It
+// returns a *CompensationError for the refunds that failed.
+func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int) error {
 	ctx = context.WithoutCancel(ctx)
+	errs := make([]error, nRules) // by rule
 	var wg sync.WaitGroup
 	for i := range groups {
 		g := &groups[i]
 		if g.err != nil || !g.res.Allowed {
 			continue
 		}
-		for _, c := range g.calls {
+		for j, c := range g.calls {
 			if c.cost == 0 {
 				continue
 			}
-			wg.Go(func() { _, _ = l.decide(ctx, opRefund, g.key, c) })
+			wg.Go(func() { _, errs[g.rules[j]] = l.decide(ctx, opRefund, g.key, c) })
 		}
 	}
 	wg.Wait()
+	var ce CompensationError
+	for rule, err := range errs {
+		if err != nil {
+			ce.Rules = append(ce.Rules, rule)
+			ce.Err = errors.Join(ce.Err, fmt.Errorf("rules[%d]: %w", rule, err))
+		}
+	}
+	if ce.Rules == nil {
+		return nil
+	}
+	return &ce
 }
 
 // binding is the Result of several decisions, as rl_multi picks it: when any denies, the

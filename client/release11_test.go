@@ -230,6 +230,41 @@ func TestVersionErrorOn10(t *testing.T) {
 	}
 }
 
+// A refund that AllowAll owes and cannot make is reported, with the denial, which stands; with
+// another key's error, joined to it.
+func TestAllowAllReportsFailedRefunds(t *testing.T) {
+	l := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
+	for _, tt := range []struct {
+		name string
+		b    valkey.ValkeyResult // rule 1's answer
+	}{
+		{"denied", mock.Result(ints(0, 10, 0, 1000, 10000, 0))},
+		{"failed", mock.Result(mock.ValkeyError("NOPERM no"))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1", "0")).
+				Return(okReply)
+			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", "rl:{b}:token_bucket", "10", "1", "1000", "1", "0")).
+				Return(tt.b)
+			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
+				Return(mock.ErrorResult(context.DeadlineExceeded))
+			res, err := client.New(vk).AllowAll(context.Background(), rules)
+			var ce *client.CompensationError
+			if !errors.As(err, &ce) || len(ce.Rules) != 1 || ce.Rules[0] != 0 || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("got %v, want a *CompensationError for rule 0", err)
+			}
+			if tt.name == "denied" && (res.Allowed || res.Rule != 1 || res.Limit != 10) {
+				t.Errorf("the denial: %+v", res)
+			}
+			if tt.name == "failed" && !strings.Contains(err.Error(), "NOPERM") {
+				t.Errorf("the error of rule 1 is lost: %v", err)
+			}
+		})
+	}
+}
+
 // AllowAll across keys relies on refunds: against a 1.0 node, the single rule of a key is
 // refused before it takes anything (its reserve, even 0, is an argument 1.0 refuses), with a
 // *VersionError naming the refund, rather than admitted and never given back.
