@@ -120,6 +120,10 @@ func callAction(c *cli.Context) error {
 	for range repeat {
 		row, err := plan.do(ctx, lim)
 		if err != nil {
+			if row.res != (client.Result{}) {
+				// a decision that stands, with an error (a refund it owed failed): print both
+				_ = out.add(row)
+			}
 			if out.rows > 0 {
 				_ = out.flush() // the calls made before the error; a header alone says nothing
 			}

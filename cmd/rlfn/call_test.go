@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // calls runs rlfn call --json against addr and decodes its JSON Lines.
@@ -127,4 +129,35 @@ func TestCallModes(t *testing.T) {
 			t.Errorf("multi table:\n%s", r.stdout)
 		}
 	})
+}
+
+// A refund that several keys' decision owes and cannot make fails the call (exit 1, one line
+// naming the rule), after printing the denial, which stands. The server runs 1.1.0 without
+// its refund functions, so that the call is made and its refund fails.
+func TestCallCompensationFails(t *testing.T) {
+	s := harness.StartValkey(t)
+	v11, ok := versions.Embedded().Find("1.1.0")
+	if !ok {
+		t.Fatal("1.1.0 is not embedded")
+	}
+	const register = "'_refund'"
+	if !strings.Contains(v11.Code, register) {
+		t.Fatalf("1.1.0 does not name its refunds with %s", register)
+	}
+	code := strings.Replace(v11.Code, register, "'_refund_gone'", 1)
+	vk := s.Client(t)
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	login := []string{"call", "sliding_log", "user:1", "--limit", "5", "--window", "1m", "--also", "token_bucket,key=global,capacity=1,rate=1,period=1h", "--json"}
+	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, login...), exitOK, "the first call")
+	r := rlfnAt(t, testReleases(t), s.Addr, login...)
+	wantExit(t, r, exitError, "a denial whose refund fails")
+	var got callJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Allowed || got.Rule != 2 {
+		t.Errorf("stdout %q (%v), want the denial by rule 2", r.stdout, err)
+	}
+	if !strings.Contains(r.stderr, "could not refund the units rules [0] took") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("stderr %q, want one line naming rule 0's refund", r.stderr)
+	}
 }
