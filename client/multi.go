@@ -195,10 +195,17 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int) er
 			continue
 		}
 		for j, c := range g.calls {
-			if c.cost == 0 {
-				continue
+			switch {
+			case c.cost == 0:
+			case g.res.Local:
+				// The policy admitted without the server, which took nothing: a refund there
+				// would give back units other requests took. LocalFallback took them locally.
+				if l.policy == LocalFallback {
+					l.policyResult(opRefund, g.key, c)
+				}
+			default:
+				wg.Go(func() { _, errs[g.rules[j]] = l.decide(ctx, opRefund, g.key, c) })
 			}
-			wg.Go(func() { _, errs[g.rules[j]] = l.decide(ctx, opRefund, g.key, c) })
 		}
 	}
 	wg.Wait()

@@ -265,6 +265,39 @@ func TestAllowAllReportsFailedRefunds(t *testing.T) {
 	}
 }
 
+// A key decided by the policy (its server gone) took nothing from the server: when another
+// key denies, its units are given back where they were taken (LocalFallback: locally), and no
+// refund reaches the server, where it would give back units other requests took.
+func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
+	l := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Hour}
+	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
+	for _, p := range []client.Policy{client.FailOpen, client.LocalFallback} {
+		t.Run(p.String(), func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+				switch args := cmd.Commands(); {
+				case args[1] != "rl_token_bucket":
+					t.Errorf("sent %q", args)
+				case args[3] == "rl:{b}:token_bucket":
+					return mock.Result(ints(0, 1, 0, 3600000, 3600000, 0))
+				}
+				return mock.ErrorResult(context.DeadlineExceeded) // a's shard is gone
+			}).AnyTimes()
+			lim := client.New(vk, client.WithPolicy(p))
+			if res, err := lim.AllowAll(context.Background(), rules); err != nil || res.Allowed || res.Rule != 1 {
+				t.Fatalf("%+v, %v; want b's denial", res, err)
+			}
+			if p != client.LocalFallback {
+				return
+			}
+			// a's local unit was given back: its local bucket of 1 admits again
+			if res, err := lim.Allow(context.Background(), "a", l); err != nil || !res.Allowed || !res.Local {
+				t.Errorf("a after the refund: %+v, %v; want a local admission", res, err)
+			}
+		})
+	}
+}
+
 // AllowAll across keys relies on refunds: against a 1.0 node, the single rule of a key is
 // refused before it takes anything (its reserve, even 0, is an argument 1.0 refuses), with a
 // *VersionError naming the refund, rather than admitted and never given back.
