@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"sync"
 	"time"
 )
 
@@ -35,13 +37,21 @@ func (c Concurrency) spec(id string) spec {
 // MaxLeaseID is the longest lease holder id the library takes, in bytes.
 const MaxLeaseID = 128
 
-// Lease is one holder's slot in a Concurrency limit. Its methods are safe for concurrent use.
+// Lease is one holder's slot in a Concurrency limit. Its methods are safe for concurrent use:
+// a Renew running when Release is called finishes first, and one called after it is refused.
 type Lease struct {
 	lim   *Limiter
 	key   string
 	limit Concurrency
 	id    string
+
+	mu       sync.RWMutex // Renew holds it shared, Release alone: no renewal overtakes the release
+	released bool
 }
+
+// ErrLeaseReleased is returned by Renew and Release of a Lease already released: a renewal
+// would take a new slot for a holder that is done, and leak it until it expires.
+var ErrLeaseReleased = errors.New("rlfn: lease already released")
 
 // Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
 // from crypto/rand: ids never collide across processes). When admitted it returns the Lease,
@@ -84,7 +94,13 @@ func (le *Lease) ID() string { return le.id }
 // Renew extends the lease to Lease from now. If it had expired and its slot was taken, it is
 // denied (the holder lost its slot); if it had expired and a slot is free, it takes it again
 // (under the Reserve, unless ctx is Critical). A renewal of a held lease is always admitted.
+// After Release, it returns ErrLeaseReleased.
 func (le *Lease) Renew(ctx context.Context) (Result, error) {
+	le.mu.RLock()
+	defer le.mu.RUnlock()
+	if le.released {
+		return Result{}, ErrLeaseReleased
+	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
 	if c.params.reserve > 0 && !IsCritical(ctx) {
 		c.reserve = c.params.reserve
@@ -93,9 +109,18 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 }
 
 // Release frees the lease's slot: Allowed reports whether it still held one (false when it had
-// expired). Remaining is the free slots after it. A release is not retried.
+// expired). Remaining is the free slots after it. A release is not retried; one that fails
+// may be called again. Once it has succeeded, the Lease is done: Renew and Release return
+// ErrLeaseReleased.
 func (le *Lease) Release(ctx context.Context) (Result, error) {
-	return le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.released {
+		return Result{}, ErrLeaseReleased
+	}
+	res, err := le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
+	le.released = err == nil
+	return res, err
 }
 
 // localConcurrency is rl_concurrency: a semaphore of Limit / instances slots, each held by one

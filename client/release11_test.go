@@ -3,7 +3,9 @@ package client_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +122,53 @@ func TestAcquireIDs(t *testing.T) {
 	}
 	if ids[0] == ids[1] {
 		t.Fatalf("two leases with id %s", ids[0])
+	}
+}
+
+// A released Lease is done: a Renew after it would take a new slot and leak it. A Renew that
+// races the Release is answered before the release or refused, never sent after it.
+func TestLeaseAfterRelease(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+		time.Sleep(time.Millisecond) // the window in which a renewal could overtake
+		mu.Lock()
+		sent = append(sent, cmd.Commands()[1])
+		mu.Unlock()
+		return okReply
+	}).AnyTimes()
+	lim := client.New(vk)
+	ctx := context.Background()
+	le, err := lim.Lease("k", client.Concurrency{Limit: 10, Lease: time.Second}, "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				if _, err := le.Renew(ctx); errors.Is(err, client.ErrLeaseReleased) {
+					return
+				} else if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := le.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if _, err := le.Release(ctx); !errors.Is(err, client.ErrLeaseReleased) {
+		t.Errorf("a second Release: %v, want ErrLeaseReleased", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := sent[len(sent)-1]; last != "rl_concurrency_release" || slices.Index(sent, last) != len(sent)-1 {
+		t.Errorf("sent %q: want the release once, last", sent)
 	}
 }
 
