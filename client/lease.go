@@ -112,12 +112,17 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 // expired). Remaining is the free slots after it. A release is not retried; one that fails
 // may be called again. Once it has succeeded, the Lease is done: Renew and Release return
 // ErrLeaseReleased.
+//
+// The slot is owed whatever became of the work: Release runs even when ctx is canceled or
+// past its deadline (defer lease.Release(r.Context()) frees the slot of a request whose client
+// went away), bounded by the Limiter's deadline (WithDeadline) alone.
 func (le *Lease) Release(ctx context.Context) (Result, error) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.released {
 		return Result{}, ErrLeaseReleased
 	}
+	ctx = context.WithoutCancel(ctx)
 	res, err := le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
 	le.released = err == nil
 	return res, err

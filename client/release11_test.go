@@ -172,6 +172,28 @@ func TestLeaseAfterRelease(t *testing.T) {
 	}
 }
 
+// Release frees the slot with the caller's context canceled (a request whose client went
+// away): the slot is owed.
+func TestReleaseCanceled(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_concurrency_release", "1", "rl:{k}:concurrency", "10", "1000", "holder")).
+		DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+			if d, ok := ctx.Deadline(); !ok || time.Until(d) > client.DefaultDeadline+time.Millisecond {
+				t.Errorf("the release is not bounded by the Limiter's deadline: %v %v", d, ok)
+			}
+			return okReply
+		})
+	le, err := client.New(vk).Lease("k", client.Concurrency{Limit: 10, Lease: time.Second}, "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res, err := le.Release(ctx); err != nil || !res.Allowed {
+		t.Fatalf("%+v, %v", res, err)
+	}
+}
+
 // Rules of different keys run as separate calls, each with its reserve (0 too: the refunds
 // need library 1.1.0); when one denies, the units the others took are refunded, and the
 // Result is the denier's, with its index.
