@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,40 +103,76 @@ func olderLibrary(err error) bool {
 	return errors.Is(err, ErrNotLoaded) || errors.As(err, &le) && strings.Contains(le.Message, " takes ")
 }
 
-// versionError finds out why fn failed with what a 1.0 library would answer: it asks every
-// node the client knows for rl_version, with EXISTS key before it, which in a cluster only
-// the owner of key's slot answers (the others redirect), so that the node named is the one
-// that served the call. It returns a *VersionError for a node older than
-// Release11 (or, without the library, one that is errors.Is ErrNotLoaded), or nil when every
-// answering node runs Release11 or later: the call's own error stands.
-func (l *Limiter) versionError(ctx context.Context, fn, key string) error {
+// versionError finds out why fn failed with err, an answer a 1.0 library would give: it asks
+// every node the client knows, at once, for rl_version, with EXISTS key before it, which in a
+// cluster only the owner of key's slot answers (the others redirect), so that the node named
+// is the one that served the call. It returns a *VersionError for a node older than
+// Release11 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
+// every answering node runs Release11 or later (the call's own error stands). When no node
+// answers, an RLERR about arguments still says that an older library refused the call, not
+// that the limit was bad: it becomes a *ReplyError, which the policy decides.
+func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) error {
 	nodes := l.vk.Nodes()
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
 		addrs = append(addrs, addr)
 	}
 	slices.Sort(addrs)
+	type answer struct {
+		version  string
+		answered bool  // the node owns key (or is not a cluster node) and answered rl_version
+		absent   bool  // it has no library
+		err      error // why it did not answer
+	}
+	answers := make([]answer, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Go(func() {
+			c := nodes[addr]
+			res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), VersionCommand(c))
+			if err := res[0].Error(); err != nil {
+				if _, ok := valkey.IsValkeyErr(err); ok && isRedirect(err.Error()) {
+					return
+				}
+			}
+			a := &answers[i]
+			v, err := res[1].ToString()
+			switch verr, ok := valkey.IsValkeyErr(err); {
+			case err == nil:
+				a.version, a.answered = v, true
+			case ok && notFound(verr.Error()):
+				a.absent, a.answered = true, true
+			default:
+				a.err = err
+			}
+		})
+	}
+	wg.Wait()
 	var absent error
-	for _, addr := range addrs {
-		c := nodes[addr]
-		res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), VersionCommand(c))
-		if err := res[0].Error(); err != nil {
-			if _, moved := valkey.IsValkeyErr(err); moved && isRedirect(err.Error()) {
-				continue
-			}
-		}
-		v, err := res[1].ToString()
-		if err != nil {
-			if verr, ok := valkey.IsValkeyErr(err); ok && notFound(verr.Error()) && absent == nil {
-				absent = &VersionError{Node: addr, Want: Release11, Function: fn}
-			}
-			continue
-		}
-		if versions.Valid(v) && versions.Compare(v, Release11) < 0 {
-			return &VersionError{Node: addr, Version: v, Want: Release11, Function: fn}
+	answered := false
+	var lookupErr error
+	for i, a := range answers {
+		answered = answered || a.answered
+		lookupErr = cmp.Or(lookupErr, a.err)
+		switch {
+		case a.absent && absent == nil:
+			absent = &VersionError{Node: addrs[i], Want: Release11, Function: fn}
+		case a.answered && versions.Valid(a.version) && versions.Compare(a.version, Release11) < 0:
+			return &VersionError{Node: addrs[i], Version: a.version, Want: Release11, Function: fn}
 		}
 	}
-	return absent
+	if absent != nil {
+		return absent
+	}
+	var le *LibraryError
+	if !answered && errors.As(err, &le) {
+		reason := "RLERR " + le.Message + ": an older library's answer, and no node told its version"
+		if lookupErr != nil {
+			reason += " (" + lookupErr.Error() + ")"
+		}
+		return &ReplyError{Function: fn, Reason: reason}
+	}
+	return err
 }
 
 // isRedirect reports a cluster's answer about a key another node owns.

@@ -239,9 +239,7 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call) 
 		case reserve && c.alg != concurrencyAlg:
 			what += " reserve"
 		}
-		if verr := l.versionError(ctx, what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name))); verr != nil {
-			return Result{}, verr
-		}
+		return Result{}, l.versionError(ctx, what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
 	}
 	return res, err
 }

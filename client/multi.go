@@ -321,9 +321,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if err != nil {
 		if olderLibrary(err) {
-			if verr := l.versionError(ctx, fn, keys[0]); verr != nil {
-				return Result{}, 0, verr
-			}
+			err = l.versionError(ctx, fn, keys[0], err)
 		}
 		return Result{}, 0, err
 	}

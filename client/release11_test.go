@@ -390,6 +390,34 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 	}
 }
 
+// An RLERR about the reserve argument, when no node can tell its version (the lookup ran
+// out of time), is still an older library's answer, not the limit's error: a *ReplyError,
+// which the policy decides, never a *LibraryError.
+func TestArityErrorUnknownVersion(t *testing.T) {
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen} {
+		t.Run(p.String(), func(t *testing.T) {
+			ctrl := gomock.NewController(t)
+			vk := mock.NewClient(ctrl)
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5")))
+			node := mock.NewClient(ctrl)
+			gone := mock.ErrorResult(context.DeadlineExceeded)
+			node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).Return([]valkey.ValkeyResult{gone, gone})
+			vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node})
+			res, err := client.New(vk, client.WithPolicy(p)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
+			var le *client.LibraryError
+			var re *client.ReplyError
+			switch {
+			case errors.As(err, &le):
+				t.Fatalf("got the *LibraryError %v", err)
+			case p == client.ReturnError && !errors.As(err, &re):
+				t.Fatalf("got %v, want a *ReplyError", err)
+			case p == client.FailOpen && (err != nil || !res.Local):
+				t.Fatalf("got %+v, %v; want the policy's decision", res, err)
+			}
+		})
+	}
+}
+
 // An RLERR about arguments from a 1.1 node is the limit's error, not a version error.
 func TestArityErrorOn11StaysLibraryError(t *testing.T) {
 	ctrl := gomock.NewController(t)
