@@ -123,7 +123,10 @@ func holders() []holder {
 		{"a bucket of -1", "", setTo(packed(nowUs, -1, 1000))},
 		{"a bucket in 10^20 us", "", setTo(packed(1e20, 1, 1000))},
 		{"a sorted set", "", zsetOf(1.0, "a")},
-		{"a log entry scored elsewhere", "", zsetOf(nowUs+5, logEntry)},
+		// the hot path reads a log's oldest member, not its score (see log_oldest)
+		{"a log entry of 1970", "", zsetOf(5.0, packed(5, 1))},
+		{"a log entry numbered 0", "", zsetOf(nowUs, packed(nowUs, 0))},
+		{"a log entry numbered 1.5", "", zsetOf(nowUs, packed(nowUs, 1.5))},
 		{"a log entry of 15 bytes", "", zsetOf(nowUs, logEntry[:15])},
 		{"a log entry at Inf", "", zsetOf(inf, packed(inf, 1))},
 		{"leases without a marker", "", zsetOf(nowMs+60_000, "holder")},

