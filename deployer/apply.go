@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -62,94 +61,6 @@ type Event struct {
 	Err   error
 }
 
-// Outcome is what a deploy did to one node.
-type Outcome string
-
-const (
-	OutcomeLoaded        Outcome = "loaded"         // a primary now runs the release
-	OutcomeUnchanged     Outcome = "unchanged"      // nothing was to be done
-	OutcomeReplicated    Outcome = "replicated"     // a replica received the release from its primary
-	OutcomeFailed        Outcome = "failed"         // this node's load or verification failed
-	OutcomeRestored      Outcome = "restored"       // changed, then put back as it was
-	OutcomeRestoreFailed Outcome = "restore-failed" // changed, and could not be put back: look at it
-	OutcomeSkipped       Outcome = "skipped"        // not attempted, because the deploy failed first
-	// OutcomeLeftOut: the node could not be inspected and the plan was forced, so the
-	// deploy did not touch it: it is NOT deployed, whatever it runs (see Report.LeftOut).
-	OutcomeLeftOut Outcome = "left-out"
-)
-
-// Report is what Apply did, one NodeResult per plan step, same order.
-type Report struct {
-	To       string
-	Nodes    []NodeResult
-	Duration time.Duration
-	// Warnings are problems that did not fail the deploy, for people: e.g. the lock could
-	// not be released (its lease runs out by itself).
-	Warnings []string
-	// RolledBack: the deploy failed and every node it had changed is back as it was. False
-	// when any node could not be put back (see NotRestored), or when nothing failed.
-	RolledBack bool
-}
-
-// LeftOut returns the nodes a forced deploy left out because they could not be inspected
-// (OutcomeLeftOut): they are NOT deployed, and nothing is known of what they run.
-func (r Report) LeftOut() []NodeResult { return r.with(OutcomeLeftOut) }
-
-// NotRestored returns the nodes a failed deploy changed and could not put back
-// (OutcomeRestoreFailed): look at them.
-func (r Report) NotRestored() []NodeResult { return r.with(OutcomeRestoreFailed) }
-
-func (r Report) with(o Outcome) []NodeResult {
-	var out []NodeResult
-	for _, n := range r.Nodes {
-		if n.Outcome == o {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// NodeResult is what Apply did to one node.
-type NodeResult struct {
-	Node     Node
-	From, To string // From as in Step: a release, "" for absent, FromDrifted
-	Outcome  Outcome
-	Err      error         // what went wrong on this node, without its address (Node says it)
-	Duration time.Duration // from the start of this node's load (or verification) to its outcome
-}
-
-// String is one line for the CLI, e.g.
-// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)", or after a rollback
-// "127.0.0.1:7001 primary restored 1.0.0 (9ms)", or for a node a forced deploy left out
-// "127.0.0.1:7002 primary left-out: NOT deployed (could not be inspected)".
-func (r NodeResult) String() string {
-	from := r.From
-	if from == "" {
-		from = "absent"
-	}
-	var b strings.Builder
-	if r.Outcome == OutcomeLeftOut {
-		// From is empty here: what it runs is unknown, not absent.
-		return fmt.Sprintf("%s %s %s: NOT deployed (could not be inspected)", r.Node.Addr, r.Node.Role, r.Outcome)
-	}
-	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
-	switch {
-	case r.Outcome == OutcomeUnchanged && r.From == r.To:
-		b.WriteString(r.To)
-	case r.Outcome == OutcomeRestored:
-		b.WriteString(from) // what it runs again
-	default:
-		b.WriteString(from + " -> " + r.To)
-	}
-	if r.Duration > 0 {
-		fmt.Fprintf(&b, " (%s)", r.Duration.Round(time.Millisecond))
-	}
-	if r.Err != nil {
-		b.WriteString(": " + oneLine(r.Err.Error()))
-	}
-	return b.String()
-}
-
 // run is one Apply in progress.
 type run struct {
 	t     *Target
@@ -202,9 +113,10 @@ func (r *run) report() Report {
 
 // Apply carries out a plan made from this target:
 //
-//  1. refuse a plan with refused steps (RefusedError) or no nodes (ErrNoNodes); a plan
-//     with nothing pending returns at once, every node unchanged; a forced plan's
-//     unreachable nodes are OutcomeLeftOut and never touched (see Report.LeftOut);
+//  1. refuse a plan with no nodes (ErrNoNodes), with an unsupported node (UnsupportedError,
+//     forced or not), or with refused steps (RefusedError); a forced plan's unreachable
+//     nodes are OutcomeLeftOut and never touched (see Report.LeftOut); a plan with nothing
+//     pending returns at once, every other node unchanged;
 //  2. take the lock (see the package doc), or return ErrLocked;
 //  3. discover and inspect again, and return ErrStalePlan if any node joined, left,
 //     changed role or runs other code than the plan saw (nodes a forced plan leaves out
@@ -219,16 +131,19 @@ func (r *run) report() Report {
 //     happened;
 //  7. release the lock.
 //
-// The Report is returned with every error after step 2.
+// A deploy that left nodes out (forced past unreachable nodes) returns a *PartialError
+// whose cause is ErrNotDeployed, even when nothing else failed: Apply returns nil only when
+// every node the plan knows of runs the release at the end. The Report is returned with
+// every error.
 func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, err error) {
 	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now()}
 	r.res = make([]NodeResult, len(p.Steps))
 	r.changed = make([]bool, len(p.Steps))
 	for i, s := range p.Steps {
 		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
-		if p.Force && s.State == StateUnknown {
+		if p.Force && s.State == StateUnreachable {
 			// Never touched from here on: not loaded, verified, re-read nor dialled.
-			r.res[i].Outcome = OutcomeLeftOut
+			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("unreachable: %w", s.Unreachable)
 		}
 	}
 	defer func() {
@@ -240,14 +155,17 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	if len(p.Steps) == 0 {
 		return r.report(), ErrNoNodes
 	}
+	if unsupported := p.Unsupported(); len(unsupported) > 0 {
+		return r.report(), &UnsupportedError{Steps: unsupported}
+	}
 	if refused := p.Refused(); len(refused) > 0 {
 		return r.report(), &RefusedError{Steps: refused}
 	}
 	if !p.Pending() {
-		return r.report(), nil
+		return r.complete()
 	}
 
-	lockClient, lockNode, err := t.lockClient(ctx, p, r.opts.LockKey)
+	lockClient, lockNode, err := t.lockClient(p, r.opts.LockKey)
 	if err != nil {
 		r.emit(Event{Phase: PhaseLock, Err: err})
 		return r.report(), err
@@ -301,43 +219,43 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		rep.RolledBack = len(rep.NotRestored()) == 0
 		return rep, &PartialError{Report: rep, Err: err}
 	}
-	return r.report(), nil
+	return r.complete()
+}
+
+// complete ends a run that failed nowhere: it is a success only if no node was left out.
+func (r *run) complete() (Report, error) {
+	rep := r.report()
+	if len(rep.LeftOut()) > 0 {
+		return rep, &PartialError{Report: rep, Err: ErrNotDeployed}
+	}
+	return rep, nil
 }
 
 // lockClient returns the Target's connection to the node that holds the lock key: the
-// first primary of a standalone target, or the primary that owns the key's slot in a
-// cluster, found in CLUSTER NODES. The lock is a key like any other on that node, so it
-// needs no client of its own.
-func (t *Target) lockClient(ctx context.Context, p Plan, key string) (valkey.Client, Node, error) {
-	var primaries []Node
-	for _, s := range p.Steps {
-		if s.Node.Role == RolePrimary && s.State != StateUnknown {
-			primaries = append(primaries, s.Node)
+// primary of a standalone target, or the primary that owns the key's slot in a cluster, as
+// the discovered topology says. The lock is a key like any other on that node, so it needs
+// no client of its own.
+func (t *Target) lockClient(p Plan, key string) (valkey.Client, Node, error) {
+	topo := t.Topology()
+	var owner Node
+	if topo.Cluster {
+		n, ok := topo.owner(keySlot(key))
+		if !ok {
+			return nil, Node{}, fmt.Errorf("deployer: lock %s: no primary serves its slot %d", key, keySlot(key))
 		}
+		owner = n
+	} else {
+		i := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Node.Role == RolePrimary })
+		if i < 0 {
+			return nil, Node{}, fmt.Errorf("deployer: lock %s: no primary", key)
+		}
+		owner = p.Steps[i].Node
 	}
-	if len(primaries) == 0 {
-		return nil, Node{}, fmt.Errorf("deployer: lock %s: no reachable primary", key)
+	if i := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Node.Addr == owner.Addr }); i >= 0 && p.Steps[i].State == StateUnreachable {
+		return nil, Node{}, fmt.Errorf("deployer: lock %s: %s, which serves its slot, is unreachable (%s)", key, owner.Addr, errText(p.Steps[i].Unreachable))
 	}
-	owner := primaries[0]
 	c, err := t.conn(owner.Addr)
 	if err != nil {
-		return nil, Node{}, fmt.Errorf("deployer: lock %s on %s: %w", key, owner.Addr, err)
-	}
-	if !t.Topology().Cluster {
-		return c.c, owner, nil
-	}
-	text, err := c.clusterNodes(ctx)
-	if err != nil {
-		return nil, Node{}, fmt.Errorf("deployer: lock %s: %s: %w", key, owner.Addr, err)
-	}
-	host, _, _ := net.SplitHostPort(owner.Addr)
-	addr, ok := slotOwner(text, host, keySlot(key))
-	i := slices.IndexFunc(primaries, func(n Node) bool { return n.Addr == addr })
-	if !ok || i < 0 {
-		return nil, Node{}, fmt.Errorf("deployer: lock %s: no reachable primary serves its slot %d", key, keySlot(key))
-	}
-	owner = primaries[i]
-	if c, err = t.conn(owner.Addr); err != nil {
 		return nil, Node{}, fmt.Errorf("deployer: lock %s on %s: %w", key, owner.Addr, err)
 	}
 	return c.c, owner, nil
@@ -374,7 +292,7 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 	for _, s := range p.Steps {
 		// A node a forced plan leaves out may well have vanished from the topology (a
 		// stopped replica is no longer listed by its primary): it is left out either way.
-		if k := key(s.Node); !now[k] && s.State != StateUnknown {
+		if k := key(s.Node); !now[k] && s.State != StateUnreachable {
 			diffs = append(diffs, "no longer "+k)
 		}
 	}
@@ -386,7 +304,7 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 	var steps []Step
 	var nodes []Node
 	for _, s := range p.Steps {
-		if s.State != StateUnknown {
+		if s.State != StateUnreachable && s.Node.Down == "" {
 			steps = append(steps, s)
 			nodes = append(nodes, s.Node)
 		}
@@ -396,7 +314,7 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 		if codes[i].err != nil {
 			return fmt.Errorf("deployer: %s: %w", s.Node.Addr, codes[i].err)
 		}
-		if codes[i].code != s.FromCode {
+		if codes[i].code != s.Code || (s.Code != "" && codes[i].engine != s.Engine) {
 			return fmt.Errorf("%w: %s no longer runs the code the plan saw (%s)", ErrStalePlan, s.Node.Addr, s.State)
 		}
 	}
@@ -468,7 +386,7 @@ func (r *run) verify(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, inspectParallelism)
 	for i, s := range r.p.Steps {
-		if s.State == StateUnknown || (s.Action == ActionNone && s.State != StateCurrent) {
+		if !s.read() || (s.Action == ActionNone && s.State != StateCurrent) {
 			continue
 		}
 		wg.Go(func() {
@@ -533,7 +451,7 @@ func (r *run) check(ctx context.Context, n Node, code, version string) error {
 	if err != nil {
 		return err
 	}
-	got, err := c.libraryCode(ctx)
+	got, _, err := c.libraryCode(ctx)
 	switch {
 	case err != nil:
 		return err
@@ -554,95 +472,4 @@ func (r *run) check(ctx context.Context, n Node, code, version string) error {
 		return fmt.Errorf("rl_version answers %q, want %q", v, version)
 	}
 	return nil
-}
-
-// restore puts back every primary this run changed, then waits for them and their
-// replicas to have the old code. It runs on its own deadline: it must not be cut short by
-// the cancellation that may have caused it.
-func (r *run) restore(parent context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), r.opts.VerifyTimeout+10*time.Second)
-	defer cancel()
-	byAddr := map[string]int{}
-	for i, s := range r.p.Steps {
-		byAddr[s.Node.Addr] = i
-	}
-	r.mu.Lock()
-	changed := slices.Clone(r.changed)
-	r.mu.Unlock()
-
-	// Put back the primaries.
-	sem := make(chan struct{}, r.opts.Parallelism)
-	var wg sync.WaitGroup
-	restored := make([]bool, len(r.p.Steps))
-	for i, s := range r.p.Steps {
-		if !changed[i] {
-			continue
-		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			began := time.Now()
-			c, err := r.t.conn(s.Node.Addr)
-			if err == nil {
-				if s.FromCode == "" {
-					err = c.deleteLibrary(ctx)
-				} else {
-					err = c.load(ctx, s.FromCode)
-				}
-			}
-			if err == nil {
-				err = r.await(ctx, s.Node, s.FromCode, "")
-			}
-			r.settle(i, err, began)
-			restored[i] = err == nil
-			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
-		})
-	}
-	wg.Wait()
-
-	// Then the replicas that followed them.
-	for i, s := range r.p.Steps {
-		if s.Node.Role != RoleReplica || s.State == StateUnknown {
-			continue
-		}
-		root, ok := rootPrimary(r.p.Steps, byAddr, i)
-		if !ok || !changed[root] {
-			if s.Action == ActionReplicate {
-				r.mu.Lock()
-				if r.res[i].Outcome == OutcomeUnchanged {
-					r.res[i].Outcome = OutcomeSkipped
-				}
-				r.mu.Unlock()
-			}
-			continue
-		}
-		wg.Go(func() {
-			began := time.Now()
-			var err error
-			if restored[root] {
-				err = r.await(ctx, s.Node, r.p.Steps[root].FromCode, "")
-			} else {
-				err = fmt.Errorf("its primary %s was not restored", r.p.Steps[root].Node.Addr)
-			}
-			r.settle(i, err, began)
-			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
-		})
-	}
-	wg.Wait()
-}
-
-// settle records a restore's outcome: a node that failed keeps "failed" (it is the cause)
-// when it was put back, and any node that could not be put back is "restore-failed".
-func (r *run) settle(i int, err error, began time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	res := &r.res[i]
-	res.Duration += time.Since(began)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("restore: %w", err)
-		res.Outcome, res.Err = OutcomeRestoreFailed, errors.Join(res.Err, err)
-	case res.Outcome != OutcomeFailed:
-		res.Outcome = OutcomeRestored
-	}
 }

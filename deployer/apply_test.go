@@ -12,7 +12,7 @@ import (
 func TestApplyWithoutServer(t *testing.T) {
 	p1, p2 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002")
 	r2 := replica("127.0.0.1:7005", p2.Addr)
-	down := Installed{Node: p2, Err: errors.New("connect: connection refused")}
+	down := Installed{Node: p2, Unreachable: errors.New("connect: connection refused")}
 	tests := []struct {
 		name    string
 		give    Plan
@@ -23,12 +23,12 @@ func TestApplyWithoutServer(t *testing.T) {
 	}{
 		{
 			name:    "empty target",
-			give:    NewPlan(nil, set, r110, false),
+			give:    NewPlan(nil, r110, false),
 			wantErr: func(err error) bool { return errors.Is(err, ErrNoNodes) },
 		},
 		{
 			name: "refused",
-			give: NewPlan([]Installed{on(p1, drifted)}, set, r110, false),
+			give: NewPlan([]Installed{on(p1, drifted)}, r110, false),
 			wantErr: func(err error) bool {
 				var re *RefusedError
 				return errors.As(err, &re) && len(re.Steps) == 1 && re.Steps[0].Refusal == RefusalDrift
@@ -37,19 +37,33 @@ func TestApplyWithoutServer(t *testing.T) {
 		},
 		{
 			name:    "unreachable, not forced: refused, nothing left out",
-			give:    NewPlan([]Installed{on(p1, r110.Code), down}, set, r110, false),
+			give:    NewPlan([]Installed{on(p1, r110.Code), down}, r110, false),
 			wantErr: func(err error) bool { var re *RefusedError; return errors.As(err, &re) },
 			want:    OutcomeUnchanged,
 		},
 		{
-			name:      "unreachable, forced: left out, not reported unchanged",
-			give:      NewPlan([]Installed{on(p1, r110.Code), down, on(r2, r110.Code)}, set, r110, true),
-			wantErr:   func(err error) bool { return err == nil },
+			name: "unreachable, forced: left out, not reported unchanged, and not a success",
+			give: NewPlan([]Installed{on(p1, r110.Code), down, on(r2, r110.Code)}, r110, true),
+			wantErr: func(err error) bool {
+				var pe *PartialError
+				return errors.As(err, &pe) && errors.Is(err, ErrNotDeployed) && !pe.Report.RolledBack &&
+					err.Error() == "deployer: deploy of 1.1.0 incomplete: NOT deployed: 127.0.0.1:7002 (unreachable: connect: connection refused)"
+			},
 			wantNodes: []Outcome{OutcomeUnchanged, OutcomeLeftOut, OutcomeUnchanged},
 		},
 		{
+			name: "unsupported, forced: refused all the same, saying what is needed",
+			give: NewPlan([]Installed{on(p1, ""), {Node: p2, Unsupported: "FUNCTION is not a command here"}}, r110, true),
+			wantErr: func(err error) bool {
+				var ue *UnsupportedError
+				return errors.As(err, &ue) && len(ue.Steps) == 1 &&
+					err.Error() == "deployer: 127.0.0.1:7002 cannot run Functions: FUNCTION is not a command here; "+needs
+			},
+			want: OutcomeUnchanged,
+		},
+		{
 			name:    "nothing pending",
-			give:    NewPlan([]Installed{on(p1, r110.Code)}, set, r110, false),
+			give:    NewPlan([]Installed{on(p1, r110.Code)}, r110, false),
 			wantErr: func(err error) bool { return err == nil },
 			want:    OutcomeUnchanged,
 		},

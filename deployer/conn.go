@@ -64,30 +64,89 @@ func (n *conn) clusterNodes(ctx context.Context) (string, error) {
 	return s, nil
 }
 
-// libraryCode returns the ratelimit library's code on this node, "" when it has none.
-// LIBRARYNAME is a pattern (case-insensitive on Redis 7.0), so the name is matched exactly
-// here: "RateLimit" or "ratelimit2" are someone else's.
-func (n *conn) libraryCode(ctx context.Context) (string, error) {
-	libs, err := n.c.Do(ctx, n.c.B().FunctionList().Libraryname(functions.Library).Withcode().Build()).ToArray()
+// libraryCode returns the ratelimit library's code on this node and its engine, "" when
+// it has none.
+func (n *conn) libraryCode(ctx context.Context) (code, engine string, err error) {
+	return parseFunctionList(n.c.Do(ctx, n.functionList()))
+}
+
+func (n *conn) functionList() valkey.Completed {
+	return n.c.B().FunctionList().Libraryname(functions.Library).Withcode().Build()
+}
+
+// parseFunctionList finds the ratelimit library in a FUNCTION LIST reply. LIBRARYNAME is a
+// pattern (case-insensitive on Redis 7.0), so the name is matched exactly here:
+// "RateLimit" or "ratelimit2" are someone else's.
+func parseFunctionList(res valkey.ValkeyResult) (code, engine string, err error) {
+	libs, err := res.ToArray()
 	if err != nil {
-		return "", fmt.Errorf("FUNCTION LIST: %w", err)
+		return "", "", fmt.Errorf("FUNCTION LIST: %w", err)
 	}
 	for _, lib := range libs {
 		m, err := lib.AsMap()
 		if err != nil {
-			return "", fmt.Errorf("FUNCTION LIST: %w", err)
+			return "", "", fmt.Errorf("FUNCTION LIST: %w", err)
 		}
-		name, code := m["library_name"], m["library_code"]
+		name, codeMsg, engineMsg := m["library_name"], m["library_code"], m["engine"]
 		if s, _ := name.ToString(); s != functions.Library {
 			continue
 		}
-		c, err := code.ToString()
+		code, err := codeMsg.ToString()
 		if err != nil {
-			return "", fmt.Errorf("FUNCTION LIST: library_code: %w", err)
+			return "", "", fmt.Errorf("FUNCTION LIST: library_code: %w", err)
 		}
-		return c, nil
+		engine, _ := engineMsg.ToString()
+		return code, engine, nil
 	}
-	return "", nil
+	return "", "", nil
+}
+
+// reading is what Inspect reads of one node.
+type reading struct {
+	server       Server
+	code, engine string
+	unsupported  string // why the node cannot run Functions, "" when it can as far as it answered
+}
+
+// read asks a node, in one round trip, what it is (INFO server), what library it runs
+// (FUNCTION LIST) and whether it has FCALL_RO (calling rl_version: "Function not found" is
+// an answer too). An unknown FUNCTION or FCALL_RO makes the node unsupported; the error
+// return is for a node that could not be read (no answer, or a refusal such as NOPERM).
+func (n *conn) read(ctx context.Context) (reading, error) {
+	res := n.c.DoMulti(ctx,
+		n.c.B().Info().Section("server").Build(),
+		n.functionList(),
+		n.c.B().FcallRo().Function("rl_version").Numkeys(0).Build())
+	var rd reading
+	info, err := res[0].ToString()
+	switch {
+	case err == nil:
+		rd.server = parseServer(strings.TrimPrefix(info, "txt:"))
+	case !refused(err):
+		return reading{}, fmt.Errorf("INFO server: %w", err)
+	}
+	// A refused INFO (an ACL without +info) only costs the server's name and version.
+	rd.code, rd.engine, err = parseFunctionList(res[1])
+	switch {
+	case unknownCommand(err):
+		rd.code, rd.engine = "", ""
+		rd.unsupported = "FUNCTION is not a command here (renamed or disabled, blocked by a managed service, or a server before Redis 7.0)"
+		return rd, nil
+	case err != nil:
+		return reading{}, err
+	}
+	if err := res[2].Error(); unknownCommand(err) {
+		rd.code, rd.engine = "", ""
+		rd.unsupported = "FCALL_RO is not a command here (renamed or disabled, or blocked by a managed service)"
+	} else if err != nil && !refused(err) {
+		return reading{}, fmt.Errorf("FCALL_RO rl_version: %w", err)
+	}
+	return rd, nil
+}
+
+// unknownCommand reports whether err is a server's "unknown command" answer.
+func unknownCommand(err error) bool {
+	return err != nil && refused(err) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
 func (n *conn) load(ctx context.Context, code string) error {

@@ -21,6 +21,24 @@ var ErrNoNodes = errors.New("deployer: the plan has no nodes")
 // while it ran (renewal found another value).
 var ErrLockLost = errors.New("deployer: the deploy lock was lost")
 
+// ErrNotDeployed is the cause of a PartialError for a deploy that failed nowhere but left
+// nodes out (unreachable, forced past): they do NOT run the release.
+var ErrNotDeployed = errors.New("deployer: nodes were left out")
+
+// UnsupportedError is returned by Apply for a plan with nodes that cannot run Functions:
+// forcing does not help, the server has to change.
+type UnsupportedError struct {
+	Steps []Step
+}
+
+func (e *UnsupportedError) Error() string {
+	parts := make([]string, 0, len(e.Steps))
+	for _, s := range e.Steps {
+		parts = append(parts, s.Node.Addr+" cannot run Functions: "+s.Unsupported)
+	}
+	return "deployer: " + strings.Join(parts, "; ") + "; " + needs
+}
+
 // RefusedError is returned by Apply for a plan with refused steps (drift, downgrade, major
 // change, unreachable node) that was not forced.
 type RefusedError struct {
@@ -48,7 +66,7 @@ func refusalText(s Step) string {
 	case RefusalMajor:
 		return fmt.Sprintf("would change major version %s to %s", s.From, s.To)
 	case RefusalUnreachable:
-		return "is unreachable"
+		return "is unreachable (" + errText(s.Unreachable) + ")"
 	}
 	return "is refused: " + s.Refusal
 }
@@ -82,6 +100,17 @@ func (e *PartialError) Error() string {
 		b.WriteString(" incomplete")
 	}
 	named := ""
+	leftOut := e.Report.LeftOut()
+	if e.Err == ErrNotDeployed {
+		b.WriteString(": NOT deployed: ")
+		for i, n := range leftOut {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(n.Node.Addr + " (" + causeText(n.Err) + ")")
+		}
+		return b.String()
+	}
 	if ne, ok := e.Err.(*NodeError); ok {
 		named = ne.Addr
 		b.WriteString(": " + ne.Addr + " failed: " + causeText(ne.Err))
@@ -103,7 +132,18 @@ func (e *PartialError) Error() string {
 	if len(unrestored) > 0 {
 		b.WriteString("; NOT restored: " + strings.Join(unrestored, ", "))
 	}
+	if len(leftOut) > 0 {
+		b.WriteString("; left out (unreachable): " + strings.Join(addrsOf(leftOut), ", "))
+	}
 	return b.String()
+}
+
+func addrsOf(nodes []NodeResult) []string {
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.Node.Addr)
+	}
+	return out
 }
 
 // causeText is an error on one line, without this package's prefix when it is inside a

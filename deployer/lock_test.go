@@ -34,8 +34,7 @@ func TestSlotOwner(t *testing.T) {
 		"a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n" +
 		"a2 :7002@17002 master - 0 0 2 connected 5461-10922 [10923->-a3]\n" +
 		"a3 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383\n" +
-		"a4 127.0.0.1:7004@17004 slave a1 0 0 1 connected\n" +
-		"a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n"
+		"a4 127.0.0.1:7004@17004 slave a1 0 0 1 connected\n"
 	tests := []struct {
 		give   int
 		want   string
@@ -48,14 +47,24 @@ func TestSlotOwner(t *testing.T) {
 		{16383, "127.0.0.1:7003", true},
 		{16384, "", false},
 	}
+	topo, err := parseClusterNodes(nodes, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
-		got, ok := slotOwner(nodes, "127.0.0.1", tt.give)
-		if got != tt.want || ok != tt.wantOK {
-			t.Errorf("slot %d: %q %v, want %q %v", tt.give, got, ok, tt.want, tt.wantOK)
+		got, ok := topo.owner(tt.give)
+		if got.Addr != tt.want || ok != tt.wantOK {
+			t.Errorf("slot %d: %q %v, want %q %v", tt.give, got.Addr, ok, tt.want, tt.wantOK)
 		}
 	}
-	if got, ok := slotOwner("a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n", "127.0.0.1", 42); ok {
-		t.Errorf("slot of a failed node: %q", got)
+	// A failed node still owns its slots as far as the cluster says: the owner is found,
+	// and is down (the lock then says so, rather than take another node's word for it).
+	topo, err = parseClusterNodes("a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := topo.owner(42); !ok || got.Down == "" {
+		t.Errorf("slot of a failed node: %+v %v, want the node, down", got, ok)
 	}
 }
 

@@ -1,6 +1,7 @@
 package deployer
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rlfn/rlfn/versions"
@@ -15,7 +16,12 @@ const (
 	StateBehind  State = "behind"  // runs an older release
 	StateAhead   State = "ahead"   // runs a newer release: deploying is a downgrade
 	StateDrifted State = "drifted" // runs code that matches no release
-	StateUnknown State = "unknown" // could not be inspected (unreachable)
+	// StateUnreachable: the node could not be read: the cluster holds it to be down
+	// (Node.Down), or it did not answer (Installed.Unreachable says why).
+	StateUnreachable State = "unreachable"
+	// StateUnsupported: the node answers but cannot run Functions (Installed.Unsupported
+	// says why): no deploy can reach it.
+	StateUnsupported State = "unsupported"
 )
 
 // Action is what a deploy does to a node.
@@ -35,31 +41,30 @@ const (
 	RefusalDrift       = "drift"       // would overwrite code that matches no release
 	RefusalDowngrade   = "downgrade"   // would replace a newer release with an older one
 	RefusalMajor       = "major"       // would change the major version (the client contract)
-	RefusalUnreachable = "unreachable" // the node could not be inspected; forced, it is left out
+	RefusalUnreachable = "unreachable" // the node could not be read; forced, it is left out (and NOT deployed)
 )
 
 // FromDrifted is Step.From for a node whose code matches no release.
 const FromDrifted = "drifted"
 
 // Plan is what a deploy of To would do, one step per node in the order of the inspected
-// nodes (Topology order). NewPlan makes it.
+// nodes (Topology order), every node the target knows of included. NewPlan makes it.
 type Plan struct {
 	To    versions.Release
 	Steps []Step
 	Force bool // refusals were overridden: the steps still record them
 }
 
-// Step is the plan for one node.
+// Step is the plan for one node: what it runs as Inspect read it, and what a deploy does
+// to it.
 type Step struct {
-	Node     Node
-	State    State
-	From     string // installed release; "" when absent or unknown; FromDrifted for drifted code
-	FromCode string // installed code ("" when absent), for the CLI's unified diff
-	Declared string // the version the installed code declares, if any (useful for drift)
-	To       string
-	Action   Action
-	Reason   string // why this action, for people
-	Refusal  string // the safety check this step trips (Refusal* constants), recorded even when forced
+	Installed
+	State   State
+	From    string // installed release; "" when absent, unreachable or unsupported; FromDrifted for drifted code
+	To      string
+	Action  Action
+	Reason  string // why this action, for people; a refused step's says what is refused
+	Refusal string // the safety check this step trips (Refusal* constants), recorded even when forced
 }
 
 // Pending reports whether applying the plan would load anything.
@@ -84,15 +89,59 @@ func (p Plan) Lagging() []Step {
 	}
 	var out []Step
 	for i, s := range p.Steps {
-		if s.Node.Role != RoleReplica || s.State == StateUnknown || s.Action == ActionReplicate {
+		if s.Node.Role != RoleReplica || !s.read() || s.Action == ActionReplicate {
 			continue
 		}
 		root, ok := rootPrimary(p.Steps, byAddr, i)
-		if !ok || p.Steps[root].State == StateUnknown {
+		if !ok || !p.Steps[root].read() {
 			continue
 		}
-		if s.FromCode != p.Steps[root].FromCode {
+		if s.Code != p.Steps[root].Code {
 			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// read reports whether the node's library was read: it is neither unreachable nor
+// unsupported.
+func (s Step) read() bool { return s.State != StateUnreachable && s.State != StateUnsupported }
+
+// Unreachable returns the steps of nodes that could not be read: refused unless the plan
+// is forced, and then left out, NOT deployed.
+func (p Plan) Unreachable() []Step { return p.in(StateUnreachable) }
+
+// Unsupported returns the steps of nodes that cannot run Functions: no deploy, forced or
+// not, can reach them.
+func (p Plan) Unsupported() []Step { return p.in(StateUnsupported) }
+
+func (p Plan) in(state State) []Step {
+	var out []Step
+	for _, s := range p.Steps {
+		if s.State == state {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Current reports whether every node was read and runs exactly the release: a deploy
+// would change nothing and leave nothing out.
+func (p Plan) Current() bool {
+	for _, s := range p.Steps {
+		if s.State != StateCurrent {
+			return false
+		}
+	}
+	return len(p.Steps) > 0
+}
+
+// Warnings are the nodes' warnings (Installed.Warnings), each after its node's address.
+func (p Plan) Warnings() []string {
+	var out []string
+	for _, s := range p.Steps {
+		for _, w := range s.Warnings {
+			out = append(out, s.Node.Addr+": "+w)
 		}
 	}
 	return out
@@ -121,37 +170,43 @@ func (p Plan) Refused() []Step {
 //   - a node whose code would be replaced is refused when it runs drifted code, a release
 //     of another major version, or a newer release (downgrade), in that order of
 //     precedence; an unreachable node is refused and, when forced, left out (ActionNone);
+//   - an unsupported node is ActionNone and no refusal: force cannot help it, so Apply
+//     refuses any plan that has one (UnsupportedError);
 //   - with force, refused steps keep their action and their Refusal, so the override is on
 //     record.
 //
-// Installed code is identified against set (Installed.Version is not trusted, so a plan
-// can be made from any inspection). An empty target gives an empty plan, no error.
+// The nodes are taken as Inspect identified them: NewPlan reads no code. An empty target
+// gives an empty plan, no error.
 //
 // (A function cannot share the name of the type Plan in Go, hence NewPlan.)
-func NewPlan(installed []Installed, set versions.Set, to versions.Release, force bool) Plan {
+func NewPlan(installed []Installed, to versions.Release, force bool) Plan {
 	p := Plan{To: to, Force: force, Steps: make([]Step, len(installed))}
 	byAddr := make(map[string]int, len(installed))
 	for i, in := range installed {
-		p.Steps[i] = classify(in, set, to)
+		p.Steps[i] = classify(in, to)
 		byAddr[in.Node.Addr] = i
 	}
 	for i := range p.Steps {
 		s := &p.Steps[i]
 		switch {
-		case s.State == StateUnknown:
+		case s.State == StateUnreachable:
 			s.Action = ActionNone
 			s.Refusal = RefusalUnreachable
-			s.Reason = "unreachable: " + errText(installed[i].Err)
+			s.Reason = "unreachable: " + errText(s.Unreachable)
 			if force {
-				s.Reason += "; left out (forced)"
+				s.Reason += "; left out (forced): NOT deployed"
 			}
+			continue
+		case s.State == StateUnsupported:
+			s.Action = ActionNone
+			s.Reason = "unsupported: " + s.Unsupported
 			continue
 		case s.Node.Role == RolePrimary:
 			if s.State == StateCurrent {
 				s.Action, s.Reason = ActionNone, "already "+to.Version
 				continue
 			}
-			s.Action, s.Reason = ActionLoad, loadReason(*s)
+			s.Action, s.Reason = ActionLoad, loadReason(*s, to)
 		default:
 			root, ok := rootPrimary(p.Steps, byAddr, i)
 			switch {
@@ -172,25 +227,24 @@ func NewPlan(installed []Installed, set versions.Set, to versions.Release, force
 }
 
 // classify compares what one node runs with to.
-func classify(in Installed, set versions.Set, to versions.Release) Step {
-	s := Step{Node: in.Node, To: to.Version, FromCode: in.Code}
-	if in.Code != "" {
-		s.Declared, _ = versions.Declared(in.Code)
-	}
+func classify(in Installed, to versions.Release) Step {
+	s := Step{Installed: in, To: to.Version}
 	switch {
-	case in.Err != nil:
-		s.State = StateUnknown
+	case in.Unreachable != nil || in.Node.Down != "":
+		s.State = StateUnreachable
+		if s.Unreachable == nil {
+			s.Unreachable = errors.New(in.Node.Down)
+		}
+	case in.Unsupported != "":
+		s.State = StateUnsupported
 	case in.Code == "":
 		s.State = StateAbsent
+	case in.Version == "":
+		s.State, s.From = StateDrifted, FromDrifted
 	default:
-		r, ok := set.Identify(in.Code)
-		if !ok {
-			s.State, s.From = StateDrifted, FromDrifted
-			break
-		}
-		s.From = r.Version
-		switch c := versions.Compare(r.Version, to.Version); {
-		case r.Code == to.Code:
+		s.From = in.Version
+		switch c := versions.Compare(in.Version, to.Version); {
+		case in.Code == to.Code:
 			s.State = StateCurrent
 		case c < 0:
 			s.State = StateBehind
@@ -216,14 +270,18 @@ func refusal(s Step, to versions.Release) string {
 	return ""
 }
 
-func loadReason(s Step) string {
+func loadReason(s Step, to versions.Release) string {
+	major := ""
+	if s.From != "" && s.From != FromDrifted && versions.Major(s.From) != to.Major() {
+		major = "major "
+	}
 	switch s.State {
 	case StateAbsent:
 		return "absent: load " + s.To
 	case StateBehind:
-		return "upgrade " + s.From + " -> " + s.To
+		return major + "upgrade " + s.From + " -> " + s.To
 	case StateAhead:
-		return "downgrade " + s.From + " -> " + s.To
+		return major + "downgrade " + s.From + " -> " + s.To
 	case StateDrifted:
 		if s.Declared != "" {
 			return "drifted code (declares " + s.Declared + "): replace with " + s.To

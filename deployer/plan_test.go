@@ -27,7 +27,7 @@ func replica(addr, of string) Node {
 	return Node{Addr: addr, Role: RoleReplica, Primary: of}
 }
 
-func on(n Node, code string) Installed { return Installed{Node: n, Code: code} }
+func on(n Node, code string) Installed { return Identify(n, code, "LUA", set) }
 
 // want is the part of a Step a case checks.
 type want struct {
@@ -216,22 +216,22 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "an unreachable primary is refused",
-			give: []Installed{on(p1, r100.Code), {Node: p2, Err: down}},
+			give: []Installed{on(p1, r100.Code), {Node: p2, Unreachable: down}},
 			to:   r110,
 			want: []want{
 				{StateBehind, "1.0.0", ActionLoad, "", ""},
-				{StateUnknown, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error()},
+				{StateUnreachable, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error()},
 			},
 			wantPending: true, wantRefused: 1,
 		},
 		{
 			name:  "an unreachable primary, forced, is left out with its replica",
-			give:  []Installed{on(p1, r100.Code), {Node: p2, Err: down}, on(r2, r100.Code)},
+			give:  []Installed{on(p1, r100.Code), {Node: p2, Unreachable: down}, on(r2, r100.Code)},
 			to:    r110,
 			force: true,
 			want: []want{
 				{StateBehind, "1.0.0", ActionLoad, "", ""},
-				{StateUnknown, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error() + "; left out (forced)"},
+				{StateUnreachable, "", ActionNone, RefusalUnreachable, "unreachable: " + down.Error() + "; left out (forced): NOT deployed"},
 				{StateBehind, "1.0.0", ActionNone, "", ""},
 			},
 			wantPending: true,
@@ -248,7 +248,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := NewPlan(tt.give, set, tt.to, tt.force)
+			p := NewPlan(tt.give, tt.to, tt.force)
 			if p.To.Version != tt.to.Version || p.Force != tt.force {
 				t.Errorf("plan to %s force %v, want %s force %v", p.To.Version, p.Force, tt.to.Version, tt.force)
 			}
@@ -264,7 +264,7 @@ func TestPlan(t *testing.T) {
 				if got != w {
 					t.Errorf("step %d (%s): got %+v, want %+v", i, s.Node.Addr, got, w)
 				}
-				if s.Node != tt.give[i].Node || s.To != tt.to.Version || s.FromCode != tt.give[i].Code {
+				if s.Node != tt.give[i].Node || s.To != tt.to.Version || s.Code != tt.give[i].Code {
 					t.Errorf("step %d: node %+v to %q, want %+v to %q", i, s.Node, s.To, tt.give[i].Node, tt.to.Version)
 				}
 				if s.Reason == "" {
@@ -281,12 +281,111 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-// TestPlanIgnoresInstalledVersion: the plan identifies code itself, so a stale or wrong
-// Installed.Version cannot make drifted code look like a release.
-func TestPlanIgnoresInstalledVersion(t *testing.T) {
-	in := []Installed{{Node: primary("127.0.0.1:7001"), Code: drifted, Version: "1.1.0"}}
-	if s := NewPlan(in, set, r110, false).Steps[0]; s.State != StateDrifted {
-		t.Errorf("state %s, want drifted", s.State)
+// TestIdentify: code is a release only with the release's code and the Lua engine.
+func TestIdentify(t *testing.T) {
+	n := primary("127.0.0.1:7001")
+	tests := []struct {
+		name               string
+		code, engine       string
+		wantVersion, wantD string
+	}{
+		{name: "absent"},
+		{name: "a release", code: r110.Code, engine: "LUA", wantVersion: "1.1.0", wantD: "1.1.0"},
+		{name: "engine in lower case", code: r110.Code, engine: "lua", wantVersion: "1.1.0", wantD: "1.1.0"},
+		{name: "engine not told", code: r110.Code, wantVersion: "1.1.0", wantD: "1.1.0"},
+		{name: "a release's code on another engine is drifted", code: r110.Code, engine: "JS", wantD: "1.1.0"},
+		{name: "drifted", code: drifted, engine: "LUA", wantD: "1.1.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Identify(n, tt.code, tt.engine, set)
+			if got.Version != tt.wantVersion || got.Declared != tt.wantD || got.Code != tt.code || got.Node != n {
+				t.Errorf("Identify = %+v, want version %q declared %q", got, tt.wantVersion, tt.wantD)
+			}
+			if tt.engine == "JS" && NewPlan([]Installed{got}, r110, false).Steps[0].State != StateDrifted {
+				t.Errorf("the release's code on another engine is not drifted")
+			}
+		})
+	}
+}
+
+// TestPlanAccountsForEveryNode: a node the cluster holds to be down, one that did not answer
+// and one that cannot run Functions are each a step of their own, never current, and a plan
+// with any of them is not Current.
+func TestPlanAccountsForEveryNode(t *testing.T) {
+	p1, p2, p3 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002"), primary("127.0.0.1:7003")
+	failed := p2
+	failed.Down = "flagged fail by the cluster"
+	r3 := replica("127.0.0.1:7006", p3.Addr)
+	noFunctions := Installed{Node: p3, Unsupported: "FUNCTION is not a command here"}
+	tests := []struct {
+		name            string
+		give            []Installed
+		force           bool
+		wantStates      []State
+		wantReasons     []string
+		wantCurrent     bool
+		wantUnreachable int
+		wantUnsupported int
+		wantRefused     int
+	}{
+		{
+			name:        "all current",
+			give:        []Installed{on(p1, r110.Code)},
+			wantStates:  []State{StateCurrent},
+			wantCurrent: true,
+		},
+		{
+			name:            "a node flagged fail, not dialled: unreachable, refused",
+			give:            []Installed{on(p1, r110.Code), {Node: failed}},
+			wantStates:      []State{StateCurrent, StateUnreachable},
+			wantReasons:     []string{"already 1.1.0", "unreachable: flagged fail by the cluster"},
+			wantUnreachable: 1, wantRefused: 1,
+		},
+		{
+			name:            "forced: left out, NOT deployed",
+			give:            []Installed{on(p1, r110.Code), {Node: failed}},
+			force:           true,
+			wantStates:      []State{StateCurrent, StateUnreachable},
+			wantReasons:     []string{"already 1.1.0", "unreachable: flagged fail by the cluster; left out (forced): NOT deployed"},
+			wantUnreachable: 1,
+		},
+		{
+			name:            "unsupported: no refusal (force cannot help), its replica not found loaded",
+			give:            []Installed{on(p1, r110.Code), noFunctions, {Node: r3, Unsupported: "FUNCTION is not a command here"}},
+			force:           true,
+			wantStates:      []State{StateCurrent, StateUnsupported, StateUnsupported},
+			wantReasons:     []string{"already 1.1.0", "unsupported: FUNCTION is not a command here", "unsupported: FUNCTION is not a command here"},
+			wantUnsupported: 2,
+		},
+		{
+			name:        "a lagging replica: nothing to load, not current",
+			give:        []Installed{on(p1, r110.Code), on(replica("127.0.0.1:7004", p1.Addr), r100.Code)},
+			wantStates:  []State{StateCurrent, StateBehind},
+			wantCurrent: false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewPlan(tt.give, r110, tt.force)
+			for i, s := range p.Steps {
+				if s.State != tt.wantStates[i] {
+					t.Errorf("%s: %s, want %s", s.Node.Addr, s.State, tt.wantStates[i])
+				}
+				if tt.wantReasons != nil && s.Reason != tt.wantReasons[i] {
+					t.Errorf("%s: reason %q, want %q", s.Node.Addr, s.Reason, tt.wantReasons[i])
+				}
+				if !s.read() && s.Action != ActionNone {
+					t.Errorf("%s: %s, yet action %s", s.Node.Addr, s.State, s.Action)
+				}
+			}
+			if p.Current() != tt.wantCurrent || len(p.Unreachable()) != tt.wantUnreachable ||
+				len(p.Unsupported()) != tt.wantUnsupported || len(p.Refused()) != tt.wantRefused {
+				t.Errorf("Current %v, %d unreachable, %d unsupported, %d refused; want %v, %d, %d, %d",
+					p.Current(), len(p.Unreachable()), len(p.Unsupported()), len(p.Refused()),
+					tt.wantCurrent, tt.wantUnreachable, tt.wantUnsupported, tt.wantRefused)
+			}
+		})
 	}
 }
 
@@ -296,7 +395,7 @@ func TestRefusedError(t *testing.T) {
 		on(primary("127.0.0.1:7002"), r110.Code),
 		on(primary("127.0.0.1:7003"), r200.Code),
 	}
-	err := &RefusedError{Steps: NewPlan(in, set, r100, false).Refused()}
+	err := &RefusedError{Steps: NewPlan(in, r100, false).Refused()}
 	want := "deployer: refused: 127.0.0.1:7001 has drifted code (declares 1.1.0); " +
 		"127.0.0.1:7002 would downgrade 1.1.0 to 1.0.0; " +
 		"127.0.0.1:7003 would change major version 2.0.0 to 1.0.0 (use --force)"
@@ -349,13 +448,13 @@ func TestPlanLagging(t *testing.T) {
 		},
 		{
 			name: "unknown: an unreachable replica, an unreachable primary, a missing primary",
-			give: []Installed{{Node: p1, Err: down}, on(r1, ""), on(p2, r110.Code), {Node: r2, Err: down}, on(orphan, "")},
+			give: []Installed{{Node: p1, Unreachable: down}, on(r1, ""), on(p2, r110.Code), {Node: r2, Unreachable: down}, on(orphan, "")},
 			to:   r110,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := NewPlan(tt.give, set, tt.to, true)
+			p := NewPlan(tt.give, tt.to, true)
 			var got []string
 			for _, s := range p.Lagging() {
 				got = append(got, s.Node.Addr)

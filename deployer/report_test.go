@@ -40,8 +40,8 @@ func TestNodeResultString(t *testing.T) {
 			want: "127.0.0.1:7001 primary failed 1.0.0 -> 1.1.0 (1ms): FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.",
 		},
 		{
-			give: NodeResult{Node: p, From: "", To: "1.1.0", Outcome: OutcomeLeftOut},
-			want: "127.0.0.1:7001 primary left-out: NOT deployed (could not be inspected)",
+			give: NodeResult{Node: p, From: "", To: "1.1.0", Outcome: OutcomeLeftOut, Err: errors.New("unreachable: flagged fail by the cluster")},
+			want: "127.0.0.1:7001 primary left-out: NOT deployed (unreachable: flagged fail by the cluster)",
 		},
 		{
 			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeSkipped},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/valkey-io/valkey-go"
@@ -35,10 +36,11 @@ type dialed struct {
 const maxHops = 8
 
 // Discover finds every node of the deployment the seed node belongs to. A cluster node
-// gives every node in its CLUSTER NODES view, primaries owning no slots included, nodes
-// flagged fail, handshake or noaddr left out with a note. A standalone server gives its
-// primary (found through master_host when the seed is a replica) and every replica below
-// it, from INFO replication.
+// gives every node in its CLUSTER NODES view, primaries owning no slots included, and
+// nodes flagged fail, pfail, handshake or noaddr too (with Node.Down saying so): a node
+// the cluster knows of is never left out. A standalone server gives its primary (found
+// through master_host when the seed is a replica) and every replica below it, from INFO
+// replication.
 func Discover(ctx context.Context, opt valkey.ClientOption) (*Target, error) {
 	if len(opt.InitAddress) == 0 {
 		return nil, errors.New("deployer: no address to discover from")
@@ -73,7 +75,6 @@ func (t *Target) Topology() Topology {
 	defer t.mu.Unlock()
 	topo := t.topo
 	topo.Nodes = append([]Node(nil), topo.Nodes...)
-	topo.Notes = append([]string(nil), topo.Notes...)
 	return topo
 }
 
@@ -124,11 +125,11 @@ func (t *Target) discoverCluster(ctx context.Context, seed *conn) (Topology, err
 		return Topology{}, fmt.Errorf("deployer: %s: %w", t.seed, err)
 	}
 	host, _, _ := net.SplitHostPort(t.seed)
-	nodes, notes, err := parseClusterNodes(text, host)
+	topo, err := parseClusterNodes(text, host)
 	if err != nil {
 		return Topology{}, fmt.Errorf("%w (from %s)", err, t.seed)
 	}
-	return Topology{Cluster: true, Nodes: nodes, Notes: notes}, nil
+	return topo, nil
 }
 
 func (t *Target) discoverStandalone(ctx context.Context) (Topology, error) {
@@ -183,7 +184,6 @@ func (t *Target) discoverStandalone(ctx context.Context) (Topology, error) {
 			rr, err := replOf(e.addr)
 			if err != nil {
 				// Still listed: Inspect reports it unreachable rather than it vanishing.
-				topo.Notes = append(topo.Notes, fmt.Sprintf("%s: replicas below it not read: %v", e.addr, err))
 				continue
 			}
 			for _, a := range rr.Replicas {
@@ -196,44 +196,97 @@ func (t *Target) discoverStandalone(ctx context.Context) (Topology, error) {
 	return topo, nil
 }
 
-// Installed is what one node runs.
+// Installed is what one node runs, as Inspect read and identified it. A node is in
+// exactly one of these conditions: unreachable (Unreachable set), unsupported (Unsupported
+// set), or read (Code, Version, Declared and Engine say what it runs).
 type Installed struct {
 	Node     Node
+	Server   Server // what the node is, from INFO server; zero when unreachable or not told
 	Code     string // the ratelimit library's code; "" when absent
-	Version  string // the release Code is, "" when absent or drifted
+	Engine   string // the engine the library runs on, from FUNCTION LIST ("LUA")
+	Version  string // the release Code is (code and engine), "" when absent or drifted
 	Declared string // the version Code declares, if any (tells what drifted code claims to be)
-	Err      error  // the node could not be read; the other fields are empty
+	// Unreachable says why the node could not be read: the cluster holds it to be down
+	// (Node.Down), or it did not answer. The other fields are empty.
+	Unreachable error
+	// Unsupported says why a node that answers cannot run Functions (FUNCTION or FCALL
+	// unknown, a server before Redis 7.0); Code is empty.
+	Unsupported string
+	// Warnings are problems that do not stop a deploy, for people: e.g. a server missing
+	// known Lua security fixes.
+	Warnings []string
 }
+
+// Identify is what a node running code on engine runs, identified against set: the release
+// it is, or drifted. It is the one place code is identified.
+func Identify(n Node, code, engine string, set versions.Set) Installed {
+	in := Installed{Node: n, Code: code, Engine: engine}
+	if code == "" {
+		return in
+	}
+	in.Declared, _ = versions.Declared(code)
+	if r, ok := set.Identify(code); ok && luaEngine(engine) {
+		in.Version = r.Version
+	}
+	return in
+}
+
+// luaEngine reports whether engine is the one every release runs on ("" when not told).
+func luaEngine(engine string) bool { return engine == "" || strings.EqualFold(engine, "lua") }
 
 // inspectParallelism bounds the nodes read at once.
 const inspectParallelism = 16
 
-// Inspect reads FUNCTION LIST LIBRARYNAME ratelimit WITHCODE on every node, in topology
-// order, and identifies the code against set. A node that cannot be read has Err set; the
-// error return is only for a cancelled ctx.
+// Inspect reads every node of the topology, in topology order: what the server is (INFO
+// server), the library it runs (FUNCTION LIST LIBRARYNAME ratelimit WITHCODE), and whether
+// it has FCALL, in one round trip; then identifies the code against set. A node the cluster
+// holds to be down is not dialled. The error return is only for a cancelled ctx.
 func (t *Target) Inspect(ctx context.Context, set versions.Set) ([]Installed, error) {
 	nodes := t.Topology().Nodes
-	codes := t.readCodes(ctx, nodes)
+	out := make([]Installed, len(nodes))
+	sem := make(chan struct{}, inspectParallelism)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = t.inspect(ctx, n, set)
+		})
+	}
+	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("deployer: inspect: %w", err)
-	}
-	out := make([]Installed, len(nodes))
-	for i, n := range nodes {
-		out[i] = Installed{Node: n, Code: codes[i].code, Err: codes[i].err}
-		if codes[i].err != nil || codes[i].code == "" {
-			continue
-		}
-		out[i].Declared, _ = versions.Declared(codes[i].code)
-		if r, ok := set.Identify(codes[i].code); ok {
-			out[i].Version = r.Version
-		}
 	}
 	return out, nil
 }
 
+func (t *Target) inspect(ctx context.Context, n Node, set versions.Set) Installed {
+	if n.Down != "" {
+		return Installed{Node: n, Unreachable: errors.New(n.Down)}
+	}
+	c, err := t.conn(n.Addr)
+	if err != nil {
+		return Installed{Node: n, Unreachable: err}
+	}
+	rd, err := c.read(ctx)
+	if err != nil {
+		return Installed{Node: n, Unreachable: err}
+	}
+	in := Identify(n, rd.code, rd.engine, set)
+	in.Server, in.Unsupported = rd.server, rd.unsupported
+	if in.Unsupported == "" {
+		in.Unsupported = rd.server.unsupported()
+	}
+	if in.Unsupported != "" {
+		in.Code, in.Engine, in.Version, in.Declared = "", "", "", ""
+	}
+	in.Warnings = rd.server.warnings()
+	return in
+}
+
 type codeResult struct {
-	code string
-	err  error
+	code, engine string
+	err          error
 }
 
 // readCodes reads the library's code on every node, at most inspectParallelism at once.
@@ -247,7 +300,7 @@ func (t *Target) readCodes(ctx context.Context, nodes []Node) []codeResult {
 			defer func() { <-sem }()
 			c, err := t.conn(n.Addr)
 			if err == nil {
-				out[i].code, err = c.libraryCode(ctx)
+				out[i].code, out[i].engine, err = c.libraryCode(ctx)
 			}
 			out[i].err = err
 		})

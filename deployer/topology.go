@@ -25,13 +25,37 @@ type Node struct {
 	Role    Role
 	Primary string // for a replica, the address of the node it replicates from
 	Slots   int    // hash slots a cluster primary owns (0 for a primary added before resharding)
+	// Down says why the cluster holds this node not to be serving ("flagged fail" and the
+	// like, from CLUSTER NODES): it is known, but unreachable, and never dialled. "" for a
+	// node that is not known to be down (it may still not answer).
+	Down string
 }
 
-// Topology is the target as discovered.
+// Topology is the target as discovered: every node the server knows of, those it holds to
+// be down included (Node.Down), so that none is left out of a status, plan or report.
 type Topology struct {
 	Cluster bool
-	Nodes   []Node   // primaries first, then replicas, each by address (host, then port as a number)
-	Notes   []string // nodes left out and why, e.g. a cluster node flagged fail
+	Nodes   []Node // primaries first, then replicas, each by address (host, then port as a number)
+
+	slots []slotRange // a cluster's slot owners, from the same CLUSTER NODES as Nodes
+}
+
+// slotRange is a range of hash slots served by one primary.
+type slotRange struct {
+	lo, hi int
+	addr   string
+}
+
+// owner returns the primary serving slot; false when no node serves it.
+func (t Topology) owner(slot int) (Node, bool) {
+	for _, r := range t.slots {
+		if r.lo <= slot && slot <= r.hi {
+			if i := slices.IndexFunc(t.Nodes, func(n Node) bool { return n.Addr == r.addr }); i >= 0 {
+				return t.Nodes[i], true
+			}
+		}
+	}
+	return Node{}, false
 }
 
 // sortNodes puts primaries first, then replicas, each ordered by host and numeric port,
@@ -67,18 +91,24 @@ type clusterNode struct {
 	myself    bool
 }
 
-// skipFlags mark nodes that are not serving: a failed node, one still in the handshake, or
-// one whose address is unknown.
-var skipFlags = []string{"fail", "handshake", "noaddr"}
+// downFlags mark nodes that are not serving: failed (or suspected so by this node: "fail?"),
+// still in the handshake, or whose address is unknown.
+var downFlags = map[string]string{
+	"fail":      "flagged fail by the cluster",
+	"fail?":     "flagged pfail (not answering the node asked)",
+	"pfail":     "flagged pfail (not answering the node asked)",
+	"handshake": "still in the cluster handshake",
+	"noaddr":    "flagged noaddr: the cluster knows no address for it",
+}
 
-func isSkipFlag(f string) bool { return slices.Contains(skipFlags, f) }
-
-// parseClusterNodes reads CLUSTER NODES. A node's address comes from its
+// parseClusterNodes reads CLUSTER NODES into a Topology. A node's address comes from its
 // "ip:port@cport[,hostname]" field; an empty ip (a node that has not learned its own
-// address yet) is replaced by seedHost. Nodes flagged fail, handshake or noaddr are left
-// out, each with a note saying so.
-func parseClusterNodes(text, seedHost string) (nodes []Node, notes []string, err error) {
-	var all []clusterNode
+// address yet) is replaced by seedHost. Every node is listed: one flagged fail, pfail,
+// handshake or noaddr has Down set, and a replica of a node missing from the view has the
+// missing node's ID as Primary (a plan says it is not found).
+func parseClusterNodes(text, seedHost string) (Topology, error) {
+	topo := Topology{Cluster: true}
+	var primaryIDs []string
 	byID := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(nil, 1<<20) // a node owning many slot ranges has a long line
@@ -90,25 +120,30 @@ func parseClusterNodes(text, seedHost string) (nodes []Node, notes []string, err
 		// <id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong> <epoch> <link> <slot>...
 		f := strings.Fields(line)
 		if len(f) < 8 {
-			return nil, nil, fmt.Errorf("deployer: CLUSTER NODES line has %d fields, want at least 8: %q", len(f), line)
+			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES line has %d fields, want at least 8: %q", len(f), line)
 		}
 		addr, err := nodeAddr(f[1], seedHost)
 		if err != nil {
-			return nil, nil, err
+			return Topology{}, err
 		}
-		n := clusterNode{Node: Node{Addr: addr, ID: f[0]}, primaryID: f[3], flags: strings.Split(f[2], ",")}
-		for _, fl := range n.flags {
+		n := Node{Addr: addr, ID: f[0]}
+		for _, fl := range strings.Split(f[2], ",") {
 			switch fl {
 			case "master", "primary":
 				n.Role = RolePrimary
 			case "slave", "replica":
 				n.Role = RoleReplica
-			case "myself":
-				n.myself = true
+			}
+			if why, ok := downFlags[fl]; ok && n.Down == "" {
+				n.Down = why
 			}
 		}
-		if n.Role == "" && !slices.ContainsFunc(n.flags, isSkipFlag) {
-			return nil, nil, fmt.Errorf("deployer: CLUSTER NODES: node %s (%s) is neither primary nor replica: flags %s", n.ID, addr, f[2])
+		if n.Role == "" {
+			if n.Down == "" {
+				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s (%s) is neither primary nor replica: flags %s", n.ID, addr, f[2])
+			}
+			// A node in the handshake has no role yet: it joins as a primary.
+			n.Role = RolePrimary
 		}
 		for _, r := range f[8:] {
 			if strings.HasPrefix(r, "[") { // a slot being migrated or imported, owned elsewhere
@@ -122,37 +157,28 @@ func parseClusterNodes(text, seedHost string) (nodes []Node, notes []string, err
 				b, errB = strconv.Atoi(hi)
 			}
 			if errA != nil || errB != nil || b < a {
-				return nil, nil, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
+				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
 			}
 			n.Slots += b - a + 1
+			topo.slots = append(topo.slots, slotRange{lo: a, hi: b, addr: addr})
 		}
 		byID[n.ID] = n.Addr
-		all = append(all, n)
+		topo.Nodes = append(topo.Nodes, n)
+		primaryIDs = append(primaryIDs, f[3])
 	}
 	if err := sc.Err(); err != nil {
-		return nil, nil, fmt.Errorf("deployer: CLUSTER NODES: %w", err)
+		return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: %w", err)
 	}
-	for _, n := range all {
-		if fl := slices.IndexFunc(n.flags, isSkipFlag); fl >= 0 {
-			role := string(n.Role)
-			if role == "" {
-				role = "node"
+	for i := range topo.Nodes {
+		if n := &topo.Nodes[i]; n.Role == RoleReplica {
+			n.Primary = primaryIDs[i]
+			if addr, ok := byID[primaryIDs[i]]; ok {
+				n.Primary = addr
 			}
-			notes = append(notes, fmt.Sprintf("%s (%s, %s) left out: flagged %s", n.Addr, n.ID, role, n.flags[fl]))
-			continue
 		}
-		if n.Role == RoleReplica {
-			addr, ok := byID[n.primaryID]
-			if !ok {
-				notes = append(notes, fmt.Sprintf("%s (%s) replicates unknown node %s", n.Addr, n.ID, n.primaryID))
-				addr = n.primaryID
-			}
-			n.Primary = addr
-		}
-		nodes = append(nodes, n.Node)
 	}
-	sortNodes(nodes)
-	return nodes, notes, nil
+	sortNodes(topo.Nodes)
+	return topo, nil
 }
 
 // nodeAddr turns CLUSTER NODES' "ip:port@cport[,hostname]" into host:port.
@@ -272,28 +298,4 @@ func keySlot(key string) int {
 		}
 	}
 	return int(crc % 16384)
-}
-
-// slotOwner returns, from CLUSTER NODES, the address of the primary serving slot; false
-// when none does (the slot is unassigned, or its owner is flagged fail).
-func slotOwner(text, seedHost string, slot int) (string, bool) {
-	for line := range strings.Lines(text) {
-		f := strings.Fields(line)
-		if len(f) < 9 || slices.ContainsFunc(strings.Split(f[2], ","), isSkipFlag) {
-			continue
-		}
-		for _, r := range f[8:] {
-			lo, hi, isRange := strings.Cut(r, "-")
-			if !isRange {
-				hi = lo
-			}
-			a, errA := strconv.Atoi(lo)
-			b, errB := strconv.Atoi(hi)
-			if errA == nil && errB == nil && a <= slot && slot <= b {
-				addr, err := nodeAddr(f[1], seedHost)
-				return addr, err == nil
-			}
-		}
-	}
-	return "", false
 }

@@ -11,7 +11,6 @@ func TestParseClusterNodes(t *testing.T) {
 		name      string
 		give      string
 		wantNodes []Node
-		wantNotes []string
 		wantErr   string
 	}{
 		{
@@ -35,21 +34,21 @@ n4 127.0.0.1:7007@17007 master - 0 1700000000000 4 connected
 			},
 		},
 		{
-			name: "failed, handshake and noaddr nodes are left out with a note",
+			name: "failed, pfail, handshake and noaddr nodes are listed, down",
 			give: `c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-100 200 300-16383
 c2 127.0.0.1:7002@17002 master,fail - 0 0 2 disconnected
 r2 127.0.0.1:7005@17005 master - 0 0 5 connected 101-199 201-299
 h1 127.0.0.1:7008@17008 handshake - 0 0 0 disconnected
 x1 :0@0 master,noaddr - 0 0 0 disconnected
+p1 127.0.0.1:7009@17009 slave,fail? c2 0 0 2 connected
 `,
 			wantNodes: []Node{
+				{Addr: "127.0.0.1:0", ID: "x1", Role: RolePrimary, Down: "flagged noaddr: the cluster knows no address for it"},
 				{Addr: "127.0.0.1:7001", ID: "c1", Role: RolePrimary, Slots: 101 + 1 + 16084},
+				{Addr: "127.0.0.1:7002", ID: "c2", Role: RolePrimary, Down: "flagged fail by the cluster"},
 				{Addr: "127.0.0.1:7005", ID: "r2", Role: RolePrimary, Slots: 99 + 99},
-			},
-			wantNotes: []string{
-				"127.0.0.1:7002 (c2, primary) left out: flagged fail",
-				"127.0.0.1:7008 (h1, node) left out: flagged handshake",
-				"127.0.0.1:0 (x1, primary) left out: flagged noaddr",
+				{Addr: "127.0.0.1:7008", ID: "h1", Role: RolePrimary, Down: "still in the cluster handshake"},
+				{Addr: "127.0.0.1:7009", ID: "p1", Role: RoleReplica, Primary: "127.0.0.1:7002", Down: "flagged pfail (not answering the node asked)"},
 			},
 		},
 		{
@@ -77,7 +76,6 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 			wantNodes: []Node{
 				{Addr: "127.0.0.1:7001", ID: "c1", Role: RoleReplica, Primary: "zz"},
 			},
-			wantNotes: []string{"127.0.0.1:7001 (c1) replicates unknown node zz"},
 		},
 		{name: "short line", give: "c1 127.0.0.1:7001@17001 master\n", wantErr: "has 3 fields"},
 		{name: "no port", give: "c1 127.0.0.1@17001 master - 0 0 1 connected\n", wantErr: "has no port"},
@@ -86,7 +84,7 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			nodes, notes, err := parseClusterNodes(tt.give, "127.0.0.1")
+			topo, err := parseClusterNodes(tt.give, "127.0.0.1")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "deployer: ") {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -96,11 +94,8 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(nodes, tt.wantNodes) {
-				t.Errorf("nodes:\n got %+v\nwant %+v", nodes, tt.wantNodes)
-			}
-			if !reflect.DeepEqual(notes, tt.wantNotes) {
-				t.Errorf("notes:\n got %q\nwant %q", notes, tt.wantNotes)
+			if !topo.Cluster || !reflect.DeepEqual(topo.Nodes, tt.wantNodes) {
+				t.Errorf("nodes:\n got %+v\nwant %+v", topo.Nodes, tt.wantNodes)
 			}
 		})
 	}

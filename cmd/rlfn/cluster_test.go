@@ -244,3 +244,128 @@ func TestConfirm(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterNodeDown is the partial cluster of issue 9: a primary of a 3-primary cluster
+// (full coverage not required, as in production) stops. Every command still accounts for
+// it: status and diff show it unreachable and exit 1, deploy refuses it (3), and a forced
+// deploy loads the others and exits 1 naming it NOT deployed, in the table and in JSON.
+func TestClusterNodeDown(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	c := harness.StartCluster(t, 3, 0)
+	set := testReleases(t)
+	v100 := set[0]
+	for _, p := range c.Primaries {
+		vk := p.Client(t)
+		if err := vk.Do(context.Background(), vk.B().ConfigSet().ParameterValue().ParameterValue("cluster-require-full-coverage", "no").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantExit(t, rlfnAt(t, set, c.Primaries[0].Addr, "deploy", "--yes", "--to", v100.Version), exitOK, "first deploy")
+
+	// The victim owns no part of the lock's slot: a forced deploy can still take the lock.
+	var victim *harness.Server
+	var live []*harness.Server
+	for _, p := range c.Primaries {
+		if victim == nil && !ownsKey(t, p, deployer.LockKey) {
+			victim = p
+			continue
+		}
+		live = append(live, p)
+	}
+	for _, p := range live {
+		vk := p.Client(t)
+		if err := vk.Do(context.Background(), vk.B().FunctionDelete().LibraryName(functions.Library).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := victim.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	seed := live[0].Addr
+
+	// At once (not answering) and once the cluster flags it (fail), the victim is a row.
+	r := rlfnAt(t, set, seed, "status")
+	wantExit(t, r, exitError, "status with a primary stopped")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(victim.Addr) + ` +primary .* unreachable: `).MatchString(r.stdout) {
+		t.Errorf("status does not show %s unreachable:\n%s", victim.Addr, r.stdout)
+	}
+	waitFlagged(t, live[0], victim, "fail")
+
+	r = rlfnAt(t, set, seed, "status", "--json")
+	wantExit(t, r, exitError, "status --json with a primary flagged fail")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	i := slices.IndexFunc(rows, func(row statusRow) bool { return row.Addr == victim.Addr })
+	if len(rows) != 3 || i < 0 || rows[i].State != "unreachable" || !strings.Contains(rows[i].Error, "flagged fail") {
+		t.Errorf("status --json = %+v, want 3 rows, %s unreachable: flagged fail", rows, victim.Addr)
+	}
+	if !strings.Contains(r.stderr, victim.Addr) || !strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("status stderr %q does not name %s unreachable", r.stderr, victim.Addr)
+	}
+
+	r = rlfnAt(t, set, seed, "diff", "--exit-code", "--to", v100.Version)
+	wantExit(t, r, exitError, "diff --exit-code with a primary flagged fail")
+	if strings.Contains(r.stdout, "every primary runs") || !strings.Contains(r.stdout, "Unreachable: 1 node ("+victim.Addr+")") {
+		t.Errorf("diff does not account for %s:\n%s", victim.Addr, r.stdout)
+	}
+
+	r = rlfnAt(t, set, seed, "deploy", "--yes", "--to", v100.Version)
+	wantExit(t, r, exitRefused, "deploy with a primary flagged fail")
+	if !strings.Contains(r.stderr, victim.Addr+" is unreachable") {
+		t.Errorf("refusal %q does not name %s", r.stderr, victim.Addr)
+	}
+
+	r = rlfnAt(t, set, seed, "deploy", "--yes", "--force", "--to", v100.Version)
+	wantExit(t, r, exitError, "forced deploy with a primary flagged fail")
+	if !strings.Contains(r.stderr, "NOT deployed: "+victim.Addr) || strings.Contains(r.stdout, "Deployed "+v100.Version+" in") ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(victim.Addr)+` +primary .* left-out: unreachable: flagged fail`).MatchString(r.stdout) {
+		t.Errorf("forced deploy does not say %s is NOT deployed:\nstdout:\n%s\nstderr:\n%s", victim.Addr, r.stdout, r.stderr)
+	}
+	for _, p := range live {
+		waitLibrary(t, p, v100.Code)
+	}
+
+	r = rlfnAt(t, set, seed, "deploy", "--yes", "--force", "--to", v100.Version, "--json")
+	wantExit(t, r, exitError, "forced deploy --json with nothing left to load but a primary flagged fail")
+	var dep deployJSON
+	if err := json.Unmarshal([]byte(r.stdout), &dep); err != nil || dep.Report == nil {
+		t.Fatalf("deploy --json: %v\n%s", err, r.stdout)
+	}
+	j := slices.IndexFunc(dep.Report.Nodes, func(n nodeResultJSON) bool { return n.Addr == victim.Addr })
+	if j < 0 || dep.Report.Nodes[j].Outcome != "left-out" || !strings.Contains(dep.Error, "NOT deployed: "+victim.Addr) {
+		t.Errorf("deploy --json = %+v, want %s left-out and an error naming it", dep, victim.Addr)
+	}
+}
+
+// ownsKey reports whether a cluster primary serves key's slot (it does not answer MOVED).
+func ownsKey(t *testing.T, s *harness.Server, key string) bool {
+	t.Helper()
+	vk := s.Client(t)
+	err := vk.Do(context.Background(), vk.B().Exists().Key(key).Build()).Error()
+	if err != nil && !strings.Contains(err.Error(), "MOVED") {
+		t.Fatalf("%s: EXISTS: %v", s.Addr, err)
+	}
+	return err == nil
+}
+
+// waitFlagged waits up to 30s for seen's CLUSTER NODES to flag node with flag.
+func waitFlagged(t *testing.T, seen, node *harness.Server, flag string) {
+	t.Helper()
+	vk := seen.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text, err := vk.Do(context.Background(), vk.B().ClusterNodes().Build()).ToString()
+		for line := range strings.Lines(text) {
+			if f := strings.Fields(line); err == nil && len(f) > 2 && strings.HasPrefix(f[1], node.Addr+"@") &&
+				slices.Contains(strings.Split(f[2], ","), flag) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not flagged %s by %s after 30s (%v):\n%s", node.Addr, flag, seen.Addr, err, text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

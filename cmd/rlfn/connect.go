@@ -20,7 +20,7 @@ const defaultTimeout = 2 * time.Minute
 // clientOption turns the global flags into the options every connection uses: the node to
 // start from, its credentials and TLS.
 func clientOption(c *cli.Context) (valkey.ClientOption, error) {
-	opt, err := deployer.ParseURL(c.String("url"))
+	opt, err := parseURL(c.String("url"))
 	if err != nil {
 		return opt, err
 	}

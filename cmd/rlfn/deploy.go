@@ -23,14 +23,17 @@ func deployCommand() *cli.Command {
 			"every primary that needs it, including primaries that own no slots, then checks that\n" +
 			"every node, replicas included, answers the new rl_version. If a primary refuses or a\n" +
 			"node does not verify, every node this run changed gets back exactly what it had.\n" +
-			"A deploy --to an older release is the rollback. Drifted code, a downgrade and a change\n" +
-			"of major version are refused (exit 3) unless --force.",
+			"A deploy --to an older release is the rollback. Drifted code, a downgrade, a change\n" +
+			"of major version and an unreachable node are refused (exit 3) unless --force; a forced\n" +
+			"deploy leaves unreachable nodes out and exits 1, naming them. A node that cannot run\n" +
+			"Functions (unsupported) stops any deploy (exit 1). deploy exits 0 only when every node\n" +
+			"runs the release at the end.",
 		Flags: []cli.Flag{
 			toFlag(),
 			&cli.BoolFlag{Name: "yes", Usage: "deploy without asking (required when there is no terminal)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "show the plan, change nothing"},
-			&cli.BoolFlag{Name: "force", Usage: "override the safety checks: overwrite drifted code, downgrade, change major version"},
-			&cli.IntFlag{Name: "parallel", Usage: "load on `N` primaries at once", Value: 4},
+			&cli.BoolFlag{Name: "force", Usage: "override the safety checks: overwrite drifted code, downgrade, change major version, leave unreachable nodes out"},
+			&cli.IntFlag{Name: "parallel", Usage: "load on `N` primaries at once", Value: 4, Base: 10},
 			&cli.DurationFlag{Name: "verify-timeout", Usage: "wait up to `DURATION` for every node to answer the new version", Value: 10 * time.Second},
 			jsonFlag(),
 		},
@@ -53,7 +56,7 @@ func deployAction(c *cli.Context) error {
 		return err
 	}
 	defer t.Close()
-	out := deployJSON{To: plan.To.Version, DryRun: c.Bool("dry-run"), Plan: stepsJSON(plan)}
+	out := deployJSON{To: plan.To.Version, DryRun: c.Bool("dry-run"), Plan: stepsJSON(plan), Warnings: plan.Warnings()}
 	p := colours(c.App.Writer)
 	if !asJSON {
 		if err := renderPlan(c.App.Writer, p, plan); err != nil {
@@ -71,13 +74,16 @@ func deployAction(c *cli.Context) error {
 		}
 		return err
 	}
+	if unsupported := plan.Unsupported(); len(unsupported) > 0 {
+		return finish(&deployer.UnsupportedError{Steps: unsupported})
+	}
 	if refused := plan.Refused(); len(refused) > 0 {
 		return finish(&deployer.RefusedError{Steps: refused})
 	}
-	if !plan.Pending() || c.Bool("dry-run") {
+	if c.Bool("dry-run") {
 		return finish(nil)
 	}
-	if !c.Bool("yes") {
+	if plan.Pending() && !c.Bool("yes") {
 		if err := confirm(c, plan); err != nil {
 			return finish(err)
 		}
@@ -86,10 +92,15 @@ func deployAction(c *cli.Context) error {
 	if isTerminal(c.App.ErrWriter) {
 		opts.Progress = progress(c, colours(c.App.ErrWriter))
 	}
+	// With nothing to load Apply changes nothing, but it still says whether every node runs
+	// the release: a forced plan's unreachable nodes make it an incomplete deploy.
 	report, err := t.Apply(ctx, plan, opts)
+	var partial *deployer.PartialError
+	if !plan.Pending() && err == nil {
+		return finish(nil)
+	}
 	out.Report = reportJSONOf(report)
 	if !asJSON {
-		var partial *deployer.PartialError
 		if err == nil || errors.As(err, &partial) {
 			fmt.Fprintln(c.App.Writer)
 			if rerr := renderReport(c.App.Writer, p, report); rerr != nil && err == nil {
@@ -139,11 +150,12 @@ func progress(c *cli.Context, p palette) func(deployer.Event) {
 
 // deployJSON is deploy --json's output: the plan, and the report when it ran.
 type deployJSON struct {
-	To     string      `json:"to"`
-	DryRun bool        `json:"dry_run"`
-	Plan   []stepJSON  `json:"plan"`
-	Report *reportJSON `json:"report,omitempty"`
-	Error  string      `json:"error,omitempty"`
+	To       string      `json:"to"`
+	DryRun   bool        `json:"dry_run"`
+	Plan     []stepJSON  `json:"plan"`
+	Report   *reportJSON `json:"report,omitempty"`
+	Warnings []string    `json:"warnings,omitempty"` // the nodes' warnings, e.g. missing security fixes
+	Error    string      `json:"error,omitempty"`
 }
 
 type reportJSON struct {

@@ -22,9 +22,12 @@ func diffCommand() *cli.Command {
 		Name:         "diff",
 		Usage:        "show the plan of a deploy and a unified diff of the code",
 		ArgsUsage:    " ",
+		Description: "diff shows what a deploy would do on every node the server knows of. It exits 1 when a\n" +
+			"node cannot be read (unreachable) or cannot run Functions (unsupported); with\n" +
+			"--exit-code it exits 2 unless every node runs the release.",
 		Flags: []cli.Flag{
 			toFlag(),
-			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when a deploy would change something"},
+			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 unless every node runs the release"},
 			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -39,7 +42,10 @@ func diffCommand() *cli.Command {
 			}
 			defer t.Close()
 			if c.Bool("json") {
-				err = writeJSON(c.App.Writer, diffJSON{To: plan.To.Version, Pending: plan.Pending(), Steps: stepsJSON(plan), Diffs: diffsJSON(plan)})
+				err = writeJSON(c.App.Writer, diffJSON{
+					To: plan.To.Version, Pending: plan.Pending(), Current: plan.Current(),
+					Steps: stepsJSON(plan), Diffs: diffsJSON(plan), Warnings: plan.Warnings(),
+				})
 			} else {
 				p := colours(c.App.Writer)
 				if err = renderPlan(c.App.Writer, p, plan); err == nil {
@@ -49,7 +55,10 @@ func diffCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Bool("exit-code") && plan.Pending() {
+			if err := unread(statusRows(plan)); err != nil {
+				return err
+			}
+			if c.Bool("exit-code") && !plan.Current() {
 				return errPending
 			}
 			return nil
@@ -76,7 +85,7 @@ func target(c *cli.Context) (versions.Release, error) {
 }
 
 // planFor discovers the target, reads every node and plans the deploy --to asks for. A node
-// that cannot be read is a refusal in the plan (only --force leaves it out).
+// that cannot be read is a refusal in the plan (only --force leaves it out, NOT deployed).
 func planFor(ctx context.Context, c *cli.Context, force bool) (*deployer.Target, deployer.Plan, error) {
 	to, err := target(c)
 	if err != nil {
@@ -92,25 +101,29 @@ func planFor(ctx context.Context, c *cli.Context, force bool) (*deployer.Target,
 		t.Close()
 		return nil, deployer.Plan{}, err
 	}
-	return t, deployer.NewPlan(installed, set, to, force), nil
+	return t, deployer.NewPlan(installed, to, force), nil
 }
 
 type diffJSON struct {
-	To      string     `json:"to"`
-	Pending bool       `json:"pending"`
-	Steps   []stepJSON `json:"steps"`
-	Diffs   []codeJSON `json:"diffs"`
+	To       string     `json:"to"`
+	Pending  bool       `json:"pending"` // a deploy would load something
+	Current  bool       `json:"current"` // every node was read and runs the release
+	Steps    []stepJSON `json:"steps"`
+	Diffs    []codeJSON `json:"diffs"`
+	Warnings []string   `json:"warnings,omitempty"`
 }
 
 type stepJSON struct {
-	Addr    string `json:"addr"`
-	Role    string `json:"role"`
-	State   string `json:"state"`
-	From    string `json:"from"`
-	To      string `json:"to"`
-	Action  string `json:"action"`
-	Reason  string `json:"reason,omitempty"`
-	Refusal string `json:"refusal,omitempty"`
+	Addr     string   `json:"addr"`
+	Role     string   `json:"role"`
+	State    string   `json:"state"`
+	From     string   `json:"from"`
+	To       string   `json:"to"`
+	Action   string   `json:"action"`
+	Reason   string   `json:"reason,omitempty"`
+	Refusal  string   `json:"refusal,omitempty"`
+	Error    string   `json:"error,omitempty"` // why the node is unreachable or unsupported
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func stepsJSON(plan deployer.Plan) []stepJSON {
@@ -118,7 +131,7 @@ func stepsJSON(plan deployer.Plan) []stepJSON {
 	for _, s := range plan.Steps {
 		out = append(out, stepJSON{
 			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), From: s.From, To: s.To,
-			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal,
+			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal, Error: nodeError(s), Warnings: s.Warnings,
 		})
 	}
 	return out
@@ -134,7 +147,7 @@ type codeJSON struct {
 func diffsJSON(plan deployer.Plan) []codeJSON {
 	out := []codeJSON{}
 	for _, g := range groupByCode(plan) {
-		if g.step.FromCode == plan.To.Code {
+		if g.step.Code == plan.To.Code {
 			continue
 		}
 		d := codeJSON{Nodes: g.addrs, From: g.step.From, State: string(g.step.State)}

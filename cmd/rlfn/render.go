@@ -18,8 +18,8 @@ import (
 // alignment of any column after them.
 
 // renderStatus prints one row per node; SLOTS only means something in a cluster.
-func renderStatus(w io.Writer, p palette, rows []statusRow, cluster bool) error {
-	t := newTable(w, "ADDR", "ROLE", "SLOTS", "VERSION", "STATE")
+func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) error {
+	t := newTable(out, "ADDR", "ROLE", "SLOTS", "VERSION", "STATE")
 	for _, r := range rows {
 		version := r.Version
 		switch {
@@ -41,7 +41,15 @@ func renderStatus(w io.Writer, p palette, rows []statusRow, cluster bool) error 
 		}
 		t.row(r.Addr, role, slots, version, p.state(r.State, state))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		for _, warning := range r.Warnings {
+			fmt.Fprintf(out, "%s: %s: %s\n", p.yellow("Warning"), r.Addr, warning)
+		}
+	}
+	return nil
 }
 
 func (p palette) state(state, text string) string {
@@ -54,30 +62,46 @@ func (p palette) state(state, text string) string {
 	return p.red(text)
 }
 
-// renderPlan prints what a deploy of plan would do, node by node.
+// renderPlan prints what a deploy of plan would do, node by node: every node the target
+// knows of, unreachable and unsupported ones included.
 func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
-	loads, replicas, refused := 0, 0, len(plan.Refused())
+	loads, primaries, replicas, refused := 0, 0, 0, len(plan.Refused())
 	for _, s := range plan.Steps {
 		if s.Action == deployer.ActionLoad {
 			loads++
 		}
 		if s.Node.Role == deployer.RoleReplica {
 			replicas++
+		} else {
+			primaries++
 		}
 	}
+	unreachable, unsupported := plan.Unreachable(), plan.Unsupported()
 	switch {
 	case len(plan.Steps) == 0:
 		fmt.Fprintln(w, "No nodes found.")
 		return nil
+	case plan.Current():
+		fmt.Fprintf(w, "Plan: nothing to do, every node runs %s.\n", plan.To.Version)
 	case loads == 0:
-		fmt.Fprintf(w, "Plan: nothing to do, every primary runs %s.\n", plan.To.Version)
+		fmt.Fprintf(w, "Plan: nothing to load, but not every node runs %s.\n", plan.To.Version)
 	default:
-		fmt.Fprintf(w, "Plan: load %s on %s of %d", plan.To.Version,
-			count(loads, "primary", "primaries"), len(plan.Steps)-replicas)
+		fmt.Fprintf(w, "Plan: load %s on %s of %d", plan.To.Version, count(loads, "primary", "primaries"), primaries)
 		if replicas > 0 {
 			fmt.Fprintf(w, "; %s", count(replicas, "replica follows its primary", "replicas follow their primaries"))
 		}
 		fmt.Fprintln(w, ".")
+	}
+	if len(unreachable) > 0 {
+		what := "a deploy is refused until --force, which leaves them out: they are NOT deployed"
+		if plan.Force {
+			what = "left out by --force: they are NOT deployed"
+		}
+		fmt.Fprintf(w, "%s: %s (%s); %s.\n", p.red("Unreachable"), count(len(unreachable), "node", "nodes"), stepAddrs(unreachable), what)
+	}
+	if len(unsupported) > 0 {
+		fmt.Fprintf(w, "%s: %s (%s) cannot run Functions: no deploy can reach them.\n", p.red("Unsupported"),
+			count(len(unsupported), "node", "nodes"), stepAddrs(unsupported))
 	}
 	if refused > 0 {
 		fmt.Fprintf(w, "Refused: %s a safety check; --force overrides.\n", count(refused, "node fails", "nodes fail"))
@@ -86,36 +110,42 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 		fmt.Fprintf(w, "%s: replica %s runs other code (%s) than its primary %s, and a deploy does not load replicas: is its replication broken?\n",
 			p.yellow("Warning"), s.Node.Addr, stepFrom(s), s.Node.Primary)
 	}
+	for _, warning := range plan.Warnings() {
+		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), warning)
+	}
 	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "ACTION")
 	for _, s := range plan.Steps {
-		from := stepFrom(s)
 		action := s.Reason
-		if action == "" {
-			action = string(s.Action)
-		}
 		if s.Refusal != "" && !plan.Force {
-			action = "refused (" + s.Refusal + "): " + strings.TrimPrefix(s.Reason, s.Refusal+": ")
+			action = "refused: " + s.Reason
 		}
 		colour := p.cyan
 		switch {
-		case s.Refusal != "" && !plan.Force:
+		case s.Refusal != "" && !plan.Force, s.State == deployer.StateUnreachable, s.State == deployer.StateUnsupported:
 			colour = p.red
 		case s.Action == deployer.ActionLoad:
 			colour = p.yellow
 		}
-		t.row(s.Node.Addr, string(s.Node.Role), from, plan.To.Version, colour(action))
+		t.row(s.Node.Addr, string(s.Node.Role), stepFrom(s), plan.To.Version, colour(action))
 	}
 	return t.flush()
 }
 
+func stepAddrs(steps []deployer.Step) string {
+	out := make([]string, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, s.Node.Addr)
+	}
+	return strings.Join(out, ", ")
+}
+
+// stepFrom is what a node runs, for the FROM column: a release, "-" (absent), or its state.
 func stepFrom(s deployer.Step) string {
 	switch s.State {
 	case deployer.StateAbsent:
 		return "-"
-	case deployer.StateDrifted:
-		return "drifted"
-	case deployer.StateUnknown:
-		return "?"
+	case deployer.StateDrifted, deployer.StateUnreachable, deployer.StateUnsupported:
+		return string(s.State)
 	}
 	if s.From == "" {
 		return "-"
@@ -133,7 +163,7 @@ func renderDiff(w io.Writer, p palette, plan deployer.Plan) error {
 			fmt.Fprintf(w, "\n%s: no library; %s (%d lines) will be loaded.\n", strings.Join(g.addrs, ", "),
 				plan.To.Version, strings.Count(plan.To.Code, "\n"))
 			continue
-		case s.FromCode == plan.To.Code:
+		case s.Code == plan.To.Code:
 			continue
 		}
 		text := g.unified(plan.To)
@@ -165,19 +195,19 @@ type codeGroup struct {
 // unified is the diff from the group's code to release to.
 func (g codeGroup) unified(to versions.Release) string {
 	from := "ratelimit " + stepFrom(g.step) + " on " + strings.Join(g.addrs, ", ")
-	return udiff.Unified(from, "ratelimit "+to.Version, g.step.FromCode, to.Code)
+	return udiff.Unified(from, "ratelimit "+to.Version, g.step.Code, to.Code)
 }
 
-// groupByCode gathers the primaries (what a deploy replaces) by the code they run, in the
-// plan's order.
+// groupByCode gathers the primaries that were read (what a deploy replaces) by the code
+// they run, in the plan's order. An unreachable or unsupported node has no code to diff.
 func groupByCode(plan deployer.Plan) []codeGroup {
 	var groups []codeGroup
 	index := map[string]int{}
 	for _, s := range plan.Steps {
-		if s.Node.Role != deployer.RolePrimary {
+		if s.Node.Role != deployer.RolePrimary || s.State == deployer.StateUnreachable || s.State == deployer.StateUnsupported {
 			continue
 		}
-		key := string(s.State) + "\x00" + s.FromCode
+		key := string(s.State) + "\x00" + s.Code
 		i, ok := index[key]
 		if !ok {
 			i = len(groups)
@@ -232,8 +262,8 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 	case len(failed) > 0:
 		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), strings.Join(failed, ", "))
 	case len(leftOut) > 0:
-		fmt.Fprintf(w, "Deployed %s in %s, but %s NOT deployed (unreachable, left out by --force): %s.\n",
-			r.To, ms(r.Duration), count(len(leftOut), "node was", "nodes were"), strings.Join(leftOut, ", "))
+		fmt.Fprintf(w, "%s: deploy of %s incomplete after %s: %s NOT deployed (unreachable, left out by --force): %s.\n",
+			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(leftOut), "node was", "nodes were"), strings.Join(leftOut, ", "))
 	default:
 		fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
 	}

@@ -31,17 +31,23 @@ var (
 	fixtureSet = versions.Set{{Version: "1.0.0", Code: code100}, {Version: "1.1.0", Code: code110}}
 	to         = fixtureSet[1]
 
+	// p5 is flagged fail by the cluster, p6 answers without Functions; r3 does not answer.
+	p5 = deployer.Node{Addr: "127.0.0.1:7008", ID: "a8", Role: deployer.RolePrimary, Down: "flagged fail by the cluster"}
+	p6 = deployer.Node{Addr: "127.0.0.1:7009", ID: "a9", Role: deployer.RolePrimary}
+
 	fixtureInstalled = []deployer.Installed{
-		{Node: p1, Code: code100, Version: "1.0.0"},
-		{Node: p2, Code: code110, Version: "1.1.0"},
-		{Node: p3, Code: drifted, Declared: "1.0.0"},
-		{Node: p4},
-		{Node: r1, Code: code100, Version: "1.0.0"},
-		{Node: r2, Code: code110, Version: "1.1.0"},
-		{Node: r3, Err: errors.New("dial tcp 127.0.0.1:7006: connect: connection refused")},
+		onRedis70(identify(p1, code100)),
+		identify(p2, code110),
+		identify(p3, drifted),
+		identify(p4, ""),
+		{Node: p5},
+		{Node: p6, Unsupported: "FUNCTION is not a command here (renamed or disabled, blocked by a managed service, or a server before Redis 7.0)"},
+		identify(r1, code100),
+		identify(r2, code110),
+		{Node: r3, Unreachable: errors.New("dial tcp 127.0.0.1:7006: connect: connection refused")},
 	}
-	fixturePlan   = deployer.NewPlan(fixtureInstalled, fixtureSet, to, false)
-	fixtureStatus = statusRows(fixtureInstalled, fixturePlan)
+	fixturePlan   = deployer.NewPlan(fixtureInstalled, to, false)
+	fixtureStatus = statusRows(fixturePlan)
 
 	fixtureReport = deployer.Report{To: "1.1.0", Duration: 412 * time.Millisecond, Nodes: []deployer.NodeResult{
 		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
@@ -55,7 +61,7 @@ var (
 		"deployer: release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"},
 		Nodes: []deployer.NodeResult{
 			{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
-			{Node: r1, To: "1.1.0", Outcome: deployer.OutcomeLeftOut},
+			{Node: r1, To: "1.1.0", Outcome: deployer.OutcomeLeftOut, Err: errors.New("unreachable: flagged fail by the cluster")},
 		}}
 
 	fixtureFailed = deployer.Report{To: "1.1.0", Duration: 95 * time.Millisecond, RolledBack: true, Nodes: []deployer.NodeResult{
@@ -74,8 +80,19 @@ var fixtureUnrestored = deployer.Report{To: "1.1.0", Duration: 5 * time.Second, 
 		Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")},
 }}
 
+// onRedis70 is a node on Redis 7.0.15, which lacks the Lua security fixes: a warning.
+func onRedis70(in deployer.Installed) deployer.Installed {
+	in.Server = deployer.Server{Name: "redis", Version: "7.0.15"}
+	in.Warnings = []string{"Redis 7.0.15 lacks known Lua security fixes (CVE-2025-49844 and others): upgrade to Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2 or later"}
+	return in
+}
+
+func identify(n deployer.Node, code string) deployer.Installed {
+	return deployer.Identify(n, code, "LUA", fixtureSet)
+}
+
 func TestRenderGolden(t *testing.T) {
-	forced := deployer.NewPlan(fixtureInstalled, fixtureSet, to, true)
+	forced := deployer.NewPlan(fixtureInstalled, to, true)
 	var b bytes.Buffer
 	must(t, renderPlan(&b, palette{}, forced))
 	golden(t, "plan-forced.golden", b.String())
@@ -110,9 +127,9 @@ func TestRenderGolden(t *testing.T) {
 func TestPlanNothingToDo(t *testing.T) {
 	var b bytes.Buffer
 	// Every primary is current; a replica that is not is worth a warning.
-	lagging := deployer.Installed{Node: r1, Code: code100, Version: "1.0.0"}
+	lagging := identify(r1, code100)
 	lagging.Node.Primary = p2.Addr
-	plan := deployer.NewPlan([]deployer.Installed{fixtureInstalled[1], lagging}, fixtureSet, to, false)
+	plan := deployer.NewPlan([]deployer.Installed{fixtureInstalled[1], lagging}, to, false)
 	must(t, renderPlan(&b, palette{}, plan))
 	must(t, renderDiff(&b, palette{}, plan))
 	golden(t, "diff-current.golden", b.String())

@@ -208,3 +208,73 @@ func wantCode(t *testing.T, s *harness.Server, want string) {
 		t.Fatalf("%s runs other code than expected (%v)", s.Addr, err)
 	}
 }
+
+// TestUnsupportedServer: a server that answers but has no FUNCTION command (renamed away, as a
+// managed service or a server before Redis 7.0 would have it) is unsupported, never
+// unreachable, and never "nothing to do": status and diff exit 1 without diffing the library
+// against nothing, and deploy, forced or not, exits 1 saying what rlfn needs.
+func TestUnsupportedServer(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	s := harness.StartValkey(t, "--rename-command", "FUNCTION", "")
+	addr := s.Addr
+
+	r := rlfnAt(t, set, addr, "status", "--json")
+	wantExit(t, r, exitError, "status of a server without FUNCTION")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if rows[0].State != "unsupported" || !strings.Contains(rows[0].Error, "FUNCTION is not a command") {
+		t.Errorf("status --json = %+v, want unsupported: FUNCTION is not a command", rows[0])
+	}
+	if !strings.Contains(r.stderr, addr+": unsupported: ") {
+		t.Errorf("status stderr %q does not name the node unsupported", r.stderr)
+	}
+
+	r = rlfnAt(t, set, addr, "diff", "--exit-code")
+	wantExit(t, r, exitError, "diff --exit-code against a server without FUNCTION")
+	if strings.Contains(r.stdout, "+++") || !strings.Contains(r.stdout, "Unsupported: 1 node ("+addr+")") {
+		t.Errorf("diff against a server without FUNCTION:\n%s", r.stdout)
+	}
+
+	for _, args := range [][]string{{"deploy", "--yes"}, {"deploy", "--yes", "--force"}} {
+		r = rlfnAt(t, set, addr, args...)
+		wantExit(t, r, exitError, strings.Join(args, " ")+" to a server without FUNCTION")
+		if !strings.Contains(r.stderr, addr+" cannot run Functions: FUNCTION is not a command") ||
+			!strings.Contains(r.stderr, "rlfn needs Redis 7.0 or later, or Valkey 7.2 or later") {
+			t.Errorf("%v: stderr %q does not say what is missing and what is needed", args, r.stderr)
+		}
+	}
+}
+
+// TestSecurityWarning: Redis 7.0 lacks the Lua security fixes of 7.2.11 and later: every
+// command that reads the node says so, in the table and in JSON, without failing.
+func TestSecurityWarning(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	s := harness.StartRedis(t)
+	want := "lacks known Lua security fixes"
+
+	r := rlfnAt(t, set, s.Addr, "status")
+	wantExit(t, r, exitOK, "status of Redis 7.0")
+	if !strings.Contains(r.stdout, "Warning: "+s.Addr+": Redis 7.0") || !strings.Contains(r.stdout, want) {
+		t.Errorf("status does not warn:\n%s", r.stdout)
+	}
+	r = rlfnAt(t, set, s.Addr, "status", "--json")
+	if wantExit(t, r, exitOK, "status --json of Redis 7.0"); !strings.Contains(r.stdout, `"warnings": [`) || !strings.Contains(r.stdout, want) {
+		t.Errorf("status --json does not warn:\n%s", r.stdout)
+	}
+	r = rlfnAt(t, set, s.Addr, "diff", "--json")
+	if wantExit(t, r, exitOK, "diff --json of Redis 7.0"); !strings.Contains(r.stdout, want) {
+		t.Errorf("diff --json does not warn:\n%s", r.stdout)
+	}
+	r = rlfnAt(t, set, s.Addr, "deploy", "--yes")
+	if wantExit(t, r, exitOK, "deploy to Redis 7.0"); !strings.Contains(r.stdout, "Warning: "+s.Addr+": Redis 7.0") {
+		t.Errorf("deploy does not warn:\n%s", r.stdout)
+	}
+	r = rlfnAt(t, set, s.Addr, "deploy", "--yes", "--json")
+	if wantExit(t, r, exitOK, "deploy --json to Redis 7.0"); !strings.Contains(r.stdout, want) {
+		t.Errorf("deploy --json does not warn:\n%s", r.stdout)
+	}
+}

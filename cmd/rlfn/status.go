@@ -18,7 +18,9 @@ func statusCommand() *cli.Command {
 		ArgsUsage:    " ",
 		Description: "STATE compares a node's library with the newest release in this binary: current, absent,\n" +
 			"behind, ahead, or drifted (code that matches no release). A node that cannot be read\n" +
-			"is shown as unreachable, and status exits 1.",
+			"(down as the cluster says, or not answering) is unreachable, and one that answers but\n" +
+			"cannot run Functions is unsupported: status then exits 1. Every node the server knows\n" +
+			"of is a row.",
 		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -36,7 +38,7 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rows := statusRows(installed, deployer.NewPlan(installed, set, set.Latest(), false))
+			rows := statusRows(deployer.NewPlan(installed, set.Latest(), false))
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, rows)
 			} else {
@@ -45,52 +47,62 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return unreachable(installed)
+			return unread(rows)
 		},
 	}
 }
 
 // statusRow is one node in status's output; its JSON names are a contract.
 type statusRow struct {
-	Addr     string `json:"addr"`
-	Role     string `json:"role"`               // primary or replica
-	State    string `json:"state"`              // current, absent, behind, ahead, drifted, unreachable
-	Version  string `json:"version"`            // the release the node runs; "" when absent or drifted
-	Declared string `json:"declared,omitempty"` // the version drifted code declares
-	Primary  string `json:"primary,omitempty"`  // a replica's primary
-	Slots    int    `json:"slots"`              // hash slots a cluster primary owns
-	ID       string `json:"id,omitempty"`       // cluster node ID
-	Error    string `json:"error,omitempty"`    // why the node could not be read
+	Addr     string   `json:"addr"`
+	Role     string   `json:"role"`               // primary or replica
+	State    string   `json:"state"`              // current, absent, behind, ahead, drifted, unreachable, unsupported
+	Version  string   `json:"version"`            // the release the node runs; "" when absent or drifted
+	Declared string   `json:"declared,omitempty"` // the version drifted code declares
+	Primary  string   `json:"primary,omitempty"`  // a replica's primary
+	Slots    int      `json:"slots"`              // hash slots a cluster primary owns
+	ID       string   `json:"id,omitempty"`       // cluster node ID
+	Server   string   `json:"server,omitempty"`   // e.g. "Valkey 8.0.1"
+	Error    string   `json:"error,omitempty"`    // why the node is unreachable or unsupported
+	Warnings []string `json:"warnings,omitempty"` // e.g. a server missing known security fixes
 }
 
-func statusRows(installed []deployer.Installed, plan deployer.Plan) []statusRow {
-	rows := make([]statusRow, 0, len(installed))
-	for i, in := range installed {
+// statusRows is one row per step of a plan against the newest release: the plan's state is
+// the node's state.
+func statusRows(plan deployer.Plan) []statusRow {
+	rows := make([]statusRow, 0, len(plan.Steps))
+	for _, s := range plan.Steps {
 		r := statusRow{
-			Addr: in.Node.Addr, Role: string(in.Node.Role), Version: in.Version, Declared: in.Declared,
-			Primary: in.Node.Primary, Slots: in.Node.Slots, ID: in.Node.ID,
+			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), Version: s.Version,
+			Primary: s.Node.Primary, Slots: s.Node.Slots, ID: s.Node.ID, Server: s.Server.String(),
+			Error: nodeError(s), Warnings: s.Warnings,
 		}
-		switch {
-		case in.Err != nil:
-			r.State, r.Error = "unreachable", in.Err.Error()
-		case i < len(plan.Steps):
-			r.State = string(plan.Steps[i].State)
-		}
-		if r.State != string(deployer.StateDrifted) {
-			r.Declared = "" // a release declares its own version: only drift needs saying
+		if s.State == deployer.StateDrifted {
+			r.Declared = s.Declared // a release declares its own version: only drift needs saying
 		}
 		rows = append(rows, r)
 	}
 	return rows
 }
 
-// unreachable fails a command that read every node but one: a status with a hole in it must
+// nodeError says why a node is unreachable or unsupported; "" for a node that was read.
+func nodeError(s deployer.Step) string {
+	switch {
+	case s.State == deployer.StateUnreachable && s.Unreachable != nil:
+		return oneLine(s.Unreachable.Error())
+	case s.State == deployer.StateUnsupported:
+		return s.Unsupported
+	}
+	return ""
+}
+
+// unread fails a command that could not read every node: a status with a hole in it must
 // not look like success to a script.
-func unreachable(installed []deployer.Installed) error {
+func unread(rows []statusRow) error {
 	var errs []error
-	for _, in := range installed {
-		if in.Err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", in.Node.Addr, in.Err))
+	for _, r := range rows {
+		if r.Error != "" {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", r.Addr, r.State, r.Error))
 		}
 	}
 	return errors.Join(errs...)

@@ -13,7 +13,7 @@ import (
 func BenchmarkDeploy(b *testing.B) {
 	cl := sharedCluster(b)
 	url := urlOf(cl.Primaries[0])
-	opt, err := deployer.ParseURL(url)
+	opt, err := options(url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func BenchmarkDeploy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := deployer.NewPlan(installed, releases, next[i%2], true)
+		p := deployer.NewPlan(installed, next[i%2], true)
 		if !p.Pending() {
 			b.Fatalf("nothing to deploy: %+v", p.Steps)
 		}

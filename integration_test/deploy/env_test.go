@@ -117,11 +117,19 @@ func must(r versions.Release, ok bool) versions.Release {
 // discover finds the target from one node's URL; the target is closed when the test ends.
 func discover(t *testing.T, url string) *deployer.Target {
 	t.Helper()
-	opt, err := deployer.ParseURL(url)
+	opt, err := options(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return discoverOpt(t, opt)
+}
+
+// options are the client options of a node's URL, as the CLI makes them: no client-side
+// caching.
+func options(url string) (valkey.ClientOption, error) {
+	opt, err := valkey.ParseURL(url)
+	opt.DisableCache = true
+	return opt, err
 }
 
 func discoverOpt(t *testing.T, opt valkey.ClientOption) *deployer.Target {
@@ -144,11 +152,11 @@ func plan(t *testing.T, tg *deployer.Target, to versions.Release, force bool) de
 		t.Fatalf("Inspect: %v", err)
 	}
 	for _, in := range installed {
-		if in.Err != nil {
-			t.Fatalf("Inspect: %s: %v", in.Node.Addr, in.Err)
+		if in.Unreachable != nil {
+			t.Fatalf("Inspect: %s: %v", in.Node.Addr, in.Unreachable)
 		}
 	}
-	return deployer.NewPlan(installed, releases, to, force)
+	return deployer.NewPlan(installed, to, force)
 }
 
 // deploy plans and applies a deploy of to, failing the test on any error.

@@ -65,8 +65,8 @@ func TestStandalone(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range plan(t, tg, v100, false).Steps {
-				if s.State != deployer.StateAbsent || s.FromCode != "" {
-					t.Errorf("%s: %s with code %q, want absent", s.Node.Addr, s.State, s.FromCode)
+				if s.State != deployer.StateAbsent || s.Code != "" {
+					t.Errorf("%s: %s with code %q, want absent", s.Node.Addr, s.State, s.Code)
 				}
 			}
 
@@ -141,7 +141,7 @@ func TestTLSAndACL(t *testing.T) {
 	waitReplicas(t, p, 1)
 	addDeployer(t, []*harness.Server{p, r}, "deployer", "s3cret", deployer.ACLRules)
 
-	opt, err := deployer.ParseURL("rediss://deployer:s3cret@" + r.Addr)
+	opt, err := options("rediss://deployer:s3cret@" + r.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ var heldByGhost = regexp.MustCompile(`held by ghost, lease expires in (1m0s|59(\
 // how long; deploy 1.0.0 with one primary refusing, so the others are restored to no
 // library; deploy 1.0.0, stalled past its lease, so that only renewal keeps the lock.
 func cycle(t *testing.T, cl *harness.Cluster, url string) error {
-	opt, err := deployer.ParseURL(url)
+	opt, err := options(url)
 	if err != nil {
 		return err
 	}
@@ -276,11 +276,11 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 			return deployer.Plan{}, err
 		}
 		for _, in := range installed {
-			if in.Err != nil {
-				return deployer.Plan{}, in.Err
+			if in.Unreachable != nil {
+				return deployer.Plan{}, in.Unreachable
 			}
 		}
-		return deployer.NewPlan(installed, releases, v100, false), nil
+		return deployer.NewPlan(installed, v100, false), nil
 	}
 	p, err := inspect()
 	if err != nil {
@@ -367,24 +367,25 @@ func TestForcedLeavesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tg.Apply(t.Context(), deployer.NewPlan(installed, releases, v100, false), deployer.Options{}); err == nil ||
+	if _, err := tg.Apply(t.Context(), deployer.NewPlan(installed, v100, false), deployer.Options{}); err == nil ||
 		!strings.Contains(err.Error(), down.Addr+" is unreachable") {
 		t.Fatalf("unforced deploy with a node down: %v, want refused naming %s", err, down.Addr)
 	}
 
 	var mu sync.Mutex
 	touched := map[string]bool{}
-	rep, err := tg.Apply(t.Context(), deployer.NewPlan(installed, releases, v100, true), deployer.Options{
+	rep, err := tg.Apply(t.Context(), deployer.NewPlan(installed, v100, true), deployer.Options{
 		Progress: func(e deployer.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			touched[e.Node.Addr] = true
 		},
 	})
-	if err != nil {
-		t.Fatalf("forced deploy: %v\n%s", err, describe(rep))
+	// Nothing failed, but a node does not run the release: not a success.
+	if !errors.Is(err, deployer.ErrNotDeployed) || !strings.Contains(err.Error(), "NOT deployed: "+down.Addr) {
+		t.Fatalf("forced deploy: %v, want ErrNotDeployed naming %s\n%s", err, down.Addr, describe(rep))
 	}
-	t.Logf("forced deploy:\n%s", describe(rep))
+	t.Logf("forced deploy: %v\n%s", err, describe(rep))
 	requireOutcomes(t, rep, map[string]deployer.Outcome{
 		p.Addr:    deployer.OutcomeLoaded,
 		up.Addr:   deployer.OutcomeReplicated,
@@ -400,5 +401,47 @@ func TestForcedLeavesOut(t *testing.T) {
 		if v, err := rlVersion(t, s); err != nil || v != v100.Version {
 			t.Errorf("%s: rl_version %q, %v", s.Addr, v, err)
 		}
+	}
+}
+
+// TestUnsupported: a server that answers without FUNCTION (renamed away) is Unsupported,
+// not Unreachable; its plan step is unsupported, and Apply refuses it even forced, loading
+// nothing. Redis 7.0 is supported, with a warning for its missing Lua security fixes.
+func TestUnsupported(t *testing.T) {
+	t.Parallel()
+	noFunction := harness.StartValkey(t, "--rename-command", "FUNCTION", "")
+	noFcall := harness.StartValkey(t, "--rename-command", "FCALL_RO", "")
+	for _, s := range []*harness.Server{noFunction, noFcall} {
+		tg := discover(t, urlOf(s))
+		installed, err := tg.Inspect(t.Context(), releases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(installed) != 1 || installed[0].Unreachable != nil || installed[0].Unsupported == "" ||
+			!strings.HasPrefix(installed[0].Server.String(), "Valkey ") {
+			t.Fatalf("%s: inspected %+v, want unsupported, not unreachable", s.Cmd, installed)
+		}
+		t.Logf("%s: unsupported: %s", s.Addr, installed[0].Unsupported)
+		p := deployer.NewPlan(installed, v100, true)
+		if p.Steps[0].State != deployer.StateUnsupported || len(p.Unsupported()) != 1 {
+			t.Errorf("plan: %+v, want unsupported", p.Steps[0])
+		}
+		var ue *deployer.UnsupportedError
+		if _, err := tg.Apply(t.Context(), p, deployer.Options{}); !errors.As(err, &ue) {
+			t.Errorf("forced deploy to an unsupported server: %v, want UnsupportedError", err)
+		}
+	}
+	if got := code(t, noFcall); got != "" {
+		t.Errorf("a refused deploy loaded %s", label(got))
+	}
+
+	redis := harness.StartRedis(t)
+	installed, err := discover(t, urlOf(redis)).Inspect(t.Context(), releases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := installed[0]; in.Unsupported != "" || in.Unreachable != nil || len(in.Warnings) != 1 ||
+		!strings.Contains(in.Warnings[0], "lacks known Lua security fixes") {
+		t.Errorf("Redis 7.0: %+v, want supported with a security warning", in)
 	}
 }

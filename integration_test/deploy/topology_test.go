@@ -74,23 +74,30 @@ func TestTopologyChanges(t *testing.T) {
 
 	tg = discover(t, urlOf(promoted))
 	topo = tg.Topology()
-	t.Logf("after failover: %+v, notes %q", topo.Nodes, topo.Notes)
-	roles := map[string]deployer.Role{}
+	t.Logf("after failover: %+v", topo.Nodes)
+	nodes := map[string]deployer.Node{}
 	for _, n := range topo.Nodes {
-		roles[n.Addr] = n.Role
+		nodes[n.Addr] = n
 	}
-	if roles[promoted.Addr] != deployer.RolePrimary || len(topo.Nodes) != 6 {
-		t.Errorf("promoted replica is %q among %d nodes, want primary among 6", roles[promoted.Addr], len(topo.Nodes))
+	if nodes[promoted.Addr].Role != deployer.RolePrimary || len(topo.Nodes) != 7 {
+		t.Errorf("promoted replica is %q among %d nodes, want primary among 7", nodes[promoted.Addr].Role, len(topo.Nodes))
 	}
-	if _, ok := roles[victim.Addr]; ok {
-		t.Errorf("dead primary %s still listed", victim.Addr)
+	// The dead primary is still a node the cluster knows of: listed, down, never dropped.
+	if n, ok := nodes[victim.Addr]; !ok || !strings.Contains(n.Down, "fail") {
+		t.Errorf("dead primary %s: %+v, want it listed as flagged fail", victim.Addr, n)
 	}
-	if len(topo.Notes) != 1 || !strings.Contains(topo.Notes[0], victim.Addr) || !strings.Contains(topo.Notes[0], "fail") {
-		t.Errorf("notes %q, want one saying %s is left out as failed", topo.Notes, victim.Addr)
+	installed, err := tg.Inspect(t.Context(), releases)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, s := range plan(t, tg, v100, false).Steps {
-		if s.State != deployer.StateCurrent {
-			t.Errorf("%s: %s after the failover", s.Node.Addr, s.State)
+	afterFailover := deployer.NewPlan(installed, v100, false)
+	for _, s := range afterFailover.Steps {
+		want := deployer.StateCurrent
+		if s.Node.Addr == victim.Addr {
+			want = deployer.StateUnreachable
+		}
+		if s.State != want {
+			t.Errorf("%s: %s after the failover, want %s", s.Node.Addr, s.State, want)
 		}
 	}
 
@@ -105,12 +112,28 @@ func TestTopologyChanges(t *testing.T) {
 		t.Errorf("promoted replica: rl_version %q, %v", v, err)
 	}
 
-	// And the next deploy covers the new topology.
-	rep = deploy(t, tg, v110, false)
-	t.Logf("deploy after the failover:\n%s", describe(rep))
+	// The next deploy is refused while the dead primary is known; forced, it covers the new
+	// topology and says the dead primary is NOT deployed.
+	installed, err = tg.Inspect(t.Context(), releases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused *deployer.RefusedError
+	if _, err := tg.Apply(t.Context(), deployer.NewPlan(installed, v110, false), deployer.Options{}); !errors.As(err, &refused) {
+		t.Errorf("deploy with a failed primary known: %v, want refused", err)
+	}
+	rep, err = tg.Apply(t.Context(), deployer.NewPlan(installed, v110, true), deployer.Options{})
+	t.Logf("forced deploy after the failover: %v\n%s", err, describe(rep))
+	if !errors.Is(err, deployer.ErrNotDeployed) {
+		t.Errorf("forced deploy with a failed primary: %v, want ErrNotDeployed", err)
+	}
 	for _, n := range rep.Nodes {
-		if n.Outcome != deployer.OutcomeLoaded && n.Outcome != deployer.OutcomeReplicated {
-			t.Errorf("%s", n)
+		want := []deployer.Outcome{deployer.OutcomeLoaded, deployer.OutcomeReplicated}
+		if n.Node.Addr == victim.Addr {
+			want = []deployer.Outcome{deployer.OutcomeLeftOut}
+		}
+		if !slices.Contains(want, n.Outcome) {
+			t.Errorf("%s, want %v", n, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package deployer
+package main
 
 import (
 	"strings"
@@ -51,13 +51,10 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			opt, err := ParseURL(tt.give)
+			opt, err := parseURL(tt.give)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
-				}
-				if !strings.HasPrefix(err.Error(), "deployer: ") {
-					t.Errorf("err %q does not name the package", err)
 				}
 				for _, h := range append(tt.hidden, "hunter2") {
 					if strings.Contains(err.Error(), h) {

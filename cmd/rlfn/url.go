@@ -1,4 +1,4 @@
-package deployer
+package main
 
 import (
 	"errors"
@@ -13,16 +13,16 @@ import (
 // errURLPassword is the whole message for a URL that holds (or may hold) a password and
 // does not parse as meant: any detail would quote part of the raw URL, and so perhaps of
 // the password.
-const errURLPassword = "deployer: URL is not valid (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
+const errURLPassword = "URL is not valid (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
 
-// ParseURL turns a redis://, valkey://, rediss:// or valkeys:// URL
+// parseURL turns a redis://, valkey://, rediss:// or valkeys:// URL
 // (user:password@host:port[/db], TLS for the "s" schemes) into client options for any one
 // node; a cluster is detected from there by Discover, or by valkey.NewClient. Client-side
 // caching is disabled: the deployer and the CLI read the server's answers, and tracking
 // would need more ACL permissions. valkey-go's query parameters (dial_timeout,
 // skip_verify, ...) are passed through. Errors never repeat the password, nor any part of
 // a URL that may hold one.
-func ParseURL(raw string) (valkey.ClientOption, error) {
+func parseURL(raw string) (valkey.ClientOption, error) {
 	// A password is always followed by '@': without one, the URL holds none and the
 	// parser's own words are safe to show.
 	mayHoldPassword := strings.Contains(raw, "@")
@@ -32,7 +32,7 @@ func ParseURL(raw string) (valkey.ClientOption, error) {
 			return valkey.ClientOption{}, errors.New(errURLPassword)
 		}
 		// url's error quotes the whole URL; keep only what is wrong with it.
-		return valkey.ClientOption{}, fmt.Errorf("deployer: URL is not valid: %v", redactErr(err))
+		return valkey.ClientOption{}, fmt.Errorf("URL is not valid: %v", redactErr(err))
 	}
 	// An '@' outside the user info, or a fragment, is a password that a '#', '/' or '?'
 	// cut short: the rest of it now sits in the path, query or fragment, and the host may
@@ -44,16 +44,16 @@ func ParseURL(raw string) (valkey.ClientOption, error) {
 	switch u.Scheme {
 	case "redis", "valkey", "rediss", "valkeys":
 	case "":
-		return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q has no scheme: use redis://host:port (or valkey://, rediss://, valkeys://)", safe)
+		return valkey.ClientOption{}, fmt.Errorf("URL %q has no scheme: use redis://host:port (or valkey://, rediss://, valkeys://)", safe)
 	default:
-		return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q: scheme %q is not one of redis, valkey, rediss, valkeys", safe, u.Scheme)
+		return valkey.ClientOption{}, fmt.Errorf("URL %q: scheme %q is not one of redis, valkey, rediss, valkeys", safe, u.Scheme)
 	}
 	if u.Opaque != "" {
-		return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q: want %s://host:port", safe, u.Scheme)
+		return valkey.ClientOption{}, fmt.Errorf("URL %q: want %s://host:port", safe, u.Scheme)
 	}
 	if u.Port() != "" {
 		if _, err := net.LookupPort("tcp", u.Port()); err != nil {
-			return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q: port %q is not a port", safe, u.Port())
+			return valkey.ClientOption{}, fmt.Errorf("URL %q: port %q is not a port", safe, u.Port())
 		}
 	}
 	if u.Path == "/" {
@@ -64,7 +64,7 @@ func ParseURL(raw string) (valkey.ClientOption, error) {
 	}
 	opt, err := valkey.ParseURL(raw)
 	if err != nil {
-		return valkey.ClientOption{}, fmt.Errorf("deployer: URL %q: %v", safe, err)
+		return valkey.ClientOption{}, fmt.Errorf("URL %q: %v", safe, err)
 	}
 	opt.DisableCache = true
 	return opt, nil

@@ -1,0 +1,100 @@
+package deployer
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Outcome is what a deploy did to one node.
+type Outcome string
+
+const (
+	OutcomeLoaded        Outcome = "loaded"         // a primary now runs the release
+	OutcomeUnchanged     Outcome = "unchanged"      // nothing was to be done
+	OutcomeReplicated    Outcome = "replicated"     // a replica received the release from its primary
+	OutcomeFailed        Outcome = "failed"         // this node's load or verification failed
+	OutcomeRestored      Outcome = "restored"       // changed, then put back as it was
+	OutcomeRestoreFailed Outcome = "restore-failed" // changed, and could not be put back: look at it
+	OutcomeSkipped       Outcome = "skipped"        // not attempted, because the deploy failed first
+	// OutcomeLeftOut: the node was unreachable and the plan was forced, so the deploy did
+	// not touch it: it is NOT deployed, whatever it runs (see Report.LeftOut); Err says
+	// why it was unreachable.
+	OutcomeLeftOut Outcome = "left-out"
+)
+
+// Report is what Apply did, one NodeResult per plan step, same order.
+type Report struct {
+	To       string
+	Nodes    []NodeResult
+	Duration time.Duration
+	// Warnings are problems that did not fail the deploy, for people: e.g. the lock could
+	// not be released (its lease runs out by itself).
+	Warnings []string
+	// RolledBack: the deploy failed and every node it had changed is back as it was. False
+	// when any node could not be put back (see NotRestored), or when nothing failed.
+	RolledBack bool
+}
+
+// LeftOut returns the nodes a forced deploy left out because they were unreachable
+// (OutcomeLeftOut): they are NOT deployed, and nothing is known of what they run.
+func (r Report) LeftOut() []NodeResult { return r.with(OutcomeLeftOut) }
+
+// NotRestored returns the nodes a failed deploy changed and could not put back
+// (OutcomeRestoreFailed): look at them.
+func (r Report) NotRestored() []NodeResult { return r.with(OutcomeRestoreFailed) }
+
+func (r Report) with(o Outcome) []NodeResult {
+	var out []NodeResult
+	for _, n := range r.Nodes {
+		if n.Outcome == o {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NodeResult is what Apply did to one node.
+type NodeResult struct {
+	Node     Node
+	From, To string // From as in Step: a release, "" for absent, FromDrifted
+	Outcome  Outcome
+	Err      error         // what went wrong on this node, without its address (Node says it)
+	Duration time.Duration // from the start of this node's load (or verification) to its outcome
+}
+
+// String is one line for the CLI, e.g.
+// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)", or after a rollback
+// "127.0.0.1:7001 primary restored 1.0.0 (9ms)", or for a node a forced deploy left out
+// "127.0.0.1:7002 primary left-out: NOT deployed (unreachable: flagged fail by the cluster)".
+func (r NodeResult) String() string {
+	from := r.From
+	if from == "" {
+		from = "absent"
+	}
+	var b strings.Builder
+	if r.Outcome == OutcomeLeftOut {
+		// From is empty here: what it runs is unknown, not absent.
+		why := "unreachable"
+		if r.Err != nil {
+			why = oneLine(r.Err.Error())
+		}
+		return fmt.Sprintf("%s %s %s: NOT deployed (%s)", r.Node.Addr, r.Node.Role, r.Outcome, why)
+	}
+	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
+	switch {
+	case r.Outcome == OutcomeUnchanged && r.From == r.To:
+		b.WriteString(r.To)
+	case r.Outcome == OutcomeRestored:
+		b.WriteString(from) // what it runs again
+	default:
+		b.WriteString(from + " -> " + r.To)
+	}
+	if r.Duration > 0 {
+		fmt.Fprintf(&b, " (%s)", r.Duration.Round(time.Millisecond))
+	}
+	if r.Err != nil {
+		b.WriteString(": " + oneLine(r.Err.Error()))
+	}
+	return b.String()
+}
