@@ -126,6 +126,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--release", "--id", "a", "--critical"}, "--critical does not go with --release"},
 		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--id", strings.Repeat("x", 129)}, "--id must be 1 to 128 bytes"},
 		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--reserve", "6"}, "Concurrency.Reserve"},
+		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--release", "--id"}, "flag needs an argument: -id"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--name"}, "flag needs an argument: -name"},
 		{[]string{"call", "concurrency", "k", "--limit", "5", "--lease", "1s", "--also", "fixed_window,limit=1,window=1s"}, "--also does not apply to concurrency"},
 		// several limits
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "bogus,limit=1"}, `--also bogus,limit=1: unknown algorithm "bogus"`},
@@ -203,6 +205,7 @@ func TestPermute(t *testing.T) {
 		{"rlfn status --url redis://x:1 --json", "rlfn --url redis://x:1 status --json"},
 		{"rlfn --timeout 1s call a k --url=redis://x:1 --limit 3", "rlfn --timeout 1s --url=redis://x:1 call --limit 3 -- a k"},
 		{"rlfn --url", "rlfn --url"},
+		{"rlfn call a k --release --id", "rlfn call --release --id"},
 	}
 	for _, tt := range tests {
 		got := strings.Join(permute(app, strings.Fields(tt.give)), " ")

@@ -36,6 +36,7 @@ func permute(app *cli.App, args []string) []string {
 	}
 	var global, flags, positional []string
 	rest := args[i+1:]
+	dangling := false // the last argument is a flag that needs a value
 	for j := 0; j < len(rest); j++ {
 		a := rest[j]
 		switch {
@@ -48,9 +49,13 @@ func permute(app *cli.App, args []string) []string {
 				dst, flagSet = &global, app.Flags
 			}
 			*dst = append(*dst, a)
-			if takesValue(flagSet, a) && j+1 < len(rest) {
-				j++
-				*dst = append(*dst, rest[j])
+			if takesValue(flagSet, a) {
+				if j+1 < len(rest) {
+					j++
+					*dst = append(*dst, rest[j])
+				} else {
+					dangling = true
+				}
 			}
 		default:
 			positional = append(positional, a)
@@ -58,6 +63,11 @@ func permute(app *cli.App, args []string) []string {
 	}
 	out := append(append(append([]string{}, args[:i]...), global...), args[i])
 	out = append(out, flags...)
+	if dangling {
+		// Left last, it is refused ("flag needs an argument"); followed by "--", it would take
+		// "--" as its value (rlfn call ... --release --id would free holder "--").
+		return out
+	}
 	if len(positional) > 0 {
 		// "--" keeps a positional argument that starts with "-" (a key "-1") positional.
 		out = append(out, "--")
