@@ -185,7 +185,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			}
 		}
 		if err := p.conc.Validate(); err != nil {
-			return nil, err
+			return nil, usageError(c, spec.explain(err).Error())
 		}
 		if c.IsSet("id") && (len(p.id) < 1 || len(p.id) > client.MaxLeaseID) {
 			return nil, usageError(c, fmt.Sprintf("--id must be 1 to %d bytes", client.MaxLeaseID))
@@ -197,7 +197,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 
 	p.limit = spec.build()
 	if err := p.limit.Validate(); err != nil {
-		return nil, err
+		return nil, usageError(c, spec.explain(err).Error())
 	}
 	switch {
 	case c.IsSet("refund"):
@@ -229,7 +229,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			r.Key = s.key
 		}
 		if err := r.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("--also %s: %w", text, err)
+			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, s.explain(err)))
 		}
 		k := client.Key(p.prefix, r.Key, r.Limit)
 		if i, ok := seen[k]; ok {

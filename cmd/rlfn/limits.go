@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +71,27 @@ func (s *limitSpec) check() error {
 		return fmt.Errorf("%s is police or shape, not %q", s.field("mode"), s.mode)
 	}
 	return nil
+}
+
+// clientField is a limit's field as the client names it in a *client.LimitError: Window, or
+// FixedWindow.Window.
+var clientField = regexp.MustCompile(`\b(?:[A-Z][A-Za-z]*\.)?(Limit|Window|Capacity|Rate|Period|Mode|Lease|Reserve)\b`)
+
+// explain words a limit the client refuses in the command line's terms, "--reserve must be
+// from 0 to 5, got 6" ("reserve=" in an --also spec), rather than in the Go fields'.
+func (s *limitSpec) explain(err error) error {
+	var le *client.LimitError
+	if !errors.As(err, &le) {
+		return err
+	}
+	flag := func(name string) string {
+		return s.field(strings.ToLower(clientField.FindStringSubmatch(name)[1]))
+	}
+	field := le.Field
+	if clientField.MatchString(field) {
+		field = flag(field)
+	}
+	return errors.New(field + " " + clientField.ReplaceAllStringFunc(le.Reason, flag))
 }
 
 // build is the checked spec's limit; not for concurrency (see concurrency).
