@@ -87,20 +87,43 @@ func (l *lease) start(ctx context.Context, lost func()) {
 // held describes the lock's holder for ErrLocked.
 func held(ctx context.Context, c valkey.Client, key, where string) error {
 	res := c.DoMulti(ctx, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build())
-	value, err := res[0].ToString()
-	if err != nil {
+	value, getErr := res[0].ToString()
+	pttl, pttlErr := res[1].AsInt64()
+	if pttlErr != nil {
+		pttl = -3 // not known
+	}
+	return heldError(key, where, value, getErr, pttl)
+}
+
+// heldError says who holds the lock and how to get past it: wait for its lease, or, for a
+// key no deploy will ever release (no expiry, or not a lock at all), delete it by hand.
+// pttl is PTTL's answer: -1 no expiry, -2 no key, below that not known.
+func heldError(key, where, value string, getErr error, pttl int64) error {
+	del := fmt.Sprintf("DEL %s on %s", key, where)
+	switch {
+	case getErr != nil && valkey.IsValkeyNil(getErr):
 		// Expired between SET NX and GET: say so rather than retry, the caller can.
-		return fmt.Errorf("%w (%s on %s; it may just have been released)", ErrLocked, key, where)
+		return fmt.Errorf("%w (%s on %s; it may just have been released: try again)", ErrLocked, key, where)
+	case getErr != nil && strings.Contains(getErr.Error(), "WRONGTYPE"):
+		return fmt.Errorf("%w: %s on %s is not a deploy lock (it holds another type of value); if nothing of yours uses that key, remove it (%s), or deploy with another lock key",
+			ErrLocked, key, where, del)
+	case getErr != nil:
+		return fmt.Errorf("%w (%s on %s; its holder could not be read: %v)", ErrLocked, key, where, getErr)
 	}
 	holder := value
 	if i := strings.LastIndexByte(value, '|'); i > 0 {
 		holder = value[:i]
 	}
-	left := "unknown"
-	if ms, err := res[1].AsInt64(); err == nil && ms >= 0 {
-		left = (time.Duration(ms) * time.Millisecond).String()
+	if pttl == -1 {
+		return fmt.Errorf("%w: held by %s with no expiry, so it is never released by itself (not set by a deploy, whose lock always has a lease); if no deploy is running, remove it: %s",
+			ErrLocked, holder, del)
 	}
-	return fmt.Errorf("%w: held by %s, lease expires in %s (key %s on %s)", ErrLocked, holder, left, key, where)
+	left := "an unknown time"
+	if pttl >= 0 {
+		left = (time.Duration(pttl) * time.Millisecond).String()
+	}
+	return fmt.Errorf("%w: held by %s, lease expires in %s (key %s on %s); wait for it, or if that deploy is dead and you cannot wait: %s",
+		ErrLocked, holder, left, key, where, del)
 }
 
 func (l *lease) renew(ctx context.Context, lost func()) {

@@ -2,8 +2,12 @@ package deployer
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 func TestKeySlot(t *testing.T) {
@@ -90,5 +94,49 @@ func TestRenewDeadline(t *testing.T) {
 		t.Logf("lost after %s", time.Since(began).Round(time.Millisecond))
 	case <-time.After(ttl + 5*time.Second): // an upper bound: a lease, plus generous slack
 		t.Fatal("a lease whose renewals hang was not declared lost")
+	}
+}
+
+// TestHeldError: a held lock names its holder and how to get past it.
+func TestHeldError(t *testing.T) {
+	const where = "127.0.0.1:7001"
+	tests := []struct {
+		name   string
+		value  string
+		getErr error
+		pttl   int64
+		want   []string
+	}{
+		{
+			name: "a deploy's lock", value: "ann@ci pid 42|abcd", pttl: 25_000,
+			want: []string{"held by ann@ci pid 42, lease expires in 25s (key rlfn:deploy:lock on 127.0.0.1:7001)", "wait for it", "DEL rlfn:deploy:lock on 127.0.0.1:7001"},
+		},
+		{
+			name: "a lock without TTL", value: "ghost|0", pttl: -1,
+			want: []string{"held by ghost with no expiry", "never released by itself", "if no deploy is running, remove it: DEL rlfn:deploy:lock on 127.0.0.1:7001"},
+		},
+		{
+			name: "released meanwhile", getErr: valkey.Nil, pttl: -2,
+			want: []string{"may just have been released: try again"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := heldError(LockKey, where, tt.value, tt.getErr, tt.pttl)
+			if !errors.Is(err, ErrLocked) {
+				t.Fatalf("%v is not ErrLocked", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	wrongType := heldError(LockKey, where, "", errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), -1)
+	for _, w := range []string{"is not a deploy lock", "remove it (DEL rlfn:deploy:lock on 127.0.0.1:7001)"} {
+		if !strings.Contains(wrongType.Error(), w) {
+			t.Errorf("%q does not say %q", wrongType, w)
+		}
 	}
 }

@@ -45,13 +45,14 @@ func New() *cli.App {
 				Value:   "redis://127.0.0.1:6379",
 			},
 			&cli.StringFlag{
-				Name:    "tls-ca",
-				Usage:   "PEM `FILE` of the CA that signed the servers' certificates (rediss:// URLs; default: the system's roots)",
-				EnvVars: []string{"RLFN_TLS_CA"},
+				// Not EnvVars: RLFN_TLS_CA is read by clientOption, for TLS URLs only, so that
+				// an environment set up for TLS does not break a plain redis:// URL.
+				Name:  "tls-ca",
+				Usage: "PEM `FILE` of the CA that signed the servers' certificates (rediss:// URLs; default: $" + tlsCAEnv + ", else the system's roots)",
 			},
 			&cli.DurationFlag{
 				Name:  "timeout",
-				Usage: "give up a command after `DURATION`",
+				Usage: "give up a command, connecting included, after `DURATION`",
 				Value: defaultTimeout,
 			},
 		},

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/versions"
@@ -225,5 +227,40 @@ func TestCancelled(t *testing.T) {
 			}
 			deploy(t, tg, v110, false)
 		})
+	}
+}
+
+// TestLockStuck: a lock key no deploy will ever release (set by hand without a TTL, or a key
+// of another type) is reported with how to recover, not as a lease that expires.
+func TestLockStuck(t *testing.T) {
+	t.Parallel()
+	s := harness.StartValkey(t)
+	c := s.Client(t)
+	tg := discover(t, urlOf(s))
+	for _, tt := range []struct {
+		name string
+		set  valkey.Completed
+		want []string
+	}{
+		{"no TTL", c.B().Set().Key(deployer.LockKey).Value("someone|0").Build(),
+			[]string{"held by someone with no expiry", "remove it: DEL " + deployer.LockKey + " on " + s.Addr}},
+		{"wrong type", c.B().Lpush().Key(deployer.LockKey).Element("x").Build(),
+			[]string{deployer.LockKey + " on " + s.Addr + " is not a deploy lock", "DEL " + deployer.LockKey}},
+	} {
+		if err := c.Do(t.Context(), c.B().Del().Key(deployer.LockKey).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(t.Context(), tt.set).Error(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tg.Apply(t.Context(), plan(t, tg, v100, false), deployer.Options{})
+		if !errors.Is(err, deployer.ErrLocked) {
+			t.Fatalf("%s: %v, want ErrLocked", tt.name, err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tt.name, err, w)
+			}
+		}
 	}
 }
