@@ -329,7 +329,7 @@ func newCallOutput(w io.Writer, mode callMode, asJSON bool) *callOutput {
 func (o *callOutput) add(row callRow) error {
 	o.rows++
 	if o.t == nil {
-		return writeJSONLine(o.w, resultJSON(row))
+		return writeJSONLine(o.w, resultJSON(o.mode, row))
 	}
 	r := row.res
 	cells := []string{row.key, yesNo(r.Allowed), fmt.Sprint(r.Limit), fmt.Sprint(r.Remaining),
@@ -355,29 +355,38 @@ func (o *callOutput) flush() error {
 	return o.t.flush()
 }
 
-// callJSON is the library's reply in its own units: scripts compare it with FCALL's.
+// callJSON is the library's reply in its own units: scripts compare it with FCALL's. Every
+// line of a mode has the same fields: id in each of a concurrency call's, rule in each of a
+// several-limit call's, neither elsewhere.
 type callJSON struct {
-	Key          string `json:"key"`
-	ID           string `json:"id,omitempty"`   // concurrency: the lease holder
-	Rule         int    `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
-	Allowed      bool   `json:"allowed"`        // a release: whether the holder held a slot
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMs int64  `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
-	ResetAfterMs int64  `json:"reset_after_ms"`
-	DelayMs      int64  `json:"delay_ms"`
+	Key          string  `json:"key"`
+	ID           *string `json:"id,omitempty"`   // concurrency: the lease holder; "" when a new holder was refused
+	Rule         *int    `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
+	Allowed      bool    `json:"allowed"`        // a release: whether the holder held a slot
+	Limit        int64   `json:"limit"`
+	Remaining    int64   `json:"remaining"`
+	RetryAfterMs int64   `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
+	ResetAfterMs int64   `json:"reset_after_ms"`
+	DelayMs      int64   `json:"delay_ms"`
 }
 
-func resultJSON(row callRow) callJSON {
+func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
 	retry := r.RetryAfter.Milliseconds()
 	if r.RetryAfter == client.Never {
 		retry = -1
 	}
-	return callJSON{
-		Key: row.key, ID: row.id, Rule: row.rule, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+	j := callJSON{
+		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMs: retry, ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
+	switch mode {
+	case modeAcquire, modeRelease:
+		j.ID = &row.id
+	case modeMulti:
+		j.Rule = &row.rule
+	}
+	return j
 }
 
 func yesNo(b bool) string {

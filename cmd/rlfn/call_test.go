@@ -35,7 +35,7 @@ func wantCalls(t *testing.T, what string, got []callJSON, want ...[3]int64) {
 		t.Fatalf("%s: %d calls, want %d: %+v", what, len(got), len(want), got)
 	}
 	for i, w := range want {
-		if g := got[i]; g.Allowed != (w[0] == 1) || g.Remaining != w[1] || int64(g.Rule) != w[2] {
+		if g := got[i]; g.Allowed != (w[0] == 1) || g.Remaining != w[1] || (g.Rule == nil) != (w[2] == 0) || g.Rule != nil && int64(*g.Rule) != w[2] {
 			t.Errorf("%s: call %d = %+v, want allowed %v, remaining %d, rule %d", what, i+1, g, w[0] == 1, w[1], w[2])
 		}
 	}
@@ -77,7 +77,11 @@ func TestCallModes(t *testing.T) {
 	})
 
 	t.Run("refund", func(t *testing.T) {
-		wantCalls(t, "refund 3", calls(t, s.Addr, append(bucket, "--refund", "3")...), [3]int64{1, 3, 0})
+		refund := calls(t, s.Addr, append(bucket, "--refund", "3")...)
+		wantCalls(t, "refund 3", refund, [3]int64{1, 3, 0})
+		if refund[0].ID != nil {
+			t.Errorf("a refund's line has an id: %+v", refund[0])
+		}
 		wantCalls(t, "refund beyond capacity", calls(t, s.Addr, append(bucket, "--refund", "10")...), [3]int64{1, 5, 0})
 		wantCalls(t, "peek", calls(t, s.Addr, append(bucket, "--peek")...), [3]int64{1, 5, 0})
 	})
@@ -86,20 +90,20 @@ func TestCallModes(t *testing.T) {
 		conc := []string{"concurrency", "user:1", "--limit", "2", "--lease", "1m"}
 		a := calls(t, s.Addr, append(conc, "--id", "worker-a", "--repeat", "2")...) // takes, then renews
 		wantCalls(t, "worker-a takes and renews", a, [3]int64{1, 1, 0}, [3]int64{1, 1, 0})
-		if a[0].ID != "worker-a" || a[0].Key != "rl:{user:1}:concurrency" {
+		if a[0].ID == nil || *a[0].ID != "worker-a" || a[0].Key != "rl:{user:1}:concurrency" {
 			t.Errorf("lease row %+v, want id worker-a on rl:{user:1}:concurrency", a[0])
 		}
 		// A new holder with a random id takes the last slot; the next one is refused.
 		b := calls(t, s.Addr, append(conc, "--repeat", "2")...)
 		wantCalls(t, "two new holders", b, [3]int64{1, 0, 0}, [3]int64{0, 0, 0})
-		if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(b[0].ID) || b[1].ID != "" || b[1].RetryAfterMs <= 0 {
-			t.Errorf("new holders %+v, want a random id for the first and none, with a wait, for the refused one", b)
+		if b[0].ID == nil || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(*b[0].ID) || b[1].ID == nil || *b[1].ID != "" || b[1].RetryAfterMs <= 0 {
+			t.Errorf("new holders %+v, want a random id for the first and \"\", with a wait, for the refused one", b)
 		}
 		// worker-a still renews when full; a reserve never refuses a renewal.
 		wantCalls(t, "renew when full", calls(t, s.Addr, append(conc, "--id", "worker-a", "--reserve", "2")...), [3]int64{1, 0, 0})
 		wantCalls(t, "release", calls(t, s.Addr, append(conc, "--id", "worker-a", "--release", "--repeat", "2")...),
 			[3]int64{1, 1, 0}, [3]int64{0, 1, 0})
-		wantCalls(t, "release the random holder", calls(t, s.Addr, append(conc, "--id", b[0].ID, "--release")...), [3]int64{1, 2, 0})
+		wantCalls(t, "release the random holder", calls(t, s.Addr, append(conc, "--id", *b[0].ID, "--release")...), [3]int64{1, 2, 0})
 		r := rlfnAt(t, set, s.Addr, append([]string{"call"}, append(conc, "--id", "worker-a")...)...)
 		if wantExit(t, r, exitOK, "a table"); !regexp.MustCompile(`(?m)^rl:\{user:1\}:concurrency +worker-a +yes +2 +1 +0s +`).MatchString(r.stdout) {
 			t.Errorf("concurrency table:\n%s", r.stdout)
@@ -154,7 +158,7 @@ func TestCallCompensationFails(t *testing.T) {
 	r := rlfnAt(t, testReleases(t), s.Addr, login...)
 	wantExit(t, r, exitError, "a denial whose refund fails")
 	var got callJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Allowed || got.Rule != 2 {
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Allowed || got.Rule == nil || *got.Rule != 2 {
 		t.Errorf("stdout %q (%v), want the denial by rule 2", r.stdout, err)
 	}
 	if !strings.Contains(r.stderr, "could not refund the units rules [0] took") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
