@@ -17,7 +17,7 @@ var ErrCircuitOpen = errors.New("rlfn: circuit breaker open: the server failed r
 // LimitError reports a limit or cost that the library would refuse, found before any network
 // call.
 type LimitError struct {
-	Field  string // the offending field, e.g. "TokenBucket.Rate", or "cost"
+	Field  string // the offending field, e.g. "TokenBucket.Rate", "cost", or for AllowAll "rules[1] TokenBucket.Rate"
 	Reason string // what is wrong with it, e.g. "must be from 1 to 999999999999999, got 0"
 }
 

@@ -154,6 +154,10 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 			return nil, &LimitError{Field: field, Reason: "must not be nil"}
 		}
 		if err := r.Limit.Validate(); err != nil {
+			// which rule: several may have the same type
+			if le, ok := err.(*LimitError); ok {
+				return nil, &LimitError{Field: fmt.Sprintf("rules[%d] %s", i, le.Field), Reason: le.Reason}
+			}
 			return nil, err
 		}
 		c := call{spec: r.Limit.spec(), cost: n}

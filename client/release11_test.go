@@ -247,6 +247,11 @@ func TestAllowAllRefusesBadRules(t *testing.T) {
 			t.Errorf("%s: got %v, want a *LimitError", name, err)
 		}
 	}
+	// an invalid limit says which rule it is
+	_, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: client.FixedWindow{Limit: 5}}})
+	if want := "rlfn: rules[1] FixedWindow.Window must be at least 1ms, got 0s"; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
 }
 
 // A 1.1 call answered as a 1.0 library answers it is a *VersionError naming the node, under
