@@ -15,8 +15,8 @@ import (
 type Concurrency struct {
 	Limit   int64         // slots, 1 to 999999999999999
 	Lease   time.Duration // how long a lease lasts unless renewed: whole milliseconds, 1ms to 10^11ms
-	Reserve int64         // 0 to Limit: slots only critical callers may take; a renewal is always admitted
-	Name    string        // optional: a second concurrency limit for one principal (see Limit)
+	Reserve int64         // 0 to Limit, default 0 (none): slots only critical callers may take; a renewal is always admitted
+	Name    string        // default "": the key without a name; set, a second concurrency limit for one principal (see Limit)
 }
 
 // Validate reports, as a *LimitError, why the library would refuse this limit.

@@ -57,8 +57,8 @@ type Quota struct {
 type FixedWindow struct {
 	Limit   int64         // 1 to 999999999999999
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms (about 3 years)
-	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
-	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
+	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
+	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -84,8 +84,8 @@ func (l FixedWindow) spec() spec {
 type SlidingLog struct {
 	Limit   int64         // 1 to 100000
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
-	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
-	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
+	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
+	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -112,8 +112,8 @@ func (l SlidingLog) spec() spec {
 type SlidingWindow struct {
 	Limit   int64         // 1 to 999999999999999, and Limit * Window in ms below 2^53
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
-	Reserve int64         // 0 to Limit: units only critical calls may take (see Limit)
-	Name    string        // optional: a second limit of this algorithm for one principal (see Limit)
+	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
+	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -147,8 +147,8 @@ type TokenBucket struct {
 	Capacity int64         // 1 to 999999999999999: the largest burst
 	Rate     int64         // 1 to 999999999999999 units per Period
 	Period   time.Duration // a whole number of milliseconds, 1ms to 10^11ms
-	Reserve  int64         // 0 to Capacity: units only critical calls may take (see Limit)
-	Name     string        // optional: a second limit of this algorithm for one principal (see Limit)
+	Reserve  int64         // 0 to Capacity, default 0 (none): units only critical calls may take (see Limit)
+	Name     string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.
@@ -201,8 +201,8 @@ type LeakyBucket struct {
 	Rate     int64         // 1 to 999999999999999 units per Period
 	Period   time.Duration // a whole number of milliseconds, 1ms to 10^11ms
 	Mode     Mode          // Police (the zero value) or Shape
-	Reserve  int64         // 0 to Capacity: units only critical calls may take (see Limit)
-	Name     string        // optional: a second limit of this algorithm for one principal (see Limit)
+	Reserve  int64         // 0 to Capacity, default 0 (none): units only critical calls may take (see Limit)
+	Name     string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
 }
 
 // Validate implements Limit.

@@ -13,8 +13,8 @@ const maxMulti = 16
 
 // Rule is one limit of a decision on several: Key's limiter of Limit.
 type Rule struct {
-	Key   string
-	Limit Limit
+	Key   string // the principal, as Allow takes it; rules of one Key are decided in one call
+	Limit Limit  // required: a nil Limit is a *LimitError
 }
 
 // AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.
