@@ -98,7 +98,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runApp is run for an app that tests may have adjusted (for instance its releases).
 func runApp(ctx context.Context, app *cli.App, args []string) int {
-	err := app.RunContext(ctx, permute(app, args))
+	args, err := permute(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	code := exitCode(err)
 	if err != nil && !errors.Is(err, errPending) {
 		fmt.Fprintln(app.ErrWriter, "rlfn: "+oneLine(err.Error()))

@@ -154,6 +154,18 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
 		{[]string{"bogus"}, "No help topic for 'bogus'"},
 		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},
+		// A global flag missing its value (an empty $URL in a script) names the flag.
+		{[]string{"deploy", "--url"}, "flag needs an argument: --url (see rlfn deploy --help)"},
+		{[]string{"deploy", "--yes", "--url"}, "flag needs an argument: --url (see rlfn deploy --help)"},
+		{[]string{"deploy", "--timeout"}, "flag needs an argument: --timeout (see rlfn deploy --help)"},
+		{[]string{"status", "--json", "--tls-ca"}, "flag needs an argument: --tls-ca (see rlfn status --help)"},
+		{[]string{"--url", "deploy"}, "flag needs an argument: --url (see rlfn deploy --help)"},
+		{[]string{"--timeout", "deploy"}, "flag needs an argument: --timeout (see rlfn deploy --help)"},
+		{[]string{"--url"}, "flag needs an argument: --url (see rlfn --help)"},
+		// Numbers are decimal, as the library reads them: 08 is eight (the deploy dials),
+		// 0x10 is no number.
+		{[]string{"deploy", "--yes", "--parallel", "0x10"}, `invalid value "0x10" for flag -parallel: "0x10" is not a decimal integer`},
+		{[]string{"deploy", "--yes", "--parallel", "08"}, "connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
@@ -206,13 +218,21 @@ func TestPermute(t *testing.T) {
 		{"rlfn bogus --x y", "rlfn bogus --x y"},
 		{"rlfn status --url redis://x:1 --json", "rlfn --url redis://x:1 status --json"},
 		{"rlfn --timeout 1s call a k --url=redis://x:1 --limit 3", "rlfn --timeout 1s --url=redis://x:1 call --limit 3 -- a k"},
-		{"rlfn --url", "rlfn --url"},
 		{"rlfn call a k --release --id", "rlfn call --release --id"},
+		// A global flag without its value is an error, wherever it is written.
+		{"rlfn --url", "error"},
+		{"rlfn deploy --yes --url", "error"},
+		{"rlfn --url deploy", "error"},
+		{"rlfn --url status deploy", "rlfn --url status deploy"},
 	}
 	for _, tt := range tests {
-		got := strings.Join(permute(app, strings.Fields(tt.give)), " ")
+		args, err := permute(app, strings.Fields(tt.give))
+		got := strings.Join(args, " ")
+		if err != nil {
+			got = "error"
+		}
 		if got != tt.want {
-			t.Errorf("permute(%q) = %q, want %q", tt.give, got, tt.want)
+			t.Errorf("permute(%q) = %q (%v), want %q", tt.give, got, err, tt.want)
 		}
 	}
 }

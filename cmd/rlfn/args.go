@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,9 +12,14 @@ import (
 // the first positional argument, and the documented syntax puts them after ALGORITHM KEY.
 // A global flag written after the command ("rlfn status --url ...") moves before it.
 // Arguments after "--" stay positional.
-func permute(app *cli.App, args []string) []string {
+//
+// A global flag without its value is an error naming it: "rlfn deploy --url" (an empty
+// $URL in a script) must not become "rlfn --url deploy", which runs no command and exits 0,
+// nor "rlfn --timeout deploy" a complaint about "deploy". A global flag whose value is the
+// only command name on the line ("rlfn --url deploy") is taken to be missing its value too.
+func permute(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 2 {
-		return args
+		return args, nil
 	}
 	// Find the command: the first argument that is not a global flag or a global flag's value.
 	i := 1
@@ -24,15 +30,18 @@ func permute(app *cli.App, args []string) []string {
 		}
 		i++
 		if takesValue(app.Flags, a) {
+			if i >= len(args) || (i == len(args)-1 && app.Command(args[i]) != nil) {
+				return nil, needsValue(a, args[len(args)-1], app)
+			}
 			i++
 		}
 	}
 	if i >= len(args) || args[i] == "--" {
-		return args
+		return args, nil
 	}
 	cmd := app.Command(args[i])
 	if cmd == nil {
-		return args
+		return args, nil
 	}
 	var global, flags, positional []string
 	rest := args[i+1:]
@@ -50,10 +59,13 @@ func permute(app *cli.App, args []string) []string {
 			}
 			*dst = append(*dst, a)
 			if takesValue(flagSet, a) {
-				if j+1 < len(rest) {
+				switch {
+				case j+1 < len(rest):
 					j++
 					*dst = append(*dst, rest[j])
-				} else {
+				case dst == &global:
+					return nil, needsValue(a, args[i], app)
+				default:
 					dangling = true
 				}
 			}
@@ -66,14 +78,24 @@ func permute(app *cli.App, args []string) []string {
 	if dangling {
 		// Left last, it is refused ("flag needs an argument"); followed by "--", it would take
 		// "--" as its value (rlfn call ... --release --id would free holder "--").
-		return out
+		return out, nil
 	}
 	if len(positional) > 0 {
 		// "--" keeps a positional argument that starts with "-" (a key "-1") positional.
 		out = append(out, "--")
 		out = append(out, positional...)
 	}
-	return out
+	return out, nil
+}
+
+// needsValue is the error for a global flag written without its value, in command's line.
+func needsValue(flag, command string, app *cli.App) error {
+	name, _, _ := strings.Cut(strings.TrimLeft(flag, "-"), "=")
+	help := "rlfn --help"
+	if app.Command(command) != nil {
+		help = "rlfn " + command + " --help"
+	}
+	return fmt.Errorf("flag needs an argument: --%s (see %s)", name, help)
 }
 
 // lookup finds the flag arg ("--name", "-name" or "--name=value") names among flags.

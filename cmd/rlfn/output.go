@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -15,6 +16,21 @@ import (
 func jsonFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 }
+
+// decimal is a flag's integer written in decimal only, as the library reads its numbers:
+// "010" is ten, "0x10" an error (cli's IntFlag reads both as Go literals: 8 and 16).
+type decimal struct{ n int }
+
+func (d *decimal) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 0)
+	if err != nil {
+		return fmt.Errorf("%q is not a decimal integer", s)
+	}
+	d.n = int(n)
+	return nil
+}
+
+func (d *decimal) String() string { return strconv.Itoa(d.n) }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
