@@ -146,30 +146,16 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	pass, probe := l.breaker.acquire(l.clock)
+	a, pass := l.begin(ctx)
 	if !pass {
 		return l.fail(ctx, op, key, c, kindCircuitOpen, ErrCircuitOpen)
 	}
-	if probe {
-		l.transition(ctx, halfOpen)
-	}
-	var start time.Time
-	if l.metrics != nil {
-		start = time.Now()
-	}
-	// Only an answer to a call sent after a key's local state began drops it (see drop); with
-	// no local state at all, there is nothing to drop and no need to read the clock.
-	var sent int64
-	dropLocal := l.local != nil && l.local.used()
-	if dropLocal {
-		sent = l.clock()
-	}
 	res, err := l.server(ctx, op, key, c)
-	kind := l.settle(ctx, probe, c.alg.id, op, start, res, err)
-	if kind == kindNone && dropLocal {
+	kind := l.settle(ctx, a, c.alg.id, op, res, err)
+	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
-		l.local.drop(appendKey(b[:0], l.prefix, key, c.alg.name, c.name), sent, l.clock())
+		l.local.drop(appendKey(b[:0], l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
 	}
 	if err == nil {
 		return res, nil
@@ -181,8 +167,38 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	return l.fail(ctx, op, key, c, kind, err)
 }
 
+// attempt is a call on its way to the server, past the breaker.
+type attempt struct {
+	probe     bool      // the breaker's probe
+	start     time.Time // for MetricDuration; zero without metrics
+	dropLocal bool      // local state exists: the server's answer drops the keys' (see drop)
+	sent      int64     // when the call was sent, for drop
+}
+
+// begin lets a call through the breaker, or reports false while it is open.
+func (l *Limiter) begin(ctx context.Context) (attempt, bool) {
+	pass, probe := l.breaker.acquire(l.clock)
+	if !pass {
+		return attempt{}, false
+	}
+	if probe {
+		l.transition(ctx, halfOpen)
+	}
+	a := attempt{probe: probe}
+	if l.metrics != nil {
+		a.start = time.Now()
+	}
+	// Only an answer to a call sent after a key's local state began drops it (see drop); with
+	// no local state at all, there is nothing to drop and no need to read the clock.
+	if a.dropLocal = l.local != nil && l.local.used(); a.dropLocal {
+		a.sent = l.clock()
+	}
+	return a, true
+}
+
 // settle classifies a server call's outcome, moves the breaker and records the call.
-func (l *Limiter) settle(ctx context.Context, probe bool, subject int, op operation, start time.Time, res Result, err error) errKind {
+func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operation, res Result, err error) errKind {
+	probe, start := a.probe, a.start
 	kind := kindNone
 	if err != nil {
 		kind = classify(ctx, err)

@@ -259,27 +259,15 @@ func binding(results []Result) (Result, int) {
 // decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
 // cannot, by the policy. It returns the binding Result and its index in cs.
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
-	pass, probe := l.breaker.acquire(l.clock)
+	a, pass := l.begin(ctx)
 	if !pass {
 		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen)
 	}
-	if probe {
-		l.transition(ctx, halfOpen)
-	}
-	var start time.Time
-	if l.metrics != nil {
-		start = time.Now()
-	}
-	var sent int64
-	dropLocal := l.local != nil && l.local.used()
-	if dropLocal {
-		sent = l.clock()
-	}
 	res, i, err := l.serverMulti(ctx, op, key, cs)
-	kind := l.settle(ctx, probe, multiSubject, op, start, res, err)
-	if kind == kindNone && dropLocal {
+	kind := l.settle(ctx, a, multiSubject, op, res, err)
+	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
-			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), sent, l.clock())
+			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
 		}
 	}
 	if err == nil {
