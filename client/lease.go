@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -168,13 +169,7 @@ func (a localConcurrency) decide(st *localState, p params, cost, reserve, instan
 		for _, exp := range st.leases {
 			exps = append(exps, exp)
 		}
-		for i := range exps {
-			for j := i + 1; j < len(exps); j++ {
-				if exps[j] < exps[i] {
-					exps[i], exps[j] = exps[j], exps[i]
-				}
-			}
-		}
+		slices.Sort(exps)
 		r.RetryAfter = time.Duration(exps[need-1] - now)
 		return r
 	}

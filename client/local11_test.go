@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -94,6 +95,26 @@ func TestLocalConcurrency(t *testing.T) {
 	// c expired at 1s; a (renewed) holds until 1.5s
 	if r := acquire("e", false, 1100*time.Millisecond); !r.Allowed || r.Remaining != 0 {
 		t.Fatalf("e after c expired: %+v", r)
+	}
+}
+
+// A denied local acquire finds its wait in the time of a sort: it holds its shard's mutex,
+// and with every slot of a large share taken, every call is denied (an O(n²) sort of 70000
+// leases took seconds).
+func TestLocalConcurrencyDeniedQuickly(t *testing.T) {
+	const n = 70000
+	st := &localState{leases: make(map[string]int64, n), expires: epoch + int64(time.Hour)}
+	for i := range n {
+		st.leases[fmt.Sprint(i)] = epoch + int64(time.Second) + int64(n-i)
+	}
+	p := Concurrency{Limit: n, Lease: time.Second}.spec("new").params
+	start := time.Now()
+	r := localConcurrency{}.decide(st, p, 1, 0, 1, epoch, true)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a denial took %s", took)
+	}
+	if r.Allowed || r.RetryAfter != time.Second+1 {
+		t.Errorf("%+v, want denied until the first lease ends", r)
 	}
 }
 
