@@ -50,8 +50,8 @@ type Lease struct {
 	released bool
 }
 
-// ErrLeaseReleased is returned by Renew and Release of a Lease already released: a renewal
-// would take a new slot for a holder that is done, and leak it until it expires.
+// ErrLeaseReleased is returned by Renew of a Lease already released: a renewal would take a
+// new slot for a holder that is done, and leak it until it expires.
 var ErrLeaseReleased = errors.New("rlfn: lease already released")
 
 // Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
@@ -110,9 +110,9 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 }
 
 // Release frees the lease's slot: Allowed reports whether it still held one (false when it had
-// expired). Remaining is the free slots after it. A release is not retried; one that fails
-// may be called again. Once it has succeeded, the Lease is done: Renew and Release return
-// ErrLeaseReleased.
+// expired, or was released already). Remaining is the free slots after it. A release is not
+// retried; one that fails may be called again. Once one has succeeded, the Lease is done:
+// Renew returns ErrLeaseReleased.
 //
 // The slot is owed whatever became of the work: Release runs even when ctx is canceled or
 // past its deadline (defer lease.Release(r.Context()) frees the slot of a request whose client
@@ -120,12 +120,9 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 func (le *Lease) Release(ctx context.Context) (Result, error) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	if le.released {
-		return Result{}, ErrLeaseReleased
-	}
 	ctx = context.WithoutCancel(ctx)
 	res, err := le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
-	le.released = err == nil
+	le.released = le.released || err == nil
 	return res, err
 }
 
