@@ -140,6 +140,8 @@ func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 func parseSpec(text string) (*limitSpec, error) {
 	parts := strings.Split(text, ",")
 	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, mode: "police", field: func(f string) string { return f + "=" }}
+	numbers := map[string]*int64{"limit": &s.limit, "capacity": &s.capacity, "rate": &s.rate, "reserve": &s.reserve}
+	durations := map[string]*time.Duration{"window": &s.window, "period": &s.period, "lease": &s.lease}
 	for _, p := range parts[1:] {
 		f, v, ok := strings.Cut(p, "=")
 		if !ok {
@@ -149,36 +151,16 @@ func parseSpec(text string) (*limitSpec, error) {
 			return nil, fmt.Errorf("%s given twice", f)
 		}
 		var err error
-		switch f {
-		case "limit", "capacity", "rate", "reserve":
-			var n int64
-			n, err = strconv.ParseInt(v, 10, 64)
-			switch f {
-			case "limit":
-				s.limit = n
-			case "capacity":
-				s.capacity = n
-			case "rate":
-				s.rate = n
-			case "reserve":
-				s.reserve = n
-			}
-		case "window", "period", "lease":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			switch f {
-			case "window":
-				s.window = d
-			case "period":
-				s.period = d
-			case "lease":
-				s.lease = d
-			}
-		case "mode":
+		switch {
+		case numbers[f] != nil:
+			*numbers[f], err = strconv.ParseInt(v, 10, 64)
+		case durations[f] != nil:
+			*durations[f], err = time.ParseDuration(v)
+		case f == "mode":
 			s.mode = v
-		case "name":
+		case f == "name":
 			s.name = v
-		case "key":
+		case f == "key":
 			if v == "" {
 				return nil, fmt.Errorf("key= is empty")
 			}
