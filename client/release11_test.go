@@ -342,6 +342,35 @@ func TestAllowAllReportsFailedRefunds(t *testing.T) {
 	}
 }
 
+// The refunds are owed whatever becomes of the caller's context: they run with it canceled,
+// bounded by the Limiter's deadline.
+func TestAllowAllCompensatesCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vk := mock.NewClient(gomock.NewController(t))
+	refunded := false
+	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(cctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+		switch args := cmd.Commands(); {
+		case args[1] == "rl_fixed_window_refund":
+			if d, ok := cctx.Deadline(); cctx.Err() != nil || !ok || time.Until(d) > client.DefaultDeadline+time.Millisecond {
+				t.Errorf("the refund's context: %v, deadline %v %v", cctx.Err(), d, ok)
+			}
+			refunded = true
+			return okReply
+		case args[3] == "rl:{a}:fixed_window":
+			cancel() // the caller gives up while a's unit is taken
+			return okReply
+		}
+		return mock.Result(ints(0, 5, 0, 1000, 1000, 0))
+	}).AnyTimes()
+	l := client.FixedWindow{Limit: 5, Window: time.Minute}
+	// b is denied, or not sent at all (context canceled): a's refund is owed either way
+	_, _ = client.New(vk).AllowAll(ctx, []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}})
+	if !refunded {
+		t.Error("a's unit was not refunded")
+	}
+}
+
 // A key decided by the policy (its server gone) took nothing from the server: when another
 // key denies, its units are given back where they were taken (LocalFallback: locally), and no
 // refund reaches the server, where it would give back units other requests took.
