@@ -1,0 +1,339 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// The failover test's Limiters. The deadline leaves room for six nodes and the test sharing
+// two cores: a healthy shard's call must never reach it.
+const (
+	chaosDeadline = 200 * time.Millisecond
+	chaosCooldown = 500 * time.Millisecond
+	chaosBreaker  = 5
+	chaosShare    = 4 // WithInstances: LocalFallback admits a quarter of each limit
+)
+
+// chaosLimits are every algorithm, with limits the test's traffic does not exhaust on the
+// server, so that a denial says something.
+var chaosLimits = []client.Limit{
+	client.FixedWindow{Limit: 100_000, Window: time.Minute},
+	client.SlidingLog{Limit: 100_000, Window: time.Minute},
+	client.SlidingWindow{Limit: 100_000, Window: time.Minute},
+	client.TokenBucket{Capacity: 100_000, Rate: 1, Period: time.Hour},
+	client.LeakyBucket{Capacity: 100_000, Rate: 1, Period: time.Hour},
+	client.LeakyBucket{Capacity: 100_000, Rate: 1_000_000, Period: time.Second, Mode: client.Shape},
+}
+
+const chaosLimit = 100_000
+
+// chaosCall is one call of a failover worker.
+type chaosCall struct {
+	start time.Time
+	took  time.Duration
+	res   client.Result
+	err   error
+}
+
+// chaosWorker calls every algorithm in turn on one principal, whose slot is on shard.
+type chaosWorker struct {
+	policy client.Policy
+	shard  int
+	key    string
+	calls  []chaosCall
+}
+
+// A primary of a 3-shard cluster killed under load, its replica promoted by the cluster (a
+// real failover, nothing restarted): under every policy, the dead shard's calls are the
+// policy's until the promotion and the server's again soon after, with the library the
+// replica received; the other shards' calls are the server's all along; no call takes longer
+// than the deadline and a margin; and the deployer's discovery shows the promoted replica as
+// the shard's primary, with the library, and the dead primary as down.
+func TestChaosFailover(t *testing.T) {
+	cl := harness.StartCluster(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, p := range cl.Primaries {
+		if err := load(ctx, p.Client(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other shards keep serving while one has no primary, as production clusters are often
+	// set up; by default (yes) every node answers CLUSTERDOWN until the failover is over,
+	// and no client could tell the other shards' calls from the dead one's.
+	for _, s := range cl.Nodes() {
+		c := s.Client(t)
+		if err := do(t, c, c.B().ConfigSet().ParameterValue().ParameterValue("cluster-require-full-coverage", "no").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range cl.Replicas {
+		if err := waitVersion(ctx, &replica{addr: r.Addr, c: r.Client(t), cluster: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := cl.Primaries[0]
+	promoted := cl.ReplicasOf(victim)[0]
+
+	// Principals by shard: StartCluster spreads the slots evenly, primary i owning the i-th
+	// third.
+	admin := cl.Client(t, false)
+	shardOf := func(key string) int {
+		slot, err := do(t, admin, admin.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cl.Primaries {
+			if hi := int64((i+1)*16384/len(cl.Primaries) - 1); slot <= hi {
+				return i
+			}
+		}
+		t.Fatalf("slot %d of %s beyond 16383", slot, key)
+		return -1
+	}
+	var workers []*chaosWorker
+	limiters := map[client.Policy]*client.Limiter{}
+	n := 0
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		vk := cl.Client(t, false)
+		limiters[p] = client.New(vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
+			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
+		for shard := range cl.Primaries {
+			for {
+				n++
+				key := fmt.Sprintf("chaos:%d:%d", time.Now().UnixNano(), n)
+				// the state key is rl:{key}:..., hashed by key alone
+				if shardOf(key) == shard {
+					workers = append(workers, &chaosWorker{policy: p, shard: shard, key: key})
+					break
+				}
+			}
+		}
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		lim := limiters[w.policy]
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				res, err := lim.Allow(context.Background(), w.key, chaosLimits[i%len(chaosLimits)])
+				w.calls = append(w.calls, chaosCall{start, time.Since(start), res, err})
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	var once sync.Once
+	end := func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(end)
+
+	time.Sleep(500 * time.Millisecond)
+	killAt := time.Now()
+	if err := victim.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	// lastReplica: when the last ROLE that still said replica was sent; calls that ended
+	// before it were made while the shard had no primary.
+	pc := promoted.Client(t)
+	var lastReplica, promotedAt time.Time
+	for promotedAt.IsZero() {
+		sent := time.Now()
+		role, err := pc.Do(ctx, pc.B().Role().Build()).ToArray()
+		if err != nil || len(role) == 0 {
+			t.Fatalf("ROLE on %s: %v", promoted.Addr, err)
+		}
+		if r, _ := role[0].ToString(); r == "master" {
+			promotedAt = time.Now()
+		} else {
+			lastReplica = sent
+			if time.Since(stoppedAt) > 30*time.Second {
+				t.Fatalf("%s not promoted 30s after its primary was stopped", promoted.Addr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The client learns the new primary from its next topology refresh, which a failed call
+	// starts: an open breaker sends nothing but its probe, so a probe fails against the old
+	// primary, and the next one, a cooldown later, reaches the new one.
+	recoverBy := promotedAt.Add(2*chaosCooldown + chaosDeadline + slack)
+	time.Sleep(time.Until(recoverBy) + time.Second)
+	end()
+	t.Logf("primary %s stopped; replica %s promoted %s later", victim.Addr, promoted.Addr,
+		promotedAt.Sub(stoppedAt).Round(time.Millisecond))
+
+	phaseNames := []string{"before the kill", "no primary", "after the promotion"}
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		t.Run(p.String(), func(t *testing.T) {
+			checkFailover(t, p, workers, phaseNames, failoverTimes{killAt, stoppedAt, lastReplica, promotedAt, recoverBy})
+		})
+	}
+
+	// The promoted replica serves the library it received, to FCALL_RO and to calls on its keys.
+	if v, err := do(t, pc, client.VersionCommand(pc)).ToString(); err != nil || v != workingVersion(t) {
+		t.Errorf("promoted %s: rl_version %q, %v; want %s", promoted.Addr, v, err, workingVersion(t))
+	}
+	// The deployer (what rlfn status shows) sees the new topology.
+	tg, err := deployer.Discover(ctx, valkey.ClientOption{InitAddress: []string{promoted.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	defer tg.Close()
+	installed, err := tg.Inspect(ctx, versions.Embedded())
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	seen := map[string]deployer.Installed{}
+	for _, in := range installed {
+		seen[in.Node.Addr] = in
+	}
+	if in := seen[promoted.Addr]; in.Node.Role != deployer.RolePrimary || in.Node.Slots != 16384/3 ||
+		in.Version != workingVersion(t) || in.Unreachable != nil {
+		t.Errorf("promoted %s as the deployer sees it: %+v", promoted.Addr, in)
+	}
+	if in, ok := seen[victim.Addr]; !ok || in.Node.Down == "" || in.Unreachable == nil {
+		t.Errorf("dead primary %s as the deployer sees it: %+v, listed %v; want it down", victim.Addr, in, ok)
+	}
+	if len(installed) != 6 {
+		t.Errorf("the deployer sees %d nodes, want 6", len(installed))
+	}
+}
+
+// failoverTimes are the moments TestChaosFailover's calls are judged by.
+type failoverTimes struct {
+	killAt, stoppedAt, lastReplica, promotedAt, recoverBy time.Time
+}
+
+// checkFailover judges the calls of p's workers: every call within the deadline and a margin;
+// the other shards' calls, and the dead shard's before the kill, the server's; the dead
+// shard's without a primary the policy's; after the promotion, the server's again from a
+// first one within recoverBy. A broken rule is reported once per shard and phase, with its
+// count and first instance.
+func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseNames []string, at failoverTimes) {
+	type phaseStats struct {
+		calls, byPolicy int
+		worst           time.Duration
+	}
+	type violation struct {
+		n     int
+		first string
+	}
+	violations := map[string]*violation{}
+	var order []string
+	violate := func(rule, example string) {
+		v, ok := violations[rule]
+		if !ok {
+			v = &violation{first: example}
+			violations[rule] = v
+			order = append(order, rule)
+		}
+		v.n++
+	}
+	stats := map[bool]*[3]phaseStats{true: {}, false: {}} // by dead shard
+	for _, w := range workers {
+		if w.policy != p {
+			continue
+		}
+		dead := w.shard == 0
+		var recovered time.Time
+		for _, c := range w.calls {
+			ph := 0
+			switch {
+			case c.start.After(at.promotedAt):
+				ph = 2
+			case !c.start.Before(at.killAt):
+				ph = 1
+			}
+			st := &stats[dead][ph]
+			st.calls++
+			st.worst = max(st.worst, c.took)
+			fromServer := c.err == nil && !c.res.Local
+			if !fromServer {
+				st.byPolicy++
+			}
+			where := fmt.Sprintf("shard %d, %s", w.shard, phaseNames[ph])
+			if c.took > chaosDeadline+slack {
+				violate(where+": calls past the deadline "+chaosDeadline.String()+" + "+slack.String(), c.took.String())
+			}
+			switch {
+			case !dead || c.start.Before(at.killAt):
+				if !fromServer {
+					violate(where+": calls not decided by the server",
+						fmt.Sprintf("%s after the kill: %+v, %v", c.start.Sub(at.killAt), c.res, c.err))
+				}
+			case c.start.After(at.stoppedAt) && c.start.Add(c.took).Before(at.lastReplica):
+				if err := chaosPolicy(p, c); err != nil {
+					violate(where+": calls not decided as the policy promises",
+						fmt.Sprintf("%s after the stop: %v", c.start.Sub(at.stoppedAt), err))
+				}
+			case c.start.After(at.promotedAt):
+				if recovered.IsZero() && fromServer {
+					recovered = c.start
+				}
+				if !recovered.IsZero() && !fromServer {
+					violate(where+": calls not decided by the server once it decided again",
+						fmt.Sprintf("%s after the promotion: %+v, %v", c.start.Sub(at.promotedAt), c.res, c.err))
+				}
+			}
+		}
+		if dead {
+			if recovered.IsZero() || recovered.After(at.recoverBy) {
+				t.Errorf("the promoted shard decides again %s after the promotion, want within %s",
+					recovered.Sub(at.promotedAt), at.recoverBy.Sub(at.promotedAt))
+			} else {
+				t.Logf("dead shard: the server decides again %s after the promotion",
+					recovered.Sub(at.promotedAt).Round(time.Millisecond))
+			}
+		}
+	}
+	for _, rule := range order {
+		v := violations[rule]
+		t.Errorf("%s: %d, the first: %s", rule, v.n, v.first)
+	}
+	for _, dead := range []bool{true, false} {
+		name := "other shards"
+		if dead {
+			name = "dead shard"
+		}
+		for ph, st := range stats[dead] {
+			t.Logf("%s, %s: %d calls, %d decided by the policy, worst %s",
+				name, phaseNames[ph], st.calls, st.byPolicy, st.worst.Round(time.Microsecond))
+		}
+	}
+}
+
+// chaosPolicy checks a call the server could not decide against the policy's promise.
+func chaosPolicy(p client.Policy, c chaosCall) error {
+	res, err := c.res, c.err
+	ok := false
+	switch p {
+	case client.ReturnError:
+		ok = err != nil && res == (client.Result{})
+	case client.FailOpen:
+		ok = err == nil && res.Local && res.Allowed && res.Limit == chaosLimit
+	case client.FailClosed:
+		ok = err == nil && res.Local && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
+	case client.LocalFallback:
+		ok = err == nil && res.Local && res.Limit == chaosLimit/chaosShare
+	}
+	if !ok {
+		return fmt.Errorf("%+v, %v: not what %s promises", res, err, p)
+	}
+	return nil
+}
