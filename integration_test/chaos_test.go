@@ -337,3 +337,138 @@ func chaosPolicy(p client.Policy, c chaosCall) error {
 	}
 	return nil
 }
+
+// What README promises of Peek on replicas: a peek on the primary sees every admitted call at
+// once; a replica's peek may be a little behind (never ahead, and never going back), since the
+// replica applies the primary's writes asynchronously; after WAIT 1 on the connection that
+// wrote, the replica's peek is current. A replica held behind (CLIENT PAUSE WRITE holds a
+// Valkey replica's replication stream; Redis 7.0 applies it during a pause) shows the old
+// remaining until it catches up.
+func TestChaosPeekReplicaLag(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		key := keyFor(t)
+		limit := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Hour}
+		args := []string{"1000", "1", "3600000", "1"} // the same limit, as the client sends it
+		onPrimary := client.New(tg.c, slowMachine)
+		if _, err := onPrimary.Allow(ctx, key, limit); err != nil {
+			t.Fatal(err)
+		}
+		stateKey := client.Key(client.DefaultPrefix, key, limit)
+		rep := tg.replicaFor(t, stateKey)
+		waitReplicated(t, rep, stateKey)
+		onReplica := client.New(readsFromReplicas(t, tg, rep), slowMachine)
+		pc := primaryOf(t, tg, stateKey)
+		before := commandCalls(t, rep.c, "fcall_ro")
+
+		const rounds = 200
+		stale, lastSeen := 0, int64(limit.Capacity)
+		for i := range rounds {
+			r, err := onPrimary.Allow(ctx, key, limit)
+			if err != nil || !r.Allowed {
+				t.Fatalf("round %d: %+v, %v", i, r, err)
+			}
+			if p, err := onPrimary.Peek(ctx, key, limit); err != nil || p.Remaining != r.Remaining {
+				t.Fatalf("round %d: a peek on the primary: %+v, %v; want %d remaining", i, p, err, r.Remaining)
+			}
+			q, err := onReplica.Peek(ctx, key, limit)
+			if err != nil || q.Local || q.Remaining < r.Remaining || q.Remaining > lastSeen {
+				t.Fatalf("round %d: a peek on the replica: %+v, %v; want from %d (current) to %d (its last answer)",
+					i, q, err, r.Remaining, lastSeen)
+			}
+			if q.Remaining > r.Remaining {
+				stale++
+			}
+			lastSeen = q.Remaining
+		}
+		// WAIT 1 after the write, on its connection: the replica's peek is then current.
+		const waited = 50
+		for i := range waited {
+			want := writeAndWait(t, pc, stateKey, args, time.Second, 1)
+			if q, err := onReplica.Peek(ctx, key, limit); err != nil || q.Remaining != want {
+				t.Fatalf("after WAIT %d: a peek on the replica: %+v, %v; want %d remaining", i, q, err, want)
+			}
+		}
+		if ran := commandCalls(t, rep.c, "fcall_ro").Calls - before.Calls; ran < rounds+waited {
+			t.Fatalf("the replica ran %d FCALL_RO for %d peeks", ran, rounds+waited)
+		}
+		t.Logf("%d of %d replica peeks right after an admitted call were behind it; %d after WAIT 1 all current",
+			stale, rounds, waited)
+
+		if tg.name == "redis7.0" {
+			t.Log("Redis 7.0 applies the replication stream during CLIENT PAUSE WRITE: no replica held behind")
+			return
+		}
+		if err := rep.do(rep.c.B().ClientPause().Timeout(5000).Write().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		paused := true
+		unpause := func() {
+			if paused {
+				paused = false
+				if err := rep.do(rep.c.B().ClientUnpause().Build()).Error(); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		defer unpause()
+		old, err := onReplica.Peek(ctx, key, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := writeAndWait(t, pc, stateKey, args, 100*time.Millisecond, 0) // the replica does not ack
+		if p, err := onPrimary.Peek(ctx, key, limit); err != nil || p.Remaining != now {
+			t.Errorf("a peek on the primary: %+v, %v; want %d remaining", p, err, now)
+		}
+		if q, err := onReplica.Peek(ctx, key, limit); err != nil || q.Remaining != old.Remaining || q.Remaining != now+1 {
+			t.Errorf("a peek on the held replica: %+v, %v; want the old %d remaining", q, err, now+1)
+		}
+		unpause()
+		now = writeAndWait(t, pc, stateKey, args, 5*time.Second, 1)
+		if q, err := onReplica.Peek(ctx, key, limit); err != nil || q.Remaining != now {
+			t.Errorf("the replica caught up, after WAIT: %+v, %v; want %d remaining", q, err, now)
+		}
+	})
+}
+
+// writeAndWait admits one unit of the token bucket at stateKey on pc, then WAITs for one
+// replica on the same connection, and returns the call's remaining; WAIT must answer acked.
+func writeAndWait(t *testing.T, pc valkey.Client, stateKey string, args []string, timeout time.Duration, acked int64) int64 {
+	t.Helper()
+	res := pc.DoMulti(ctx5s(t), fcallCmd(pc, false, "rl_token_bucket", stateKey, args...),
+		pc.B().Wait().Numreplicas(1).Timeout(timeout.Milliseconds()).Build())
+	r, err := decode(res[0])
+	if err != nil || !r.Allowed {
+		t.Fatalf("FCALL rl_token_bucket %s: %v, %v", stateKey, r, err)
+	}
+	if n, err := res[1].AsInt64(); err != nil || n != acked {
+		t.Fatalf("WAIT 1 %d: %d, %v; want %d", timeout.Milliseconds(), n, err, acked)
+	}
+	return r.Remaining
+}
+
+// primaryOf returns a connection to the primary holding key.
+func primaryOf(t *testing.T, tg *target, key string) valkey.Client {
+	t.Helper()
+	if tg.name != "cluster" {
+		return tg.primary
+	}
+	for _, c := range tg.c.Nodes() {
+		if n, err := do(t, c, c.B().Exists().Key(key).Build()).AsInt64(); err == nil && n == 1 && !isReplicaNode(t, c) {
+			return c
+		}
+	}
+	t.Fatalf("no primary holds %s", key)
+	return nil
+}
+
+func isReplicaNode(t *testing.T, c valkey.Client) bool {
+	t.Helper()
+	role, err := do(t, c, c.B().Role().Build()).ToArray()
+	if err != nil || len(role) == 0 {
+		t.Fatalf("ROLE: %v", err)
+	}
+	r, _ := role[0].ToString()
+	return r == "slave"
+}
