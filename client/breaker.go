@@ -35,16 +35,18 @@ func (s breakerState) String() string {
 // it with a fake clock.
 //
 // The closed state, where a healthy server keeps it, costs one atomic load per call and one
-// more per success; transitions take the mutex.
+// more per success; the open state, where a dead server keeps it, costs two atomic loads and a
+// clock reading, and the probe is chosen by a compare-and-swap: neither takes a lock, so the
+// calls of a dead node do not queue on a mutex. Only transitions (opening, closing) take it.
 type breaker struct {
 	threshold int64 // consecutive failures that open it
 	cooldown  int64 // nanoseconds from opening to the probe
 
 	state    atomic.Int32 // a breakerState
 	failures atomic.Int64 // consecutive failures while closed
+	openedAt atomic.Int64 // when it last opened: stored before the state that reads it
 
-	mu       sync.Mutex // serializes transitions
-	openedAt int64      // when it last opened; under mu
+	mu sync.Mutex // serializes transitions
 }
 
 func newBreaker(threshold int, cooldown time.Duration) *breaker {
@@ -56,17 +58,12 @@ func (b *breaker) current() breakerState { return breakerState(b.state.Load()) }
 // acquire reports whether a call may go to the server, and whether it is the probe, the one
 // call of the half-open state. now is read only when the breaker is not closed.
 func (b *breaker) acquire(now func() int64) (pass, probe bool) {
-	if b.current() == closed {
-		return true, false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch b.current() {
 	case closed:
 		return true, false
 	case open:
-		if now()-b.openedAt >= b.cooldown {
-			b.state.Store(int32(halfOpen))
+		// openedAt is stored before the state: an open state read here has its time.
+		if now()-b.openedAt.Load() >= b.cooldown && b.state.CompareAndSwap(int32(open), int32(halfOpen)) {
 			return true, true
 		}
 	}
@@ -105,9 +102,9 @@ func (b *breaker) failure(probe bool, now int64) breakerState {
 		// Another call opened it already; the cooldown runs from then.
 		return -1
 	}
-	b.state.Store(int32(open))
-	b.openedAt = now
+	b.openedAt.Store(now)
 	b.failures.Store(0)
+	b.state.Store(int32(open))
 	return open
 }
 
@@ -129,8 +126,5 @@ func (b *breaker) retryAfter(now int64) time.Duration {
 	if b.current() == closed {
 		return time.Duration(b.cooldown)
 	}
-	b.mu.Lock()
-	left := b.openedAt + b.cooldown - now
-	b.mu.Unlock()
-	return max(time.Duration(left), time.Millisecond)
+	return max(time.Duration(b.openedAt.Load()+b.cooldown-now), time.Millisecond)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
-// concurrent use. Its state is its circuit breaker and, with LocalFallback, the local limiters.
+// concurrent use. Its state is its circuit breakers (one per cluster shard) and, with LocalFallback, the local limiters.
 type Limiter struct {
 	vk        valkey.Client
 	prefix    string // escaped, as Key writes it
@@ -21,7 +21,7 @@ type Limiter struct {
 	deadlines deadlines
 	policy    Policy
 	instances int64
-	breaker   *breaker
+	breakers  *breakers
 	local     *localStore // LocalFallback only
 	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
 	clock     func() int64
@@ -59,7 +59,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		deadline:  o.deadline,
 		policy:    o.policy,
 		instances: int64(o.instances),
-		breaker:   newBreaker(o.breakerFailures, o.breakerCooldown),
+		breakers:  newBreakers(vk, o.breakerFailures, o.breakerCooldown),
 		clock:     o.clock,
 	}
 	if o.policy == LocalFallback {
@@ -146,7 +146,7 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	a, pass := l.begin(ctx)
+	a, pass := l.begin(ctx, key)
 	if !pass {
 		return l.fail(ctx, op, key, c, kindCircuitOpen, ErrCircuitOpen)
 	}
@@ -169,22 +169,25 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 
 // attempt is a call on its way to the server, past the breaker.
 type attempt struct {
+	br        *breaker  // the breaker of the key's node
 	probe     bool      // the breaker's probe
 	start     time.Time // for MetricDuration; zero without metrics
 	dropLocal bool      // local state exists: the server's answer drops the keys' (see drop)
 	sent      int64     // when the call was sent, for drop
 }
 
-// begin lets a call through the breaker, or reports false while it is open.
-func (l *Limiter) begin(ctx context.Context) (attempt, bool) {
-	pass, probe := l.breaker.acquire(l.clock)
+// begin lets a call on key through the breaker of key's node, or reports false while it is
+// open.
+func (l *Limiter) begin(ctx context.Context, key string) (attempt, bool) {
+	br := l.breakerOf(key)
+	pass, probe := br.acquire(l.clock)
 	if !pass {
 		return attempt{}, false
 	}
 	if probe {
 		l.transition(ctx, halfOpen)
 	}
-	a := attempt{probe: probe}
+	a := attempt{br: br, probe: probe}
 	if l.metrics != nil {
 		a.start = time.Now()
 	}
@@ -205,12 +208,17 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 	}
 	switch {
 	case kind.unanswered():
-		l.transition(ctx, l.breaker.failure(probe, l.clock()))
+		s := a.br.failure(probe, l.clock())
+		if s == open {
+			// a failover or a resharding may have given the node's slots to another
+			l.refreshSlots(true)
+		}
+		l.transition(ctx, s)
 	case kind == kindCanceled:
-		l.transition(ctx, l.breaker.release(probe))
+		l.transition(ctx, a.br.release(probe))
 	default:
 		// the server answered, if only with an error
-		l.transition(ctx, l.breaker.success(probe))
+		l.transition(ctx, a.br.success(probe))
 	}
 	if m := l.metrics; m != nil {
 		out := outError
@@ -288,7 +296,7 @@ func (l *Limiter) policyResult(op operation, key string, c call) Result {
 			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Local: true}
 		}
 	case FailClosed:
-		wait := l.breaker.retryAfter(l.clock())
+		wait := l.breakerOf(key).retryAfter(l.clock())
 		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
 		switch {
 		case giveBack:

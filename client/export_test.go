@@ -8,3 +8,9 @@ func WithClock(now func() int64) Option {
 
 // LocalKeys is how many keys the Limiter's local fallback holds.
 func (l *Limiter) LocalKeys() int { return l.local.len() }
+
+// SlotsKnown reports whether a cluster Limiter has read the cluster's slots.
+func (l *Limiter) SlotsKnown() bool { return l.breakers.table.Load() != nil }
+
+// KeySlot is the hash slot of key's state keys.
+var KeySlot = keySlot

@@ -259,7 +259,7 @@ func binding(results []Result) (Result, int) {
 // decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
 // cannot, by the policy. It returns the binding Result and its index in cs.
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
-	a, pass := l.begin(ctx)
+	a, pass := l.begin(ctx, key)
 	if !pass {
 		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen)
 	}

@@ -146,9 +146,11 @@ func WithInstances(n int) Option {
 // is an answer: such a server is reachable and quick to ask, and a deploy is seen at once.
 // Defaults: DefaultBreakerFailures (5) and DefaultBreakerCooldown (1s).
 //
-// The breaker belongs to the Limiter, not to a node: in a cluster, calls to healthy shards
-// reset the count of consecutive failures, so one dead shard among live ones rarely opens it
-// (its calls fail at the deadline or at once, and fall under the policy one by one).
+// A Limiter on a cluster has a breaker per shard, found by the key's hash slot (the table of
+// slots comes from CLUSTER SLOTS, read in the background on the first call and whenever a
+// breaker opens): one dead shard opens its own breaker, its calls pay the deadline only until
+// then, and the other shards' calls go on. A shard's replicas share its breaker. A standalone
+// server (or a sentinel's primary) has one.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(o *options) {
 		if failures < 1 {
