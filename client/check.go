@@ -58,10 +58,26 @@ func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Go(func() { errs[i] = checkNode(ctx, addr, nodes[addr], min) })
+		wg.Go(func() { errs[i] = safely(addr, func() error { return checkNode(ctx, addr, nodes[addr], min) }) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// safely runs f, a node's part of a check, and turns its panic (a node client's bug) into the
+// node's error: a panic in a goroutine of the Limiter's own would end the service, and no
+// caller could recover it.
+func safely(addr string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError(addr, r)
+		}
+	}()
+	return f()
+}
+
+func panicError(addr string, r any) error {
+	return fmt.Errorf("rlfn: node %s: panic: %v", addr, r)
 }
 
 func checkNode(ctx context.Context, addr string, c valkey.Client, min string) error {
@@ -128,6 +144,11 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) e
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
 		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					answers[i].err = panicError(addr, r)
+				}
+			}()
 			c := nodes[addr]
 			res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), VersionCommand(c))
 			if err := res[0].Error(); err != nil {

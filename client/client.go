@@ -238,7 +238,8 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 
 // server runs c on the server, within the deadline.
 func (l *Limiter) server(ctx context.Context, op operation, key string, c call) (Result, error) {
-	ctx = l.withDeadline(ctx)
+	ctx, cancel := l.withDeadline(ctx)
+	defer cancel()
 	fn := c.alg.fn
 	switch op {
 	case opPeek:

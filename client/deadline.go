@@ -41,9 +41,10 @@ func (ds *deadlines) after(now, d time.Duration) *tick {
 	return nt
 }
 
-// deadlineCtx is the caller's context with a tick's deadline. Its Done is the tick's alone: a
-// caller that cancels sees its call end at the deadline at the latest, not at once (Err does
-// report the cancellation); watching both would take a goroutine or WithTimeout's cost.
+// deadlineCtx is the caller's context with a tick's deadline. Its Done is the tick's alone, so
+// it is only used for a caller's context that cannot be canceled (Done is nil, as
+// context.Background's): watching a cancelable one too would take a goroutine, and
+// withDeadline gives such a context WithDeadline's, which ends the call at once when canceled.
 type deadlineCtx struct {
 	context.Context // the caller's: its values and its Err
 	t               *tick
@@ -66,11 +67,16 @@ func (c *deadlineCtx) Err() error {
 }
 
 // withDeadline returns ctx bounded by the Limiter's deadline: ctx itself when its own deadline
-// comes first.
-func (l *Limiter) withDeadline(ctx context.Context) context.Context {
+// comes first. A call whose caller cancels ctx ends at once, with context.Canceled; a context
+// that cannot be canceled gets the cheap shared tick instead of a timer of its own. The
+// returned function releases the context's timer.
+func (l *Limiter) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Since(clockBase)
 	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
-		return ctx
+		return ctx, func() {}
 	}
-	return &deadlineCtx{Context: ctx, t: l.deadlines.after(now, l.deadline)}
+	if ctx.Done() != nil {
+		return context.WithDeadline(ctx, clockBase.Add(now+l.deadline))
+	}
+	return &deadlineCtx{Context: ctx, t: l.deadlines.after(now, l.deadline)}, func() {}
 }

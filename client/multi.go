@@ -281,7 +281,8 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 }
 
 func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
-	ctx = l.withDeadline(ctx)
+	ctx, cancel := l.withDeadline(ctx)
+	defer cancel()
 	fn := "rl_multi"
 	if op == opPeek {
 		fn = "rl_multi_peek"

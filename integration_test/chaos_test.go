@@ -85,77 +85,9 @@ func TestChaosFailover(t *testing.T) {
 	victim := cl.Primaries[0]
 	promoted := cl.ReplicasOf(victim)[0]
 
-	// Principals by shard: StartCluster spreads the slots evenly, primary i owning the i-th
-	// third.
-	admin := cl.Client(t, false)
-	shardOf := func(key string) int {
-		slot, err := do(t, admin, admin.B().ClusterKeyslot().Key(key).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range cl.Primaries {
-			if hi := int64((i+1)*16384/len(cl.Primaries) - 1); slot <= hi {
-				return i
-			}
-		}
-		t.Fatalf("slot %d of %s beyond 16383", slot, key)
-		return -1
-	}
-	var workers []*chaosWorker
-	limiters := map[client.Policy]*client.Limiter{}
-	n := 0
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
-		vk := cl.Client(t, false)
-		limiters[p] = client.New(vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
-			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
-		for shard := range cl.Primaries {
-			for {
-				n++
-				key := fmt.Sprintf("chaos:%d:%d", time.Now().UnixNano(), n)
-				// the state key is rl:{key}:..., hashed by key alone
-				if shardOf(key) == shard {
-					workers = append(workers, &chaosWorker{policy: p, shard: shard, key: key})
-					break
-				}
-			}
-		}
-	}
-
-	// Warm up: the first call of a cold client dials the cluster's nodes, which on a loaded
-	// machine may take longer than the deadline.
-	for _, w := range workers {
-		for i := 0; ; i++ {
-			res, err := limiters[w.policy].Allow(ctx, w.key, chaosLimits[0])
-			if err == nil && !res.Local {
-				break
-			}
-			if i == 50 {
-				t.Fatalf("warming up %s: %+v, %v", w.key, res, err)
-			}
-		}
-	}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		lim := limiters[w.policy]
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				res, err := lim.Allow(context.Background(), w.key, chaosLimits[i%len(chaosLimits)])
-				w.calls = append(w.calls, chaosCall{start, time.Since(start), res, err})
-				time.Sleep(time.Millisecond)
-			}
-		})
-	}
-	var once sync.Once
-	end := func() { once.Do(func() { close(stop) }); wg.Wait() }
-	t.Cleanup(end)
+	workers, limiters := newChaosWorkers(t, cl)
+	warmChaos(ctx, t, workers, limiters)
+	end := runChaos(t, workers, limiters)
 
 	time.Sleep(500 * time.Millisecond)
 	killAt := time.Now()
@@ -227,6 +159,206 @@ func TestChaosFailover(t *testing.T) {
 	if len(installed) != 6 {
 		t.Errorf("the deployer sees %d nodes, want 6", len(installed))
 	}
+}
+
+// One primary of a 3-shard cluster paused (CLIENT PAUSE ALL, 2s) under load from a Limiter of
+// each policy: only the paused shard's calls fall to the policy, each costing the deadline
+// only until its shard's breaker opens; the other shards' calls are the server's all along,
+// every call within the deadline and a margin; and the paused shard is decided by the server
+// again soon after the pause ends. The other shards' worst latency is reported.
+func TestChaosShardPaused(t *testing.T) {
+	cl := harness.StartCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, p := range cl.Primaries {
+		if err := load(ctx, p.Client(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	workers, limiters := newChaosWorkers(t, cl)
+	warmChaos(ctx, t, workers, limiters)
+	end := runChaos(t, workers, limiters)
+
+	const pause = 2 * time.Second
+	time.Sleep(500 * time.Millisecond)
+	victim := cl.Primaries[0].Client(t)
+	pausedAt := time.Now()
+	if err := do(t, victim, victim.B().ClientPause().Timeout(pause.Milliseconds()).All().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// Calls sent once the pause is answered, and over before it can have ended, reached a
+	// paused server.
+	heldFrom, heldUntil := time.Now(), pausedAt.Add(pause)
+	// After the pause, a probe a cooldown later closes the shard's breaker.
+	recoverBy := pausedAt.Add(pause + chaosCooldown + chaosDeadline + slack)
+	time.Sleep(time.Until(recoverBy) + time.Second)
+	end()
+
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		t.Run(p.String(), func(t *testing.T) {
+			var otherWorst, otherWorstPaused time.Duration
+			others, held, byPolicy, atDeadline, late := 0, 0, 0, 0, 0
+			lateFirst := ""
+			for _, w := range workers {
+				if w.policy != p {
+					continue
+				}
+				bad := map[string]int{}
+				first := map[string]string{}
+				violate := func(rule, example string) {
+					if bad[rule]++; bad[rule] == 1 {
+						first[rule] = example
+					}
+				}
+				for _, c := range w.calls {
+					fromServer := c.err == nil && !c.res.Local
+					if c.took > chaosDeadline+slack {
+						example := fmt.Sprintf("%s, sent %s after the pause: %+v, %v", c.took, c.start.Sub(pausedAt), c.res, c.err)
+						if w.shard != 0 {
+							violate("calls past the deadline "+chaosDeadline.String()+" + "+slack.String(), example)
+						} else if late++; late == 1 {
+							// Not asserted, yet: valkey-go redials a connection it dropped at a
+							// deadline, and the paused node holds the handshake; the call waits
+							// for it past its own deadline (seen: one call a run, up to the end of
+							// the pause).
+							lateFirst = example
+						}
+					}
+					during := c.start.Before(heldUntil) && c.start.Add(c.took).After(pausedAt)
+					if w.shard != 0 {
+						others++
+						otherWorst = max(otherWorst, c.took)
+						if during {
+							otherWorstPaused = max(otherWorstPaused, c.took)
+						}
+						if !fromServer {
+							violate("calls of a shard not paused not decided by the server",
+								fmt.Sprintf("%s after the pause: %+v, %v", c.start.Sub(pausedAt), c.res, c.err))
+						}
+						continue
+					}
+					switch {
+					case c.start.Add(c.took).Before(pausedAt) || c.start.After(recoverBy):
+						if !fromServer {
+							violate("the paused shard's calls before the pause or after "+recoverBy.Sub(pausedAt).String()+
+								" not decided by the server", fmt.Sprintf("%s after the pause: %+v, %v", c.start.Sub(pausedAt), c.res, c.err))
+						}
+					case c.start.After(heldFrom) && c.start.Add(c.took).Before(heldUntil):
+						held++
+						if !fromServer {
+							byPolicy++
+						}
+						if c.took >= chaosDeadline {
+							atDeadline++
+						}
+						if err := chaosPolicy(p, c); err != nil {
+							violate("the paused shard's calls not decided as the policy promises",
+								fmt.Sprintf("%s after the pause: %v", c.start.Sub(pausedAt), err))
+						}
+					}
+				}
+				for rule, n := range bad {
+					t.Errorf("shard %d: %s: %d, the first: %s", w.shard, rule, n, first[rule])
+				}
+			}
+			if held == 0 {
+				t.Errorf("no call of the paused shard was held by the pause")
+			}
+			t.Logf("paused shard: %d calls during the pause, %d decided by the policy, %d of them waited for the deadline",
+				held, byPolicy, atDeadline)
+			if late > 0 {
+				t.Logf("paused shard: %d calls past the deadline %s + %s, the first: %s", late, chaosDeadline, slack, lateFirst)
+			}
+			t.Logf("other shards: %d calls, all decided by the server; worst %s during the pause, %s overall",
+				others, otherWorstPaused.Round(time.Microsecond), otherWorst.Round(time.Microsecond))
+		})
+	}
+}
+
+// newChaosWorkers makes a Limiter of each policy on a client of cl, and a worker per Limiter
+// and shard: a principal whose slot is on the shard.
+func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[client.Policy]*client.Limiter) {
+	t.Helper()
+	// Principals by shard: StartCluster spreads the slots evenly, primary i owning the i-th
+	// third.
+	admin := cl.Client(t, false)
+	shardOf := func(key string) int {
+		slot, err := do(t, admin, admin.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cl.Primaries {
+			if hi := int64((i+1)*16384/len(cl.Primaries) - 1); slot <= hi {
+				return i
+			}
+		}
+		t.Fatalf("slot %d of %s beyond 16383", slot, key)
+		return -1
+	}
+	var workers []*chaosWorker
+	limiters := map[client.Policy]*client.Limiter{}
+	n := 0
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		vk := cl.Client(t, false)
+		limiters[p] = client.New(vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
+			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
+		for shard := range cl.Primaries {
+			for {
+				n++
+				key := fmt.Sprintf("chaos:%d:%d", time.Now().UnixNano(), n)
+				// the state key is rl:{key}:..., hashed by key alone
+				if shardOf(key) == shard {
+					workers = append(workers, &chaosWorker{policy: p, shard: shard, key: key})
+					break
+				}
+			}
+		}
+	}
+	return workers, limiters
+}
+
+// warmChaos makes a call of each worker the server decides: the first call of a cold client
+// dials the cluster's nodes, which on a loaded machine may take longer than the deadline.
+func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limiters map[client.Policy]*client.Limiter) {
+	t.Helper()
+	for _, w := range workers {
+		for i := 0; ; i++ {
+			res, err := limiters[w.policy].Allow(ctx, w.key, chaosLimits[0])
+			if err == nil && !res.Local {
+				break
+			}
+			if i == 50 {
+				t.Fatalf("warming up %s: %+v, %v", w.key, res, err)
+			}
+		}
+	}
+}
+
+// runChaos starts the workers' calls, every algorithm in turn and a millisecond apart, and
+// returns what stops them and waits for them (also run when the test ends).
+func runChaos(t *testing.T, workers []*chaosWorker, limiters map[client.Policy]*client.Limiter) (end func()) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		lim := limiters[w.policy]
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				res, err := lim.Allow(context.Background(), w.key, chaosLimits[i%len(chaosLimits)])
+				w.calls = append(w.calls, chaosCall{start, time.Since(start), res, err})
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	var once sync.Once
+	end = func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(end)
+	return end
 }
 
 // failoverTimes are the moments TestChaosFailover's calls are judged by.

@@ -1,0 +1,74 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// blockingClient is a server that never answers: Do returns when ctx is done, as valkey-go's.
+type blockingClient struct{ *mock.Client }
+
+func (blockingClient) Do(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+	<-ctx.Done()
+	return mock.ErrorResult(ctx.Err())
+}
+
+// A call whose caller cancels its context ends at once, with context.Canceled, under every
+// policy (none decides it), however long the Limiter's deadline.
+func TestCancelEndsCallAtOnce(t *testing.T) {
+	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
+	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+		t.Run(p.String(), func(t *testing.T) {
+			lim := client.New(blockingClient{mock.NewClient(nil)}, client.WithPolicy(p), client.WithDeadline(time.Hour))
+			calls := map[string]func(ctx context.Context) error{
+				"Allow": func(ctx context.Context) error { _, err := lim.Allow(ctx, "k", limit); return err },
+				"Peek":  func(ctx context.Context) error { _, err := lim.Peek(ctx, "k", limit); return err },
+				"AllowAll": func(ctx context.Context) error {
+					_, err := lim.AllowAll(ctx, []client.Rule{{Key: "k", Limit: limit},
+						{Key: "k", Limit: client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second, Name: "b"}}})
+					return err
+				},
+				"Acquire": func(ctx context.Context) error {
+					_, _, err := lim.Acquire(ctx, "k", client.Concurrency{Limit: 1, Lease: time.Minute})
+					return err
+				},
+			}
+			for name, call := range calls {
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(20*time.Millisecond, cancel)
+				start := time.Now()
+				err := call(ctx)
+				if took := time.Since(start); !errors.Is(err, context.Canceled) || took > 2*time.Second {
+					t.Errorf("%s canceled after 20ms: %v after %s, want context.Canceled at once", name, err, took)
+				}
+				if _, err := lim.Allow(ctx, "k", limit); !errors.Is(err, context.Canceled) {
+					t.Errorf("Allow with a canceled context: %v, want context.Canceled", err)
+				}
+			}
+		})
+	}
+}
+
+// A node client that panics is the node's error, never a panic in Check's goroutines, which no
+// caller could recover.
+func TestCheckNodePanics(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	nc := mock.NewClient(ctrl)
+	nc.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).DoAndReturn(
+		func(context.Context, ...valkey.Completed) []valkey.ValkeyResult { panic("broken node client") }).AnyTimes()
+	vk := mock.NewClient(ctrl)
+	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": nc})
+	err := client.New(vk).Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "10.0.0.1:6379") || !strings.Contains(err.Error(), "broken node client") {
+		t.Fatalf("Check: %v, want the node's panic as its error", err)
+	}
+}
