@@ -30,6 +30,14 @@ func BenchmarkAllow(b *testing.B) {
 	benchmarkAllow(b, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
 }
 
+// BenchmarkAllowRequestContext is BenchmarkAllow with a context that can be canceled, as an
+// HTTP request's: the call then gets a timer of its own, so that a cancel ends it at once.
+func BenchmarkAllowRequestContext(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	benchmarkAllowCtx(b, ctx, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+}
+
 // BenchmarkAllowMetrics is BenchmarkAllow recording metrics with the OpenTelemetry SDK.
 func BenchmarkAllowMetrics(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
@@ -48,7 +56,10 @@ var benchLimits = []client.Limit{
 func benchName(l client.Limit) string { return client.Key("", "", l)[len("{%}:"):] }
 
 func benchmarkAllow(b *testing.B, lim *client.Limiter) {
-	ctx := context.Background()
+	benchmarkAllowCtx(b, context.Background(), lim)
+}
+
+func benchmarkAllowCtx(b *testing.B, ctx context.Context, lim *client.Limiter) {
 	for _, l := range benchLimits {
 		b.Run(benchName(l), func(b *testing.B) {
 			b.ReportAllocs()
