@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,7 @@ type callPlan struct {
 	id       string             // modeAcquire: "" takes a slot for a new random holder
 	rules    []client.Rule      // modeMulti; rules[0] is ALGORITHM KEY
 	n        int64              // the cost, or the units refunded
+	most     int64              // the largest limit or capacity of the plan: no Result.Limit or Remaining is wider
 	peek     bool
 	critical bool
 }
@@ -116,7 +118,8 @@ func callAction(c *cli.Context) error {
 	// replaced by a fallback decision (the client's default policy).
 	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")))
 
-	out := newCallOutput(c.App.Writer, plan.mode, c.Bool("json"))
+	// Each row is printed as its call returns: --repeat may be a billion.
+	out := newCallOutput(c.App.Writer, plan, c.Bool("json"))
 	for range repeat {
 		row, err := plan.do(ctx, lim)
 		if err != nil {
@@ -124,16 +127,13 @@ func callAction(c *cli.Context) error {
 				// a decision that stands, with an error (a refund it owed failed): print both
 				_ = out.add(row)
 			}
-			if out.rows > 0 {
-				_ = out.flush() // the calls made before the error; a header alone says nothing
-			}
 			return err
 		}
 		if err := out.add(row); err != nil {
 			return err
 		}
 	}
-	return out.flush()
+	return nil
 }
 
 // newCallPlan reads and checks the command line: every mistake is reported before dialling,
@@ -174,7 +174,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if f := given("cost", "refund", "peek", "also"); f != "" {
 			return nil, conflict(f, "concurrency")
 		}
-		p.mode, p.conc = modeAcquire, spec.concurrency()
+		p.mode, p.conc, p.most = modeAcquire, spec.concurrency(), spec.limit
 		if c.Bool("release") {
 			p.mode = modeRelease
 			if p.id == "" {
@@ -195,7 +195,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		return nil, conflict(given("id", "release"), spec.algorithm)
 	}
 
-	p.limit = spec.build()
+	p.limit, p.most = spec.build(), max(spec.limit, spec.capacity)
 	if err := p.limit.Validate(); err != nil {
 		return nil, usageError(c, spec.explain(err).Error())
 	}
@@ -240,6 +240,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			return nil, usageError(c, fmt.Sprintf("--also %s: more than %d limits for key %s", text, maxRulesPerKey, r.Key))
 		}
 		p.rules = append(p.rules, r)
+		p.most = max(p.most, s.limit, s.capacity)
 	}
 	return p, nil
 }
@@ -300,39 +301,67 @@ func (p *callPlan) do(ctx context.Context, lim *client.Limiter) (callRow, error)
 	return row, err
 }
 
-// callOutput prints the calls: a table, or JSON Lines (one object per call).
+// callOutput prints the calls as they are made: a table whose columns are as wide as the plan
+// can fill them (its keys, its holder's ID, its largest limit), so that every row is written
+// at once and none is held; or JSON Lines (one object per call).
 type callOutput struct {
 	w    io.Writer
 	mode callMode
-	t    *table // nil for JSON
-	rows int
+	t    *columns // nil for JSON
 }
 
-func newCallOutput(w io.Writer, mode callMode, asJSON bool) *callOutput {
-	o := &callOutput{w: w, mode: mode}
+func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
+	o := &callOutput{w: w, mode: p.mode}
 	if asJSON {
 		return o
 	}
-	switch mode {
+	key, units := 0, len(strconv.FormatInt(p.most, 10))
+	for _, k := range p.keys() {
+		key = max(key, len(k))
+	}
+	switch p.mode {
 	case modeAcquire:
-		o.t = newTable(w, "KEY", "ID", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
+		id := len(p.id)
+		if p.id == "" {
+			id = 32 // a new holder's random ID: 32 hex digits
+		}
+		o.t = newColumns(w, []int{key, id, 0, units, units},
+			"KEY", "ID", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeRelease:
-		o.t = newTable(w, "KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
+		o.t = newColumns(w, []int{key, len(p.id), 0, units, units},
+			"KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeMulti:
-		o.t = newTable(w, "RULE", "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
+		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))), key, 0, units, units},
+			"RULE", "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
 	default:
-		o.t = newTable(w, "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
+		o.t = newColumns(w, []int{key, 0, units, units},
+			"KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
 	}
 	return o
 }
 
+// keys are the server keys a row of the plan may name.
+func (p *callPlan) keys() []string {
+	switch p.mode {
+	case modeAcquire, modeRelease:
+		return []string{client.ConcurrencyKey(p.prefix, p.key, p.conc)}
+	case modeMulti:
+		keys := make([]string, len(p.rules))
+		for i, r := range p.rules {
+			keys[i] = client.Key(p.prefix, r.Key, r.Limit)
+		}
+		return keys
+	}
+	return []string{client.Key(p.prefix, p.key, p.limit)}
+}
+
+// add prints one call's row.
 func (o *callOutput) add(row callRow) error {
-	o.rows++
 	if o.t == nil {
 		return writeJSONLine(o.w, resultJSON(o.mode, row))
 	}
 	r := row.res
-	cells := []string{row.key, yesNo(r.Allowed), fmt.Sprint(r.Limit), fmt.Sprint(r.Remaining),
+	cells := []string{row.key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
 		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
 	switch o.mode {
 	case modeAcquire, modeRelease:
@@ -342,17 +371,9 @@ func (o *callOutput) add(row callRow) error {
 		}
 		cells = append([]string{row.key, id}, cells[1:6]...)
 	case modeMulti:
-		cells = append([]string{fmt.Sprint(row.rule)}, cells...)
+		cells = append([]string{strconv.Itoa(row.rule)}, cells...)
 	}
-	o.t.row(cells...)
-	return nil
-}
-
-func (o *callOutput) flush() error {
-	if o.t == nil {
-		return nil
-	}
-	return o.t.flush()
+	return o.t.row(cells...)
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's. Every

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rlfn/rlfn/integration_test/harness"
@@ -164,4 +166,66 @@ func TestCallCompensationFails(t *testing.T) {
 	if !strings.Contains(r.stderr, "could not refund the units rules [0] took") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("stderr %q, want one line naming rule 0's refund", r.stderr)
 	}
+}
+
+// TestCallRepeatStreams: rlfn call --repeat of a billion prints each row as its call returns.
+// Stdout cancels the run once it has read 100 rows: had the rows been held until the end, it
+// would read none before --timeout ended the run, which would then fail as a deadline.
+func TestCallRepeatStreams(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	s := harness.StartValkey(t)
+	set := testReleases(t)
+	wantExit(t, rlfnAt(t, set, s.Addr, "deploy", "--yes"), exitOK, "deploy")
+	for _, asJSON := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := &cancelAfter{rows: 100, cancel: cancel}
+		var stderr bytes.Buffer
+		app := New()
+		app.Metadata[releasesKey] = set
+		app.Reader, app.Writer, app.ErrWriter = strings.NewReader(""), out, &stderr
+		args := []string{"rlfn", "--url", "redis://" + s.Addr, "--timeout", "30s",
+			"call", "token_bucket", "user:stream", "--capacity", "1000000", "--rate", "1", "--period", "1h", "--repeat", "1000000000"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		code := runApp(ctx, app, args)
+		cancel()
+		if code != exitError || !strings.Contains(stderr.String(), context.Canceled.Error()) {
+			t.Fatalf("json %v: exit %d, stderr %q; want the run cancelled by its reader", asJSON, code, stderr.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.buf.String()), "\n")
+		if len(lines) < 100 {
+			t.Fatalf("json %v: %d lines before the cancel, want at least 100", asJSON, len(lines))
+		}
+		row := regexp.MustCompile(`^rl:\{user:stream\}:token_bucket  yes      1000000  \d{6} {5}0s {11}\S+ +0s$`)
+		if asJSON {
+			row = regexp.MustCompile(`^\{"key":"rl:\{user:stream\}:token_bucket","allowed":true,`)
+		} else if lines = lines[1:]; !strings.HasPrefix(out.buf.String(), "KEY ") {
+			t.Errorf("no header:\n%s", out.buf.String())
+		}
+		for i, l := range lines {
+			if !row.MatchString(l) {
+				t.Fatalf("json %v: row %d %q, want a decision in aligned columns", asJSON, i+1, l)
+			}
+		}
+	}
+}
+
+// cancelAfter is stdout that cancels the run once it has read rows lines.
+type cancelAfter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	rows   int // lines to read before cancelling
+	lines  int
+	cancel func()
+}
+
+func (w *cancelAfter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.lines += bytes.Count(p, []byte("\n")); w.lines >= w.rows {
+		w.cancel()
+	}
+	return len(p), nil
 }

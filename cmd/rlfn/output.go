@@ -65,6 +65,58 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.tw.Flush() }
 
+// columns writes aligned rows one at a time in widths fixed beforehand: unlike table, which
+// aligns rows it holds until flushed, it holds none, so rows without end (call --repeat) print
+// as they are made in bounded memory. A cell wider than its column pushes the rest of its row
+// right, two spaces on; the last column is not padded.
+type columns struct {
+	w      io.Writer
+	header []string
+	widths []int
+	line   []byte // reused for each row
+}
+
+// newColumns prints header above the first row; each column is as wide as its widest of
+// widths and its header.
+func newColumns(w io.Writer, widths []int, header ...string) *columns {
+	c := &columns{w: w, header: header, widths: make([]int, len(header))}
+	for i, h := range header {
+		c.widths[i] = len(h)
+		if i < len(widths) {
+			c.widths[i] = max(c.widths[i], widths[i])
+		}
+	}
+	return c
+}
+
+// row writes one row, and the header before the first.
+func (c *columns) row(cells ...string) error {
+	if c.header != nil {
+		header := c.header
+		c.header = nil
+		if err := c.row(header...); err != nil {
+			return err
+		}
+	}
+	c.line = c.line[:0]
+	for i, cell := range cells {
+		c.line = append(c.line, cell...)
+		if i == len(cells)-1 {
+			break
+		}
+		pad := 2
+		if i < len(c.widths) {
+			pad = max(2, c.widths[i]+2-len(cell))
+		}
+		for range pad {
+			c.line = append(c.line, ' ')
+		}
+	}
+	c.line = append(c.line, '\n')
+	_, err := c.w.Write(c.line)
+	return err
+}
+
 // palette colours human output on a terminal, unless NO_COLOR is set (https://no-color.org).
 type palette struct{ on bool }
 

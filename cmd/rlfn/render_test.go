@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -179,45 +180,97 @@ func TestColours(t *testing.T) {
 	}
 }
 
-// TestCallGolden pins call's output in every mode, as a table and as JSON Lines.
+// TestCallGolden pins call's output in every mode, as a table and as JSON Lines. The table's
+// columns are as wide as the plan can fill them, whatever the rows: a cell wider than its
+// column (a reset of hours) pushes the rest of its row right.
 func TestCallGolden(t *testing.T) {
 	admitted := client.Result{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3 * time.Second}
 	shaped := client.Result{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: 800 * time.Millisecond, Delay: 400 * time.Millisecond}
 	denied := client.Result{Limit: 10, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}
 	never := client.Result{Limit: 10, Remaining: 3, RetryAfter: client.Never, ResetAfter: time.Second}
+	long := client.Result{Limit: 10, RetryAfter: time.Hour, ResetAfter: 2*time.Hour - time.Millisecond}
+	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	conc := client.Concurrency{Limit: 2, Lease: 30 * time.Second}
 	for _, tt := range []struct {
 		name string
-		mode callMode
+		plan *callPlan
 		rows []callRow
 	}{
-		{"allow", modeAllow, []callRow{
+		{"allow", &callPlan{mode: modeAllow, prefix: "rl:", key: "user:42", limit: bucket, most: 10}, []callRow{
 			{key: "rl:{user:42}:token_bucket", res: admitted},
 			{key: "rl:{user:42}:token_bucket", res: denied},
 			{key: "rl:{user:42}:token_bucket", res: never},
-			{key: "rl:{user:42}:leaky_bucket", res: shaped},
+			{key: "rl:{user:42}:token_bucket", res: shaped},
+			{key: "rl:{user:42}:token_bucket", res: long},
 		}},
-		{"refund", modeRefund, []callRow{{key: "rl:{shop:7}:token_bucket", res: client.Result{Allowed: true, Limit: 1000, Remaining: 640, ResetAfter: 7200 * time.Millisecond}}}},
-		{"concurrency", modeAcquire, []callRow{
+		{"refund", &callPlan{mode: modeRefund, prefix: "rl:", key: "shop:7", limit: client.TokenBucket{Capacity: 1000, Rate: 50, Period: time.Second}, most: 1000},
+			[]callRow{{key: "rl:{shop:7}:token_bucket", res: client.Result{Allowed: true, Limit: 1000, Remaining: 640, ResetAfter: 7200 * time.Millisecond}}}},
+		{"concurrency", &callPlan{mode: modeAcquire, prefix: "rl:", key: "user:42", conc: conc, most: 2}, []callRow{
 			{key: "rl:{user:42}:concurrency", id: "9f86d081884c7d659a2feaa0c55ad015", res: client.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 30 * time.Second}},
-			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 30 * time.Second}},
 			{key: "rl:{user:42}:concurrency", res: client.Result{Limit: 2, RetryAfter: 29990 * time.Millisecond, ResetAfter: 30 * time.Second}},
 		}},
-		{"release", modeRelease, []callRow{
+		{"concurrency-id", &callPlan{mode: modeAcquire, prefix: "rl:", key: "user:42", conc: conc, id: "worker-1", most: 2}, []callRow{
+			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 30 * time.Second}},
+		}},
+		{"release", &callPlan{mode: modeRelease, prefix: "rl:", key: "user:42", conc: conc, id: "worker-1", most: 2}, []callRow{
 			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 29 * time.Second}},
 			{key: "rl:{user:42}:concurrency", id: "worker-1", res: client.Result{Limit: 2, Remaining: 1}},
 		}},
-		{"multi", modeMulti, []callRow{
+		{"multi", &callPlan{mode: modeMulti, prefix: "rl:", key: "user:42", most: 10, rules: []client.Rule{
+			{Key: "user:42", Limit: client.SlidingWindow{Limit: 5, Window: time.Minute}},
+			{Key: "user:42", Limit: client.FixedWindow{Limit: 10, Window: time.Hour, Name: "hourly"}},
+			{Key: "global", Limit: bucket},
+		}}, []callRow{
 			{key: "rl:{user:42}:fixed_window:hourly", rule: 2, res: admitted},
 			{key: "rl:{global}:token_bucket", rule: 3, res: denied},
 		}},
 	} {
 		var table, lines bytes.Buffer
-		for _, o := range []*callOutput{newCallOutput(&table, tt.mode, false), newCallOutput(&lines, tt.mode, true)} {
+		for _, o := range []*callOutput{newCallOutput(&table, tt.plan, false), newCallOutput(&lines, tt.plan, true)} {
 			for _, r := range tt.rows {
 				must(t, o.add(r))
 			}
-			must(t, o.flush())
 		}
 		golden(t, "call-"+tt.name+".golden", table.String()+"\n"+lines.String())
 	}
+}
+
+// TestCallStreams: each row is written when its call returns, and nothing is held for the
+// rows to come: --repeat of a billion prints as it goes, in bounded memory.
+func TestCallStreams(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		plan := &callPlan{mode: modeMulti, prefix: "rl:", key: "user:42", most: 10, rules: []client.Rule{
+			{Key: "user:42", Limit: client.SlidingWindow{Limit: 5, Window: time.Minute}},
+			{Key: "global", Limit: client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}},
+		}}
+		var w countingWriter
+		o := newCallOutput(&w, plan, asJSON)
+		row := callRow{key: "rl:{global}:token_bucket", rule: 2, res: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Minute}}
+		const rows = 200000
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range rows {
+			n := w.lines
+			must(t, o.add(row))
+			if w.lines <= n {
+				t.Fatalf("json %v: row %d not written when added (%d lines written)", asJSON, i+1, w.lines)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		// A table that held its rows would hold 200000 of them, some 16 MB.
+		if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 1<<20 {
+			t.Errorf("json %v: the heap grew by %d bytes over %d rows", asJSON, grown, rows)
+		}
+		runtime.KeepAlive(o)
+	}
+}
+
+// countingWriter counts the lines written to it and keeps none.
+type countingWriter struct{ lines int }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.lines += bytes.Count(p, []byte("\n"))
+	return len(p), nil
 }
