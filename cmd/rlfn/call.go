@@ -12,6 +12,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/deployer"
 )
 
 // maxInt is the library's largest number (a cost, a refund).
@@ -107,6 +108,9 @@ func callAction(c *cli.Context) error {
 	if plan.critical {
 		ctx = client.Critical(ctx)
 	}
+	if opt, err = towardPrimary(ctx, opt); err != nil {
+		return err
+	}
 	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
@@ -134,6 +138,29 @@ func callAction(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// towardPrimary points opt at the primary when its URL names a replica of a standalone
+// primary, found as status and deploy find it: a call that writes, sent to a replica, fails
+// READONLY. The replica named stays the node a --peek (FCALL_RO) is sent to. A cluster needs
+// nothing: the client finds each key's primary from any node.
+func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, error) {
+	target, err := deployer.Discover(ctx, opt)
+	if err != nil {
+		return opt, err
+	}
+	defer target.Close()
+	topo, seed := target.Topology(), opt.InitAddress[0]
+	if topo.Cluster {
+		return opt, nil
+	}
+	for _, n := range topo.Nodes {
+		if n.Role == deployer.RolePrimary && n.Addr != seed {
+			opt.InitAddress = []string{n.Addr}
+			opt.Standalone.ReplicaAddress = []string{seed}
+		}
+	}
+	return opt, nil
 }
 
 // newCallPlan reads and checks the command line: every mistake is reported before dialling,

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/versions"
@@ -228,4 +230,49 @@ func (w *cancelAfter) Write(p []byte) (int, error) {
 		w.cancel()
 	}
 	return len(p), nil
+}
+
+// TestCallReplicaURL: given a replica's URL, call finds its primary, as status and deploy do:
+// the decision is made there (a write sent to the replica would fail READONLY), and a --peek
+// is still answered by the replica named.
+func TestCallReplicaURL(t *testing.T) {
+	primary, replica := standalone(t, harness.StartValkey)
+	set := testReleases(t)
+	wantExit(t, rlfnAt(t, set, replica.Addr, "deploy", "--yes"), exitOK, "deploy from the replica's URL")
+	bucket := []string{"token_bucket", "user:1", "--capacity", "5", "--rate", "1", "--period", "1h"}
+	wantCalls(t, "calls from the replica's URL", calls(t, replica.Addr, append(bucket, "--repeat", "2")...), [3]int64{1, 4, 0}, [3]int64{1, 3, 0})
+	wantCalls(t, "the primary's state", calls(t, primary.Addr, append(bucket, "--peek")...), [3]int64{1, 3, 0})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := primary.WaitReplicas(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	vk := primary.Client(t)
+	if err := vk.Do(ctx, vk.B().Wait().Numreplicas(1).Timeout(5000).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// The replica named answers the peek: its count of FCALL_RO grows by one.
+	before := fcallROCalls(t, replica)
+	wantCalls(t, "a peek from the replica's URL", calls(t, replica.Addr, append(bucket, "--peek")...), [3]int64{1, 3, 0})
+	if got := fcallROCalls(t, replica); got != before+1 {
+		t.Errorf("the replica served %d FCALL_RO for one peek", got-before)
+	}
+	conc := []string{"concurrency", "user:1", "--limit", "2", "--lease", "1m", "--id", "worker-a"}
+	wantCalls(t, "a lease from the replica's URL", calls(t, replica.Addr, conc...), [3]int64{1, 1, 0})
+}
+
+// fcallROCalls is how many FCALL_RO s has run, from INFO commandstats.
+func fcallROCalls(t *testing.T, s *harness.Server) int {
+	t.Helper()
+	vk := s.Client(t)
+	info, err := vk.Do(context.Background(), vk.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`cmdstat_fcall_ro:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
