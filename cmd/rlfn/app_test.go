@@ -236,3 +236,41 @@ func TestPermute(t *testing.T) {
 		}
 	}
 }
+
+// TestCallValidatesFirst: in every mode call checks its limits before dialling. Against a port
+// nothing listens on, each invalid limit fails with its own message, never a dial error; the
+// same call with a valid limit gets as far as dialling, so the check is not one of the mode's.
+func TestCallValidatesFirst(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    []string // a valid call of the mode
+		invalid []string // appended, makes one of its limits invalid
+		want    string
+	}{
+		{"allow", []string{"fixed_window", "k", "--limit", "5", "--window", "1s"}, []string{"--reserve", "6"}, "--reserve must be from 0 to 5, got 6"},
+		{"peek", []string{"sliding_window", "k", "--limit", "5", "--window", "1s", "--peek"}, []string{"--cost", "1000000000000000"}, "--cost must be 0 to"},
+		{"critical", []string{"sliding_log", "k", "--limit", "5", "--window", "1s", "--critical"}, []string{"--window", "1500us"}, "--window must be a whole number of milliseconds"},
+		{"refund", []string{"token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--refund", "1"}, []string{"--rate", "0"}, "--rate must be"},
+		{"shape", []string{"leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "shape"}, []string{"--period", "0s"}, "--period must be"},
+		{"acquire", []string{"concurrency", "k", "--limit", "2", "--lease", "1s"}, []string{"--lease", "0s"}, "--lease must be"},
+		{"renew", []string{"concurrency", "k", "--limit", "2", "--lease", "1s", "--id", "w"}, []string{"--limit", "0"}, "--limit must be from 1"},
+		{"release", []string{"concurrency", "k", "--limit", "2", "--lease", "1s", "--id", "w", "--release"}, []string{"--reserve", "3"}, "--reserve must be from 0 to 2, got 3"},
+		{"also", []string{"fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "token_bucket,key=g,capacity=5,rate=1,period=1s"},
+			[]string{"--also", "sliding_log,key=g,limit=5,window=1s,reserve=9"}, "--also sliding_log,key=g,limit=5,window=1s,reserve=9: reserve= must be from 0 to 5, got 9"},
+		{"also peek", []string{"fixed_window", "k", "--limit", "5", "--window", "1s", "--peek", "--also", "token_bucket,name=b,capacity=5,rate=1,period=1s"},
+			[]string{"--also", "leaky_bucket,name=l,capacity=0,rate=1,period=1s"}, "capacity= must be"},
+	}
+	url := []string{"--url", "redis://127.0.0.1:1", "--timeout", "5s", "call"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rlfn(t, nil, append(append(url, tt.give...), "--json")...)
+			if r.code != exitError || !strings.Contains(r.stderr, "127.0.0.1:1") || !strings.Contains(r.stderr, "connection refused") {
+				t.Fatalf("the valid call: exit %d, stderr %q; want a dial error", r.code, r.stderr)
+			}
+			r = rlfn(t, nil, append(append(append(url, tt.give...), tt.invalid...), "--json")...)
+			if r.code != exitError || !strings.Contains(r.stderr, tt.want) || strings.Contains(r.stderr, "127.0.0.1:1") || r.stdout != "" {
+				t.Errorf("with %v: exit %d, stdout %q, stderr %q; want exit 1 and %q, before dialling", tt.invalid, r.code, r.stdout, r.stderr, tt.want)
+			}
+		})
+	}
+}
