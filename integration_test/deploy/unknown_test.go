@@ -83,3 +83,68 @@ func TestLoadOutcomeUnknown(t *testing.T) {
 	waitCode(t, p, v100.Code)
 	waitCode(t, r, v100.Code)
 }
+
+// TestRestoreWaitsForPrimary: a replica whose primary is put back waits until the old release
+// reaches it. Of two Valkey replicas, one is held at 1.0.0 (CLIENT PAUSE WRITE holds a Valkey
+// replica's replication stream), so the deploy of 1.1.0 fails its verify; the other is held
+// once it runs 1.1.0, and still runs it when its primary is restored: its restore waits for
+// the pause to be lifted, then finds 1.0.0 replicated.
+func TestRestoreWaitsForPrimary(t *testing.T) {
+	p := harness.StartValkey(t)
+	ahead := harness.StartValkey(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+	behind := harness.StartValkey(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))
+	waitReplicas(t, p, 2)
+	tg := discover(t, urlOf(p))
+	deploy(t, tg, v100, false)
+	v110 := must(releases.Find("1.1.0"))
+
+	pause := func(s *harness.Server) error {
+		c := s.Client(t)
+		return c.Do(t.Context(), c.B().Arbitrary("CLIENT", "PAUSE", "60000", "WRITE").Build()).Error()
+	}
+	unpause := func(s *harness.Server) {
+		c := s.Client(t)
+		_ = c.Do(context.WithoutCancel(t.Context()), c.B().Arbitrary("CLIENT", "UNPAUSE").Build()).Error()
+	}
+	t.Cleanup(func() { unpause(ahead); unpause(behind) })
+	if err := pause(behind); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	var atRestore string // what the replica held ahead ran when its primary was restored
+	opts := deployer.Options{VerifyTimeout: time.Second, Progress: func(e deployer.Event) {
+		switch {
+		case e.Phase == deployer.PhaseVerify && e.Node.Addr == ahead.Addr && e.Err == nil:
+			errs = append(errs, pause(ahead))
+		case e.Phase == deployer.PhaseRestore && e.Node.Addr == p.Addr:
+			atRestore = code(t, ahead)
+			go func() {
+				time.Sleep(200 * time.Millisecond) // the replicas' restore is waiting by then
+				unpause(ahead)
+				unpause(behind)
+			}()
+		}
+	}}
+	rep, err := tg.Apply(t.Context(), plan(t, tg, v110, false), opts)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var ne *deployer.NodeError
+	if !errors.As(err, &ne) || ne.Addr != behind.Addr {
+		t.Fatalf("Apply = %v, want the verify of %s failed\n%s", err, behind.Addr, describe(rep))
+	}
+	if atRestore != v110.Code {
+		t.Fatalf("when its primary was restored, %s ran %s, want 1.1.0 (held by its pause)", ahead.Addr, label(atRestore))
+	}
+	if !rep.RolledBack {
+		t.Errorf("report not rolled back:\n%s", describe(rep))
+	}
+	for _, n := range rep.Nodes {
+		if n.Node.Addr == ahead.Addr && (n.Outcome != deployer.OutcomeRestored || n.Err != nil) {
+			t.Errorf("replica held ahead: %s, want restored", n)
+		}
+	}
+	for _, s := range []*harness.Server{p, ahead, behind} {
+		waitCode(t, s, v100.Code)
+	}
+}
