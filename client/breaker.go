@@ -63,8 +63,15 @@ func (b *breaker) acquire(now func() int64) (pass, probe bool) {
 		return true, false
 	case open:
 		// openedAt is stored before the state: an open state read here has its time.
-		if now()-b.openedAt.Load() >= b.cooldown && b.state.CompareAndSwap(int32(open), int32(halfOpen)) {
-			return true, true
+		at := b.openedAt.Load()
+		if now()-at >= b.cooldown && b.state.CompareAndSwap(int32(open), int32(halfOpen)) {
+			if b.openedAt.Load() == at {
+				return true, true
+			}
+			// Between the load and the swap another call probed, failed and opened it again:
+			// its cooldown runs from then. The half-open state is this call's, so it alone
+			// may put it back.
+			b.state.Store(int32(open))
 		}
 	}
 	return false, false

@@ -161,3 +161,35 @@ func TestBreakerRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A call that read the opening time before another call's probe failed and opened the breaker
+// again must not become a second probe at once: the new cooldown runs from the reopening.
+func TestBreakerProbeRacesReopening(t *testing.T) {
+	b := newBreaker(1, 10)
+	b.failure(false, 0) // open at 0
+	raced := false
+	pass, probe := b.acquire(func() int64 {
+		if !raced {
+			raced = true
+			// between this call's reading of openedAt and its swap: another call probes at 20,
+			// fails, and opens the breaker again at 20
+			if p, pr := b.acquire(func() int64 { return 20 }); !p || !pr {
+				t.Fatalf("the other call: pass %v probe %v, want the probe", p, pr)
+			}
+			b.failure(true, 20)
+		}
+		return 20
+	})
+	if pass || probe {
+		t.Fatalf("acquire after a reopening: pass %v probe %v, want neither until 30", pass, probe)
+	}
+	if got := b.current(); got != open {
+		t.Fatalf("state %v, want open", got)
+	}
+	if p, pr := b.acquire(func() int64 { return 29 }); p || pr {
+		t.Fatalf("at 29: pass %v probe %v, want the cooldown from 20", p, pr)
+	}
+	if p, pr := b.acquire(func() int64 { return 30 }); !p || !pr {
+		t.Fatalf("at 30: pass %v probe %v, want the probe", p, pr)
+	}
+}
