@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
@@ -301,16 +304,19 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 			args = append(args, s[from:end])
 			from = end
 		}
-		args = append(args, fmt.Sprint(c.reserve))
+		args = append(args, strconv.FormatInt(c.reserve, 10))
 	}
-	var cmd = l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	if op == opPeek {
-		cmd = l.vk.B().FcallRo().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	// one command per Do: valkey-go recycles a command once it is sent
+	command := func(readOnly bool) valkey.Completed {
+		if readOnly {
+			return l.vk.B().FcallRo().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		return l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	res, idx, err := decodeN(fn, l.vk.Do(ctx, cmd), 7)
+	res, idx, err := decodeN(fn, l.vk.Do(ctx, command(op == opPeek)), 7)
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
-		cmd = l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-		res, idx, err = decodeN(fn, l.vk.Do(ctx, cmd), 7)
+		// as PeekN: a replica without the library yet; FCALL goes to the primary
+		res, idx, err = decodeN(fn, l.vk.Do(ctx, command(false)), 7)
 	}
 	if err != nil {
 		if olderLibrary(err) {
