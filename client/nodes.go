@@ -33,6 +33,20 @@ type slotTable struct {
 	owner    [numSlots]uint16 // index in breakers; 0 is single
 	breakers []*breaker
 	ids      []string // the primaries' node IDs, by index (ids[0] is "")
+	addrs    []string // the primaries' host:port, by index (addrs[0] is "")
+}
+
+// down reports whether addr is a primary whose breaker is not closed.
+func (t *slotTable) down(addr string) bool {
+	if t == nil {
+		return false
+	}
+	for i, a := range t.addrs {
+		if a == addr && i > 0 {
+			return t.breakers[i].current() != closed
+		}
+	}
+	return false
 }
 
 const numSlots = 16384
@@ -90,17 +104,31 @@ func (l *Limiter) refreshSlots(force bool) {
 
 // fetchSlots asks the cluster's nodes, one after the other, for CLUSTER SLOTS until one
 // answers, and builds the table from it, keeping old's breakers of the primaries that remain.
-// It returns nil when no node answers.
+// It returns nil when no node answers. The primaries whose breaker is open are asked last: a
+// refresh runs when a breaker opens, and asking its dead node first would dial it again.
 func (l *Limiter) fetchSlots(old *slotTable) *slotTable {
 	wait := max(2*l.deadline, 250*time.Millisecond)
-	for _, c := range l.vk.Nodes() {
+	ask := func(c valkey.Client) *slotTable {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
 		entries, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
-		cancel()
 		if err != nil {
+			return nil
+		}
+		return l.buildSlots(old, entries)
+	}
+	var later []valkey.Client
+	for addr, c := range l.vk.Nodes() {
+		if old.down(addr) {
+			later = append(later, c)
 			continue
 		}
-		if t := l.buildSlots(old, entries); t != nil {
+		if t := ask(c); t != nil {
+			return t
+		}
+	}
+	for _, c := range later {
+		if t := ask(c); t != nil {
 			return t
 		}
 	}
@@ -117,7 +145,7 @@ func (l *Limiter) buildSlots(old *slotTable, entries []valkey.ValkeyMessage) *sl
 			kept[id] = old.breakers[i+1]
 		}
 	}
-	t := &slotTable{breakers: []*breaker{bs.single}, ids: []string{""}}
+	t := &slotTable{breakers: []*breaker{bs.single}, ids: []string{""}, addrs: []string{""}}
 	index := map[string]uint16{}
 	for _, e := range entries {
 		r, err := e.ToArray()
@@ -130,14 +158,15 @@ func (l *Limiter) buildSlots(old *slotTable, entries []valkey.ValkeyMessage) *sl
 		if err1 != nil || err2 != nil || err3 != nil || len(primary) < 2 || start < 0 || end >= numSlots || start > end {
 			return nil
 		}
+		host, _ := primary[0].ToString()
+		port, _ := primary[1].AsInt64()
+		addr := host + ":" + itoa(port)
 		id := ""
 		if len(primary) >= 3 {
 			id, _ = primary[2].ToString()
 		}
 		if id == "" {
-			host, _ := primary[0].ToString()
-			port, _ := primary[1].AsInt64()
-			id = host + ":" + itoa(port)
+			id = addr
 		}
 		i, ok := index[id]
 		if !ok {
@@ -149,6 +178,7 @@ func (l *Limiter) buildSlots(old *slotTable, entries []valkey.ValkeyMessage) *sl
 			index[id] = i
 			t.breakers = append(t.breakers, b)
 			t.ids = append(t.ids, id)
+			t.addrs = append(t.addrs, addr)
 		}
 		for s := start; s <= end; s++ {
 			t.owner[s] = i
