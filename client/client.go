@@ -128,10 +128,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 // deadline, the breaker and the Policy apply as to AllowN (LocalFallback refunds the local
 // limiter; FailOpen and FailClosed refund nothing).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	if isNil(limit) {
-		return Result{}, &LimitError{Field: "limit", Reason: "must not be nil"}
-	}
-	if err := limit.Validate(); err != nil {
+	if err := checkLimit(limit); err != nil {
 		return Result{}, err
 	}
 	if err := checkInt("refund", n, 0, maxInt); err != nil {
@@ -370,21 +367,32 @@ func b2i(b bool) int {
 // prepare validates a limit and a cost, and makes the call, with the limit's reserve unless
 // ctx is Critical.
 func prepare(ctx context.Context, limit Limit, n int64) (call, error) {
-	if isNil(limit) {
-		return call{}, &LimitError{Field: "limit", Reason: "must not be nil"}
-	}
-	if err := limit.Validate(); err != nil {
+	if err := checkLimit(limit); err != nil {
 		return call{}, err
 	}
 	if err := checkCost(n); err != nil {
 		return call{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
+	c.judgeReserve(ctx)
+	return c, nil
+}
+
+// checkLimit refuses a nil limit (or a nil pointer to one) and a limit the library would
+// refuse.
+func checkLimit(limit Limit) error {
+	if isNil(limit) {
+		return &LimitError{Field: "limit", Reason: "must not be nil"}
+	}
+	return limit.Validate()
+}
+
+// judgeReserve makes c keep its limit's reserve, unless ctx is Critical. The context is read
+// only for limits with a reserve: the others do not pay for it.
+func (c *call) judgeReserve(ctx context.Context) {
 	if c.params.reserve > 0 && !IsCritical(ctx) {
-		// the context is read only for limits with a reserve: the others do not pay for it
 		c.reserve = c.params.reserve
 	}
-	return c, nil
 }
 
 // isNil reports a nil Limit, or a nil pointer to a limit: a pointer has the value's methods,

@@ -103,9 +103,7 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 		return Result{}, ErrLeaseReleased
 	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
-	if c.params.reserve > 0 && !IsCritical(ctx) {
-		c.reserve = c.params.reserve
-	}
+	c.judgeReserve(ctx)
 	return le.lim.decide(ctx, opAcquire, le.key, c)
 }
 

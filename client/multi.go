@@ -148,25 +148,23 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 	if err := checkCost(n); err != nil {
 		return nil, err
 	}
-	critical := IsCritical(ctx)
 	var groups []group
 	byKey := map[string]int{}
 	for i, r := range rules {
-		field := fmt.Sprintf("rules[%d].Limit", i)
-		if isNil(r.Limit) {
-			return nil, &LimitError{Field: field, Reason: "must not be nil"}
-		}
-		if err := r.Limit.Validate(); err != nil {
-			// which rule: several may have the same type
-			if le, ok := err.(*LimitError); ok {
-				return nil, &LimitError{Field: fmt.Sprintf("rules[%d] %s", i, le.Field), Reason: le.Reason}
+		if err := checkLimit(r.Limit); err != nil {
+			// which rule: several may have the same type (formatted only here: a valid rule
+			// costs no allocation for it)
+			le, ok := err.(*LimitError)
+			switch {
+			case !ok:
+				return nil, err
+			case isNil(r.Limit):
+				return nil, &LimitError{Field: fmt.Sprintf("rules[%d].Limit", i), Reason: le.Reason}
 			}
-			return nil, err
+			return nil, &LimitError{Field: fmt.Sprintf("rules[%d] %s", i, le.Field), Reason: le.Reason}
 		}
 		c := call{spec: r.Limit.spec(), cost: n}
-		if !critical {
-			c.reserve = c.params.reserve
-		}
+		c.judgeReserve(ctx)
 		gi, ok := byKey[r.Key]
 		if !ok {
 			gi = len(groups)
@@ -176,12 +174,12 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 		g := &groups[gi]
 		for j, o := range g.calls {
 			if o.alg == c.alg && o.name == c.name {
-				return nil, &LimitError{Field: field, Reason: fmt.Sprintf(
+				return nil, &LimitError{Field: fmt.Sprintf("rules[%d].Limit", i), Reason: fmt.Sprintf(
 					"has the Key, algorithm and Name of rules[%d]: one limiter cannot be two (give one a Name)", g.rules[j])}
 			}
 		}
 		if len(g.calls) == maxMulti {
-			return nil, &LimitError{Field: field, Reason: fmt.Sprintf("is the 17th rule of Key %q: at most %d per key", r.Key, maxMulti)}
+			return nil, &LimitError{Field: fmt.Sprintf("rules[%d].Limit", i), Reason: fmt.Sprintf("is the 17th rule of Key %q: at most %d per key", r.Key, maxMulti)}
 		}
 		g.rules = append(g.rules, i)
 		g.calls = append(g.calls, c)
