@@ -3,14 +3,18 @@ export TESTCONTAINERS_RYUK_DISABLED ?= true
 
 GO ?= go
 
-.PHONY: all deps images demo test unit lint fuzz bench-cost bench-throughput
+.PHONY: all deps deps-missing images demo test unit lint fuzz bench-cost bench-throughput
 
 all: lint test
 
-deps: ## install Valkey 8, Redis 7.0 and valgrind from Debian's packages
+deps: ## install Valkey 8, Redis 7.0, valgrind and Chromium from Debian's packages
 	bash scripts/install-deps.sh
 
-images: ## build rlfn/valkey:8.0 and rlfn/redis:7.0 from the installed servers
+# demo and test install what is missing themselves: a newcomer types two commands, not three.
+deps-missing:
+	@bash scripts/install-deps.sh --if-missing
+
+images: deps-missing ## build rlfn/valkey:8.0 and rlfn/redis:7.0 from the installed servers
 	bash scripts/build-images.sh
 
 demo: images ## a throwaway Valkey, the library loaded, every algorithm called
