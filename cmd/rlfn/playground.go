@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/playground"
+)
+
+// playgroundCommand is built afresh for each app: cli.App.Setup writes into its commands.
+func playgroundCommand() *cli.Command {
+	return &cli.Command{
+		OnUsageError: usageErrorHandler,
+		Name:         "playground",
+		Usage:        "serve a page that shows the six limiters deciding, on this server, in a browser",
+		ArgsUsage:    " ",
+		Description: "Serves one page (no external asset: it works offline) whose cards call the deployed\n" +
+			"library through the Go client, as a service would, on keys of their own under\n" +
+			"\"" + playground.Prefix + "\": Reset deletes only those. It runs until Ctrl-C.\n" +
+			"\n" +
+			"It listens on loopback only, unless --allow-remote: anyone who reaches the page can\n" +
+			"call the limiters (and nothing else) on the server --url names.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Usage: "serve on `HOST:PORT` (port 0: any free port, printed)", Value: "127.0.0.1:8080"},
+			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a --listen address that is not loopback"},
+		},
+		Action: playgroundAction,
+	}
+}
+
+func playgroundAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageError(c, "takes no arguments")
+	}
+	remote := c.Bool("allow-remote")
+	if err := checkListen(c.String("listen"), remote); err != nil {
+		return usageError(c, err.Error())
+	}
+	opt, err := clientOption(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := commandContext(c)
+	defer cancel()
+	// A URL naming a replica serves the page too: its cards write, so they go to its primary.
+	if opt, err = towardPrimary(ctx, opt); err != nil {
+		return err
+	}
+	vk, err := valkey.NewClient(opt)
+	if err != nil {
+		return fmt.Errorf("%s: %w", opt.InitAddress[0], err)
+	}
+	defer vk.Close()
+	srv := playground.New(vk, playground.Options{
+		Deploy:   deployCommandLine(c.String("url")),
+		Remote:   remote,
+		Deadline: min(c.Duration("timeout"), 5*time.Second),
+	})
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	fmt.Fprintf(c.App.Writer, "rlfn playground: open http://%s/ (Ctrl-C stops it)\n", ln.Addr())
+	// Say at once what the page will say: the library is absent, or the server is not usable.
+	if err := client.New(vk).Check(ctx); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s\n", oneLine(err.Error()))
+	}
+
+	select {
+	case err := <-served:
+		return err
+	case <-c.Context.Done():
+	}
+	// A boundary scenario waits up to a window: give the page's requests a moment, not more.
+	stop, cancelStop := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelStop()
+	if err := hs.Shutdown(stop); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	_ = hs.Close()
+	return nil
+}
+
+// checkListen refuses a --listen address that is not HOST:PORT, and one that is not loopback
+// unless remote is allowed: the page calls the limiters of the server --url names, and a
+// person who has not said so must not expose that to the network. An empty host (":8080")
+// listens on every interface; a name other than localhost may resolve anywhere.
+func checkListen(addr string, remote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("--listen %q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if remote || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--listen %q is not a loopback address: anyone who reaches the page can call the limiters; use 127.0.0.1, [::1] or localhost, or add --allow-remote", addr)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// deployCommandLine is the command the page shows when the library is absent: rlfn deploy
+// with the --url the playground was given, its password masked.
+func deployCommandLine(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "rlfn deploy"
+	}
+	return "rlfn --url '" + u.Redacted() + "' deploy"
+}

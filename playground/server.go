@@ -1,0 +1,495 @@
+package playground
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+//go:embed web
+var web embed.FS
+
+// Options configure a Server. The zero value serves loopback clients with a 2s deadline.
+type Options struct {
+	// Deploy is the command the page shows when the library is absent; default "rlfn deploy".
+	Deploy string
+	// Remote accepts requests whatever their Host header. By default only a loopback address
+	// or localhost is accepted, so that a web page elsewhere cannot reach the playground
+	// through a DNS name rebound to 127.0.0.1.
+	Remote bool
+	// Deadline bounds each call to the server; default 2s. The page is a person waiting, not
+	// a service's hot path (the client's own default is 100ms).
+	Deadline time.Duration
+}
+
+// Server is the playground's HTTP handler: the page, and an API that reaches nothing but the
+// limiter functions and the cards' keys.
+type Server struct {
+	vk   valkey.Client
+	lim  *client.Limiter
+	opts Options
+	mux  *http.ServeMux
+}
+
+// New returns the playground's handler, which calls the library through vk. The caller owns
+// vk and closes it after the handler's last request.
+func New(vk valkey.Client, opts Options) *Server {
+	if opts.Deploy == "" {
+		opts.Deploy = "rlfn deploy"
+	}
+	if opts.Deadline <= 0 {
+		opts.Deadline = 2 * time.Second
+	}
+	s := &Server{
+		vk: vk,
+		// ReturnError (the default policy): the page shows what the server did, never a
+		// decision the client made up without it.
+		lim:  client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline)),
+		opts: opts,
+		mux:  http.NewServeMux(),
+	}
+	s.mux.HandleFunc("GET /{$}", asset("web/index.html", "text/html; charset=utf-8"))
+	s.mux.HandleFunc("GET /playground.js", asset("web/playground.js", "text/javascript; charset=utf-8"))
+	s.mux.HandleFunc("GET /playground.css", asset("web/playground.css", "text/css; charset=utf-8"))
+	s.mux.HandleFunc("GET /api/status", s.status)
+	s.mux.HandleFunc("POST /api/send", s.send)
+	s.mux.HandleFunc("POST /api/reset", s.reset)
+	s.mux.HandleFunc("POST /api/boundary", s.boundary)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// The page loads its own script and style and talks to its own API: nothing else, so an
+	// injected string could neither run nor call out.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "+
+		"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	if !s.opts.Remote && !loopbackHost(r.Host) {
+		writeJSON(w, http.StatusForbidden, errorBody{Error: fmt.Sprintf(
+			"host %q is not a loopback address: open the playground at 127.0.0.1 or localhost", clip(r.Host))})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// loopbackHost reports whether a Host header names a loopback address or localhost.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func asset(name, contentType string) http.HandlerFunc {
+	body, err := web.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded at build time: a missing file is a build mistake
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(body)
+	}
+}
+
+// Decision is one call's Result as the page draws it, stamped with the server's time.
+type Decision struct {
+	At           float64 `json:"at"` // server time of the decision, Unix milliseconds
+	Allowed      bool    `json:"allowed"`
+	Limit        int64   `json:"limit"`
+	Remaining    int64   `json:"remaining"`
+	RetryAfterMs int64   `json:"retryAfterMs"` // -1: never (the cost exceeds the limit)
+	ResetAfterMs int64   `json:"resetAfterMs"`
+	DelayMs      int64   `json:"delayMs"` // leaky bucket in shape mode: hold it this long
+}
+
+func decision(r client.Result, at float64) Decision {
+	retry := r.RetryAfter.Milliseconds()
+	if r.RetryAfter == client.Never {
+		retry = -1
+	}
+	return Decision{At: at, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+		RetryAfterMs: retry, ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
+}
+
+type errorBody struct {
+	Error     string     `json:"error"`
+	Absent    bool       `json:"absent,omitempty"`    // the library is absent (or of another major version)
+	Deploy    string     `json:"deploy,omitempty"`    // the command that loads it
+	Decisions []Decision `json:"decisions,omitempty"` // those made before the error
+}
+
+type cardInfo struct {
+	ID       Card   `json:"id"`
+	Key      string `json:"key"`
+	Defaults Params `json:"defaults"`
+}
+
+type statusBody struct {
+	Loaded bool `json:"loaded"` // the library answers on every primary: the cards work
+	// Absent reports a server that answers without the library (or with another major
+	// version of it): Deploy loads it.
+	Absent  bool       `json:"absent"`
+	Version string     `json:"version,omitempty"`
+	Error   string     `json:"error,omitempty"` // why the cards cannot work, when they cannot
+	Deploy  string     `json:"deploy"`
+	Prefix  string     `json:"prefix"`
+	Cards   []cardInfo `json:"cards"`
+	Now     float64    `json:"now,omitempty"` // server time, Unix milliseconds
+}
+
+// status reports whether the library is there, and the cards' keys and default numbers. It
+// answers 200 whatever the server's state, which is what it reports: the page draws its cards
+// either way.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Deadline)
+	defer cancel()
+	body := statusBody{Deploy: s.opts.Deploy, Prefix: Prefix}
+	for _, c := range Cards {
+		body.Cards = append(body.Cards, cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c]})
+	}
+	clk, err := s.clock(ctx)
+	if err == nil {
+		body.Now = clk.now()
+		err = s.lim.Check(ctx)
+	}
+	var ve *client.VersionError
+	switch {
+	case errors.As(err, &ve):
+		// Absent, or a major version this client does not speak: either way, a deploy.
+		body.Absent = true
+		body.Error = strings.TrimPrefix(err.Error(), "rlfn: ")
+	case err != nil:
+		body.Error = strings.TrimPrefix(err.Error(), "rlfn: ")
+	default:
+		body.Loaded = true
+		// Any node will do: Check has just seen the same major version on every primary.
+		body.Version, _ = s.vk.Do(ctx, client.VersionCommand(s.vk)).ToString()
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+type sendRequest struct {
+	Card   string `json:"card"`
+	Params Params `json:"params"`
+	N      int    `json:"n"`
+}
+
+type decisionsBody struct {
+	Card      Card       `json:"card"`
+	Decisions []Decision `json:"decisions"`
+	Now       float64    `json:"now"`
+}
+
+// send makes n calls of one unit each on a card's key, one after the other, as n requests of
+// a service would.
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	var req sendRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	card, err := parseCard(req.Card)
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	l, err := limitOf(card, req.Params)
+	if err == nil {
+		err = checkBurst(req.N)
+	}
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	ctx := r.Context()
+	clk, err := s.clock(ctx)
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	ds, err := s.burst(ctx, clk, card, l, req.N, nil)
+	if err != nil {
+		s.fail(w, err, ds)
+		return
+	}
+	writeJSON(w, http.StatusOK, decisionsBody{Card: card, Decisions: ds, Now: clk.now()})
+}
+
+// burst makes n calls on card's key, appending their decisions to ds.
+func (s *Server) burst(ctx context.Context, clk serverClock, card Card, l client.Limit, n int, ds []Decision) ([]Decision, error) {
+	key := string(card)
+	for range n {
+		start := time.Now()
+		res, err := s.lim.Allow(ctx, key, l)
+		if err != nil {
+			return ds, err
+		}
+		ds = append(ds, decision(res, clk.at(start, time.Now())))
+	}
+	return ds, nil
+}
+
+type resetRequest struct {
+	Card string `json:"card"`
+}
+
+type resetBody struct {
+	Card    Card   `json:"card"`
+	Key     string `json:"key"`
+	Deleted bool   `json:"deleted"` // false: the key was already gone (a fresh or expired limiter)
+}
+
+// reset deletes the card's key, and only it: the limiter starts afresh.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	var req resetRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	card, err := parseCard(req.Card)
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	n, err := s.del(r.Context(), card)
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, resetBody{Card: card, Key: card.Key(), Deleted: n > 0})
+}
+
+func (s *Server) del(ctx context.Context, c Card) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	defer cancel()
+	return s.vk.Do(ctx, s.vk.B().Del().Key(c.Key()).Build()).AsInt64()
+}
+
+type boundaryRequest struct {
+	FixedWindow   Params `json:"fixed_window"`
+	SlidingLog    Params `json:"sliding_log"`
+	SlidingWindow Params `json:"sliding_window"`
+}
+
+type boundaryBody struct {
+	Edge  float64             `json:"edge"` // the fixed window's edge between the bursts, server Unix ms
+	Cards map[Card][]Decision `json:"cards"`
+	Now   float64             `json:"now"`
+}
+
+// boundary resets the three window cards, then sends each a burst of its limit just before
+// the fixed window's next edge and another just after it: the fixed window admits both (twice
+// its limit in a moment), the sliding log and the sliding window admit about one limit.
+// The server schedules the bursts, on its own clock synchronised with the server's TIME, so
+// the page's timing (and its tab being in the background) cannot move them.
+func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
+	var req boundaryRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	order := []Card{FixedWindow, SlidingLog, SlidingWindow}
+	params := map[Card]Params{FixedWindow: req.FixedWindow, SlidingLog: req.SlidingLog, SlidingWindow: req.SlidingWindow}
+	limits := map[Card]client.Limit{}
+	for _, c := range order {
+		l, err := limitOf(c, params[c])
+		if err != nil {
+			var re *RequestError
+			if errors.As(err, &re) {
+				re.Field = strings.Replace(re.Field, "params", "params."+string(c), 1)
+			}
+			s.fail(w, err, nil)
+			return
+		}
+		if n := params[c].Limit; n > MaxBurst {
+			s.fail(w, &RequestError{Field: "params." + string(c) + ".limit", Reason: fmt.Sprintf(
+				"must be at most %d for the boundary scenario (each burst is one limit), got %d", MaxBurst, n)}, nil)
+			return
+		}
+		limits[c] = l
+	}
+	if err := checkBoundaryWindow(req.FixedWindow.WindowMs); err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	ctx := r.Context()
+	for _, c := range order {
+		if _, err := s.del(ctx, c); err != nil {
+			s.fail(w, err, nil)
+			return
+		}
+	}
+	clk, err := s.clock(ctx)
+	if err != nil {
+		s.fail(w, err, nil)
+		return
+	}
+	plan := planBoundary(clk.nowUs(), req.FixedWindow.WindowMs)
+	body := boundaryBody{Edge: float64(plan.edgeUs) / 1000, Cards: map[Card][]Decision{}}
+	for _, at := range []int64{plan.firstUs, plan.secondUs} {
+		if err := clk.sleepUntil(ctx, at); err != nil {
+			s.fail(w, err, nil)
+			return
+		}
+		// One call per card in turn, so that the three cards see the same moments.
+		for i := int64(0); i < maxLimit(params); i++ {
+			for _, c := range order {
+				if i >= params[c].Limit {
+					continue
+				}
+				ds, err := s.burst(ctx, clk, c, limits[c], 1, body.Cards[c])
+				body.Cards[c] = ds
+				if err != nil {
+					s.fail(w, err, nil)
+					return
+				}
+			}
+		}
+	}
+	body.Now = clk.now()
+	writeJSON(w, http.StatusOK, body)
+}
+
+func maxLimit(params map[Card]Params) int64 {
+	var n int64
+	for _, p := range params {
+		n = max(n, p.Limit)
+	}
+	return n
+}
+
+// serverClock reads the server's time from this process's clock: offsetUs is the server's
+// TIME minus the local time halfway through the TIME call. A decision is stamped halfway
+// through its own call, within half a round trip of when the library read TIME for it.
+type serverClock struct{ offsetUs int64 }
+
+// clock measures the offset with one TIME call. In a cluster, TIME goes to any node; the
+// nodes' clocks are assumed to agree as closely as the page can draw.
+func (s *Server) clock(ctx context.Context) (serverClock, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	defer cancel()
+	start := time.Now()
+	parts, err := s.vk.Do(ctx, s.vk.B().Time().Build()).AsStrSlice()
+	end := time.Now()
+	if err != nil {
+		return serverClock{}, fmt.Errorf("TIME: %w", err)
+	}
+	us, err := parseTime(parts)
+	if err != nil {
+		return serverClock{}, err
+	}
+	return serverClock{offsetUs: us - midpoint(start, end)}, nil
+}
+
+// parseTime reads TIME's reply: seconds and microseconds, as two decimal strings.
+func parseTime(parts []string) (int64, error) {
+	if len(parts) != 2 {
+		return 0, fmt.Errorf("TIME: %d elements, want 2", len(parts))
+	}
+	sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+	usec, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || sec < 0 || usec < 0 || usec >= 1e6 {
+		return 0, fmt.Errorf("TIME: %q is not a time", parts)
+	}
+	return sec*1e6 + usec, nil
+}
+
+func midpoint(start, end time.Time) int64 {
+	return start.UnixMicro() + end.Sub(start).Microseconds()/2
+}
+
+func (c serverClock) nowUs() int64 { return time.Now().UnixMicro() + c.offsetUs }
+func (c serverClock) now() float64 { return float64(c.nowUs()) / 1000 }
+
+func (c serverClock) at(start, end time.Time) float64 {
+	return float64(midpoint(start, end)+c.offsetUs) / 1000
+}
+
+// sleepUntil waits until the server's clock reads us.
+func (c serverClock) sleepUntil(ctx context.Context, us int64) error {
+	d := time.Duration(us-c.nowUs()) * time.Microsecond
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// maxBody bounds a request: the largest valid one is a few hundred bytes.
+const maxBody = 4096
+
+// decode reads exactly one JSON object of known fields. Only application/json is accepted:
+// a form or text/plain body, which another site's page can send without asking, is refused.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return &RequestError{Field: "Content-Type", Reason: "must be application/json"}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &RequestError{Field: "body", Reason: "is not valid: " + clipN(err.Error(), 200)}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &RequestError{Field: "body", Reason: "must hold one JSON object only"}
+	}
+	return nil
+}
+
+// fail answers err: 400 for a refused request, 503 when the library must be deployed, 409
+// when the card's key holds something else than its limiter, 502 for any other server error.
+func (s *Server) fail(w http.ResponseWriter, err error, ds []Decision) {
+	body := errorBody{Error: strings.TrimPrefix(err.Error(), "rlfn: "), Decisions: ds}
+	var (
+		re   *RequestError
+		le   *client.LibraryError
+		ve   *client.VersionError
+		code = http.StatusBadGateway
+	)
+	switch {
+	case errors.As(err, &re):
+		code = http.StatusBadRequest
+	case errors.Is(err, client.ErrNotLoaded) || errors.As(err, &ve):
+		code, body.Absent, body.Deploy = http.StatusServiceUnavailable, true, s.opts.Deploy
+	case errors.As(err, &le):
+		code = http.StatusConflict
+		body.Error += " (Reset deletes the card's key)"
+	case errors.Is(err, context.Canceled):
+		// The page went away; nobody reads the answer.
+		return
+	}
+	writeJSON(w, code, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
