@@ -62,6 +62,7 @@ func New() *cli.App {
 			diffCommand(),
 			deployCommand(),
 			callCommand(),
+			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {
 			if c.Duration("timeout") <= 0 {
