@@ -21,29 +21,53 @@ const (
 	headerReset     = "X-Ratelimit-Reset"
 )
 
-// setHeaders writes the rate-limit headers of a decision. A refused request's t is wait, the
-// Retry-After it gets, because the draft asks that Retry-After not point before the end of t;
-// a served request's t is the time until the limiter is back to its initial state.
-func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, refused bool) {
+// quota is a limit the headers report, under its policy name.
+type quota struct {
+	name  string
+	limit client.Limit
+}
+
+// setHeaders writes the rate-limit headers of a decision on quotas, the one that decided
+// first: res is its reply. A refused request's t is wait, the Retry-After it gets, because the
+// draft asks that Retry-After not point before the end of t; a served request's t is the time
+// until the limiter is back to its initial state. Only the deciding limit's state is known
+// (client.AllowAll answers with its Result alone), so RateLimit has one item, while
+// RateLimit-Policy lists every limit. A hidden quota gets Retry-After alone.
+func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res client.Result, wait time.Duration, refused bool) {
 	t := res.ResetAfter
 	if refused && wait != client.Never {
 		t = wait
 	}
+	if hide {
+		if refused && wait != client.Never {
+			h["Retry-After"] = []string{string(appendSeconds(nil, wait))}
+		}
+		return
+	}
 	// Every value is written into one buffer, converted to one string that the values slice,
-	// and the five one-value slices share one array, each capped at its own element so that a
+	// and the one-value slices share one array, each capped at its own element so that a
 	// later handler's Header.Add copies it rather than overwriting the next: two allocations
 	// per request, not ten.
 	var b [256]byte
 	buf := b[:0]
-	var ends [5]int
+	var ends [6]int
 	// Policy names are restricted to characters a Structured Field String holds unescaped.
-	buf = append(append(append(buf, '"'), p.Name...), `";q=`...)
-	buf = strconv.AppendInt(buf, res.Limit, 10)
-	if w, ok := window(p.Limit); ok {
-		buf = strconv.AppendInt(append(buf, ";w="...), w, 10)
+	for i, q := range quotas {
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = append(append(append(buf, '"'), q.name...), `";q=`...)
+		if i == 0 {
+			buf = strconv.AppendInt(buf, res.Limit, 10)
+		} else {
+			buf = strconv.AppendInt(buf, q.limit.Quota().Limit, 10)
+		}
+		if w, ok := window(q.limit); ok {
+			buf = strconv.AppendInt(append(buf, ";w="...), w, 10)
+		}
 	}
 	ends[0] = len(buf)
-	buf = append(append(append(buf, '"'), p.Name...), `";r=`...)
+	buf = append(append(append(buf, '"'), quotas[0].name...), `";r=`...)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	buf = appendSeconds(append(buf, ";t="...), t)
 	ends[1] = len(buf)
@@ -51,12 +75,34 @@ func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, 
 	ends[2] = len(buf)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	ends[3] = len(buf)
-	buf = appendSeconds(buf, t)
-	ends[4] = len(buf)
+	n := 4
+	retry := -1 // the index of Retry-After's value
+	if refused && wait != client.Never {
+		buf = appendSeconds(buf, wait)
+		ends[n] = len(buf)
+		retry = n
+		n++
+	}
+	reset := -1
+	switch m.opts.Reset {
+	case ResetUnix:
+		buf = appendUnix(buf, m.now(), t)
+		ends[n] = len(buf)
+		reset = n
+		n++
+	case ResetDelta:
+		// the same delay-seconds as Retry-After, when there is one: share its value
+		if reset = retry; reset < 0 {
+			buf = appendSeconds(buf, t)
+			ends[n] = len(buf)
+			reset = n
+			n++
+		}
+	}
 	s := string(buf)
-	vals := make([]string, 5)
+	vals := make([]string, n)
 	from := 0
-	for i, end := range ends {
+	for i, end := range ends[:n] {
 		vals[i] = s[from:end]
 		from = end
 	}
@@ -64,11 +110,23 @@ func setHeaders(h http.Header, p Policy, res client.Result, wait time.Duration, 
 	h[headerRateLimit] = vals[1:2:2]
 	h[headerLimit] = vals[2:3:3]
 	h[headerRemaining] = vals[3:4:4]
-	h[headerReset] = vals[4:5:5]
-	if refused && wait != client.Never {
-		// X-RateLimit-Reset is then the wait, in the same delay-seconds: share its value.
-		h["Retry-After"] = vals[4:5:5]
+	if retry >= 0 {
+		h["Retry-After"] = vals[retry : retry+1 : retry+1]
 	}
+	if reset >= 0 {
+		h[headerReset] = vals[reset : reset+1 : reset+1]
+	}
+}
+
+// appendUnix appends the Unix time d after now, in seconds rounded up: a client that waits
+// until then has waited at least d.
+func appendUnix(b []byte, now time.Time, d time.Duration) []byte {
+	at := now.Add(max(d, 0))
+	s := at.Unix()
+	if at.Nanosecond() != 0 {
+		s++
+	}
+	return strconv.AppendInt(b, s, 10)
 }
 
 // appendSeconds appends d as delay-seconds, rounded up: a client that waits that long has
@@ -115,11 +173,42 @@ func (b body) appendJSON(buf []byte) []byte {
 	return append(buf, "}\n"...)
 }
 
-func writeJSON(w http.ResponseWriter, status int, b body) {
-	var arr [128]byte
-	data := b.appendJSON(arr[:0])
+// ProblemQuotaExceeded is the problem type of a 429 with Options.ProblemJSON, from
+// draft-ietf-httpapi-ratelimit-headers ("Quota Exceeded").
+const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// appendProblem writes b as RFC 9457 problem details. A 429 is of the quota-exceeded type,
+// its policy in the draft's violated-policies member; any other status is about:blank, its
+// title the status text and b.Error the detail.
+func (b body) appendProblem(buf []byte, status int) []byte {
+	if status == http.StatusTooManyRequests {
+		buf = append(buf, `{"type":"`+ProblemQuotaExceeded+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`...)
+		if b.Policy != "" {
+			buf = append(append(append(buf, `,"violated-policies":["`...), b.Policy...), `"]`...)
+		}
+	} else {
+		buf = append(append(append(buf, `{"type":"about:blank","title":"`...), http.StatusText(status)...), `","status":`...)
+		buf = strconv.AppendInt(buf, int64(status), 10)
+		buf = append(append(append(buf, `,"detail":"`...), b.Error...), '"')
+	}
+	if b.RetryAfterMs >= 0 {
+		buf = strconv.AppendInt(append(buf, `,"retry_after_ms":`...), b.RetryAfterMs, 10)
+	}
+	return append(buf, "}\n"...)
+}
+
+// write answers status with b, as JSON or, with Options.ProblemJSON, problem details.
+func (m *Middleware) write(w http.ResponseWriter, status int, b body) {
+	var arr [256]byte
+	var data []byte
 	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
+	if m.opts.ProblemJSON {
+		data = b.appendProblem(arr[:0], status)
+		h["Content-Type"] = []string{"application/problem+json"}
+	} else {
+		data = b.appendJSON(arr[:0])
+		h["Content-Type"] = []string{"application/json"}
+	}
 	h["Content-Length"] = []string{strconv.Itoa(len(data))}
 	w.WriteHeader(status)
 	w.Write(data)

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/rlfn/rlfn/client"
 )
 
@@ -47,6 +50,42 @@ type Policy struct {
 	// Critical marks the route's requests critical (client.Critical): they may use the Reserve
 	// of Limit and of Concurrency, which other routes leave to them. Default: false.
 	Critical bool
+	// Also are further limits decided with Limit, all or nothing (client.AllowAll: either
+	// every one admits the request and counts it, or none counts it), each reported as an
+	// item of RateLimit-Policy. Rules of other keys (the login pattern: per (IP, user), per
+	// IP, per user) take their Key. The Limiter must be a *client.Limiter (or implement
+	// MultiLimiter) when more than one limit is enforced. Default (nil): Limit alone.
+	Also []Rule
+	// HideQuota sends none of the RateLimit-Policy, RateLimit and X-RateLimit-* headers, and
+	// answers 429 with a body that names no policy and no wait: only Retry-After says when to
+	// come back. For authentication routes, where "4 attempts left" tells an attacker how
+	// fast to guess. Default: false.
+	HideQuota bool
+	// Shadow decides the route's limits (counting the requests in the limiter, as enforced
+	// limits would) but serves every request: a denial is only counted, in the metric
+	// MetricWouldDeny, and sent to Options.OnShadowDeny. Shadow limits send no headers.
+	// Roll a new limit out in shadow, watch what it would deny, then enforce it. A Rule can be
+	// in shadow on its own (Rule.Shadow). Concurrency is always enforced. Default: false.
+	Shadow bool
+	// EnforcePercent, from 1 to 100, enforces the route's limits for that share of the keys
+	// (Options.Key's) and decides them in shadow for the others: the dial of a gradual
+	// roll-out. A key is in or out by a hash of it, the same on every request and every
+	// instance, so a client is not refused one request in two. Default (0): 100, all keys.
+	EnforcePercent int
+}
+
+// Rule is a limit of a Policy beside its Limit (Policy.Also).
+type Rule struct {
+	// Name names the limit in the headers and scopes its state, as Policy.Name does; it must
+	// differ from the Policy's and from the other Rules' Names. Required.
+	Name string
+	// Limit is the limiter's configuration. Required.
+	Limit client.Limit
+	// Key returns the principal this limit counts the request against. Default (nil):
+	// Options.Key's. An error answers 400, as Options.Key's does.
+	Key func(r *http.Request) (string, error)
+	// Shadow decides this limit in shadow (see Policy.Shadow). Default: false.
+	Shadow bool
 }
 
 // Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
@@ -55,6 +94,18 @@ type Acquirer interface {
 }
 
 var _ Acquirer = (*client.Limiter)(nil)
+
+// MultiLimiter is what a Policy enforcing several limits needs of the Limiter, as
+// *client.Limiter has it.
+type MultiLimiter interface {
+	AllowAll(ctx context.Context, rules []client.Rule) (client.Result, error)
+}
+
+var _ MultiLimiter = (*client.Limiter)(nil)
+
+// ErrNoMultiLimiter is passed to Options.OnError when a Policy enforces several limits and the
+// Limiter cannot decide them at once (it does not implement MultiLimiter).
+var ErrNoMultiLimiter = errors.New("httplimit: Policy.Also needs a Limiter that implements MultiLimiter, such as *client.Limiter")
 
 // ErrNoAcquirer is passed to Options.OnError when a Policy has a Concurrency and the Limiter
 // cannot take leases (it does not implement Acquirer).
@@ -83,7 +134,39 @@ type Options struct {
 	// once a second (with a count of the errors not logged), so a dead server does not flood
 	// the log.
 	OnError func(r *http.Request, err error)
+	// Reset is the form of X-RateLimit-Reset. Default (ResetUnix): a Unix time in seconds, as
+	// GitHub and X send it.
+	Reset ResetFormat
+	// ProblemJSON answers the responses the middleware writes itself (429, 400, 503) as RFC
+	// 9457 problem details, application/problem+json: a 429 of the ratelimit draft's
+	// quota-exceeded type, naming the violated policy. Default: false, the JSON body of the
+	// package documentation.
+	ProblemJSON bool
+	// OnShadowDeny is called with the policy (the Rule's Name, or Policy.Name) of each request
+	// a limit in shadow would have denied; it must be safe for concurrent use. Default (nil):
+	// the denial is only counted in MetricWouldDeny (with MeterProvider).
+	OnShadowDeny func(r *http.Request, policy string)
+	// MeterProvider, when not nil, records MetricWouldDeny. Default (nil): no instrument.
+	MeterProvider metric.MeterProvider
+	// Now is the clock of X-RateLimit-Reset's Unix time. Default (nil): time.Now.
+	Now func() time.Time
 }
+
+// ResetFormat is the form of X-RateLimit-Reset (Options.Reset).
+type ResetFormat uint8
+
+const (
+	// ResetUnix sends the Unix time, in seconds rounded up, at which the limit resets.
+	ResetUnix ResetFormat = iota
+	// ResetDelta sends the seconds until then, rounded up, as RateLimit's t.
+	ResetDelta
+	// ResetNone sends no X-RateLimit-Reset.
+	ResetNone
+)
+
+// MetricWouldDeny counts the requests a limit in shadow would have denied ({request}), by
+// rlfn.policy, the limit's Name: the cost of enforcing it.
+const MetricWouldDeny = "rlfn.httplimit.would_deny"
 
 // OptionError reports Options that cannot work, found by New.
 type OptionError struct {
@@ -93,21 +176,24 @@ type OptionError struct {
 
 func (e *OptionError) Error() string { return "httplimit: Options." + e.Field + " " + e.Reason }
 
-// PolicyError reports a Policy.Name the middleware refuses. It is passed to Options.OnError
-// and answered like a limiter error: a misconfigured route must not take the service down.
+// PolicyError reports a Policy the middleware refuses. It is passed to Options.OnError and
+// answered like a limiter error: a misconfigured route must not take the service down.
 type PolicyError struct {
-	Name string
+	Name   string // the policy's (or the Rule's) Name
+	Reason string // e.g. "want letters, digits, '_', '.' or '-'"
 }
 
 func (e *PolicyError) Error() string {
-	return fmt.Sprintf("httplimit: policy name %q: want letters, digits, '_', '.' or '-'", e.Name)
+	return fmt.Sprintf("httplimit: policy %q: %s", e.Name, e.Reason)
 }
 
 // Middleware rate-limits the requests of the handlers it wraps. It is safe for concurrent use.
 type Middleware struct {
-	lim     Limiter
-	opts    Options
-	onError func(r *http.Request, err error)
+	lim       Limiter
+	opts      Options
+	onError   func(r *http.Request, err error)
+	now       func() time.Time
+	wouldDeny metric.Int64Counter // nil without a MeterProvider
 }
 
 // New returns a Middleware that asks lim for a decision on every request.
@@ -126,13 +212,27 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 		return nil, &OptionError{Field: "MaxDelay", Reason: "must not be negative, got " + opts.MaxDelay.String()}
 	case opts.ErrorStatus != 0 && (opts.ErrorStatus < 400 || opts.ErrorStatus > 599):
 		return nil, &OptionError{Field: "ErrorStatus", Reason: fmt.Sprintf("must be 0 or from 400 to 599, got %d", opts.ErrorStatus)}
+	case opts.Reset > ResetNone:
+		return nil, &OptionError{Field: "Reset", Reason: fmt.Sprintf("must be ResetUnix, ResetDelta or ResetNone, got %d", opts.Reset)}
 	}
 	if opts.MaxDelay == 0 {
 		opts.MaxDelay = DefaultMaxDelay
 	}
-	m := &Middleware{lim: lim, opts: opts, onError: opts.OnError}
+	m := &Middleware{lim: lim, opts: opts, onError: opts.OnError, now: opts.Now}
 	if m.onError == nil {
 		m.onError = (&errorLog{every: time.Second}).log
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if opts.MeterProvider != nil {
+		c, err := opts.MeterProvider.Meter("github.com/rlfn/rlfn/client/httplimit").Int64Counter(MetricWouldDeny,
+			metric.WithUnit("{request}"),
+			metric.WithDescription("Requests a limit in shadow would have denied."))
+		if err != nil {
+			return nil, &OptionError{Field: "MeterProvider", Reason: "creating " + MetricWouldDeny + ": " + err.Error()}
+		}
+		m.wouldDeny = c
 	}
 	return m, nil
 }
@@ -147,67 +247,230 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	p := m.opts.Policy(r)
-	if p.Limit == nil && p.Concurrency == nil {
+	if p.Limit == nil && p.Concurrency == nil && len(p.Also) == 0 {
 		next.ServeHTTP(w, r)
 		return
 	}
 	if p.Name == "" {
 		p.Name = DefaultPolicyName
 	}
-	if !validName(p.Name) {
-		m.failed(w, r, next, &PolicyError{Name: p.Name})
+	if err := checkPolicy(&p); err != nil {
+		m.failed(w, r, next, err)
 		return
 	}
 	key, err := m.opts.Key(r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
+		m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
 		return
 	}
 	ctx := r.Context()
 	if p.Critical {
 		ctx = client.Critical(ctx)
 	}
+	shadow := p.Shadow || p.EnforcePercent != 0 && !enforced(key, p.EnforcePercent)
 	// The name cannot contain ':', so "name:key" is injective.
 	key = p.Name + ":" + key
+	if len(p.Also) > 0 || shadow {
+		m.several(ctx, w, r, next, &p, key, shadow)
+		return
+	}
 	if p.Limit == nil {
 		m.concurrent(ctx, w, r, next, p, key)
 		return
 	}
 	res, err := m.lim.Allow(ctx, key, p.Limit)
 	if err != nil {
-		if r.Context().Err() != nil {
-			// The client went away (or the server is shutting down): nobody reads an answer,
-			// and the limiter did not fail.
-			return
-		}
-		m.failed(w, r, next, err)
+		m.limiterError(w, r, next, err)
 		return
 	}
+	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}})
+}
+
+// limiterError handles an error of the limiter's decision.
+func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	if r.Context().Err() != nil {
+		// The client went away (or the server is shutting down): nobody reads an answer,
+		// and the limiter did not fail.
+		return
+	}
+	m.failed(w, r, next, err)
+}
+
+// decided answers a request its enforced limits decided on: quotas are those limits, the one
+// that decided (res.Rule) first.
+func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []quota) {
 	h := w.Header()
 	switch {
 	case !res.Allowed:
-		setHeaders(h, p, res, res.RetryAfter, true)
-		deny(w, p.Name, res.RetryAfter)
+		m.setHeaders(h, p.HideQuota, quotas, res, res.RetryAfter, true)
+		m.deny(w, p.HideQuota, quotas[0].name, res.RetryAfter)
 	case res.Delay > m.opts.MaxDelay:
 		// The server has counted this request (its unit is in the queue) and it is refused all
 		// the same, as promised. A request made later waits behind that unit too: the delay it
 		// would get is within MaxDelay once Delay plus one unit's leak time has passed down to
 		// MaxDelay.
-		wait := res.Delay + unitLeak(p.Limit) - m.opts.MaxDelay
-		setHeaders(h, p, res, wait, true)
-		deny(w, p.Name, wait)
+		wait := res.Delay + maxLeak(quotas) - m.opts.MaxDelay
+		m.setHeaders(h, p.HideQuota, quotas, res, wait, true)
+		m.deny(w, p.HideQuota, quotas[0].name, wait)
 	default:
-		setHeaders(h, p, res, 0, false)
+		m.setHeaders(h, p.HideQuota, quotas, res, 0, false)
 		if res.Delay > 0 && !hold(r.Context(), res.Delay) {
-			writeJSON(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: p.Name, RetryAfterMs: -1})
+			m.write(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: quotas[0].name, RetryAfterMs: -1})
 			return
 		}
 		if p.Concurrency != nil {
-			m.concurrent(ctx, w, r, next, p, key)
+			m.concurrent(ctx, w, r, next, *p, key)
 			return
 		}
 		next.ServeHTTP(w, r)
 	}
+}
+
+// several decides a Policy's limits when there are more than one, or some in shadow: the
+// enforced ones at once, all or nothing, and beside them the shadow ones, whose denial is only
+// counted.
+func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
+	var enforcedRules, shadowRules []client.Rule
+	var enforcedQuotas, shadowQuotas []quota
+	add := func(name, key string, l client.Limit, inShadow bool) {
+		if inShadow {
+			shadowRules = append(shadowRules, client.Rule{Key: key, Limit: l})
+			shadowQuotas = append(shadowQuotas, quota{name, l})
+		} else {
+			enforcedRules = append(enforcedRules, client.Rule{Key: key, Limit: l})
+			enforcedQuotas = append(enforcedQuotas, quota{name, l})
+		}
+	}
+	if p.Limit != nil {
+		add(p.Name, key, p.Limit, shadow)
+	}
+	for _, rule := range p.Also {
+		k := key
+		if rule.Key != nil {
+			principal, err := rule.Key(r)
+			if err != nil {
+				m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
+				return
+			}
+			k = rule.Name + ":" + principal
+		} else {
+			k = rule.Name + key[len(p.Name):]
+		}
+		add(rule.Name, k, rule.Limit, shadow || rule.Shadow)
+	}
+	if len(shadowRules) > 0 {
+		// The shadow decision runs beside the enforced one, not after it: a roll-out must not
+		// add a round trip to the route's latency. Its context outlives the response: the
+		// request may be refused before the shadow limits are decided.
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			m.shadow(context.WithoutCancel(ctx), r, shadowRules, shadowQuotas)
+		}()
+	}
+	if len(enforcedRules) == 0 {
+		if p.Concurrency != nil {
+			m.concurrent(ctx, w, r, next, *p, key)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	res, err := m.decide(ctx, enforcedRules)
+	if err != nil {
+		m.limiterError(w, r, next, err)
+		return
+	}
+	if res.Rule != 0 {
+		// The limit that decided comes first in the headers, the others in their order.
+		q := append(make([]quota, 0, len(enforcedQuotas)), enforcedQuotas[res.Rule])
+		q = append(q, enforcedQuotas[:res.Rule]...)
+		enforcedQuotas = append(q, enforcedQuotas[res.Rule+1:]...)
+	}
+	m.decided(ctx, w, r, next, p, key, res, enforcedQuotas)
+}
+
+// decide decides rules, all or nothing.
+func (m *Middleware) decide(ctx context.Context, rules []client.Rule) (client.Result, error) {
+	if len(rules) == 1 {
+		return m.lim.Allow(ctx, rules[0].Key, rules[0].Limit)
+	}
+	ml, ok := m.lim.(MultiLimiter)
+	if !ok {
+		return client.Result{}, ErrNoMultiLimiter
+	}
+	return ml.AllowAll(ctx, rules)
+}
+
+// shadow decides the shadow limits of a request, and counts a denial.
+func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client.Rule, quotas []quota) {
+	res, err := m.decide(ctx, rules)
+	if err != nil {
+		m.onError(r, err)
+		return
+	}
+	if res.Allowed {
+		return
+	}
+	name := quotas[res.Rule].name
+	if m.wouldDeny != nil {
+		m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
+	}
+	if m.opts.OnShadowDeny != nil {
+		m.opts.OnShadowDeny(r, name)
+	}
+}
+
+// checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
+func checkPolicy(p *Policy) error {
+	if !validName(p.Name) {
+		return &PolicyError{Name: p.Name, Reason: nameReason}
+	}
+	if p.EnforcePercent < 0 || p.EnforcePercent > 100 {
+		return &PolicyError{Name: p.Name, Reason: fmt.Sprintf("EnforcePercent must be from 0 to 100, got %d", p.EnforcePercent)}
+	}
+	for i, rule := range p.Also {
+		switch {
+		case rule.Name == "":
+			return &PolicyError{Name: p.Name, Reason: fmt.Sprintf("Also[%d].Name is required", i)}
+		case !validName(rule.Name):
+			return &PolicyError{Name: rule.Name, Reason: nameReason}
+		case rule.Limit == nil:
+			return &PolicyError{Name: rule.Name, Reason: "Limit is required"}
+		case rule.Name == p.Name:
+			return &PolicyError{Name: rule.Name, Reason: "a Rule has the Name of its Policy"}
+		}
+		for _, o := range p.Also[:i] {
+			if o.Name == rule.Name {
+				return &PolicyError{Name: rule.Name, Reason: "two Rules of one Policy have this Name"}
+			}
+		}
+	}
+	return nil
+}
+
+const nameReason = "want letters, digits, '_', '.' or '-'"
+
+// enforced reports whether key is among the percent share of keys whose limits are enforced:
+// an FNV-1a hash of it, so that the same keys are in on every request and every instance, and
+// raising the percentage only adds keys.
+func enforced(key string, percent int) bool {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h%100) < percent
+}
+
+// maxLeak is the longest time one unit takes to leak out of the leaky buckets among quotas.
+func maxLeak(quotas []quota) time.Duration {
+	var d time.Duration
+	for _, q := range quotas {
+		d = max(d, unitLeak(q.limit))
+	}
+	return d
 }
 
 // concurrent serves the request holding a lease of p.Concurrency, released when next returns
@@ -220,17 +483,14 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	lease, res, err := acq.Acquire(ctx, key, *p.Concurrency)
 	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
-		m.failed(w, r, next, err)
+		m.limiterError(w, r, next, err)
 		return
 	}
 	if !res.Allowed {
 		if res.RetryAfter != client.Never {
 			w.Header()["Retry-After"] = []string{string(appendSeconds(nil, res.RetryAfter))}
 		}
-		deny(w, p.Name, res.RetryAfter)
+		m.deny(w, p.HideQuota, p.Name, res.RetryAfter)
 		return
 	}
 	defer func() {
@@ -265,19 +525,22 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		next.ServeHTTP(w, r)
 		return
 	}
-	writeJSON(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable", RetryAfterMs: -1})
+	m.write(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable", RetryAfterMs: -1})
 }
 
-// deny answers 429; setHeaders has set Retry-After.
-func deny(w http.ResponseWriter, policy string, wait time.Duration) {
+// deny answers 429; setHeaders has set Retry-After. A hidden quota's body names neither the
+// policy nor the wait.
+func (m *Middleware) deny(w http.ResponseWriter, hide bool, policy string, wait time.Duration) {
 	b := body{Error: "rate limited", Policy: policy, RetryAfterMs: -1}
-	if wait != client.Never {
+	if hide {
+		b.Policy = ""
+	} else if wait != client.Never {
 		b.RetryAfterMs = wait.Milliseconds()
 		if wait%time.Millisecond != 0 {
 			b.RetryAfterMs++
 		}
 	}
-	writeJSON(w, http.StatusTooManyRequests, b)
+	m.write(w, http.StatusTooManyRequests, b)
 }
 
 func validName(s string) bool {

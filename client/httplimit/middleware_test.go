@@ -44,11 +44,30 @@ func (f *fake) Allow(_ context.Context, key string, limit client.Limit) (client.
 	return f.res, f.err
 }
 
+// AllowAll records each rule as a call, and answers res (whose Rule names the one deciding).
+func (f *fake) AllowAll(_ context.Context, rules []client.Rule) (client.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range rules {
+		f.calls = append(f.calls, call{r.Key, r.Limit})
+	}
+	return f.res, f.err
+}
+
+// now is the fixed clock of the golden responses: X-RateLimit-Reset is a Unix time from it.
+func now() time.Time { return time.Unix(1_800_000_000, 250_000_000) }
+
 var (
 	tokenBucket = client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
+	hourly      = client.SlidingWindow{Limit: 1000, Window: time.Hour}
+	daily       = client.FixedWindow{Limit: 5000, Window: 24 * time.Hour}
 	shape       = client.LeakyBucket{Capacity: 10, Rate: 20, Period: time.Second, Mode: client.Shape}
 	errDown     = errors.New("rlfn: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
 )
+
+func constKey(k string) func(*http.Request) (string, error) {
+	return func(*http.Request) (string, error) { return k, nil }
+}
 
 // served is the next handler of every test: it marks the responses it wrote.
 var served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +105,7 @@ func TestResponses(t *testing.T) {
 		keyErr    error
 		wantCalls int
 		wantErr   bool // OnError was called
+		wantKeys  []string
 	}{
 		{
 			name:      "allowed",
@@ -168,6 +188,128 @@ func TestResponses(t *testing.T) {
 			name:   "no limit",
 			policy: Policy{Name: "health"},
 		},
+		{
+			name:      "allowed, X-RateLimit-Reset in delta seconds",
+			give:      client.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 1100 * time.Millisecond},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{Reset: ResetDelta},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied, X-RateLimit-Reset in delta seconds",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{Reset: ResetDelta},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied, no X-RateLimit-Reset",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{Reset: ResetNone},
+			wantCalls: 1,
+		},
+		{
+			name:      "several limits, allowed, the second binding",
+			give:      client.Result{Allowed: true, Limit: 1000, Remaining: 3, ResetAfter: time.Hour, Rule: 1},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			wantCalls: 3,
+			wantKeys:  []string{"second:user:42", "hour:user:42", "day:user:42"},
+		},
+		{
+			name:      "several limits, denied by the third",
+			give:      client.Result{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 2},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			wantCalls: 3,
+			wantKeys:  []string{"second:user:42", "hour:user:42", "day:user:42"},
+		},
+		{
+			name:      "several limits, keys of their own",
+			give:      client.Result{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute},
+			policy:    Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			wantCalls: 2,
+			wantKeys:  []string{"ip-user:user:42", "ip:10.0.0.1"},
+		},
+		{
+			name:    "several limits, a rule's key error",
+			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: func(*http.Request) (string, error) { return "", errors.New("no IP") }}}},
+			wantErr: false,
+		},
+		{
+			name:    "several limits, two of one name, fail open",
+			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}, {Name: "b", Limit: daily}}},
+			wantErr: true,
+		},
+		{
+			name:    "several limits, a rule without a limit, ErrorStatus 500",
+			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b"}}},
+			opts:    Options{ErrorStatus: http.StatusInternalServerError},
+			wantErr: true,
+		},
+		{
+			name:      "hidden quota, allowed",
+			give:      client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Minute},
+			policy:    Policy{Name: "login", Limit: tokenBucket, HideQuota: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "hidden quota, denied",
+			give:      client.Result{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute},
+			policy:    Policy{Name: "login", Limit: tokenBucket, HideQuota: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "hidden quota, denied, problem+json",
+			give:      client.Result{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute},
+			policy:    Policy{Name: "login", Limit: tokenBucket, HideQuota: true},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied, problem+json",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "denied, never admitted, problem+json",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 40, RetryAfter: client.Never, ResetAfter: 6 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+		},
+		{
+			name:   "key error, problem+json",
+			policy: Policy{Name: "api", Limit: tokenBucket},
+			opts:   Options{ProblemJSON: true},
+			keyErr: errors.New("no API key"),
+		},
+		{
+			name:      "limiter error, ErrorStatus 503, problem+json",
+			giveErr:   errDown,
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ErrorStatus: http.StatusServiceUnavailable, ProblemJSON: true},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "shadow route, would deny: served without headers",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket, Shadow: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "EnforcePercent 1, the key outside it: served in shadow",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 1501 * time.Millisecond, ResetAfter: 10 * time.Second},
+			policy:    Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 1}, // "user:42" hashes above 1
+			wantCalls: 1,
+		},
+		{
+			name:    "EnforcePercent 101, fail open",
+			policy:  Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 101},
+			wantErr: true,
+		},
 	}
 	var out strings.Builder
 	for _, tt := range tests {
@@ -178,6 +320,7 @@ func TestResponses(t *testing.T) {
 			opts.Key = func(*http.Request) (string, error) { return "user:42", tt.keyErr }
 			opts.Policy = func(*http.Request) Policy { return tt.policy }
 			opts.OnError = func(_ *http.Request, err error) { errs = append(errs, err) }
+			opts.Now = now
 			m, err := New(lim, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -187,6 +330,11 @@ func TestResponses(t *testing.T) {
 
 			if len(lim.calls) != tt.wantCalls {
 				t.Fatalf("%d calls to the limiter, want %d", len(lim.calls), tt.wantCalls)
+			}
+			for i, k := range tt.wantKeys {
+				if lim.calls[i].key != k {
+					t.Errorf("call %d with key %q, want %q", i, lim.calls[i].key, k)
+				}
 			}
 			if tt.wantCalls == 1 {
 				name := tt.policy.Name
@@ -203,7 +351,7 @@ func TestResponses(t *testing.T) {
 			if tt.giveErr != nil && (len(errs) != 1 || errs[0] != tt.giveErr) {
 				t.Errorf("OnError got %v, want exactly the limiter's error", errs)
 			}
-			if rec.Header().Get("Content-Type") == "application/json" && !json.Valid(rec.Body.Bytes()) {
+			if ct := rec.Header().Get("Content-Type"); (ct == "application/json" || ct == "application/problem+json") && !json.Valid(rec.Body.Bytes()) {
 				t.Errorf("body is not JSON: %q", rec.Body)
 			}
 			fmt.Fprintf(&out, "=== %s\n%s\n", tt.name, dump(rec))
@@ -490,7 +638,7 @@ func TestHeadersAddIndependently(t *testing.T) {
 		}
 	})
 	rec := httptest.NewRecorder()
-	mustNew(t, lim, Options{}).Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	mustNew(t, lim, Options{Reset: ResetDelta}).Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	h := rec.Result().Header
 	want := http.Header{
 		"Ratelimit-Policy":      {`"p";q=100;w=1`, `"other";q=1`},

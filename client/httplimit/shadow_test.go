@@ -1,0 +1,244 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// byName is a Limiter that answers each key by the policy name before its ':', as the server
+// would answer distinct limiters, and AllowAll as client.AllowAll picks its binding Result.
+type byName struct {
+	mu      sync.Mutex
+	results map[string]client.Result
+	keys    []string
+}
+
+func (b *byName) Allow(_ context.Context, key string, _ client.Limit) (client.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.keys = append(b.keys, key)
+	name, _, _ := strings.Cut(key, ":")
+	res, ok := b.results[name]
+	if !ok {
+		return client.Result{}, fmt.Errorf("no result for %q", name)
+	}
+	return res, nil
+}
+
+func (b *byName) AllowAll(ctx context.Context, rules []client.Rule) (client.Result, error) {
+	var bind client.Result
+	for i, r := range rules {
+		res, err := b.Allow(ctx, r.Key, r.Limit)
+		if err != nil {
+			return client.Result{}, err
+		}
+		res.Rule = i
+		switch {
+		case i == 0:
+			bind = res
+		case !res.Allowed && (bind.Allowed || res.RetryAfter > bind.RetryAfter):
+			bind = res
+		case bind.Allowed && res.Allowed && res.Remaining < bind.Remaining:
+			bind = res
+		}
+	}
+	return bind, nil
+}
+
+func (b *byName) called() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Sorted(slices.Values(b.keys))
+}
+
+var (
+	admits = client.Result{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Second}
+	denies = client.Result{Limit: 10, RetryAfter: 2 * time.Second, ResetAfter: 5 * time.Second}
+)
+
+// wouldDeny reads MetricWouldDeny's count by policy.
+func wouldDeny(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != MetricWouldDeny {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value("rlfn.policy")
+				got[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return got
+}
+
+// A limit in shadow is decided on every request and its denial counted (metric and
+// OnShadowDeny), but the request is served, and the headers show only the enforced limits.
+func TestShadow(t *testing.T) {
+	tests := []struct {
+		name        string
+		policy      Policy
+		results     map[string]client.Result
+		wantStatus  int
+		wantPolicy  string // RateLimit-Policy; "" for none
+		wantDenied  []string
+		wantKeys    []string
+		wantServed  bool
+		wantMetrics map[string]int64
+	}{
+		{
+			name:        "route in shadow, would deny",
+			policy:      Policy{Name: "api", Limit: tokenBucket, Shadow: true},
+			results:     map[string]client.Result{"api": denies},
+			wantStatus:  200,
+			wantDenied:  []string{"api"},
+			wantKeys:    []string{"api:k"},
+			wantServed:  true,
+			wantMetrics: map[string]int64{"api": 1},
+		},
+		{
+			name:        "route in shadow, admits",
+			policy:      Policy{Name: "api", Limit: tokenBucket, Shadow: true},
+			results:     map[string]client.Result{"api": admits},
+			wantStatus:  200,
+			wantKeys:    []string{"api:k"},
+			wantServed:  true,
+			wantMetrics: map[string]int64{},
+		},
+		{
+			name: "new rule in shadow would deny, the enforced one admits",
+			policy: Policy{Name: "api", Limit: tokenBucket,
+				Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}},
+			results:     map[string]client.Result{"api": admits, "new": denies},
+			wantStatus:  200,
+			wantPolicy:  `"api";q=100;w=10`,
+			wantDenied:  []string{"new"},
+			wantKeys:    []string{"api:k", "new:k"},
+			wantServed:  true,
+			wantMetrics: map[string]int64{"new": 1},
+		},
+		{
+			name: "two rules in shadow, one would deny: it is named",
+			policy: Policy{Name: "api", Limit: tokenBucket, Also: []Rule{
+				{Name: "new1", Limit: hourly, Shadow: true}, {Name: "new2", Limit: daily, Shadow: true}}},
+			results:     map[string]client.Result{"api": admits, "new1": admits, "new2": denies},
+			wantStatus:  200,
+			wantPolicy:  `"api";q=100;w=10`,
+			wantDenied:  []string{"new2"},
+			wantKeys:    []string{"api:k", "new1:k", "new2:k"},
+			wantServed:  true,
+			wantMetrics: map[string]int64{"new2": 1},
+		},
+		{
+			name: "the enforced limit denies: refused, the shadow one still decided",
+			policy: Policy{Name: "api", Limit: tokenBucket,
+				Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}},
+			results:     map[string]client.Result{"api": denies, "new": admits},
+			wantStatus:  429,
+			wantPolicy:  `"api";q=10;w=10`,
+			wantKeys:    []string{"api:k", "new:k"},
+			wantMetrics: map[string]int64{},
+		},
+		{
+			name:        "every key enforced at 100",
+			policy:      Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 100},
+			results:     map[string]client.Result{"api": denies},
+			wantStatus:  429,
+			wantPolicy:  `"api";q=10;w=10`,
+			wantKeys:    []string{"api:k"},
+			wantMetrics: map[string]int64{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			lim := &byName{results: tt.results}
+			var mu sync.Mutex
+			var denied []string
+			servedReq := false
+			m := mustNew(t, lim, Options{
+				Policy:        func(*http.Request) Policy { return tt.policy },
+				MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+				OnShadowDeny: func(_ *http.Request, policy string) {
+					mu.Lock()
+					defer mu.Unlock()
+					denied = append(denied, policy)
+				},
+				OnError: func(_ *http.Request, err error) { t.Errorf("OnError(%v)", err) },
+			})
+			next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { servedReq = true })
+			rec := httptest.NewRecorder()
+			m.Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			// the shadow decision is over when the handler returns
+			mu.Lock()
+			defer mu.Unlock()
+			if rec.Code != tt.wantStatus || servedReq != tt.wantServed {
+				t.Errorf("status %d, served %v; want %d, %v", rec.Code, servedReq, tt.wantStatus, tt.wantServed)
+			}
+			if got := rec.Header().Get("RateLimit-Policy"); got != tt.wantPolicy {
+				t.Errorf("RateLimit-Policy %q, want %q", got, tt.wantPolicy)
+			}
+			if tt.wantPolicy == "" && (rec.Header().Get("RateLimit") != "" || rec.Header().Get("X-RateLimit-Limit") != "") {
+				t.Errorf("headers of a limit in shadow: %v", rec.Header())
+			}
+			if !slices.Equal(denied, tt.wantDenied) {
+				t.Errorf("OnShadowDeny got %q, want %q", denied, tt.wantDenied)
+			}
+			if got := lim.called(); !slices.Equal(got, tt.wantKeys) {
+				t.Errorf("keys decided %q, want %q", got, tt.wantKeys)
+			}
+			if got := wouldDeny(t, reader); fmt.Sprint(got) != fmt.Sprint(tt.wantMetrics) {
+				t.Errorf("%s: %v, want %v", MetricWouldDeny, got, tt.wantMetrics)
+			}
+		})
+	}
+}
+
+// The dial enforces about its share of keys, the same keys every time, and raising it only
+// adds keys.
+func TestEnforced(t *testing.T) {
+	const keys = 20000
+	prev := map[int]bool{}
+	for _, percent := range []int{1, 10, 50, 90, 100} {
+		n := 0
+		for i := range keys {
+			k := fmt.Sprintf("user:%d", i)
+			in := enforced(k, percent)
+			if in != enforced(k, percent) {
+				t.Fatalf("%s: not deterministic", k)
+			}
+			if prev[i] && !in {
+				t.Fatalf("%s enforced below %d%%, not at it", k, percent)
+			}
+			prev[i] = in
+			if in {
+				n++
+			}
+		}
+		// a binomial share: 4 standard deviations at most is 2.8% of 20000 at 50%
+		if want := keys * percent / 100; n < want-600 || n > want+600 {
+			t.Errorf("%d%%: %d of %d keys enforced, want about %d", percent, n, keys, want)
+		}
+	}
+	if enforced("user:42", 1) {
+		t.Error(`"user:42" is enforced at 1%: TestResponses's shadow case needs a key outside it`)
+	}
+}
