@@ -26,6 +26,8 @@ var web embed.FS
 type Options struct {
 	// Deploy is the command the page shows when the library is absent; default "rlfn deploy".
 	Deploy string
+	// Server names the server on the page, e.g. its URL without its password; default none.
+	Server string
 	// Remote accepts requests whatever their Host header. By default only a loopback address
 	// or localhost is accepted, so that a web page elsewhere cannot reach the playground
 	// through a DNS name rebound to 127.0.0.1.
@@ -153,6 +155,7 @@ type statusBody struct {
 	Version string     `json:"version,omitempty"`
 	Error   string     `json:"error,omitempty"` // why the cards cannot work, when they cannot
 	Deploy  string     `json:"deploy"`
+	Server  string     `json:"server,omitempty"`
 	Prefix  string     `json:"prefix"`
 	Cards   []cardInfo `json:"cards"`
 	Now     float64    `json:"now,omitempty"` // server time, Unix milliseconds
@@ -164,7 +167,7 @@ type statusBody struct {
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Deadline)
 	defer cancel()
-	body := statusBody{Deploy: s.opts.Deploy, Prefix: Prefix}
+	body := statusBody{Deploy: s.opts.Deploy, Server: s.opts.Server, Prefix: Prefix}
 	for _, c := range Cards {
 		body.Cards = append(body.Cards, cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c]})
 	}
@@ -293,9 +296,9 @@ type boundaryRequest struct {
 }
 
 type boundaryBody struct {
-	Edge  float64             `json:"edge"` // the fixed window's edge between the bursts, server Unix ms
-	Cards map[Card][]Decision `json:"cards"`
-	Now   float64             `json:"now"`
+	Edge   float64             `json:"edge"`   // the fixed window's edge between the bursts, server Unix ms
+	ByCard map[Card][]Decision `json:"byCard"` // each window card's decisions, both bursts
+	Now    float64             `json:"now"`
 }
 
 // boundary resets the three window cards, then sends each a burst of its limit just before
@@ -346,7 +349,7 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	plan := planBoundary(clk.nowUs(), req.FixedWindow.WindowMs)
-	body := boundaryBody{Edge: float64(plan.edgeUs) / 1000, Cards: map[Card][]Decision{}}
+	body := boundaryBody{Edge: float64(plan.edgeUs) / 1000, ByCard: map[Card][]Decision{}}
 	for _, at := range []int64{plan.firstUs, plan.secondUs} {
 		if err := clk.sleepUntil(ctx, at); err != nil {
 			s.fail(w, err, nil)
@@ -358,8 +361,8 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 				if i >= params[c].Limit {
 					continue
 				}
-				ds, err := s.burst(ctx, clk, c, limits[c], 1, body.Cards[c])
-				body.Cards[c] = ds
+				ds, err := s.burst(ctx, clk, c, limits[c], 1, body.ByCard[c])
+				body.ByCard[c] = ds
 				if err != nil {
 					s.fail(w, err, nil)
 					return

@@ -3,7 +3,7 @@
 // asset, so the page works offline. Every string from the server goes in with textContent.
 'use strict';
 
-const SPAN_MS = 20000; // the timeline shows the last 20 seconds
+const SPAN_MS = 10000; // the timeline shows the last 10 seconds
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const MAX_INT = 999999999999999;
 const MAX_MS = 100000000000;
@@ -78,12 +78,12 @@ function showStatus(s) {
   el.classList.toggle('ok', !!s.loaded);
   el.classList.toggle('bad', !s.loaded);
   if (s.loaded) {
-    el.textContent = 'Connected: library ratelimit ' + (s.version || '') + ' is loaded.';
+    el.textContent = 'Connected' + (s.server ? ' to ' + s.server : '') + ': library ratelimit ' + (s.version || '') + ' is loaded.';
     absent.hidden = true;
     return true;
   }
   if (s.absent) {
-    el.textContent = 'Connected, but the library is missing.';
+    el.textContent = 'Connected' + (s.server ? ' to ' + s.server : '') + ', but the library is missing.';
     document.getElementById('absent-why').textContent = s.error || '';
     document.getElementById('deploy-command').textContent = s.deploy || 'rlfn deploy';
     absent.hidden = false;
@@ -290,7 +290,7 @@ function draw(card) {
 
   svg.append(el('line', { x1: left, x2: right, y1: plotBottom, y2: plotBottom, stroke: '#d9dde3' }));
   svg.append(el('line', { x1: left, x2: right, y1: lane + 4, y2: lane + 4, stroke: '#d9dde3' }));
-  for (let s = 0; s <= SPAN_MS / 1000; s += 5) {
+  for (let s = 0; s <= SPAN_MS / 1000; s += 2) {
     const xx = x(now - s * 1000);
     svg.append(el('text', { x: xx, y: h - 1, 'text-anchor': s === 0 ? 'end' : 'middle' }, s === 0 ? 'now' : '−' + s + 's'));
   }
@@ -369,7 +369,7 @@ async function boundary() {
     for (const id of ids) {
       const card = cards.get(id);
       clearCard(card);
-      const ds = r.body.cards[id] || [];
+      const ds = r.body.byCard[id] || [];
       card.edge = r.body.edge;
       addDecisions(card, ds);
       const before = ds.filter((d) => d.allowed && d.at < r.body.edge).length;

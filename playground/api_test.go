@@ -1,0 +1,407 @@
+package playground_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/playground"
+)
+
+type decision struct {
+	At           float64 `json:"at"`
+	Allowed      bool    `json:"allowed"`
+	Limit        int64   `json:"limit"`
+	Remaining    int64   `json:"remaining"`
+	RetryAfterMs int64   `json:"retryAfterMs"`
+	ResetAfterMs int64   `json:"resetAfterMs"`
+	DelayMs      int64   `json:"delayMs"`
+}
+
+type reply struct {
+	code int
+	raw  string
+	body struct {
+		Error     string                `json:"error"`
+		Absent    bool                  `json:"absent"`
+		Deploy    string                `json:"deploy"`
+		Loaded    bool                  `json:"loaded"`
+		Version   string                `json:"version"`
+		Server    string                `json:"server"`
+		Decisions []decision            `json:"decisions"`
+		Deleted   bool                  `json:"deleted"`
+		Key       string                `json:"key"`
+		Edge      float64               `json:"edge"`
+		ByCard    map[string][]decision `json:"byCard"`
+	}
+}
+
+// do sends one request to the page's server: a POST of body as JSON unless body is nil.
+func do(t *testing.T, method, url, body string, header ...string) reply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reply{code: resp.StatusCode, raw: string(b)}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(b, &r.body); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, url, err, b)
+		}
+	}
+	return r
+}
+
+func post(t *testing.T, url, body string) reply { return do(t, http.MethodPost, url, body) }
+
+// serverTime is the server's TIME in Unix milliseconds.
+func serverTime(t *testing.T, vk valkey.Client) float64 {
+	t.Helper()
+	parts, err := vk.Do(context.Background(), vk.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := strconv.ParseInt(parts[0], 10, 64)
+	us, _ := strconv.ParseInt(parts[1], 10, 64)
+	return float64(sec*1e6+us) / 1000
+}
+
+func dbsize(t *testing.T, vk valkey.Client) int64 {
+	t.Helper()
+	n, err := vk.Do(context.Background(), vk.B().Dbsize().Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func count(ds []decision) (admitted, denied int) {
+	for _, d := range ds {
+		if d.Allowed {
+			admitted++
+		} else {
+			denied++
+		}
+	}
+	return admitted, denied
+}
+
+// TestAPISend: a burst decides as a service's calls would, on the card's key, each decision
+// stamped with the server's time.
+func TestAPISend(t *testing.T) {
+	e := served(t, true)
+
+	st := do(t, http.MethodGet, e.page+"/api/status", "")
+	if st.code != 200 || !st.body.Loaded || st.body.Version != "1.1.0" || st.body.Server != e.url {
+		t.Fatalf("status: %d %s", st.code, st.raw)
+	}
+
+	before := serverTime(t, e.vk)
+	r := post(t, e.page+"/api/send", `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":60000},"n":10}`)
+	after := serverTime(t, e.vk)
+	if r.code != 200 {
+		t.Fatalf("send: %d %s", r.code, r.raw)
+	}
+	ds := r.body.Decisions
+	if a, d := count(ds); a != 5 || d != 5 || len(ds) != 10 {
+		t.Fatalf("a burst of 10 on a capacity of 5: %d admitted, %d denied, want 5 and 5\n%s", a, d, r.raw)
+	}
+	for i, d := range ds {
+		if d.Allowed != (i < 5) || d.Remaining != max(0, int64(4-i)) || d.Limit != 5 {
+			t.Errorf("decision %d = %+v", i, d)
+		}
+		if !d.Allowed && (d.RetryAfterMs <= 0 || d.RetryAfterMs > 60000) {
+			t.Errorf("denied decision %d retries after %dms", i, d.RetryAfterMs)
+		}
+		// The stamp is the server's clock, read through TIME, within half a round trip.
+		const slack = 5
+		if d.At < before-slack || d.At > after+slack {
+			t.Errorf("decision %d stamped %.3f, outside the server's TIME %.3f..%.3f", i, d.At, before, after)
+		}
+		if i > 0 && d.At < ds[i-1].At {
+			t.Errorf("decision %d stamped %.3f, before decision %d at %.3f", i, d.At, i-1, ds[i-1].At)
+		}
+	}
+
+	// The card's state is a service's: the client, with the playground's prefix, sees it.
+	key := playground.TokenBucket.Key()
+	if key != "rlfn:playground:{token_bucket}:token_bucket" {
+		t.Errorf("token bucket key %q", key)
+	}
+	lim := client.New(e.vk, client.WithPrefix(playground.Prefix))
+	res, err := lim.Peek(context.Background(), "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute})
+	if err != nil || res.Allowed || res.Remaining != 0 {
+		t.Errorf("a service's peek after the burst: %+v, %v; want denied, 0 remaining", res, err)
+	}
+	if n := dbsize(t, e.vk); n != 1 {
+		t.Errorf("the server holds %d keys after one card's burst, want 1", n)
+	}
+
+	// shape mode: admitted with growing delays, then denied when the queue is full
+	r = post(t, e.page+"/api/send", `{"card":"leaky_shape","params":{"capacity":3,"rate":1,"periodMs":1000},"n":5}`)
+	if r.code != 200 || len(r.body.Decisions) != 5 {
+		t.Fatalf("send leaky_shape: %d %s", r.code, r.raw)
+	}
+	for i, d := range r.body.Decisions[:3] {
+		if !d.Allowed || d.DelayMs < int64(i)*1000-50 || d.DelayMs > int64(i)*1000 {
+			t.Errorf("shaped decision %d = %+v, want admitted with a delay of about %ds", i, d, i)
+		}
+	}
+	if a, _ := count(r.body.Decisions); a != 3 {
+		t.Errorf("shape mode with a queue of 3 admitted %d of 5", a)
+	}
+	// police mode on its own card: its own key, not the shape card's level
+	r = post(t, e.page+"/api/send", `{"card":"leaky_police","params":{"capacity":3,"rate":1,"periodMs":1000},"n":1}`)
+	if r.code != 200 || !r.body.Decisions[0].Allowed || r.body.Decisions[0].Remaining != 2 {
+		t.Errorf("police after shape: %d %s; want admitted with 2 remaining (a key of its own)", r.code, r.raw)
+	}
+}
+
+// TestAPIReset deletes the card's key and nothing else: not another card's, not a service's
+// limiter of the same name under the client's default prefix, not an unrelated key.
+func TestAPIReset(t *testing.T) {
+	e := served(t, true)
+	ctx := context.Background()
+	tb := `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":60000},"n":3}`
+	if r := post(t, e.page+"/api/send", tb); r.code != 200 {
+		t.Fatalf("send: %d %s", r.code, r.raw)
+	}
+	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":5,"windowMs":60000},"n":1}`); r.code != 200 {
+		t.Fatalf("send: %d %s", r.code, r.raw)
+	}
+	service := client.New(e.vk) // the default prefix, rl:
+	if _, err := service.Allow(ctx, "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"other", "rlfn:playground:other", "rlfn:playground:{token_bucket}:token_bucket:x"} {
+		if err := e.vk.Do(ctx, e.vk.B().Set().Key(k).Value("v").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dbsize(t, e.vk); n != 6 {
+		t.Fatalf("%d keys before the reset, want 6", n)
+	}
+
+	r := post(t, e.page+"/api/reset", `{"card":"token_bucket"}`)
+	if r.code != 200 || !r.body.Deleted || r.body.Key != playground.TokenBucket.Key() {
+		t.Fatalf("reset: %d %s", r.code, r.raw)
+	}
+	keys, err := e.vk.Do(ctx, e.vk.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"other": true, "rlfn:playground:other": true, "rlfn:playground:{token_bucket}:token_bucket:x": true,
+		"rl:{token_bucket}:token_bucket": true, playground.FixedWindow.Key(): true}
+	if len(keys) != len(want) {
+		t.Errorf("keys after the reset %q, want %d: only the token bucket card's gone", keys, len(want))
+	}
+	for _, k := range keys {
+		if !want[k] {
+			t.Errorf("key %q left after the reset", k)
+		}
+	}
+
+	// The card starts afresh: a full bucket again.
+	r = post(t, e.page+"/api/send", tb)
+	if r.code != 200 || r.body.Decisions[0].Remaining != 4 {
+		t.Errorf("send after reset: %d %s; want a full bucket (4 remaining after one)", r.code, r.raw)
+	}
+	post(t, e.page+"/api/reset", `{"card":"token_bucket"}`)
+	if r := post(t, e.page+"/api/reset", `{"card":"token_bucket"}`); r.code != 200 || r.body.Deleted {
+		t.Errorf("second reset: %d %s; want 200, nothing deleted", r.code, r.raw)
+	}
+}
+
+// TestAPIForeignState: a card's key that holds something else is the library's RLERR, shown
+// as such (409), and left as it is until Reset deletes it.
+func TestAPIForeignState(t *testing.T) {
+	e := served(t, true)
+	ctx := context.Background()
+	key := playground.SlidingLog.Key()
+	if err := e.vk.Do(ctx, e.vk.B().Set().Key(key).Value("not a log").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	send := `{"card":"sliding_log","params":{"limit":5,"windowMs":1000},"n":2}`
+	r := post(t, e.page+"/api/send", send)
+	if r.code != http.StatusConflict || !strings.Contains(r.body.Error, "RLERR") || !strings.Contains(r.body.Error, "Reset") {
+		t.Fatalf("send on a foreign key: %d %s; want 409 naming RLERR and Reset", r.code, r.raw)
+	}
+	if v, _ := e.vk.Do(ctx, e.vk.B().Get().Key(key).Build()).ToString(); v != "not a log" {
+		t.Errorf("the foreign value became %q", v)
+	}
+	post(t, e.page+"/api/reset", `{"card":"sliding_log"}`)
+	if r := post(t, e.page+"/api/send", send); r.code != 200 || len(r.body.Decisions) != 2 {
+		t.Errorf("send after reset: %d %s", r.code, r.raw)
+	}
+}
+
+// TestAPIAbsentLibrary: without the library the status says so with the deploy command, and
+// a call answers 503 with it; nothing is written.
+func TestAPIAbsentLibrary(t *testing.T) {
+	e := served(t, false)
+	st := do(t, http.MethodGet, e.page+"/api/status", "")
+	deploy := "rlfn --url '" + e.url + "' deploy"
+	if st.code != 200 || st.body.Loaded || !st.body.Absent || st.body.Deploy != deploy ||
+		!strings.Contains(st.body.Error, "no ratelimit library") {
+		t.Fatalf("status without the library: %d %s", st.code, st.raw)
+	}
+	r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":5,"windowMs":1000},"n":1}`)
+	if r.code != http.StatusServiceUnavailable || !r.body.Absent || r.body.Deploy != deploy || !strings.Contains(r.body.Error, "not loaded") {
+		t.Fatalf("send without the library: %d %s", r.code, r.raw)
+	}
+	if n := dbsize(t, e.vk); n != 0 {
+		t.Errorf("%d keys written without the library", n)
+	}
+}
+
+// TestAPIBoundary: the fixed window admits twice its limit around its edge; the sliding log
+// admits its limit, the sliding window about its limit.
+func TestAPIBoundary(t *testing.T) {
+	e := served(t, true)
+	p := `{"limit":5,"windowMs":1000}`
+	r := post(t, e.page+"/api/boundary", `{"fixed_window":`+p+`,"sliding_log":`+p+`,"sliding_window":`+p+`}`)
+	if r.code != 200 {
+		t.Fatalf("boundary: %d %s", r.code, r.raw)
+	}
+	edge := r.body.Edge
+	if int64(edge)%1000 != 0 {
+		t.Errorf("edge %.3f is not a 1s window's edge", edge)
+	}
+	around := func(card string) (before, after int) {
+		ds := r.body.ByCard[card]
+		if len(ds) != 10 {
+			t.Fatalf("%s: %d decisions, want two bursts of 5", card, len(ds))
+		}
+		for i, d := range ds {
+			// Scheduled 100ms either side of the edge (a tenth of the window).
+			if (i < 5) != (d.At < edge) || d.At < edge-150 || d.At > edge+150 {
+				t.Errorf("%s: decision %d at %+.1fms from the edge", card, i, d.At-edge)
+			}
+			if d.Allowed && d.At < edge {
+				before++
+			} else if d.Allowed {
+				after++
+			}
+		}
+		return before, after
+	}
+	if b, a := around("fixed_window"); b != 5 || a != 5 {
+		t.Errorf("fixed window admitted %d before the edge and %d after, want 5 and 5", b, a)
+	}
+	if b, a := around("sliding_log"); b != 5 || a != 0 {
+		t.Errorf("sliding log admitted %d before the edge and %d after, want 5 and 0", b, a)
+	}
+	// 100ms into the window, the previous one still weighs 90%: 4.5 of 5 counted.
+	if b, a := around("sliding_window"); b != 5 || a != 0 {
+		t.Errorf("sliding window admitted %d before the edge and %d after, want 5 and 0", b, a)
+	}
+}
+
+// TestAPIRefuses: every request but the API's own is refused with a clear error, and nothing is
+// written to the server.
+func TestAPIRefuses(t *testing.T) {
+	e := served(t, true)
+	tb := func(params string) string {
+		return `{"card":"token_bucket","params":` + params + `,"n":1}`
+	}
+	window := `{"limit":5,"windowMs":1000}`
+	big := `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":1000},"n":1,"x":"` + strings.Repeat("a", 5000) + `"}`
+	for _, c := range []struct {
+		name, method, path, body string
+		header                   []string
+		code                     int
+		want                     string
+	}{
+		{"negative capacity", "POST", "/api/send", tb(`{"capacity":-5,"rate":1,"periodMs":1000}`), nil, 400, "TokenBucket.Capacity must be from 1"},
+		{"zero rate", "POST", "/api/send", tb(`{"capacity":5,"rate":0,"periodMs":1000}`), nil, 400, "TokenBucket.Rate must be from 1"},
+		{"huge capacity", "POST", "/api/send", tb(`{"capacity":1000000000000000,"rate":1,"periodMs":1000}`), nil, 400, "must be from 1 to 999999999999999"},
+		{"beyond int64", "POST", "/api/send", tb(`{"capacity":99999999999999999999,"rate":1,"periodMs":1000}`), nil, 400, "body is not valid"},
+		{"NaN", "POST", "/api/send", tb(`{"capacity":"NaN","rate":1,"periodMs":1000}`), nil, 400, "body is not valid"},
+		{"fraction", "POST", "/api/send", tb(`{"capacity":5.5,"rate":1,"periodMs":1000}`), nil, 400, "body is not valid"},
+		{"period overflowing a Duration", "POST", "/api/send", tb(`{"capacity":5,"rate":1,"periodMs":9223372036854}`), nil, 400, "params.periodMs must be from 1 to 100000000000"},
+		{"missing period", "POST", "/api/send", tb(`{"capacity":5,"rate":1}`), nil, 400, "params.periodMs must be from 1"},
+		{"a window number on a bucket", "POST", "/api/send", tb(`{"capacity":5,"rate":1,"periodMs":1000,"limit":5}`), nil, 400, "params.limit does not apply to token_bucket"},
+		{"sliding log over 100000", "POST", "/api/send", `{"card":"sliding_log","params":{"limit":100001,"windowMs":1000},"n":1}`, nil, 400, "SlidingLog.Limit must be from 1 to 100000"},
+		{"a key with braces", "POST", "/api/send", `{"card":"{token_bucket}","params":{"capacity":5,"rate":1,"periodMs":1000},"n":1}`, nil, 400, `card must be one of`},
+		{"a key of another prefix", "POST", "/api/reset", `{"card":"rl:{user:42}:token_bucket"}`, nil, 400, `card must be one of`},
+		{"a wildcard", "POST", "/api/reset", `{"card":"*"}`, nil, 400, `card must be one of`},
+		{"no card", "POST", "/api/reset", `{}`, nil, 400, `card must be one of`},
+		{"a key field", "POST", "/api/send", `{"card":"token_bucket","key":"user:42","params":{"capacity":5,"rate":1,"periodMs":1000},"n":1}`, nil, 400, `unknown field "key"`},
+		{"burst of 0", "POST", "/api/send", `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":1000},"n":0}`, nil, 400, "n must be from 1 to 100, got 0"},
+		{"burst of 101", "POST", "/api/send", `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":1000},"n":101}`, nil, 400, "n must be from 1 to 100, got 101"},
+		{"two objects", "POST", "/api/send", tb(`{"capacity":5,"rate":1,"periodMs":1000}`) + `{}`, nil, 400, "one JSON object only"},
+		{"too large", "POST", "/api/send", big, nil, 400, "body is not valid"},
+		{"not JSON", "POST", "/api/send", `card=token_bucket`, nil, 400, "body is not valid"},
+		{"a form", "POST", "/api/send", tb(`{"capacity":5,"rate":1,"periodMs":1000}`), []string{"Content-Type", "application/x-www-form-urlencoded"}, 400, "Content-Type must be application/json"},
+		{"text/plain", "POST", "/api/reset", `{"card":"token_bucket"}`, []string{"Content-Type", "text/plain"}, 400, "Content-Type must be application/json"},
+		{"boundary window too short", "POST", "/api/boundary", `{"fixed_window":{"limit":5,"windowMs":99},"sliding_log":` + window + `,"sliding_window":` + window + `}`, nil, 400, "params.fixed_window.windowMs must be from 100 to 60000"},
+		{"boundary window too long", "POST", "/api/boundary", `{"fixed_window":{"limit":5,"windowMs":60001},"sliding_log":` + window + `,"sliding_window":` + window + `}`, nil, 400, "params.fixed_window.windowMs must be from 100 to 60000"},
+		{"boundary limit too large", "POST", "/api/boundary", `{"fixed_window":` + window + `,"sliding_log":{"limit":101,"windowMs":1000},"sliding_window":` + window + `}`, nil, 400, "params.sliding_log.limit must be at most 100"},
+		{"boundary without a card", "POST", "/api/boundary", `{"fixed_window":` + window + `,"sliding_log":` + window + `}`, nil, 400, "params.sliding_window.windowMs must be from 1"},
+		{"another site's name (DNS rebinding)", "POST", "/api/send", tb(`{"capacity":5,"rate":1,"periodMs":1000}`), []string{"Host", "evil.example:8080"}, 403, "not a loopback address"},
+		{"another site's name, the page", "GET", "/", "", []string{"Host", "evil.example"}, 403, "not a loopback address"},
+		{"GET on an action", "GET", "/api/send", "", nil, 405, ""},
+		{"another path", "GET", "/api/keys", "", nil, 404, ""},
+		{"a file outside the page", "GET", "/web/index.html", "", nil, 404, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := do(t, c.method, e.page+c.path, c.body, c.header...)
+			if r.code != c.code || !strings.Contains(r.body.Error, c.want) {
+				t.Errorf("%d %s\nwant %d with an error containing %q", r.code, r.raw, c.code, c.want)
+			}
+		})
+	}
+	if n := dbsize(t, e.vk); n != 0 {
+		t.Errorf("%d keys written by refused requests", n)
+	}
+	for _, host := range []string{"localhost:8080", "127.0.0.1", "[::1]:8080", "127.0.0.2:80", "LOCALHOST"} {
+		if r := do(t, "GET", e.page+"/", "", "Host", host); r.code != 200 || !strings.Contains(r.raw, "<title>rlfn playground</title>") {
+			t.Errorf("the page for Host %s: %d", host, r.code)
+		}
+	}
+	r := do(t, "GET", e.page+"/", "")
+	if csp := r.raw; r.code != 200 || !strings.Contains(csp, "playground.js") {
+		t.Errorf("the page: %d", r.code)
+	}
+}
+
+// TestRemote: with Options.Remote any Host is served.
+func TestRemote(t *testing.T) {
+	e := served(t, true)
+	srv := playground.New(e.vk, playground.Options{Remote: true})
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "http://playground.example:8080/", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "<title>rlfn playground</title>") {
+		t.Errorf("Remote: Host playground.example answered %d", rec.Code)
+	}
+}

@@ -1,0 +1,177 @@
+package playground_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/rlfn/rlfn/integration_test/harness"
+)
+
+// browser starts headless Chromium ($RLFN_CHROMIUM, else chromium or google-chrome on the
+// PATH) with the flags a container running as root needs, and returns a tab's context. Without
+// a browser the test skips, or fails when CI=true, as the harness does without a server.
+func browser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	path := os.Getenv("RLFN_CHROMIUM")
+	if path == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				path = p
+				break
+			}
+		}
+	}
+	if path == "" {
+		harness.Unavailable(t, "browser", errors.New("no chromium on the PATH (install Debian's chromium, or set RLFN_CHROMIUM)"))
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.Flag("headless", "new"),
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(width, height),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(ctx)
+	t.Cleanup(cancelTab)
+	// The first action starts the browser: a browser that cannot start is unavailable, not a
+	// failure of the page.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		harness.Unavailable(t, "browser "+path, err)
+	}
+	return ctx
+}
+
+// waitText waits until the element with id reads want.
+func waitText(id, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		js := fmt.Sprintf(`(document.getElementById(%q) || {}).textContent === %q`, id, want)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			got, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](
+				fmt.Sprintf(`String((document.getElementById(%q) || {}).textContent)`, id)))
+			return fmt.Errorf("#%s reads %q, want %q: %w", id, got, want, err)
+		}
+		return nil
+	})
+}
+
+// TestBrowser drives the page in headless Chromium against a real Valkey: the token bucket card
+// with capacity 5 admits 5 of a burst of 10 and denies 5, admits again after Reset, and is
+// used from the keyboard; then every card decides, and the page is photographed (the
+// README's docs/playground.png). The screenshot is written to the test's artifact directory
+// (go test -artifacts keeps it) and to $RLFN_PLAYGROUND_SCREENSHOT when set.
+func TestBrowser(t *testing.T) {
+	e := served(t, true)
+	ctx := browser(t, 1400, 1000)
+
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(e.page),
+		chromedp.WaitVisible(chromedp.ID("token_bucket-capacity")),
+		waitText("status", "Connected to "+e.url+": library ratelimit 1.1.0 is loaded."),
+		chromedp.SetValue(chromedp.ID("token_bucket-capacity"), "5"),
+		chromedp.SetValue(chromedp.ID("token_bucket-burst-n"), "10"),
+		chromedp.Click(chromedp.ID("token_bucket-burst")),
+		waitText("token_bucket-denied", "5"),
+		waitText("token_bucket-admitted", "5"),
+		waitText("token_bucket-remaining", "0"),
+
+		chromedp.Click(chromedp.ID("token_bucket-reset")),
+		waitText("token_bucket-admitted", "0"),
+		waitText("token_bucket-denied", "0"),
+		chromedp.Click(chromedp.ID("token_bucket-send")),
+		waitText("token_bucket-admitted", "1"),
+		waitText("token_bucket-remaining", "4"),
+
+		// The keyboard: Enter on a focused button presses it.
+		chromedp.Focus(chromedp.ID("token_bucket-send")),
+		chromedp.KeyEvent("\r"),
+		waitText("token_bucket-admitted", "2"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every card decides: the boundary scenario (run by the server, at most one 5s window
+	// away) on the windows while the buckets take a burst each.
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("boundary")),
+		chromedp.Click(chromedp.ID("token_bucket-reset")),
+		waitText("token_bucket-admitted", "0"),
+		chromedp.Click(chromedp.ID("token_bucket-burst")),
+		chromedp.Click(chromedp.ID("leaky_police-burst")),
+		chromedp.Click(chromedp.ID("leaky_shape-burst")),
+		waitText("leaky_shape-shaped", "4"),
+		waitText("leaky_police-denied", "5"),
+		// Two refills of the token bucket, each admitted.
+		chromedp.Sleep(2100*time.Millisecond),
+		chromedp.Click(chromedp.ID("token_bucket-send")),
+		waitText("token_bucket-admitted", "6"),
+		chromedp.Click(chromedp.ID("token_bucket-send")),
+		waitText("token_bucket-admitted", "7"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Poll[string](
+		`(t => t.startsWith('Admitted around the edge') && t)(document.getElementById('boundary-status').textContent)`,
+		chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Fatalf("the boundary scenario did not end: %v", err)
+	}
+	t.Logf("boundary: %s", status)
+	// Around the edge the fixed window admits twice its limit of 5; the sliding log, 5.
+	for id, want := range map[string]string{"fixed_window": "10", "sliding_log": "5"} {
+		if got := text(t, ctx, id+"-admitted"); got != want {
+			t.Errorf("boundary scenario: %s admitted %s, want %s", id, got, want)
+		}
+	}
+
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.ArtifactDir(), "playground.png")
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", out)
+	if also := os.Getenv("RLFN_PLAYGROUND_SCREENSHOT"); also != "" {
+		if err := os.WriteFile(also, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", also)
+	}
+
+	// A narrow window (a phone) gets one column and no sideways scrolling.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(360, 800), chromedp.Sleep(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
+	if err != nil || overflow {
+		t.Errorf("at 360px wide the page scrolls sideways (%v)", err)
+	}
+}
+
+// text reads the text of the element with id.
+func text(t *testing.T, ctx context.Context, id string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`String((document.getElementById(%q) || {}).textContent)`, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,110 @@
+package playground
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+func TestLimitOf(t *testing.T) {
+	for _, c := range []struct {
+		card Card
+		give Params
+		want client.Limit
+	}{
+		{FixedWindow, Params{Limit: 5, WindowMs: 5000}, client.FixedWindow{Limit: 5, Window: 5 * time.Second}},
+		{SlidingLog, Params{Limit: 100000, WindowMs: 1}, client.SlidingLog{Limit: 100000, Window: time.Millisecond}},
+		{SlidingWindow, Params{Limit: 1, WindowMs: maxDurationMs}, client.SlidingWindow{Limit: 1, Window: maxDurationMs * time.Millisecond}},
+		{TokenBucket, Params{Capacity: 5, Rate: 1, PeriodMs: 1000}, client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}},
+		{LeakyPolice, Params{Capacity: 5, Rate: 2, PeriodMs: 1000}, client.LeakyBucket{Capacity: 5, Rate: 2, Period: time.Second, Mode: client.Police}},
+		{LeakyShape, Params{Capacity: 5, Rate: 2, PeriodMs: 1000}, client.LeakyBucket{Capacity: 5, Rate: 2, Period: time.Second, Mode: client.Shape}},
+	} {
+		got, err := limitOf(c.card, c.give)
+		if err != nil || got != c.want {
+			t.Errorf("limitOf(%s, %+v) = %#v, %v; want %#v", c.card, c.give, got, err, c.want)
+		}
+	}
+}
+
+func TestLimitOfRefuses(t *testing.T) {
+	for _, c := range []struct {
+		card Card
+		give Params
+		want string
+	}{
+		{FixedWindow, Params{Limit: 5}, "params.windowMs must be from 1 to 100000000000, got 0"},
+		{FixedWindow, Params{Limit: 5, WindowMs: -1}, "params.windowMs must be from 1"},
+		{FixedWindow, Params{Limit: 5, WindowMs: maxDurationMs + 1}, "params.windowMs must be from 1"},
+		// 2^63 ns is about 9223372036854 ms: a larger number must not wrap into a valid Duration.
+		{SlidingLog, Params{Limit: 5, WindowMs: 9223372036855 * 1000}, "params.windowMs must be from 1"},
+		{FixedWindow, Params{Limit: 0, WindowMs: 1000}, "FixedWindow.Limit must be from 1"},
+		{FixedWindow, Params{Limit: 5, WindowMs: 1000, Capacity: 5}, "params.capacity does not apply to fixed_window"},
+		{SlidingWindow, Params{Limit: 5, WindowMs: 1000, Rate: 1}, "params.rate does not apply to sliding_window"},
+		{SlidingLog, Params{Limit: 5, WindowMs: 1000, PeriodMs: 1}, "params.periodMs does not apply to sliding_log"},
+		{SlidingLog, Params{Limit: 100001, WindowMs: 1000}, "SlidingLog.Limit must be from 1 to 100000"},
+		{SlidingWindow, Params{Limit: 999999999999999, WindowMs: 1000}, "below 2^53"},
+		{TokenBucket, Params{Capacity: 5, Rate: 1}, "params.periodMs must be from 1"},
+		{TokenBucket, Params{Capacity: -1, Rate: 1, PeriodMs: 1}, "TokenBucket.Capacity must be from 1"},
+		{TokenBucket, Params{Capacity: 5, Rate: 1, PeriodMs: 1, Limit: 5}, "params.limit does not apply to token_bucket"},
+		{LeakyShape, Params{Capacity: 5, Rate: 1, PeriodMs: 1, WindowMs: 5}, "params.windowMs does not apply to leaky_shape"},
+		{LeakyPolice, Params{Capacity: 5, Rate: 0, PeriodMs: 1000}, "LeakyBucket.Rate must be from 1"},
+	} {
+		_, err := limitOf(c.card, c.give)
+		var re *RequestError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("limitOf(%s, %+v) = %v, want a *RequestError containing %q", c.card, c.give, err, c.want)
+		}
+	}
+}
+
+func TestParseCard(t *testing.T) {
+	for _, c := range Cards {
+		if got, err := parseCard(string(c)); got != c || err != nil {
+			t.Errorf("parseCard(%q) = %q, %v", c, got, err)
+		}
+	}
+	for _, give := range []string{"", "Token_Bucket", "token_bucket ", "{token_bucket}", "leaky_bucket", "*", strings.Repeat("x", 1000)} {
+		_, err := parseCard(give)
+		if err == nil || len(err.Error()) > 200 {
+			t.Errorf("parseCard(%.20q) = %v, want a short error", give, err)
+		}
+	}
+}
+
+// TestKeys: each card has a key of its own, under Prefix, as the client composes it.
+func TestKeys(t *testing.T) {
+	seen := map[string]Card{}
+	for _, c := range Cards {
+		k := c.Key()
+		if !strings.HasPrefix(k, Prefix+"{"+string(c)+"}:") {
+			t.Errorf("%s: key %q", c, k)
+		}
+		if other, ok := seen[k]; ok {
+			t.Errorf("%s and %s share the key %q", c, other, k)
+		}
+		seen[k] = c
+		d := Defaults[c]
+		l, err := limitOf(c, d)
+		if err != nil {
+			t.Errorf("%s: defaults %+v: %v", c, d, err)
+			continue
+		}
+		if k != client.Key(Prefix, string(c), l) {
+			t.Errorf("%s: key %q is not the client's %q", c, k, client.Key(Prefix, string(c), l))
+		}
+	}
+}
+
+func TestCheckBurst(t *testing.T) {
+	for _, c := range []struct {
+		give int
+		ok   bool
+	}{{-1, false}, {0, false}, {1, true}, {MaxBurst, true}, {MaxBurst + 1, false}} {
+		if err := checkBurst(c.give); (err == nil) != c.ok {
+			t.Errorf("checkBurst(%d) = %v", c.give, err)
+		}
+	}
+}
