@@ -554,8 +554,8 @@ func validName(s string) bool {
 }
 
 // RemoteIP is a Key function that counts requests per client IP address, as the connection
-// reports it (Request.RemoteAddr). Behind a proxy every request has the proxy's address: use a
-// Key that reads the header your proxy sets, and trust it only from the proxy.
+// reports it (Request.RemoteAddr). Behind a proxy every request has the proxy's address: use
+// ClientIP, which reads the header the proxies set, and only from them, and groups IPv6.
 func RemoteIP(r *http.Request) (string, error) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
