@@ -62,8 +62,10 @@ func playgroundAction(c *cli.Context) error {
 		return fmt.Errorf("%s: %w", opt.InitAddress[0], err)
 	}
 	defer vk.Close()
+	shown := redactedURL(c.String("url"))
 	srv := playground.New(vk, playground.Options{
-		Deploy:   deployCommandLine(c.String("url")),
+		Deploy:   "rlfn --url '" + shown + "' deploy",
+		Server:   shown,
 		Remote:   remote,
 		Deadline: min(c.Duration("timeout"), 5*time.Second),
 	})
@@ -122,12 +124,12 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// deployCommandLine is the command the page shows when the library is absent: rlfn deploy
-// with the --url the playground was given, its password masked.
-func deployCommandLine(raw string) string {
+// redactedURL is the --url to show on the page, its password masked. It has been parsed by
+// clientOption already.
+func redactedURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "rlfn deploy"
+	if err != nil {
+		return "the server"
 	}
-	return "rlfn --url '" + u.Redacted() + "' deploy"
+	return u.Redacted()
 }

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/integration_test/harness"
+)
+
+func TestCheckListen(t *testing.T) {
+	for _, c := range []struct {
+		give   string
+		remote bool
+		want   string // "" when accepted
+	}{
+		{"127.0.0.1:8080", false, ""},
+		{"127.0.0.1:0", false, ""},
+		{"localhost:8080", false, ""},
+		{"[::1]:8080", false, ""},
+		{"127.1.2.3:8080", false, ""},
+		{"0.0.0.0:8080", false, "not a loopback address"},
+		{":8080", false, "not a loopback address"},
+		{"[::]:8080", false, "not a loopback address"},
+		{"192.168.1.10:8080", false, "not a loopback address"},
+		{"example.com:8080", false, "not a loopback address"},
+		{"0.0.0.0:8080", true, ""},
+		{":8080", true, ""},
+		{"127.0.0.1", false, "want HOST:PORT"},
+		{"127.0.0.1:http", false, "is not a number from 0 to 65535"},
+		{"127.0.0.1:65536", false, "is not a number from 0 to 65535"},
+		{"127.0.0.1:-1", false, "is not a number from 0 to 65535"},
+		{"", false, "want HOST:PORT"},
+	} {
+		err := checkListen(c.give, c.remote)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("checkListen(%q, %v) = %v, want %q", c.give, c.remote, err, c.want)
+		}
+	}
+}
+
+// TestPlaygroundRefuses: a bad command line is refused before any dial (the URL names a closed
+// port), with a message and exit 1.
+func TestPlaygroundRefuses(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"playground", "--listen", "0.0.0.0:8080"}, `rlfn: playground: --listen "0.0.0.0:8080" is not a loopback address`},
+		{[]string{"playground", "--listen", ":0"}, "add --allow-remote"},
+		{[]string{"playground", "--listen", "8080"}, "want HOST:PORT"},
+		{[]string{"playground", "--listen", "127.0.0.1:99999"}, "is not a number from 0 to 65535"},
+		{[]string{"playground", "now"}, "takes no arguments"},
+		{[]string{"playground", "--bogus"}, "flag provided but not defined: -bogus (see rlfn playground --help)"},
+		{[]string{"playground", "--listen"}, "flag needs an argument: -listen"},
+		{[]string{"playground", "--allow-remote=maybe"}, "invalid boolean value"},
+	} {
+		r := rlfn(t, nil, append([]string{"--url", "redis://127.0.0.1:1"}, c.args...)...)
+		if r.code != exitError || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("rlfn %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(c.args, " "), r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}
+
+// TestPlaygroundDeadServer: a server that does not answer ends the command at once, saying so.
+func TestPlaygroundDeadServer(t *testing.T) {
+	r := rlfn(t, nil, "--url", "redis://127.0.0.1:1", "--timeout", "5s", "playground", "--listen", "127.0.0.1:0")
+	if r.code != exitError || !strings.Contains(r.stderr, "127.0.0.1:1") || !strings.Contains(r.stderr, "refused") {
+		t.Errorf("exit %d, stderr %q; want exit 1 naming the node and the refused connection", r.code, r.stderr)
+	}
+}
+
+// syncBuffer is written by the command while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestPlaygroundServes runs the command against a real Valkey without the library: it prints
+// the address it got for port 0, warns that the library is absent, serves the page, whose
+// status says so with the deploy command, and ends cleanly (exit 0) when its context is
+// canceled, as on Ctrl-C.
+func TestPlaygroundServes(t *testing.T) {
+	s := harness.StartValkey(t)
+	app := New()
+	var stdout, stderr syncBuffer
+	app.Writer, app.ErrWriter = &stdout, &stderr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	url := "redis://" + s.Addr
+	go func() {
+		done <- runApp(ctx, app, []string{"rlfn", "--url", url, "playground", "--listen", "127.0.0.1:0"})
+	}()
+
+	addr := regexp.MustCompile(`open http://(127\.0\.0\.1:[0-9]+)/ `)
+	var page string
+	for deadline := time.Now().Add(20 * time.Second); page == "" && time.Now().Before(deadline); {
+		if m := addr.FindStringSubmatch(stdout.String()); m != nil && !strings.HasSuffix(m[1], ":0") {
+			page = "http://" + m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d before serving; stdout %q, stderr %q", code, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if page == "" {
+		t.Fatalf("no address printed: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+
+	resp, err := http.Get(page + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Loaded, Absent bool
+		Deploy, Server string
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Loaded || !st.Absent || st.Deploy != "rlfn --url '"+url+"' deploy" || st.Server != url {
+		t.Errorf("status: %+v, %v", st, err)
+	}
+	if !strings.Contains(stderr.String(), "no ratelimit library (run rlfn deploy)") {
+		t.Errorf("stderr %q does not say the library is absent", stderr.String())
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit %d after cancel, want 0; stderr %q", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still running 10s after its context was canceled")
+	}
+	if _, err := http.Get(page + "/"); err == nil {
+		t.Error("the page still answers after the command ended")
+	}
+}
