@@ -116,10 +116,11 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("leaky_shape-burst")),
 		waitText("leaky_shape-shaped", "4"),
 		waitText("leaky_police-denied", "5"),
-		// Two refills of the token bucket, each admitted.
-		chromedp.Sleep(2100*time.Millisecond),
+		// The token bucket refills one token a second: a send each second is admitted.
+		chromedp.Sleep(1100*time.Millisecond),
 		chromedp.Click(chromedp.ID("token_bucket-send")),
 		waitText("token_bucket-admitted", "6"),
+		chromedp.Sleep(1100*time.Millisecond),
 		chromedp.Click(chromedp.ID("token_bucket-send")),
 		waitText("token_bucket-admitted", "7"),
 	)
