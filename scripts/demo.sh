@@ -67,4 +67,4 @@ rlfn diff --exit-code
 echo
 echo "A bad limit is refused before anything is sent (exit code 1):"
 if "$work/rlfn" call token_bucket user:42 --capacity 3 --rate 0 --period 1s; then exit 1; fi
-echo; echo "The servers above are gone. To watch all six algorithms decide in a browser, start a Valkey, deploy the library on it and open the playground: docker run -d --rm --network host $image valkey-server --bind 127.0.0.1 --port 16379 --save '' && go run ./cmd/rlfn --url redis://127.0.0.1:16379 deploy --yes && go run ./cmd/rlfn --url redis://127.0.0.1:16379 playground"
+echo; echo "These servers are removed as the demo ends. To watch all six algorithms decide in a browser, start a Valkey, deploy the library on it and open the playground: docker run -d --rm --network host $image valkey-server --bind 127.0.0.1 --port 16379 --save '' && go run ./cmd/rlfn --url redis://127.0.0.1:16379 deploy --yes && go run ./cmd/rlfn --url redis://127.0.0.1:16379 playground"
