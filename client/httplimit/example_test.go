@@ -2,12 +2,16 @@ package httplimit_test
 
 import (
 	"errors"
+	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"go.opentelemetry.io/otel"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/client/httplimit"
@@ -79,4 +83,149 @@ func Example_concurrency() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("paid\n")) })
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
+}
+
+// The login pattern: an attempt counts against three limits at once, all or nothing: per
+// (IP, user) against guessing one account from one place, per IP against one address trying
+// many accounts, per user against many addresses trying one. The route hides its quota. The
+// example prints the key each limit counts an attempt against (behind a proxy at 10.0.0.2);
+// run with httplimit.New(client.New(vk), login), it is the integration test TestHTTPLogin.
+func Example_login() {
+	ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	user := func(r *http.Request) (string, error) {
+		if u := r.PostFormValue("user"); u != "" {
+			return strings.ToLower(u), nil
+		}
+		return "", errors.New("no user")
+	}
+	login := httplimit.Options{
+		Key: func(r *http.Request) (string, error) {
+			ip, err := ips.Key(r)
+			if err != nil {
+				return "", err
+			}
+			u, err := user(r)
+			return ip + " " + u, err
+		},
+		Policy: func(r *http.Request) httplimit.Policy {
+			return httplimit.Policy{
+				Name:  "login",
+				Limit: client.FixedWindow{Limit: 5, Window: time.Minute},
+				Also: []httplimit.Rule{
+					{Name: "login-ip", Key: ips.Key, Limit: client.SlidingWindow{Limit: 50, Window: time.Hour}},
+					{Name: "login-user", Key: user, Limit: client.SlidingWindow{Limit: 20, Window: time.Hour}},
+				},
+				HideQuota: true, // no "4 attempts left" for whoever is guessing
+			}
+		},
+	}
+
+	r := httptest.NewRequest("POST", "/login", strings.NewReader("user=Alice&password=hunter2"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("X-Forwarded-For", "203.0.113.66, 198.51.100.7") // the client wrote the first
+	r.RemoteAddr = "10.0.0.2:51000"
+	p := login.Policy(r)
+	k, _ := login.Key(r)
+	fmt.Printf("%s %q\n", p.Name, k)
+	for _, rule := range p.Also {
+		k, _ := rule.Key(r)
+		fmt.Printf("%s %q\n", rule.Name, k)
+	}
+	// Output:
+	// login "198.51.100.7 alice"
+	// login-ip "198.51.100.7"
+	// login-user "alice"
+}
+
+// The client's address behind trusted proxies: only their header is read, the rightmost
+// address in it that is not theirs; IPv6 clients are grouped by /64.
+func ExampleClientIP() {
+	ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{
+		TrustedProxies: []string{"10.0.0.0/8", "2001:db8:ffff::/48"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range []struct{ peer, xff string }{
+		{"198.51.100.7:40000", "203.0.113.66"},              // not from a proxy: the header is ignored
+		{"10.0.0.2:40000", "203.0.113.66, 198.51.100.7"},    // the proxy appended 198.51.100.7
+		{"10.0.0.2:40000", "198.51.100.7, 10.0.0.3"},        // two proxies
+		{"[2001:db8:ffff::1]:443", "2001:db8:42:7:aaaa::1"}, // an IPv6 client
+		{"[::ffff:10.0.0.2]:40000", "::ffff:198.51.100.7"},  // IPv4-mapped
+		{"10.0.0.2:40000", "198.51.100.7, not-an-address"},  // garbage: the proxy itself
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = c.peer
+		r.Header.Set("X-Forwarded-For", c.xff)
+		k, _ := ips.Key(r)
+		fmt.Println(k)
+	}
+	// Output:
+	// 198.51.100.7
+	// 198.51.100.7
+	// 198.51.100.7
+	// 2001:db8:42:7::/64
+	// 198.51.100.7
+	// 10.0.0.2
+}
+
+// A new per-hour limit rolled out beside the route's limit: decided on every request and
+// counted in rlfn.httplimit.would_deny when it would deny, but not enforced. EnforcePercent
+// then enforces the route for a share of the keys, the same keys on every instance.
+func Example_shadow() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		Policy: func(r *http.Request) httplimit.Policy {
+			return httplimit.Policy{
+				Name:  "api",
+				Limit: client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
+				Also: []httplimit.Rule{{Name: "api-hour", Shadow: true,
+					Limit: client.SlidingWindow{Limit: 20000, Window: time.Hour}}},
+				EnforcePercent: 100, // lower it to roll the route's limits out gradually
+			}
+		},
+		MeterProvider: otel.GetMeterProvider(),
+		OnShadowDeny: func(r *http.Request, policy string) {
+			slog.Info("would deny", "policy", policy, "path", r.URL.Path)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
+}
+
+// Calling a rate-limited API: every instance of the service shares one leaky bucket of 10
+// requests a second to it, so they leave evenly spaced; a 429 is retried after its
+// Retry-After, with jitter, up to 3 times.
+func ExampleTransport() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	tr, err := httplimit.NewTransport(http.DefaultTransport, client.New(vk), httplimit.TransportOptions{
+		Limit: client.LeakyBucket{Capacity: 50, Rate: 10, Period: time.Second, Mode: client.Shape},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	resp, err := api.Get("https://api.example.com/v1/items")
+	if err != nil {
+		log.Fatal(err) // a *httplimit.WaitError when the pace would pass the deadline
+	}
+	defer resp.Body.Close()
 }
