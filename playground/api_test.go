@@ -14,6 +14,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/playground"
 )
 
@@ -119,7 +120,12 @@ func count(ds []decision) (admitted, denied int) {
 // TestAPISend: a burst decides as a service's calls would, on the card's key, each decision
 // stamped with the server's time.
 func TestAPISend(t *testing.T) {
-	e := served(t, true)
+	for _, server := range servers {
+		t.Run(server.name, func(t *testing.T) { testSend(t, servedOn(t, server.start, true)) })
+	}
+}
+
+func testSend(t *testing.T, e env) {
 
 	st := do(t, http.MethodGet, e.page+"/api/status", "")
 	if st.code != 200 || !st.body.Loaded || st.body.Version != "1.1.0" || st.body.Server != e.url {
@@ -268,7 +274,12 @@ func TestAPIForeignState(t *testing.T) {
 // TestAPIAbsentLibrary: without the library the status says so with the deploy command, and
 // a call answers 503 with it; nothing is written.
 func TestAPIAbsentLibrary(t *testing.T) {
-	e := served(t, false)
+	for _, server := range servers {
+		t.Run(server.name, func(t *testing.T) { testAbsent(t, servedOn(t, server.start, false)) })
+	}
+}
+
+func testAbsent(t *testing.T, e env) {
 	st := do(t, http.MethodGet, e.page+"/api/status", "")
 	deploy := "rlfn --url '" + e.url + "' deploy"
 	if st.code != 200 || st.body.Loaded || !st.body.Absent || st.body.Deploy != deploy ||
@@ -403,5 +414,72 @@ func TestRemote(t *testing.T) {
 	srv.ServeHTTP(rec, httptest.NewRequest("GET", "http://playground.example:8080/", nil))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "<title>rlfn playground</title>") {
 		t.Errorf("Remote: Host playground.example answered %d", rec.Code)
+	}
+}
+
+// TestAPICluster: on a 3-shard Valkey cluster the cards' keys live in their own slots, every
+// card decides, the boundary holds, Reset deletes one key; a primary without the library is
+// named on the page.
+func TestAPICluster(t *testing.T) {
+	c := harness.StartCluster(t, 3, 0)
+	for _, p := range c.Primaries[:2] {
+		load(t, p.Client(t))
+	}
+	e := serve(t, c.Client(t, false), "redis://"+c.Primaries[0].Addr)
+	missing := c.Primaries[2].Addr
+	st := do(t, http.MethodGet, e.page+"/api/status", "")
+	if st.body.Loaded || !st.body.Absent || !strings.Contains(st.body.Error, missing) {
+		t.Fatalf("status with %s lacking the library: %s", missing, st.raw)
+	}
+	load(t, c.Primaries[2].Client(t))
+	if st := do(t, http.MethodGet, e.page+"/api/status", ""); !st.body.Loaded || st.body.Version != "1.1.0" {
+		t.Fatalf("status with the library everywhere: %s", st.raw)
+	}
+
+	window, bucket := `{"limit":3,"windowMs":60000}`, `{"capacity":3,"rate":1,"periodMs":60000}`
+	for _, card := range playground.Cards {
+		p := window
+		if strings.HasPrefix(string(card), "token") || strings.HasPrefix(string(card), "leaky") {
+			p = bucket
+		}
+		r := post(t, e.page+"/api/send", `{"card":"`+string(card)+`","params":`+p+`,"n":5}`)
+		if a, d := count(r.body.Decisions); r.code != 200 || a != 3 || d != 2 {
+			t.Errorf("%s: %d, %d admitted, %d denied; want 3 and 2\n%s", card, r.code, a, d, r.raw)
+		}
+	}
+	keys := func() map[string]bool {
+		all := map[string]bool{}
+		for _, p := range c.Primaries {
+			vk := p.Client(t)
+			ks, err := vk.Do(context.Background(), vk.B().Keys().Pattern("*").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range ks {
+				all[k] = true
+			}
+		}
+		return all
+	}
+	if got := keys(); len(got) != len(playground.Cards) {
+		t.Errorf("keys %v, want one per card", got)
+	}
+	if r := post(t, e.page+"/api/reset", `{"card":"leaky_shape"}`); r.code != 200 || !r.body.Deleted {
+		t.Errorf("reset: %d %s", r.code, r.raw)
+	}
+	got := keys()
+	if len(got) != len(playground.Cards)-1 || got[playground.LeakyShape.Key()] {
+		t.Errorf("keys after the reset of leaky_shape %v", got)
+	}
+
+	p := `{"limit":5,"windowMs":1000}`
+	r := post(t, e.page+"/api/boundary", `{"fixed_window":`+p+`,"sliding_log":`+p+`,"sliding_window":`+p+`}`)
+	if r.code != 200 {
+		t.Fatalf("boundary: %d %s", r.code, r.raw)
+	}
+	for card, want := range map[string]int{"fixed_window": 10, "sliding_log": 5, "sliding_window": 5} {
+		if a, _ := count(r.body.ByCard[card]); a != want {
+			t.Errorf("boundary on a cluster: %s admitted %d, want %d", card, a, want)
+		}
 	}
 }
