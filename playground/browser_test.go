@@ -7,17 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/rlfn/rlfn/integration_test/harness"
 )
 
 // browser starts headless Chromium ($RLFN_CHROMIUM, else chromium or google-chrome on the
 // PATH) with the flags a container running as root needs, and returns a tab's context. Without
-// a browser the test skips, or fails when CI=true, as the harness does without a server.
+// a browser the test skips, or fails when CI=true, as a test does without its server.
 func browser(t *testing.T, width, height int) context.Context {
 	t.Helper()
 	path := os.Getenv("RLFN_CHROMIUM")
@@ -30,7 +30,7 @@ func browser(t *testing.T, width, height int) context.Context {
 		}
 	}
 	if path == "" {
-		harness.Unavailable(t, "browser", errors.New("no chromium on the PATH (install Debian's chromium, or set RLFN_CHROMIUM)"))
+		noBrowser(t, errors.New("no chromium on the PATH"))
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
@@ -49,9 +49,19 @@ func browser(t *testing.T, width, height int) context.Context {
 	// The first action starts the browser: a browser that cannot start is unavailable, not a
 	// failure of the page.
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		harness.Unavailable(t, "browser "+path, err)
+		noBrowser(t, fmt.Errorf("%s: %w", path, err))
 	}
 	return ctx
+}
+
+// noBrowser ends a test that has no browser: it skips, or fails when CI is set true, so that a
+// CI run can never pass by silently skipping.
+func noBrowser(t *testing.T, err error) {
+	t.Helper()
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatalf("browser: %v (CI=true: failing instead of skipping)", err)
+	}
+	t.Skipf("browser: %v (skipping: install Debian's chromium, make deps does, or set RLFN_CHROMIUM; with CI=true this fails)", err)
 }
 
 // waitText waits until the element with id reads want.
@@ -175,4 +185,23 @@ func text(t *testing.T, ctx context.Context, id string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestBrowserAbsentLibrary: on a server without the library the page says so and shows the
+// deploy command for its URL.
+func TestBrowserAbsentLibrary(t *testing.T) {
+	e := served(t, false)
+	ctx := browser(t, 1000, 800)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(e.page),
+		chromedp.WaitVisible(chromedp.ID("absent")),
+		waitText("deploy-command", "rlfn --url '"+e.url+"' deploy"),
+		waitText("status", "Connected to "+e.url+", but the library is missing."),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := text(t, ctx, "absent-why"); !strings.Contains(why, "has no ratelimit library") {
+		t.Errorf("the banner says %q", why)
+	}
 }

@@ -396,7 +396,7 @@ func (s *Server) clock(ctx context.Context) (serverClock, error) {
 	parts, err := s.vk.Do(ctx, s.vk.B().Time().Build()).AsStrSlice()
 	end := time.Now()
 	if err != nil {
-		return serverClock{}, fmt.Errorf("TIME: %w", err)
+		return serverClock{}, fmt.Errorf("reading the server's clock (TIME): %w", err)
 	}
 	us, err := parseTime(parts)
 	if err != nil {

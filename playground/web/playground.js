@@ -97,6 +97,8 @@ function showStatus(s) {
 async function checkStatus() {
   const r = await api('/api/status');
   const ok = showStatus(r.ok ? r.body : { error: r.body.error });
+  // The cards come with the first status that arrives, even a late one.
+  if (r.ok && cards.size === 0) for (const info of r.body.cards || []) buildCard(info);
   clearTimeout(statusTimer);
   // Until the cards can work, look again: a deploy in another terminal shows up by itself.
   if (!ok) statusTimer = setTimeout(checkStatus, 3000);
@@ -348,6 +350,8 @@ function draw(card) {
 async function boundary() {
   const button = document.getElementById('boundary');
   const status = document.getElementById('boundary-status');
+  // aria-disabled, not disabled: a disabled button would drop the keyboard's focus.
+  if (button.getAttribute('aria-disabled') === 'true') return;
   const ids = ['fixed_window', 'sliding_log', 'sliding_window'];
   const body = {};
   for (const id of ids) {
@@ -355,7 +359,7 @@ async function boundary() {
     if (!p) { status.textContent = 'Fix the ' + INFO[id].title.toLowerCase() + ' card first.'; return; }
     body[id] = p;
   }
-  button.disabled = true;
+  button.setAttribute('aria-disabled', 'true');
   status.textContent = 'Waiting for the next edge of the fixed window (at most one window)…';
   try {
     const r = await api('/api/boundary', body);
@@ -379,7 +383,7 @@ async function boundary() {
     }
     status.textContent = 'Admitted around the edge: ' + parts.join(', ') + '.';
   } finally {
-    button.disabled = false;
+    button.removeAttribute('aria-disabled');
   }
 }
 
@@ -390,9 +394,7 @@ async function resetAll() {
 // ---- start ---------------------------------------------------------------------------------
 
 async function start() {
-  const s = await checkStatus();
-  const list = s && s.cards ? s.cards : [];
-  for (const info of list) buildCard(info);
+  await checkStatus();
   document.getElementById('boundary').addEventListener('click', boundary);
   document.getElementById('reset-all').addEventListener('click', resetAll);
   // Redraw so that marks scroll left as server time passes; nothing is drawn in a hidden tab.
