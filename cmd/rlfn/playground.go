@@ -23,7 +23,7 @@ func playgroundCommand() *cli.Command {
 	return &cli.Command{
 		OnUsageError: usageErrorHandler,
 		Name:         "playground",
-		Usage:        "serve a page that shows the six limiters deciding, on this server, in a browser",
+		Usage:        "serve a page on which the six limiters decide, on the server --url names",
 		ArgsUsage:    " ",
 		Description: "Serves one page (no external asset: it works offline) whose cards call the deployed\n" +
 			"library through the Go client, as a service would, on keys of their own under\n" +
@@ -43,10 +43,14 @@ func playgroundAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usageError(c, "takes no arguments")
 	}
-	remote := c.Bool("allow-remote")
-	if err := checkListen(c.String("listen"), remote); err != nil {
+	listen := c.String("listen")
+	if err := checkListen(listen, c.Bool("allow-remote")); err != nil {
 		return usageError(c, err.Error())
 	}
+	// On loopback, the page keeps refusing the Host names of other sites (DNS rebinding) even
+	// with --allow-remote, which only allows what it says.
+	host, _, _ := net.SplitHostPort(listen)
+	remote := !isLoopback(host)
 	opt, err := clientOption(c)
 	if err != nil {
 		return err
@@ -69,7 +73,7 @@ func playgroundAction(c *cli.Context) error {
 		Remote:   remote,
 		Deadline: min(c.Duration("timeout"), 5*time.Second),
 	})
-	ln, err := net.Listen("tcp", c.String("listen"))
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}

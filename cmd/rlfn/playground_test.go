@@ -96,8 +96,9 @@ func (s *syncBuffer) String() string {
 
 // TestPlaygroundServes runs the command against a real Valkey without the library: it prints
 // the address it got for port 0, warns that the library is absent, serves the page, whose
-// status says so with the deploy command, and ends cleanly (exit 0) when its context is
-// canceled, as on Ctrl-C.
+// status says so with the deploy command, still refuses other sites' Host names (on loopback
+// --allow-remote changes nothing), and ends cleanly (exit 0) when its context is canceled, as
+// on Ctrl-C.
 func TestPlaygroundServes(t *testing.T) {
 	s := harness.StartValkey(t)
 	app := New()
@@ -108,7 +109,7 @@ func TestPlaygroundServes(t *testing.T) {
 	done := make(chan int, 1)
 	url := "redis://" + s.Addr
 	go func() {
-		done <- runApp(ctx, app, []string{"rlfn", "--url", url, "playground", "--listen", "127.0.0.1:0"})
+		done <- runApp(ctx, app, []string{"rlfn", "--url", url, "playground", "--listen", "127.0.0.1:0", "--allow-remote"})
 	}()
 
 	addr := regexp.MustCompile(`open http://(127\.0\.0\.1:[0-9]+)/ `)
@@ -139,6 +140,14 @@ func TestPlaygroundServes(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || st.Loaded || !st.Absent || st.Deploy != "rlfn --url '"+url+"' deploy" || st.Server != url {
 		t.Errorf("status: %+v, %v", st, err)
+	}
+	// --allow-remote on a loopback address allows nothing more: other sites' names are refused.
+	req, _ := http.NewRequest("GET", page+"/", nil)
+	req.Host = "evil.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Host evil.example on a loopback listener: %v, %v; want 403", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if !strings.Contains(stderr.String(), "no ratelimit library (run rlfn deploy)") {
 		t.Errorf("stderr %q does not say the library is absent", stderr.String())
