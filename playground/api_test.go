@@ -483,3 +483,48 @@ func TestAPICluster(t *testing.T) {
 		}
 	}
 }
+
+// playgroundACL is the user the README suggests for the playground: the service user's rules
+// (README, "The Go client"), on the playground's keys only.
+var playgroundACL = strings.Fields(`on >secret resetkeys ~rlfn:playground:* resetchannels -@all
+	+fcall +fcall_ro +time +get +set +del +pexpireat
+	+zadd +zcard +zcount +zrange +zrem +zremrangebyrank +zremrangebyscore +zscore`)
+
+// TestAPIACLUser: every card, Reset and the boundary work for a user that may call the library
+// on the playground's keys and nothing else.
+func TestAPIACLUser(t *testing.T) {
+	s := harness.StartValkey(t)
+	admin := s.Client(t)
+	load(t, admin)
+	ctx := context.Background()
+	if err := admin.Do(ctx, admin.B().AclSetuser().Username("playground").Rule(playgroundACL...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, Username: "playground", Password: "secret", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vk.Close)
+	e := serve(t, vk, "redis://playground@"+s.Addr)
+
+	if st := do(t, http.MethodGet, e.page+"/api/status", ""); !st.body.Loaded {
+		t.Fatalf("status: %s", st.raw)
+	}
+	window, bucket := `{"limit":3,"windowMs":1000}`, `{"capacity":3,"rate":1,"periodMs":1000}`
+	for _, card := range playground.Cards {
+		p := window
+		if strings.HasPrefix(string(card), "token") || strings.HasPrefix(string(card), "leaky") {
+			p = bucket
+		}
+		body := `{"card":"` + string(card) + `","params":` + p + `,"n":4}`
+		if r := post(t, e.page+"/api/send", body); r.code != 200 || len(r.body.Decisions) != 4 {
+			t.Errorf("%s: %d %s", card, r.code, r.raw)
+		}
+		if r := post(t, e.page+"/api/reset", `{"card":"`+string(card)+`"}`); r.code != 200 || !r.body.Deleted {
+			t.Errorf("reset %s: %d %s", card, r.code, r.raw)
+		}
+	}
+	if r := post(t, e.page+"/api/boundary", `{"fixed_window":`+window+`,"sliding_log":`+window+`,"sliding_window":`+window+`}`); r.code != 200 {
+		t.Errorf("boundary: %d %s", r.code, r.raw)
+	}
+}
