@@ -73,6 +73,9 @@ type call struct {
 	// keys): it relies on library 1.1.0, so it sends its reserve even when 0, which a 1.0
 	// library refuses before writing anything, rather than taking units it cannot give back.
 	refundable bool
+	// extra is what a leased budget's batch takes beyond cost (budget.go): the server is asked
+	// for cost + extra, while a policy that decides instead judges cost alone.
+	extra int64
 }
 
 // appendArgs appends c's ARGV (without reserve) to buf, recording where each argument ends.
@@ -86,12 +89,12 @@ func (c *call) appendArgs(buf []byte, ends []int) ([]byte, []int) {
 	case windowArgv:
 		num(p.limit)
 		num(p.ms)
-		num(c.cost)
+		num(c.cost + c.extra)
 	case bucketArgv, leakyArgv:
 		num(p.limit)
 		num(p.rate)
 		num(p.ms)
-		num(c.cost)
+		num(c.cost + c.extra)
 		if c.alg.argv == leakyArgv {
 			buf = append(buf, p.mode.String()...)
 			ends = append(ends, len(buf))

@@ -23,6 +23,8 @@ type Limiter struct {
 	instances int64
 	breakers  *breakers
 	local     *localStore // LocalFallback only
+	budgets   *budgets    // WithLeasedBudgets only
+	denials   *denials    // WithDenialCache only
 	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
 	clock     func() int64
 }
@@ -68,6 +70,12 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.meterProvider != nil {
 		l.metrics = newMetrics(o.meterProvider)
 	}
+	if o.leaseBatch > 0 {
+		l.budgets = newBudgets(o.leaseBatch, o.leaseAge)
+	}
+	if o.denialKeys > 0 {
+		l.denials = newDenials(o.denialKeys)
+	}
 	return l
 }
 
@@ -94,7 +102,49 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err != nil {
 		return Result{}, err
 	}
-	return l.decide(ctx, opAllow, key, c)
+	if l.budgets == nil && l.denials == nil {
+		return l.decide(ctx, opAllow, key, c)
+	}
+	return l.allowNear(ctx, key, c)
+}
+
+// allowNear decides c with the denial cache and the leased budgets, which answer without the
+// server when they can.
+func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	var b [192]byte
+	sk, n := l.stateKey(b[:0], key, c)
+	d := l.denials
+	if d != nil && d.shut.Load() {
+		d = nil
+	}
+	var sent int64
+	if d != nil {
+		sent = l.clock()
+		if r, ok := d.get(sk, n, c.cost, sent); ok {
+			l.countCached(ctx, c)
+			return r, nil
+		}
+	}
+	var res Result
+	var err error
+	if bs := l.budgets; bs != nil && !bs.isShut.Load() && c.leasable() {
+		res, err = l.allowLeased(ctx, sk, n, key, c)
+	} else {
+		res, err = l.decide(ctx, opAllow, key, c)
+	}
+	if d != nil && err == nil && !res.Allowed && !res.Local && !res.Cached {
+		d.put(sk, n, c.cost, sent, l.clock(), res)
+	}
+	return res, err
+}
+
+func (l *Limiter) countCached(ctx context.Context, c call) {
+	if m := l.metrics; m != nil {
+		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][0][srcCached]...)
+	}
 }
 
 // Peek reports whether one unit would be admitted now, consuming nothing.
@@ -134,7 +184,12 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	if err := checkInt("refund", n, 0, maxInt); err != nil {
 		return Result{}, err
 	}
-	return l.decide(ctx, opRefund, key, call{spec: limit.spec(), cost: n})
+	sp := limit.spec()
+	res, err := l.decide(ctx, opRefund, key, call{spec: sp, cost: n})
+	if err == nil {
+		l.dropDenials(key, sp)
+	}
+	return res, err
 }
 
 // decide asks the server unless the breaker is open, and turns a failure into the policy's

@@ -11,9 +11,63 @@
 // admitting a share of the limit (LocalFallback, WithInstances). Decisions made in-process
 // have Result.Local set and err == nil.
 //
+// # Leased budgets
+//
+// One call per decision caps a hot key (a big merchant, a global ceiling, an address under
+// attack) at what one server core runs. With WithLeasedBudgets(maxBatch, maxAge), a Limiter
+// takes units of a hot key in batches: AllowN(k) at the server, one call, then hands them out
+// to the calls that follow without the server. Budgets are per key, limit and reserve, for the
+// token bucket, the leaky bucket in Police mode, the fixed window and the sliding window
+// counter. The bounds:
+//
+//   - Never over the limit: a unit is consumed at the server before it is handed out, so
+//     across any number of processes the total admitted never exceeds what the server
+//     admitted. A batch is judged with the limit's Reserve, so the reserve stays at the
+//     server. Critical calls on a limit with a Reserve are never batched: a batch taken
+//     without the reserve would park the reserve's units in one process, out of reach of the
+//     others' critical calls.
+//   - Timing: a unit taken at t is handed out by t + maxAge, so a decision is shifted by at
+//     most maxAge (as if the request had come at t). A window's batch is not handed out past
+//     the end of the window it was counted in (derived from its Result's ResetAfter, from when
+//     the batch was sent, less a millisecond: never later than the server's).
+//   - Parked units: one batch at a time per budget (the calls that come meanwhile wait for it),
+//     of at most maxBatch units, so at most maxBatch - 1 units are parked per process, key,
+//     limit and reserve. The batch adapts (see nextBatch): it doubles while batches are used up
+//     within a quarter of maxAge, halves when one lasts more than half, and is one unit, as
+//     without batching, when the key is idle for maxAge or denied. A key called less often
+//     than once per maxAge is decided by one call of its cost per decision, and parks nothing.
+//     A batch the server denies is followed by the exact call of the cost, so that a limited
+//     key is decided as without leased budgets.
+//   - Giving back: parked units are refunded when they age out (maxAge), when the key is
+//     denied, and on Close. A window's units are refunded only until the Limiter's deadline
+//     before the window's end (the server takes a refund off the window current when it runs,
+//     and a refund that ran in the next window would free units that window never counted);
+//     later ones expire with their window. A crashed process, or a refund that fails, loses its
+//     parked units: at most maxBatch - 1 per key, for at most maxAge or until their window
+//     ends; the limit under-admits them, never over-admits.
+//
+// A unit handed out locally has Result.Leased set; its Remaining is the server's Remaining
+// after the batch plus the units still parked here, its ResetAfter the batch's less the time
+// since it was sent: as of the batch, blind to other processes since. Call Close when done
+// with such a Limiter; after Close every call goes to the server.
+//
+// # Denial cache
+//
+// A denial consumes nothing and, refunds aside, a limiter only recovers with time: a key
+// denied with RetryAfter R is denied again until R has passed. With WithDenialCache, a
+// Limiter remembers recent denials per key, limit, cost and reserve, and answers the same
+// call from memory until R has passed since the denied call was sent (so never later than the
+// server would admit it): Result.Cached set, RetryAfter counting down, the denial's Limit and
+// Remaining. An abusive client hammering one key then costs the server nothing. A Refund
+// through this Limiter drops the key's denials; a refund by another process is not seen, so
+// it can only make a cached denial last a little longer than needed, never admit a call too
+// many. The cache holds at most about maxKeys keys: a full shard evicts the denial that ends
+// first.
+//
 // # Metrics
 //
 // With WithMeterProvider, a Limiter records through the OpenTelemetry metric API:
-// MetricDecisions, MetricErrors, MetricDuration and MetricBreakerTransitions. Without it, no
-// instrument exists.
+// MetricDecisions, MetricErrors, MetricDuration and MetricBreakerTransitions, and for leased
+// budgets MetricLeasedBatches, MetricLeasedUnits and MetricLeasedRefunded (their local hits
+// are the decisions of source leased). Without it, no instrument exists.
 package client

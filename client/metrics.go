@@ -12,9 +12,20 @@ import (
 const (
 	// MetricDecisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
 	// concurrency, or multi for rl_multi), rlfn.operation (allow, peek, refund, acquire,
-	// release), rlfn.outcome (allowed, denied) and rlfn.source (server, or the policy that
-	// decided: fail_open, fail_closed, local_fallback).
+	// release), rlfn.outcome (allowed, denied) and rlfn.source (server; the policy that
+	// decided: fail_open, fail_closed, local_fallback; leased for a unit handed out from a
+	// leased budget, the local hits of WithLeasedBudgets; denial_cache for a denial answered by
+	// WithDenialCache).
 	MetricDecisions = "rlfn.client.decisions"
+	// MetricLeasedBatches counts the batches a leased budget took ({batch}): admitted calls
+	// that took more units than their cost, by rlfn.algorithm.
+	MetricLeasedBatches = "rlfn.client.leased.batches"
+	// MetricLeasedUnits counts the units those batches took beyond their calls' cost
+	// ({unit}), by rlfn.algorithm.
+	MetricLeasedUnits = "rlfn.client.leased.units"
+	// MetricLeasedRefunded counts the parked units given back to the server ({unit}), by
+	// rlfn.algorithm: aged out, after a denial, or by Close.
+	MetricLeasedRefunded = "rlfn.client.leased.refunded"
 	// MetricErrors counts the errors calls met ({error}), returned or decided by a policy, by
 	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, circuit_open,
 	// not_loaded, server_error, reply_error, library_error, version (a 1.1 feature on an older
@@ -70,10 +81,15 @@ const (
 
 var opNames = [nOps]string{"allow", "peek", "refund", "acquire", "release"}
 
-// Decision sources: the server, or the policy that decided (Policy's values 1 to 3).
-const nSources = 4
+// Decision sources: the server, the policy that decided (Policy's values 1 to 3), a leased
+// budget or the denial cache.
+const (
+	srcLeased = 4
+	srcCached = 5
+	nSources  = 6
+)
 
-var sourceNames = [nSources]string{"server", "fail_open", "fail_closed", "local_fallback"}
+var sourceNames = [nSources]string{"server", "fail_open", "fail_closed", "local_fallback", "leased", "denial_cache"}
 
 // Outcomes of the duration histogram.
 const (
@@ -91,11 +107,15 @@ type metrics struct {
 	errors      metric.Int64Counter
 	duration    metric.Float64Histogram
 	transitions metric.Int64Counter
+	batches     metric.Int64Counter
+	units       metric.Int64Counter
+	refunded    metric.Int64Counter
 
 	decisionOpts   [nSubjects][nOps][2][nSources][]metric.AddOption // subject, op, allowed, source
 	errorOpts      [nSubjects][nOps][nKinds][]metric.AddOption
 	durationOpts   [nSubjects][nOps][3][]metric.RecordOption
 	transitionOpts [3][]metric.AddOption // by breakerState
+	algOpts        [nSubjects][]metric.AddOption
 }
 
 // newMetrics creates the instruments and their attribute sets. New cannot return an error,
@@ -104,7 +124,7 @@ type metrics struct {
 func newMetrics(mp metric.MeterProvider) *metrics {
 	meter := mp.Meter("github.com/rlfn/rlfn/client")
 	m := &metrics{}
-	var errs [4]error
+	var errs [7]error
 	m.decisions, errs[0] = meter.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy."))
 	m.errors, errs[1] = meter.Int64Counter(MetricErrors, metric.WithUnit("{error}"),
@@ -116,6 +136,12 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 			0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
 	m.transitions, errs[3] = meter.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
 		metric.WithDescription("Changes of state of the circuit breaker."))
+	m.batches, errs[4] = meter.Int64Counter(MetricLeasedBatches, metric.WithUnit("{batch}"),
+		metric.WithDescription("Batches of units taken by leased budgets."))
+	m.units, errs[5] = meter.Int64Counter(MetricLeasedUnits, metric.WithUnit("{unit}"),
+		metric.WithDescription("Units taken by leased budgets beyond their calls' cost."))
+	m.refunded, errs[6] = meter.Int64Counter(MetricLeasedRefunded, metric.WithUnit("{unit}"),
+		metric.WithDescription("Parked units of leased budgets given back to the server."))
 	if err := errors.Join(errs[:]...); err != nil {
 		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
 	}
@@ -125,6 +151,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	}
 	subjects[multiSubject] = "multi"
 	for a, name := range subjects {
+		m.algOpts[a] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("rlfn.algorithm", name)))}
 		for op := range nOps {
 			alg := attribute.String("rlfn.algorithm", name)
 			opa := attribute.String("rlfn.operation", opNames[op])

@@ -89,6 +89,9 @@ type options struct {
 	breakerCooldown time.Duration
 	localKeys       int
 	meterProvider   metric.MeterProvider
+	leaseBatch      int64
+	leaseAge        time.Duration
+	denialKeys      int
 	clock           func() int64
 	errs            []error
 }
@@ -185,5 +188,40 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			o.invalid("WithMeterProvider", "must not be nil")
 		}
 		o.meterProvider = mp
+	}
+}
+
+// WithLeasedBudgets serves admissions of hot keys from batches of units taken from the server
+// in one call (see "Leased budgets" in the package documentation): a batch takes at most
+// maxBatch units (2 to 1000000), so that at most maxBatch - 1 are parked in this process per
+// key, limit and reserve, and its units are handed out for at most maxAge (1ms to 1 minute)
+// after it was sent, then given back. Default: off, one call per decision.
+//
+// It applies to the token bucket, the leaky bucket in Police mode, the fixed window and the
+// sliding window counter, for AllowN with a cost of at least 1; never to the sliding log
+// (whose exactness it would break), Shape mode, concurrency leases, peeks, AllowAll or
+// Critical calls on a limit with a Reserve. A Limiter with leased budgets owns parked units:
+// call Close when done with it.
+func WithLeasedBudgets(maxBatch int64, maxAge time.Duration) Option {
+	return func(o *options) {
+		if maxBatch < 2 || maxBatch > 1_000_000 {
+			o.invalid("WithLeasedBudgets", "maxBatch must be from 2 to 1000000, got %d", maxBatch)
+		}
+		if maxAge < time.Millisecond || maxAge > time.Minute {
+			o.invalid("WithLeasedBudgets", "maxAge must be from 1ms to 1m0s, got %s", maxAge)
+		}
+		o.leaseBatch, o.leaseAge = maxBatch, maxAge
+	}
+}
+
+// WithDenialCache answers locally the calls that repeat a recent denial (see "Denial cache" in
+// the package documentation), for at most about maxKeys keys (1 to 10000000) at once. Default:
+// off.
+func WithDenialCache(maxKeys int) Option {
+	return func(o *options) {
+		if maxKeys < 1 || maxKeys > 10_000_000 {
+			o.invalid("WithDenialCache", "maxKeys must be from 1 to 10000000, got %d", maxKeys)
+		}
+		o.denialKeys = maxKeys
 	}
 }

@@ -30,6 +30,15 @@ type Result struct {
 	// Local reports a decision made in this process without the server, by the Limiter's
 	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
 	Local bool
+	// Leased reports an admission served from a batch of units this process took from the
+	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
+	// Remaining is then the server's Remaining after that batch plus the units still parked
+	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
+	// the batch, blind to other processes' calls since.
+	Leased bool
+	// Cached reports a denial answered by the denial cache (WithDenialCache) without the
+	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
+	Cached bool
 	// Rule is, for AllowAll and PeekAll, the index in their rules of the limit this Result
 	// is the reply of, the one that decided: when denied, the denying limit with the longest
 	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero

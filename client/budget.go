@@ -1,0 +1,510 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Leased budgets (WithLeasedBudgets): a hot key's admissions served from batches of units the
+// server admitted in one call. The bounds they keep are stated in the package documentation.
+
+const (
+	// budgetShards spreads the budgets over mutexes, as localShards does the fallback's state.
+	budgetShards = 64
+	// budgetKeys bounds how many keys hold a budget (parked units or the demand that sizes the
+	// next batch): about 200 bytes each.
+	budgetKeys = 100_000
+)
+
+// budgets is a Limiter's leased budgets, one per key, limit and reserve.
+type budgets struct {
+	maxBatch int64
+	maxAge   int64 // ns
+	seed     maphash.Seed
+	perShard int
+
+	// rw is held shared by every batch in flight and every refund of parked units, and alone
+	// by Close while it marks the budgets closed: once Close holds it, no batch is on its
+	// way, and none parks units after it.
+	rw     sync.RWMutex
+	closed bool
+	isShut atomic.Bool    // closed, read without rw by the calls that hand out parked units
+	wg     sync.WaitGroup // refunds started by batches, waited for by Close
+
+	shards [budgetShards]budgetShard
+}
+
+type budgetShard struct {
+	mu        sync.Mutex
+	m         map[string]*budget
+	nextSweep int64
+	_         [40]byte // keeps two shards' mutexes off one cache line
+}
+
+// budget is one key's: its parked units and what sizes its next batch.
+type budget struct {
+	mu   sync.Mutex
+	key  string // the caller's key and the limit, for the refunds
+	spec spec
+
+	dead     bool          // removed from its shard: a caller that finds it so looks again
+	fetching bool          // a call is taking a batch
+	wake     chan struct{} // made by the first call that waits for that batch, closed after it
+
+	units     int64 // parked: taken from the server, not handed out yet
+	k         int64 // the next batch, for a call of cost 1 (1 to maxBatch)
+	fetched   int64 // when the last admitted batch was sent (ns); 0 after a denial
+	expires   int64 // parked units are handed out before this (ns)
+	refundBy  int64 // and given back only before this (ns; windows, see refundable)
+	limit     int64 // the server's Limit, Remaining and ResetAfter for the last batch
+	remaining int64
+	resetAt   int64 // ns
+	timer     *time.Timer
+}
+
+func newBudgets(maxBatch int64, maxAge time.Duration) *budgets {
+	bs := &budgets{maxBatch: maxBatch, maxAge: int64(maxAge), seed: maphash.MakeSeed(),
+		perShard: (budgetKeys + budgetShards - 1) / budgetShards}
+	for i := range bs.shards {
+		bs.shards[i].m = map[string]*budget{}
+	}
+	return bs
+}
+
+// leasable reports whether c may be served from a leased budget: an admission of at least one
+// unit of a window counter or a policing bucket, judged with its limit's reserve. A sliding
+// log would lose its exactness, Shape mode its spacing (a Delay per request); a Critical call
+// on a limit with a reserve goes to the server, because a batch taken without the reserve
+// would park units of the reserve in this process, out of reach of other processes' critical
+// calls.
+func (c *call) leasable() bool {
+	switch {
+	case c.cost < 1 || c.reserve != c.params.reserve:
+		return false
+	case c.alg == leakyBucketAlg:
+		return c.params.mode == Police
+	}
+	return c.alg == fixedWindowAlg || c.alg == slidingWindowAlg || c.alg == tokenBucketAlg
+}
+
+// stateKey appends what tells budgets and denials apart: the server key, whose length it
+// returns too, then the limit's numbers and the reserve (a changed limit is another budget,
+// and its denials another's).
+func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
+	buf = appendKey(buf, l.prefix, key, c.alg.name, c.name)
+	n := len(buf)
+	buf = append(buf, 0)
+	for _, v := range [...]int64{c.limit, c.rate, c.ms, int64(c.mode), c.reserve} {
+		buf = append(appendInt(buf, v), ' ')
+	}
+	return buf, n
+}
+
+func (bs *budgets) shard(k []byte) *budgetShard {
+	return &bs.shards[maphash.Bytes(bs.seed, k)%budgetShards]
+}
+
+// get returns sk's budget, made if needed, or nil when its shard is full of budgets in use.
+func (bs *budgets) get(sk []byte, key string, c call, now int64) *budget {
+	sh := bs.shard(sk)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b := sh.m[string(sk)]; b != nil {
+		return b
+	}
+	if now >= sh.nextSweep {
+		bs.sweep(sh, now)
+	}
+	if len(sh.m) >= bs.perShard && !bs.evict(sh, now) {
+		return nil
+	}
+	b := &budget{key: key, spec: c.spec, k: 1}
+	sh.m[string(sk)] = b
+	return b
+}
+
+// idle reports a budget that holds nothing and whose demand is forgotten: its next batch
+// would be of one unit anyway. b.mu is held.
+func (bs *budgets) idle(b *budget, now int64) bool {
+	return !b.fetching && b.units == 0 && now-b.fetched > bs.maxAge
+}
+
+// sweep drops sh's idle budgets; sh.mu is held. A budget's lock is taken under its shard's,
+// never the other way round.
+func (bs *budgets) sweep(sh *budgetShard, now int64) {
+	for k, b := range sh.m {
+		b.mu.Lock()
+		if bs.idle(b, now) {
+			b.dead = true
+			delete(sh.m, k)
+		}
+		b.mu.Unlock()
+	}
+	sh.nextSweep = now + sweepEvery
+}
+
+// evict makes room in a full shard by dropping, of a few budgets, one that holds no unit and
+// takes no batch; sh.mu is held. It reports false when it found none.
+func (bs *budgets) evict(sh *budgetShard, now int64) bool {
+	n := 0
+	for k, b := range sh.m {
+		b.mu.Lock()
+		free := !b.fetching && b.units == 0
+		if free {
+			b.dead = true
+			delete(sh.m, k)
+		}
+		b.mu.Unlock()
+		if free {
+			return true
+		}
+		if n++; n == evictSample {
+			return false
+		}
+	}
+	return false
+}
+
+// allowLeased decides c (see leasable) from key's budget: a parked unit when there is one,
+// else a batch from the server.
+func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string, c call) (Result, error) {
+	bs := l.budgets
+	b := bs.get(sk, key, c, l.clock())
+	if b == nil {
+		return l.decide(ctx, opAllow, key, c)
+	}
+	for {
+		b.mu.Lock()
+		now := l.clock()
+		switch {
+		case b.dead:
+			b.mu.Unlock()
+			if b = bs.get(sk, key, c, now); b == nil {
+				return l.decide(ctx, opAllow, key, c)
+			}
+			continue
+		case b.units >= c.cost && now < b.expires:
+			b.units -= c.cost
+			r := Result{Allowed: true, Limit: b.limit, Remaining: b.remaining + b.units,
+				ResetAfter: time.Duration(max(0, b.resetAt-now)), Leased: true}
+			b.mu.Unlock()
+			if m := l.metrics; m != nil {
+				m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][1][srcLeased]...)
+			}
+			return r, nil
+		case b.fetching && b.k == 1:
+			// A batch of one unit parks nothing: the key is cold or denied, and its calls go to
+			// the server side by side, as without leased budgets.
+			b.mu.Unlock()
+			return l.decide(ctx, opAllow, key, c)
+		case b.fetching:
+			// One batch at a time per budget: the calls that come meanwhile wait for it, rather
+			// than each taking a batch of its own and parking more than maxBatch.
+			if b.wake == nil {
+				b.wake = make(chan struct{})
+			}
+			wake := b.wake
+			b.mu.Unlock()
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			}
+			if d := l.denials; d != nil {
+				// the batch was denied: its denial answers the calls that waited for it
+				if r, ok := d.get(sk, n, c.cost, l.clock()); ok {
+					l.countCached(ctx, c)
+					return r, nil
+				}
+			}
+			continue
+		}
+		b.fetching = true
+		b.mu.Unlock()
+		return l.fetch(ctx, b, c)
+	}
+}
+
+// fetch takes a batch for a call of c on b, which it marked as fetching.
+func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) {
+	bs := l.budgets
+	bs.rw.RLock()
+	defer bs.rw.RUnlock()
+	if bs.closed {
+		b.mu.Lock()
+		b.endFetch()
+		b.mu.Unlock()
+		return l.decide(ctx, opAllow, b.key, c)
+	}
+
+	b.mu.Lock()
+	sent := l.clock()
+	// The parked units: usable by this call, or too old to hand out and to be given back
+	// before staleBy.
+	var have, stale int64
+	staleBy := b.refundBy
+	if sent < b.expires {
+		have = b.units
+	} else {
+		stale = b.units
+	}
+	b.units = 0
+	b.k = nextBatch(b.k, b.fetched, sent, bs.maxAge, bs.maxBatch)
+	b.mu.Unlock()
+
+	// this call's cost, less the parked units it uses, and the units that will be parked
+	cc := c
+	cc.cost, cc.extra = c.cost-have, b.k-1
+	res, err := l.decide(ctx, opAllow, b.key, cc)
+	batch := err == nil && !res.Local && res.Allowed
+	if err == nil && !res.Local && !res.Allowed && cc.extra > 0 {
+		// Denied with the batch: the exact call, so that a limited key is decided as without
+		// leased budgets.
+		cc.extra = 0
+		res, err = l.decide(ctx, opAllow, b.key, cc)
+	}
+	now := l.clock()
+
+	b.mu.Lock()
+	var parked int64
+	switch {
+	case batch:
+		parked = cc.extra
+		b.fetched = sent
+		b.limit, b.remaining = res.Limit, res.Remaining
+		b.resetAt = sent + int64(res.ResetAfter)
+		b.expires, b.refundBy = bs.lifetime(c.alg, c.ms, sent, res.ResetAfter, l.deadline)
+		if parked > 0 && now < b.expires {
+			b.units = parked
+			b.schedule(l, time.Duration(b.expires-now))
+		} else {
+			// its window ends: given back only while a refund can reach the window
+			stale += parked
+			staleBy = min(staleBy, b.refundBy)
+		}
+		res.Remaining += parked
+	case err == nil && !res.Local:
+		// Denied: the limit is exhausted, and the parked units are better back on the server,
+		// where any process can take them. The key is cold again.
+		b.k, b.fetched = 1, 0
+		stale += have
+	default:
+		// The server could not decide (the policy did), or the call failed: the parked units
+		// stay for the calls that come, and the next batch is of one unit.
+		b.k, b.fetched = 1, 0
+		if res.Allowed && err == nil {
+			have = 0 // the policy admitted: the call's cost was taken locally, not from these
+		}
+		if now < b.expires {
+			b.units += have
+		}
+	}
+	b.endFetch()
+	b.mu.Unlock()
+
+	if m := l.metrics; m != nil && batch && cc.extra > 0 {
+		m.batches.Add(ctx, 1, m.algOpts[c.alg.id]...)
+		m.units.Add(ctx, cc.extra, m.algOpts[c.alg.id]...)
+	}
+	if stale > 0 && now < staleBy {
+		// Not on this call's time; Close waits for it (wg.Add under rw, before Close's Wait).
+		bs.wg.Add(1)
+		go func() {
+			defer bs.wg.Done()
+			l.refundParked(context.Background(), b.key, b.spec, stale)
+		}()
+	}
+	return res, err
+}
+
+// endFetch ends b's batch and wakes the calls waiting for it; b.mu is held.
+func (b *budget) endFetch() {
+	b.fetching = false
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
+	}
+}
+
+// nextBatch sizes a budget's next batch (for a call of cost 1) from its last one, of k units
+// sent at fetched (0: none, or denied since), now that it is used up: it doubles, up to max,
+// when the last one lasted at most a quarter of maxAge (twice as many units should then last at
+// most half of it, and be handed out well before they age out); it halves when it lasted more
+// than half; and it is one unit, as without leased budgets, when the key has been cold for
+// maxAge, or was denied. So a key called less often than once per maxAge is decided by exactly
+// one call per decision, and parks nothing.
+func nextBatch(k, fetched, now, maxAge, maxBatch int64) int64 {
+	lasted := now - fetched
+	switch {
+	case fetched == 0 || lasted > maxAge:
+		return 1
+	case lasted <= maxAge/4:
+		return min(2*k, maxBatch)
+	case lasted > maxAge/2:
+		return max(1, k/2)
+	}
+	return k
+}
+
+// lifetime is when a batch sent at sent (ns, the Limiter's clock) stops being handed out, and
+// until when its parked units may be given back, from its Result's ResetAfter.
+//
+// A bucket's units are handed out for maxAge and given back at any time: a refund adds tokens
+// up to the capacity (or drains the leaky level down to empty), exactly undoing the batch's
+// surplus. A window's units are handed out until the window they were counted in ends, if that
+// comes first: the server counted them there, so the window's limit holds. Its end is derived
+// from the batch's ResetAfter (the window's end for a fixed window, the next window's for a
+// sliding one), measured from when the batch was sent, before the server ran it, and less a
+// millisecond for the server's rounding up: never later than the true end. The server takes a
+// window's refund off the window current when the refund runs, so a refund that ran in the next
+// window would free units that window never counted: parked units are given back only until
+// the Limiter's deadline before the window's end (a refund sent later is let go: its units come
+// back with the next window, for a fixed one, or weigh a little longer, for a sliding one).
+func (bs *budgets) lifetime(alg *algorithm, windowMs, sent int64, reset, deadline time.Duration) (expires, refundBy int64) {
+	expires, refundBy = sent+bs.maxAge, math.MaxInt64
+	var end time.Duration // from sent to the end of the window
+	switch alg {
+	case fixedWindowAlg:
+		end = reset - time.Millisecond
+	case slidingWindowAlg:
+		end = reset - time.Duration(windowMs)*time.Millisecond - time.Millisecond
+	default:
+		return expires, refundBy
+	}
+	return min(expires, sent+int64(end)), sent + int64(end-deadline)
+}
+
+// schedule gives b's parked units back after d, unless a later batch or a call has taken them
+// first; b.mu is held.
+func (b *budget) schedule(l *Limiter, d time.Duration) {
+	if b.timer == nil {
+		b.timer = time.AfterFunc(d, func() { l.ageOut(b) })
+		return
+	}
+	b.timer.Reset(d)
+}
+
+// ageOut gives back b's parked units once they are too old to hand out.
+func (l *Limiter) ageOut(b *budget) {
+	bs := l.budgets
+	bs.rw.RLock()
+	defer bs.rw.RUnlock()
+	if bs.closed {
+		return // Close took them
+	}
+	b.mu.Lock()
+	now := l.clock()
+	if b.fetching || b.units == 0 || now < b.expires {
+		// a batch in flight will see them; none left; or a later batch's, with its own timer
+		b.mu.Unlock()
+		return
+	}
+	n := b.units
+	b.units = 0
+	by := b.refundBy
+	b.mu.Unlock()
+	if now < by {
+		l.refundParked(context.Background(), b.key, b.spec, n)
+	}
+}
+
+// refundParked gives n parked units back to the server. Under ReturnError a refund that fails
+// loses them: the limit under-admits until the state forgets them, never over-admits.
+func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64) error {
+	_, err := l.decide(ctx, opRefund, key, call{spec: sp, cost: n})
+	if err != nil {
+		return err
+	}
+	l.dropDenials(key, sp)
+	if m := l.metrics; m != nil {
+		m.refunded.Add(ctx, n, m.algOpts[sp.alg.id]...)
+	}
+	return nil
+}
+
+// Close gives every unit parked by leased budgets (WithLeasedBudgets) back to the server, and
+// waits for the batches and refunds in flight. From then on, every call goes to the server,
+// one per decision, as without leased budgets and the denial cache; Close does not close the
+// valkey.Client, which the caller owns. A second Close returns nil at once.
+//
+// A refund that fails or that ctx cuts short loses its units: the limit under-admits them,
+// for at most the batch's maximum age or until its window ends, never over-admits. Close
+// returns the refunds' errors, joined. A Limiter without leased budgets parks nothing: its
+// Close only stops the denial cache.
+func (l *Limiter) Close(ctx context.Context) error {
+	if d := l.denials; d != nil {
+		d.shut.Store(true)
+	}
+	bs := l.budgets
+	if bs == nil {
+		return nil
+	}
+	bs.rw.Lock()
+	already := bs.closed
+	bs.closed = true
+	bs.isShut.Store(true)
+	bs.rw.Unlock()
+	if already {
+		return nil
+	}
+	bs.wg.Wait()
+	type parked struct {
+		b  *budget
+		n  int64
+		by int64
+	}
+	var all []parked
+	for i := range bs.shards {
+		sh := &bs.shards[i]
+		sh.mu.Lock()
+		for _, b := range sh.m {
+			b.mu.Lock()
+			if b.units > 0 {
+				all = append(all, parked{b, b.units, b.refundBy})
+				b.units = 0
+			}
+			if b.timer != nil {
+				b.timer.Stop()
+			}
+			b.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	now := l.clock()
+	for i, p := range all {
+		if now >= p.by {
+			continue // a window's, too close to its end to be given back (see lifetime)
+		}
+		wg.Go(func() { errs[i] = l.refundParked(ctx, p.b.key, p.b.spec, p.n) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Parked is how many units leased budgets hold in this process right now: taken from the
+// server, not handed out yet (WithLeasedBudgets). Zero without leased budgets.
+func (l *Limiter) Parked() int64 {
+	bs := l.budgets
+	if bs == nil {
+		return 0
+	}
+	var n int64
+	for i := range bs.shards {
+		sh := &bs.shards[i]
+		sh.mu.Lock()
+		for _, b := range sh.m {
+			b.mu.Lock()
+			n += b.units
+			b.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,92 @@
+package client
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestNextBatch(t *testing.T) {
+	const maxAge, maxBatch = int64(100 * time.Millisecond), 64
+	ms := int64(time.Millisecond)
+	tests := []struct {
+		name            string
+		k, fetched, now int64
+		want            int64
+	}{
+		{"first batch", 1, 0, 5 * ms, 1},
+		{"denied since", 32, 0, 5 * ms, 1},
+		{"hot: used up within a quarter", 4, 1000 * ms, 1010 * ms, 8},
+		{"hot at a quarter exactly", 4, 1000 * ms, 1025 * ms, 8},
+		{"capped at maxBatch", 64, 1000 * ms, 1001 * ms, 64},
+		{"doubling stops at maxBatch", 40, 1000 * ms, 1001 * ms, 64},
+		{"warm: kept", 16, 1000 * ms, 1040 * ms, 16},
+		{"cooling: halved", 16, 1000 * ms, 1060 * ms, 8},
+		{"halving stops at 1", 1, 1000 * ms, 1090 * ms, 1},
+		{"cold: maxAge passed", 64, 1000 * ms, 1101 * ms, 1},
+	}
+	for _, tt := range tests {
+		if got := nextBatch(tt.k, tt.fetched, tt.now, maxAge, maxBatch); got != tt.want {
+			t.Errorf("%s: nextBatch(%d, %d, %d) = %d, want %d", tt.name, tt.k, tt.fetched, tt.now, got, tt.want)
+		}
+	}
+}
+
+func TestLifetime(t *testing.T) {
+	bs := newBudgets(64, 100*time.Millisecond)
+	const sent = int64(1_000_000_000)
+	ms := int64(time.Millisecond)
+	deadline := 10 * time.Millisecond
+	tests := []struct {
+		name         string
+		alg          *algorithm
+		windowMs     int64
+		reset        time.Duration
+		wantExpires  int64
+		wantRefundBy int64
+	}{
+		{"token bucket: maxAge, refund any time", tokenBucketAlg, 0, time.Hour, sent + 100*ms, math.MaxInt64},
+		{"leaky bucket", leakyBucketAlg, 0, time.Second, sent + 100*ms, math.MaxInt64},
+		{"fixed window ending late: maxAge", fixedWindowAlg, 60_000, 30 * time.Second, sent + 100*ms, sent + 30_000*ms - ms - 10*ms},
+		{"fixed window ending first", fixedWindowAlg, 1000, 50 * time.Millisecond, sent + 49*ms, sent + 39*ms},
+		{"fixed window ending now: no refund", fixedWindowAlg, 1000, time.Millisecond, sent, sent - 10*ms},
+		{"sliding window: reset is the next window's end", slidingWindowAlg, 1000, 1050 * time.Millisecond, sent + 49*ms, sent + 39*ms},
+		{"sliding window ending late", slidingWindowAlg, 60_000, 90 * time.Second, sent + 100*ms, sent + 30_000*ms - ms - 10*ms},
+	}
+	for _, tt := range tests {
+		e, r := bs.lifetime(tt.alg, tt.windowMs, sent, tt.reset, deadline)
+		if e != tt.wantExpires || r != tt.wantRefundBy {
+			t.Errorf("%s: lifetime = (%d, %d) after sent, want (%d, %d)", tt.name, e-sent, r-sent, tt.wantExpires-sent, tt.wantRefundBy-sent)
+		}
+	}
+}
+
+func TestLeasable(t *testing.T) {
+	tests := []struct {
+		name     string
+		limit    Limit
+		cost     int64
+		critical bool
+		want     bool
+	}{
+		{"fixed window", FixedWindow{Limit: 10, Window: time.Second}, 1, false, true},
+		{"sliding window", SlidingWindow{Limit: 10, Window: time.Second}, 3, false, true},
+		{"token bucket", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}, 1, false, true},
+		{"leaky bucket police", LeakyBucket{Capacity: 10, Rate: 1, Period: time.Second}, 1, false, true},
+		{"leaky bucket shape", LeakyBucket{Capacity: 10, Rate: 1, Period: time.Second, Mode: Shape}, 1, false, false},
+		{"sliding log", SlidingLog{Limit: 10, Window: time.Second}, 1, false, false},
+		{"cost 0", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}, 0, false, false},
+		{"critical with a reserve", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}, 1, true, false},
+		{"not critical with a reserve", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}, 1, false, true},
+		{"critical without a reserve", TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}, 1, true, true},
+	}
+	for _, tt := range tests {
+		c := call{spec: tt.limit.spec(), cost: tt.cost}
+		if !tt.critical {
+			c.reserve = c.params.reserve
+		}
+		if got := c.leasable(); got != tt.want {
+			t.Errorf("%s: leasable = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
