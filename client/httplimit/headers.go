@@ -118,12 +118,12 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 	}
 }
 
-// appendUnix appends the Unix time d after now, in seconds rounded up: a client that waits
-// until then has waited at least d.
-func appendUnix(b []byte, now time.Time, d time.Duration) []byte {
-	at := now.Add(max(d, 0))
-	s := at.Unix()
-	if at.Nanosecond() != 0 {
+// appendUnix appends the Unix time d after now (Unix nanoseconds), in seconds rounded up: a
+// client that waits until then has waited at least d.
+func appendUnix(b []byte, now int64, d time.Duration) []byte {
+	at := now + int64(max(d, 0))
+	s := at / int64(time.Second)
+	if at%int64(time.Second) > 0 {
 		s++
 	}
 	return strconv.AppendInt(b, s, 10)
@@ -199,16 +199,20 @@ func (b body) appendProblem(buf []byte, status int) []byte {
 
 // write answers status with b, as JSON or, with Options.ProblemJSON, problem details.
 func (m *Middleware) write(w http.ResponseWriter, status int, b body) {
-	var arr [256]byte
-	var data []byte
-	h := w.Header()
 	if m.opts.ProblemJSON {
-		data = b.appendProblem(arr[:0], status)
-		h["Content-Type"] = []string{"application/problem+json"}
-	} else {
-		data = b.appendJSON(arr[:0])
-		h["Content-Type"] = []string{"application/json"}
+		var arr [256]byte
+		send(w, status, "application/problem+json", b.appendProblem(arr[:0], status))
+		return
 	}
+	// A buffer of its own, the size the JSON body needs: it escapes to the ResponseWriter,
+	// and is allocated on every refused request.
+	var arr [128]byte
+	send(w, status, "application/json", b.appendJSON(arr[:0]))
+}
+
+func send(w http.ResponseWriter, status int, contentType string, data []byte) {
+	h := w.Header()
+	h["Content-Type"] = []string{contentType}
 	h["Content-Length"] = []string{strconv.Itoa(len(data))}
 	w.WriteHeader(status)
 	w.Write(data)

@@ -653,3 +653,39 @@ func TestHeadersAddIndependently(t *testing.T) {
 		}
 	}
 }
+
+// The default clock of X-RateLimit-Reset is never behind time.Now, and at most a tick (and
+// a scheduling delay) ahead of it.
+func TestCoarseClock(t *testing.T) {
+	for range 5 {
+		before := time.Now().UnixNano()
+		got := coarseNanos()
+		after := time.Now().UnixNano()
+		// the goroutine may be late to tick on a loaded machine: a second is generous
+		if got < before || got > after+int64(time.Second) {
+			t.Fatalf("coarseNanos %d, want from %d to %d plus a tick", got, before, after)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+func TestAppendUnix(t *testing.T) {
+	const s = int64(time.Second)
+	tests := []struct {
+		now  int64
+		d    time.Duration
+		want string
+	}{
+		{1_800_000_000 * s, 0, "1800000000"},
+		{1_800_000_000 * s, time.Nanosecond, "1800000001"},
+		{1_800_000_000*s + 1, 0, "1800000001"},
+		{1_800_000_000*s + 250_000_000, 750 * time.Millisecond, "1800000001"},
+		{1_800_000_000*s + 250_000_000, 751 * time.Millisecond, "1800000002"},
+		{1_800_000_000 * s, -time.Second, "1800000000"},
+	}
+	for _, tt := range tests {
+		if got := string(appendUnix(nil, tt.now, tt.d)); got != tt.want {
+			t.Errorf("appendUnix(%d, %s) = %s, want %s", tt.now, tt.d, got, tt.want)
+		}
+	}
+}
