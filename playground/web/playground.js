@@ -119,6 +119,7 @@ function buildCard(info) {
   node.setAttribute('aria-labelledby', title.id);
   node.querySelector('.blurb').textContent = meta.blurb;
   node.querySelector('.keyname').textContent = 'key ' + info.key;
+  node.querySelector('.timeline').setAttribute('aria-label', meta.title + ': its decisions of the last 10 seconds; the counts above sum them up');
   if (!meta.shaped) node.querySelector('.shaped-only').hidden = true;
 
   const fields = node.querySelector('.fields');
