@@ -1,5 +1,6 @@
 // Package httplimit is net/http middleware that rate-limits requests with a client.Limiter:
 // 429 with Retry-After when a request is denied, the IETF RateLimit headers on every response.
+// Its Transport paces a service's own calls to rate-limited APIs.
 //
 // # Responses
 //
@@ -9,15 +10,17 @@
 //	RateLimit: "<policy>";r=<remaining>;t=<seconds>
 //	X-RateLimit-Limit: <limit>
 //	X-RateLimit-Remaining: <remaining>
-//	X-RateLimit-Reset: <seconds>
+//	X-RateLimit-Reset: <Unix time in seconds>
 //
 // following draft-ietf-httpapi-ratelimit-headers-11 (both fields are Structured Field lists
 // whose items are Strings naming the policy). w is the limit's window; for a token or leaky
 // bucket, the time it takes to refill (drain) the whole Capacity: Capacity units per w seconds
-// is the bucket's long-run rate. t, and X-RateLimit-Reset, are seconds from now (never a Unix
-// time): on a served request, until the limiter is back to its initial state (Result.ResetAfter);
-// on a 429, the same as Retry-After, since the draft asks that Retry-After not point before
-// the end of t. Every duration is rounded up to a whole second.
+// is the bucket's long-run rate. t is seconds from now: on a served request, until the
+// limiter is back to its initial state (Result.ResetAfter); on a 429, the same as
+// Retry-After, since the draft asks that Retry-After not point before the end of t.
+// X-RateLimit-Reset is the Unix time at the end of t, as GitHub and X send it
+// (Options.Reset: ResetDelta sends t instead, ResetNone nothing). Every duration is rounded up
+// to a whole second.
 //
 // A denied request is answered 429 Too Many Requests, Retry-After in seconds (rounded up, so a
 // client that waits that long is admitted), Content-Type application/json and the body
@@ -25,7 +28,42 @@
 //	{"error":"rate limited","policy":"<policy>","retry_after_ms":<milliseconds>}
 //
 // retry_after_ms is left out, as is Retry-After, when no wait would admit the request (its
-// cost is above the limit).
+// cost is above the limit). With Options.ProblemJSON the body is RFC 9457 problem details,
+// application/problem+json, of the draft's quota-exceeded type:
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"...","status":429,"violated-policies":["<policy>"],"retry_after_ms":<milliseconds>}
+//
+// # Several limits, the login pattern
+//
+// Policy.Also adds limits to a route, decided with its Limit all or nothing
+// (client.AllowAll): a request every limit admits counts against each, one that any refuses
+// counts against none. A Rule may count against a key of its own (Rule.Key): the login
+// pattern limits attempts per (IP, user), per IP and per user at once. RateLimit-Policy
+// lists every enforced limit, the one that decided first (when refused, the refusing one with
+// the longest wait; else the one with the fewest units left); RateLimit and the X-RateLimit-*
+// headers describe that one: AllowAll answers with its state alone.
+//
+// Policy.HideQuota sends no RateLimit-Policy, RateLimit or X-RateLimit-* header and a 429 body
+// that names neither the policy nor the wait: on an authentication route, "4 attempts left"
+// helps whoever is guessing. Retry-After is still sent.
+//
+// # Rolling a limit out
+//
+// A limit in shadow (Policy.Shadow for the whole route, Rule.Shadow for one limit) is decided
+// and counted in the limiter like an enforced one, beside the enforced decision, but never
+// refuses and sends no header: a request it would have refused is counted in
+// MetricWouldDeny (with Options.MeterProvider) and passed to Options.OnShadowDeny.
+// Policy.EnforcePercent enforces a route for a share of its keys, chosen by a hash of the key
+// (not at random): the same keys on every request and every instance, and a higher
+// percentage only adds keys.
+//
+// # Client addresses
+//
+// ClientIP keys requests by the client's IP address behind trusted proxies: their
+// X-Forwarded-For (or Forwarded) is read only when the peer is one of them, from the right,
+// and the first address that is not a trusted proxy is the client; entries to its left are
+// what the client sent, and are never read. IPv6 clients are grouped by /64.
 //
 // # Shaping
 //
@@ -52,4 +90,13 @@
 // Options.OnError and, by default, the request is served without rate-limit headers: the
 // limiter must not take the service down with it. Options.ErrorStatus answers them with a
 // status instead. A Options.Key error is the request's fault and is answered 400.
+//
+// # Outbound
+//
+// Transport is an http.RoundTripper that waits, within the request's context, until a
+// limiter admits each request: a client.LeakyBucket in Shape mode spaces the calls of every
+// instance sharing it evenly; a token bucket admits bursts, and a request it refuses waits its
+// RetryAfter. A wait that would pass the context's deadline fails at once, with a *WaitError.
+// A replayable request answered 429 is sent again after its Retry-After (seconds or an
+// HTTP-date), plus jitter so that a fleet does not retry at one instant, up to MaxRetries.
 package httplimit
