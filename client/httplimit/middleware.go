@@ -149,7 +149,9 @@ type Options struct {
 	OnShadowDeny func(r *http.Request, policy string)
 	// MeterProvider, when not nil, records MetricWouldDeny. Default (nil): no instrument.
 	MeterProvider metric.MeterProvider
-	// Now is the clock of X-RateLimit-Reset's Unix time. Default (nil): time.Now.
+	// Now is the clock of X-RateLimit-Reset's Unix time, for tests. Default (nil): the wall
+	// clock as one goroutine of the process reads it every 100ms, a tick ahead so that a
+	// reset is never early.
 	Now func() time.Time
 }
 

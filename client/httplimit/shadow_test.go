@@ -242,3 +242,21 @@ func TestEnforced(t *testing.T) {
 		t.Error(`"user:42" is enforced at 1%: TestResponses's shadow case needs a key outside it`)
 	}
 }
+
+// Several enforced limits need a Limiter with AllowAll: without one, the route fails as a
+// limiter error does (open by default), with ErrNoMultiLimiter.
+func TestNoMultiLimiter(t *testing.T) {
+	var errs []error
+	m := mustNew(t, &constant{admits}, Options{
+		Policy: func(*http.Request) Policy {
+			return Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}}}
+		},
+		OnError: func(_ *http.Request, err error) { errs = append(errs, err) },
+	})
+	served := false
+	rec := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if !served || len(errs) != 1 || errs[0] != ErrNoMultiLimiter {
+		t.Errorf("served %v, OnError %v; want served and ErrNoMultiLimiter", served, errs)
+	}
+}

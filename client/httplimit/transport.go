@@ -35,8 +35,9 @@ type TransportOptions struct {
 	MaxRetries int
 	// MaxWait is the longest a request waits, for the limiter or for a Retry-After: a longer
 	// wait fails it (the limiter's) or returns the 429 as it is (the server's). A wait that
-	// would pass the request's context deadline is never started either. Default (0):
-	// DefaultMaxWait, one minute.
+	// would pass the request's context deadline is never started either. A shaped request
+	// failed so keeps its place in the leaky bucket (the server admitted it): size Capacity
+	// so that it drains within MaxWait. Default (0): DefaultMaxWait, one minute.
 	MaxWait time.Duration
 	// Jitter spreads the retries of a fleet throttled at once: a Retry-After of d is waited
 	// d plus a random share, up to Jitter, of d (of one second when d is shorter), never less
