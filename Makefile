@@ -3,7 +3,7 @@ export TESTCONTAINERS_RYUK_DISABLED ?= true
 
 GO ?= go
 
-.PHONY: all deps deps-missing images demo test unit lint fuzz bench-cost bench-throughput
+.PHONY: all deps deps-missing images demo playground test unit lint fuzz bench-cost bench-throughput
 
 all: lint test
 
@@ -26,6 +26,9 @@ lint:
 
 unit: ## tests that need no server
 	$(GO) test -count=1 ./functions/... ./versions/... ./deployer/...
+
+playground: images ## a throwaway Valkey, the library loaded, and the playground page until Ctrl-C
+	bash scripts/playground.sh
 
 test: images lint ## every test, against Valkey 8, Redis 7.0 and a Valkey cluster
 	@# -p 1: one package at a time. The chaos and failure tests bound latencies on 2 cores; a
