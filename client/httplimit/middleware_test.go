@@ -435,7 +435,7 @@ func TestCancelledRequestIsNoFailure(t *testing.T) {
 	}
 }
 
-func mustNew(t *testing.T, lim Limiter, opts Options) *Middleware {
+func mustNew(t testing.TB, lim Limiter, opts Options) *Middleware {
 	t.Helper()
 	if opts.Key == nil {
 		opts.Key = func(*http.Request) (string, error) { return "k", nil }

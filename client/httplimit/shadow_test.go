@@ -260,3 +260,57 @@ func TestNoMultiLimiter(t *testing.T) {
 		t.Errorf("served %v, OnError %v; want served and ErrNoMultiLimiter", served, errs)
 	}
 }
+
+// constantMulti is a constant that also answers AllowAll.
+type constantMulti struct{ constant }
+
+func (c *constantMulti) AllowAll(context.Context, []client.Rule) (client.Result, error) {
+	return c.res, nil
+}
+
+// BenchmarkSeveralLimits is the middleware's cost with three limits on a route (the login
+// pattern's shape) and with one enforced beside one in shadow, around decisions that take no
+// time.
+func BenchmarkSeveralLimits(b *testing.B) {
+	for _, bb := range []struct {
+		name   string
+		policy Policy
+	}{
+		{"three", Policy{Name: "login", Limit: tokenBucket, Also: []Rule{
+			{Name: "login-ip", Limit: hourly, Key: constKey("198.51.100.7")},
+			{Name: "login-user", Limit: daily, Key: constKey("alice")}}}},
+		{"shadow", Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			m := mustNew(b, &constantMulti{constant{admits}}, Options{
+				Key:    RemoteIP,
+				Policy: func(*http.Request) Policy { return bb.policy },
+			})
+			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			w := discard{http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// BenchmarkClientIPKey is the cost of keying a request that came through two trusted proxies.
+func BenchmarkClientIPKey(b *testing.B) {
+	c, err := NewClientIP(ClientIPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.2:40000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.66, 2001:db8:1:2::7, 10.0.0.3")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Key(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
