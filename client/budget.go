@@ -43,7 +43,18 @@ type budgetShard struct {
 	mu        sync.Mutex
 	m         map[string]*budget
 	nextSweep int64
-	_         [40]byte // keeps two shards' mutexes off one cache line
+	recent    [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
+	_         [40]byte                // keeps two shards' mutexes off one cache line
+}
+
+// recentSlots is the size of a shard's table of recent calls: 64 x 256 slots of 24 bytes.
+const recentSlots = 256
+
+// recentCall is the last call of a key without a budget, and how many came quickly before it.
+type recentCall struct {
+	tag    uint64 // the key's hash; 0 for none
+	last   int64  // ns
+	streak int64
 }
 
 // budget is one key's: its parked units and what sizes its next batch.
@@ -105,25 +116,39 @@ func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
 	return buf, n
 }
 
-func (bs *budgets) shard(k []byte) *budgetShard {
-	return &bs.shards[maphash.Bytes(bs.seed, k)%budgetShards]
-}
-
-// get returns sk's budget, made if needed, or nil when its shard is full of budgets in use.
+// get returns sk's budget, or nil for a cold key, decided by one call as without leased
+// budgets, and when the shard is full of budgets in use.
+//
+// A key gets a budget once three of its calls came each within a quarter of maxAge of the one
+// before: most keys never do, and cost a slot of a table with no allocation, rather than a
+// budget (with its key, its timer) made and swept again for every call.
 func (bs *budgets) get(sk []byte, key string, c call, now int64) *budget {
-	sh := bs.shard(sk)
+	h := maphash.Bytes(bs.seed, sk)
+	sh := &bs.shards[h%budgetShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b := sh.m[string(sk)]; b != nil {
 		return b
 	}
+	r := &sh.recent[(h/budgetShards)%recentSlots]
+	switch {
+	case r.tag != h || now-r.last > bs.maxAge/4:
+		*r = recentCall{tag: h, last: now}
+		return nil
+	case r.streak == 0:
+		r.last, r.streak = now, 1
+		return nil
+	}
+	last := r.last
+	*r = recentCall{}
 	if now >= sh.nextSweep {
 		bs.sweep(sh, now)
 	}
 	if len(sh.m) >= bs.perShard && !bs.evict(sh, now) {
 		return nil
 	}
-	b := &budget{key: key, spec: c.spec, k: 1}
+	// as if the last call had been a batch of one: the next one doubles (see nextBatch)
+	b := &budget{key: key, spec: c.spec, k: 1, fetched: last}
 	sh.m[string(sk)] = b
 	return b
 }

@@ -32,7 +32,8 @@
 //     the batch was sent, less a millisecond: never later than the server's).
 //   - Parked units: one batch at a time per budget (the calls that come meanwhile wait for it),
 //     of at most maxBatch units, so at most maxBatch - 1 units are parked per process, key,
-//     limit and reserve. The batch adapts (see nextBatch): it doubles while batches are used up
+//     limit and reserve. A key gets a budget once three of its calls came each within a
+//     quarter of maxAge of the one before. The batch adapts: it doubles while batches are used up
 //     within a quarter of maxAge, halves when one lasts more than half, and is one unit, as
 //     without batching, when the key is idle for maxAge or denied. A key called less often
 //     than once per maxAge is decided by one call of its cost per decision, and parks nothing.
