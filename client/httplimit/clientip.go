@@ -150,12 +150,15 @@ func (c *ClientIP) group(a netip.Addr) string {
 }
 
 // xForwardedFor reads the addresses of X-Forwarded-For headers, several of them one list in
-// their order (RFC 9110, section 5.3).
+// their order (RFC 9110, section 5.3), whose empty elements are ignored (section 5.6.1), as
+// forwardedFor's are.
 func xForwardedFor(values []string) []netip.Addr {
 	var chain []netip.Addr
 	for _, v := range values {
 		for e := range strings.SplitSeq(v, ",") {
-			chain = append(chain, parseNode(strings.TrimSpace(e)))
+			if e = strings.TrimSpace(e); e != "" {
+				chain = append(chain, parseNode(e))
+			}
 		}
 	}
 	return chain
