@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -180,8 +181,13 @@ func (e *throughputEnv) incr() contender {
 func BenchmarkThroughput(b *testing.B) {
 	e := newThroughputEnv(b)
 	bucket := client.TokenBucket{Capacity: perSecond, Rate: perSecond, Period: time.Second}
+	background := rlfnOn(e.lim, "rlfn_background", bucket)
+	op := background.op
+	background.op = func(_ context.Context, p int) error { return op(context.Background(), p) }
 	runContenders(b, e, []contender{
 		e.rlfn("rlfn_token_bucket", bucket),
+		// a context that cannot be canceled costs no timer: see client.WithDeadline
+		background,
 		rlfnOn(e.leased, "rlfn_leased", bucket),
 		e.redisRate(),
 		e.incr(),
@@ -353,6 +359,8 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 		b.Fatal(err)
 	}
 	clientCPU0 := clientCPU()
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 
 	var (
 		mu        sync.Mutex
@@ -385,6 +393,7 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	runtime.ReadMemStats(&mem1)
 	if failed.Load() {
 		return
 	}
@@ -405,6 +414,9 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	b.ReportMetric(micros(serverCPU1-serverCPU0)/n, "server-cpu-µs/op")
 	b.ReportMetric(float64(st.Usec)/float64(max(st.Calls, 1)), "server-cmd-µs/op")
 	b.ReportMetric(micros(clientCPU1-clientCPU0)/n, "client-cpu-µs/op")
+	// Every allocation of this process during the run, the goroutines' latency slices aside
+	// (a few growths each): the client's, valkey-go's and the contender's, per decision.
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/n, "client-allocs/op")
 	b.ReportMetric(float64(st.Calls)/n, "server-calls/op")
 	b.ReportMetric(float64(st.Calls)/b.Elapsed().Seconds(), "server-calls/s")
 }

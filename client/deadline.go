@@ -23,6 +23,9 @@ type tick struct {
 	n    int64     // at, in tickResolutions since clockBase
 	at   time.Time // carries a monotonic reading, as clockBase does
 	done chan struct{}
+	// bg is context.Background with this tick's deadline, shared by the calls made with
+	// context.Background (or TODO), which carries no value: they cost no allocation.
+	bg *deadlineCtx
 }
 
 // after returns the tick that ends d after now (since clockBase), rounded up to
@@ -34,6 +37,7 @@ func (ds *deadlines) after(now, d time.Duration) *tick {
 		return t
 	}
 	nt := &tick{n: n, at: clockBase.Add(time.Duration(n) * tickResolution), done: make(chan struct{})}
+	nt.bg = &deadlineCtx{Context: context.Background(), t: nt}
 	time.AfterFunc(time.Duration(n)*tickResolution-now, func() { close(nt.done) })
 	// Another call may have installed a tick meanwhile: both are correct, this one only cost
 	// a timer.
@@ -73,10 +77,16 @@ func (c *deadlineCtx) Err() error {
 func (l *Limiter) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Since(clockBase)
 	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
-		return ctx, func() {}
+		return ctx, noCancel
 	}
 	if ctx.Done() != nil {
 		return context.WithDeadline(ctx, clockBase.Add(now+l.deadline))
 	}
-	return &deadlineCtx{Context: ctx, t: l.deadlines.after(now, l.deadline)}, func() {}
+	t := l.deadlines.after(now, l.deadline)
+	if ctx == context.Background() || ctx == context.TODO() {
+		return t.bg, noCancel
+	}
+	return &deadlineCtx{Context: ctx, t: t}, noCancel
 }
+
+func noCancel() {}
