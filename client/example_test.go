@@ -229,3 +229,27 @@ func ExampleLimiter_Refund() {
 		log.Print(err) // a lost refund only makes the limit stricter for a while
 	}
 }
+
+// A global ceiling every request of every instance passes through is one hot key: leased
+// budgets serve it from batches of up to 256 units, each handed out within 50ms, and the denial
+// cache answers a flood of denied calls without the server. Close gives the parked units back.
+func ExampleWithLeasedBudgets() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk,
+		client.WithLeasedBudgets(256, 50*time.Millisecond),
+		client.WithDenialCache(100_000))
+	defer lim.Close(context.Background()) // before vk.Close: the refunds need the connection
+
+	global := client.Limit(client.TokenBucket{Capacity: 20_000, Rate: 10_000, Period: time.Second})
+	res, err := lim.Allow(context.Background(), "api:global", global)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("503, retry in %s\n", res.RetryAfter)
+	}
+}

@@ -19,6 +19,7 @@ func TestREADMEExamples(t *testing.T) {
 		{"example_test.go", "ExampleLimiter_AllowAll"},
 		{"example_test.go", "ExampleLimiter_AllowAll_merchantAndGlobal"},
 		{"example_test.go", "ExampleLimiter_Refund"},
+		{"example_test.go", "ExampleWithLeasedBudgets"},
 		{"httplimit/example_test.go", "Example"},
 		{"httplimit/example_test.go", "Example_concurrency"},
 	} {
