@@ -530,6 +530,7 @@ func TestNewRefusesOptions(t *testing.T) {
 		{"negative MaxDelay", &fake{}, Options{Key: key, Policy: policy, MaxDelay: -1}, "MaxDelay"},
 		{"ErrorStatus 200", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 200}, "ErrorStatus"},
 		{"ErrorStatus 600", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 600}, "ErrorStatus"},
+		{"Reset 3", &fake{}, Options{Key: key, Policy: policy, Reset: ResetNone + 1}, "Reset"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.lim, tt.give)
