@@ -131,19 +131,32 @@ func (r *run) report() Report {
 //     happened;
 //  7. release the lock.
 //
-// A deploy that left nodes out (forced past unreachable nodes) returns a *PartialError
-// whose cause is ErrNotDeployed, even when nothing else failed: Apply returns nil only when
-// every node the plan knows of runs the release at the end. The Report is returned with
-// every error.
+// A replica that receives nothing (its primary already runs the release) yet runs other
+// code is given Options.VerifyTimeout to catch up, also when nothing is pending; one that
+// does not is OutcomeLagging. A deploy that left nodes out (forced past unreachable nodes,
+// and their replicas) or found a lagging replica returns a *PartialError whose cause is
+// ErrNotDeployed, even when nothing else failed: Apply returns nil only when every node the
+// plan knows of runs the release at the end. The Report is returned with every error.
 func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, err error) {
 	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now()}
 	r.res = make([]NodeResult, len(p.Steps))
 	r.changed = make([]bool, len(p.Steps))
+	byAddr := make(map[string]int, len(p.Steps))
+	for i, s := range p.Steps {
+		byAddr[s.Node.Addr] = i
+	}
 	for i, s := range p.Steps {
 		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
-		if p.Force && s.State == StateUnreachable {
+		if !p.Force {
+			continue
+		}
+		if s.State == StateUnreachable {
 			// Never touched from here on: not loaded, verified, re-read nor dialled.
 			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("unreachable: %w", s.Unreachable)
+		} else if root, ok := rootPrimary(p.Steps, byAddr, i); ok && s.Node.Role == RoleReplica &&
+			s.State != StateCurrent && p.Steps[root].State == StateUnreachable {
+			// Its primary is left out, so nothing reaches it: left out as well, not lagging.
+			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("its primary %s is unreachable", p.Steps[root].Node.Addr)
 		}
 	}
 	defer func() {
@@ -162,6 +175,7 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		return r.report(), &RefusedError{Steps: refused}
 	}
 	if !p.Pending() {
+		r.awaitLagging(ctx)
 		return r.complete()
 	}
 
@@ -186,8 +200,8 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 			return
 		}
 		// The deploy is done either way and the lease runs out by itself: a warning, not
-		// a failed deploy.
-		rep.Warnings = append(rep.Warnings, oneLine(uerr.Error()))
+		// a failed deploy. Its text names the node.
+		rep.Warnings = append(rep.Warnings, Warning{ID: WarnLockRelease, Text: oneLine(uerr.Error())})
 		var pe *PartialError
 		if errors.As(err, &pe) {
 			pe.Report.Warnings = rep.Warnings
@@ -203,6 +217,9 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	r.load(dctx)
 	if r.failure() == nil {
 		r.verify(dctx)
+	}
+	if r.failure() == nil {
+		r.awaitLagging(dctx)
 	}
 	if err := r.failure(); err != nil {
 		if c := context.Cause(dctx); c != nil {
@@ -222,10 +239,11 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 	return r.complete()
 }
 
-// complete ends a run that failed nowhere: it is a success only if no node was left out.
+// complete ends a run that failed nowhere: it is a success only if no node was left out
+// and no replica lags.
 func (r *run) complete() (Report, error) {
 	rep := r.report()
-	if len(rep.LeftOut()) > 0 {
+	if len(rep.NotDeployed()) > 0 {
 		return rep, &PartialError{Report: rep, Err: ErrNotDeployed}
 	}
 	return rep, nil
@@ -423,6 +441,48 @@ func (r *run) verify(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// awaitLagging gives every replica that receives nothing from this deploy yet does not run
+// the release (Plan.Lagging, and replicas whose primary is not in the plan) until
+// Options.VerifyTimeout to catch up: a replica whose replication is broken would otherwise
+// stay on other code while the deploy says done. One that does not is OutcomeLagging; it
+// does not fail the deploy, whose loads are sound, and nothing is restored for it.
+func (r *run) awaitLagging(ctx context.Context) {
+	vctx, cancel := context.WithTimeout(ctx, r.opts.VerifyTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, inspectParallelism)
+	for i, s := range r.p.Steps {
+		if !s.read() || s.Action != ActionNone || s.State == StateCurrent || r.res[i].Outcome == OutcomeLeftOut {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			began := time.Now()
+			err := r.await(vctx, s.Node, r.p.To.Code, r.p.To.Version)
+			if err == nil {
+				r.set(i, OutcomeReplicated, nil, began)
+			} else {
+				r.set(i, OutcomeLagging, fmt.Errorf("runs %s, not %s, and receives nothing from this deploy, which never loads a replica (is its replication broken?): %w",
+					stepRuns(s), r.p.To.Version, err), began)
+			}
+			r.emit(Event{Node: s.Node, Phase: PhaseVerify, Err: err})
+		})
+	}
+	wg.Wait()
+}
+
+// stepRuns says what a node ran when inspected: a release, "drifted code" or "no library".
+func stepRuns(s Step) string {
+	switch s.State {
+	case StateAbsent:
+		return "no library"
+	case StateDrifted:
+		return "drifted code"
+	}
+	return s.From
 }
 
 // await polls a node until it has exactly code ("" = no library) and, if version is set,

@@ -62,6 +62,18 @@ func TestApplyWithoutServer(t *testing.T) {
 			want: OutcomeUnchanged,
 		},
 		{
+			// Nothing reaches a replica whose primary is left out: it is left out too (not
+			// lagging, which would wait for it to catch up, nor unchanged).
+			name: "unreachable primary, forced: its replica behind is left out as well",
+			give: NewPlan([]Installed{on(p1, r110.Code), down, on(r2, r100.Code)}, r110, true),
+			wantErr: func(err error) bool {
+				return errors.Is(err, ErrNotDeployed) &&
+					err.Error() == "deployer: deploy of 1.1.0 incomplete: NOT deployed: 127.0.0.1:7002 (unreachable: connect: connection refused), "+
+						"127.0.0.1:7005 (its primary 127.0.0.1:7002 is unreachable)"
+			},
+			wantNodes: []Outcome{OutcomeUnchanged, OutcomeLeftOut, OutcomeLeftOut},
+		},
+		{
 			name:    "nothing pending",
 			give:    NewPlan([]Installed{on(p1, r110.Code)}, r110, false),
 			wantErr: func(err error) bool { return err == nil },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/valkey-io/valkey-go"
@@ -109,14 +110,16 @@ type reading struct {
 }
 
 // read asks a node, in one round trip, what it is (INFO server), what library it runs
-// (FUNCTION LIST) and whether it has FCALL_RO (calling rl_version: "Function not found" is
-// an answer too). An unknown FUNCTION or FCALL_RO makes the node unsupported; the error
-// return is for a node that could not be read (no answer, or a refusal such as NOPERM).
+// (FUNCTION LIST), whether it has FCALL_RO (calling rl_version: "Function not found" is
+// an answer too) and which engines it has (FUNCTION STATS). An unknown FUNCTION or FCALL_RO,
+// or an engine list without Lua, makes the node unsupported; the error return is for a node
+// that could not be read (no answer, or a refusal such as NOPERM).
 func (n *conn) read(ctx context.Context) (reading, error) {
 	res := n.c.DoMulti(ctx,
 		n.c.B().Info().Section("server").Build(),
 		n.functionList(),
-		n.c.B().FcallRo().Function("rl_version").Numkeys(0).Build())
+		n.c.B().FcallRo().Function("rl_version").Numkeys(0).Build(),
+		n.c.B().FunctionStats().Build())
 	var rd reading
 	info, err := res[0].ToString()
 	switch {
@@ -138,10 +141,43 @@ func (n *conn) read(ctx context.Context) (reading, error) {
 	if err := res[2].Error(); unknownCommand(err) {
 		rd.code, rd.engine = "", ""
 		rd.unsupported = "FCALL_RO is not a command here (renamed or disabled, or blocked by a managed service)"
+		return rd, nil
 	} else if err != nil && !refused(err) {
 		return reading{}, fmt.Errorf("FCALL_RO rl_version: %w", err)
 	}
+	if engines, ok := parseEngines(res[3]); ok && !slices.ContainsFunc(engines, luaEngine) {
+		rd.code, rd.engine = "", ""
+		listed := "none"
+		if len(engines) > 0 {
+			listed = strings.Join(engines, ", ")
+		}
+		rd.unsupported = "no Lua engine (FUNCTION STATS lists " + listed + "): the server was built without Lua"
+	}
 	return rd, nil
+}
+
+// parseEngines reads the engine names in a FUNCTION STATS reply. ok is false when the reply
+// says nothing about them: refused (an ACL user without +function|stats, such as
+// ACLRules's) or not the expected shape. Unreadable is not "no engine": only an engine
+// list read in full can make a node unsupported.
+func parseEngines(res valkey.ValkeyResult) (engines []string, ok bool) {
+	stats, err := res.AsMap()
+	if err != nil {
+		return nil, false
+	}
+	msg, found := stats["engines"]
+	if !found {
+		return nil, false
+	}
+	m, err := msg.AsMap()
+	if err != nil {
+		return nil, false
+	}
+	for name := range m {
+		engines = append(engines, name)
+	}
+	slices.Sort(engines)
+	return engines, true
 }
 
 // unknownCommand reports whether err is a server's "unknown command" answer.

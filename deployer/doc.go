@@ -39,5 +39,7 @@
 // function|load and function|delete: deploy and restore; fcall_ro: verify rl_version;
 // set, get, pttl, eval, and pexpire and del (which the renew and release scripts call)
 // on the lock key only: the lock. No other key is readable. ACL
-// users are per node: create the user on every node, replicas included.
+// users are per node: create the user on every node, replicas included. Inspect also asks
+// FUNCTION STATS, to tell a server built without the Lua engine; these rules refuse it, which
+// Inspect takes as "not told" (such a server then fails the deploy's load, and is restored).
 package deployer

@@ -22,8 +22,9 @@ var ErrNoNodes = errors.New("deployer: the plan has no nodes")
 var ErrLockLost = errors.New("deployer: the deploy lock was lost")
 
 // ErrNotDeployed is the cause of a PartialError for a deploy that failed nowhere but left
-// nodes out (unreachable, forced past): they do NOT run the release.
-var ErrNotDeployed = errors.New("deployer: nodes were left out")
+// nodes out (unreachable, forced past), or found replicas that do not follow their primary
+// (OutcomeLagging): they do NOT run the release.
+var ErrNotDeployed = errors.New("deployer: not every node runs the release")
 
 // UnsupportedError is returned by Apply for a plan with nodes that cannot run Functions:
 // forcing does not help, the server has to change.
@@ -103,7 +104,7 @@ func (e *PartialError) Error() string {
 	leftOut := e.Report.LeftOut()
 	if e.Err == ErrNotDeployed {
 		b.WriteString(": NOT deployed: ")
-		for i, n := range leftOut {
+		for i, n := range e.Report.NotDeployed() {
 			if i > 0 {
 				b.WriteString(", ")
 			}

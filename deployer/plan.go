@@ -3,6 +3,7 @@ package deployer
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rlfn/rlfn/versions"
 )
@@ -83,11 +84,20 @@ func (p Plan) Pending() bool {
 // Pending, and Apply changes nothing; this says there is something to look at. Replicas
 // whose primary (or they themselves) could not be inspected are not included.
 func (p Plan) Lagging() []Step {
+	var out []Step
+	for _, i := range p.lagging() {
+		out = append(out, p.Steps[i])
+	}
+	return out
+}
+
+// lagging is Lagging as indices into Steps.
+func (p Plan) lagging() []int {
 	byAddr := make(map[string]int, len(p.Steps))
 	for i, s := range p.Steps {
 		byAddr[s.Node.Addr] = i
 	}
-	var out []Step
+	var out []int
 	for i, s := range p.Steps {
 		if s.Node.Role != RoleReplica || !s.read() || s.Action == ActionReplicate {
 			continue
@@ -97,7 +107,7 @@ func (p Plan) Lagging() []Step {
 			continue
 		}
 		if s.Code != p.Steps[root].Code {
-			out = append(out, s)
+			out = append(out, i)
 		}
 	}
 	return out
@@ -136,13 +146,11 @@ func (p Plan) Current() bool {
 	return len(p.Steps) > 0
 }
 
-// Warnings are the nodes' warnings (Installed.Warnings), each after its node's address.
-func (p Plan) Warnings() []string {
-	var out []string
+// Warnings are the nodes' warnings (Installed.Warnings), in plan order.
+func (p Plan) Warnings() []Warning {
+	var out []Warning
 	for _, s := range p.Steps {
-		for _, w := range s.Warnings {
-			out = append(out, s.Node.Addr+": "+w)
-		}
+		out = append(out, s.Warnings...)
 	}
 	return out
 }
@@ -222,6 +230,14 @@ func NewPlan(installed []Installed, to versions.Release, force bool) Plan {
 			s.Reason = "replica: receives " + to.Version + " from " + s.Node.Primary
 		}
 		s.Refusal = refusal(*s, to)
+	}
+	for _, i := range p.lagging() {
+		s := &p.Steps[i]
+		root, _ := rootPrimary(p.Steps, byAddr, i)
+		// A copy: the Installed's slice is the caller's.
+		s.Warnings = append(slices.Clip(s.Warnings), Warning{ID: WarnReplicaLagging, Addr: s.Node.Addr, Text: fmt.Sprintf(
+			"replica runs %s while its primary %s runs %s, and a deploy never loads a replica: is its replication broken?",
+			stepRuns(*s), p.Steps[root].Node.Addr, stepRuns(p.Steps[root]))})
 	}
 	return p
 }

@@ -3,6 +3,7 @@ package deployer
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rlfn/rlfn/versions"
@@ -461,6 +462,22 @@ func TestPlanLagging(t *testing.T) {
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("Lagging() = %v, want %v", got, tt.want)
+			}
+			// Each lagging replica is a warning of its own, which reaches status, diff and
+			// their exit code.
+			var warned []string
+			for _, w := range p.Warnings() {
+				if w.ID == WarnReplicaLagging && strings.Contains(w.Text, "is its replication broken?") {
+					warned = append(warned, w.Addr)
+				}
+			}
+			if !slices.Equal(warned, tt.want) {
+				t.Errorf("replica-lagging warnings on %v, want %v", warned, tt.want)
+			}
+			for _, in := range tt.give {
+				if len(in.Warnings) > 0 {
+					t.Errorf("NewPlan wrote into the Installed it was given: %v", in.Warnings)
+				}
 			}
 			if p.Pending() != tt.wantPending {
 				t.Errorf("Pending() = %v, want %v", p.Pending(), tt.wantPending)

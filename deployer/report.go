@@ -21,6 +21,11 @@ const (
 	// not touch it: it is NOT deployed, whatever it runs (see Report.LeftOut); Err says
 	// why it was unreachable.
 	OutcomeLeftOut Outcome = "left-out"
+	// OutcomeLagging: a replica that received nothing from this deploy (its primary was not
+	// loaded) and still does not run the release after Options.VerifyTimeout: its
+	// replication is broken or far behind, and a deploy never loads a replica. It is NOT
+	// deployed; Err says what it was found running.
+	OutcomeLagging Outcome = "lagging"
 )
 
 // Report is what Apply did, one NodeResult per plan step, same order.
@@ -28,9 +33,9 @@ type Report struct {
 	To       string
 	Nodes    []NodeResult
 	Duration time.Duration
-	// Warnings are problems that did not fail the deploy, for people: e.g. the lock could
-	// not be released (its lease runs out by itself).
-	Warnings []string
+	// Warnings are problems that did not fail the deploy: the lock could not be released
+	// (WarnLockRelease; its lease runs out by itself).
+	Warnings []Warning
 	// RolledBack: the deploy failed and every node it had changed is back as it was. False
 	// when any node could not be put back (see NotRestored), or when nothing failed.
 	RolledBack bool
@@ -39,6 +44,22 @@ type Report struct {
 // LeftOut returns the nodes a forced deploy left out because they were unreachable
 // (OutcomeLeftOut): they are NOT deployed, and nothing is known of what they run.
 func (r Report) LeftOut() []NodeResult { return r.with(OutcomeLeftOut) }
+
+// Lagging returns the replicas that do not run the release at the end, their replication
+// broken (OutcomeLagging): they are NOT deployed.
+func (r Report) Lagging() []NodeResult { return r.with(OutcomeLagging) }
+
+// NotDeployed returns the nodes that do not run the release at the end although the deploy
+// failed nowhere: those left out, and lagging replicas.
+func (r Report) NotDeployed() []NodeResult {
+	var out []NodeResult
+	for _, n := range r.Nodes {
+		if n.Outcome == OutcomeLeftOut || n.Outcome == OutcomeLagging {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // NotRestored returns the nodes a failed deploy changed and could not put back
 // (OutcomeRestoreFailed): look at them.
@@ -73,8 +94,8 @@ func (r NodeResult) String() string {
 		from = "absent"
 	}
 	var b strings.Builder
-	if r.Outcome == OutcomeLeftOut {
-		// From is empty here: what it runs is unknown, not absent.
+	if r.Outcome == OutcomeLeftOut || r.Outcome == OutcomeLagging {
+		// A left-out node's From is empty: what it runs is unknown, not absent.
 		why := "unreachable"
 		if r.Err != nil {
 			why = oneLine(r.Err.Error())

@@ -13,7 +13,16 @@ func TestServer(t *testing.T) {
 		wantUnsupported string // contained
 		wantWarning     bool
 	}{
-		{name: "Valkey 8", give: "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", want: "Valkey 8.0.1"},
+		// Valkey fixed them in 7.2.11, 8.0.6 and 8.1.4 (its 9.0 came out with them); its
+		// redis_version (7.2.4) must not be read as Redis's.
+		{name: "Valkey 8.0.1 lacks the Lua fixes", give: "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", want: "Valkey 8.0.1", wantWarning: true},
+		{name: "Valkey 7.2.10", give: "server_name:valkey\nvalkey_version:7.2.10\n", want: "Valkey 7.2.10", wantWarning: true},
+		{name: "Valkey 7.2.11", give: "server_name:valkey\nvalkey_version:7.2.11\n", want: "Valkey 7.2.11"},
+		{name: "Valkey 8.0.5", give: "server_name:valkey\nvalkey_version:8.0.5\n", want: "Valkey 8.0.5", wantWarning: true},
+		{name: "Valkey 8.0.6", give: "server_name:valkey\nvalkey_version:8.0.6\n", want: "Valkey 8.0.6"},
+		{name: "Valkey 8.1.3", give: "server_name:valkey\nvalkey_version:8.1.3\n", want: "Valkey 8.1.3", wantWarning: true},
+		{name: "Valkey 8.1.4", give: "server_name:valkey\nvalkey_version:8.1.4\n", want: "Valkey 8.1.4"},
+		{name: "Valkey 9.0.0", give: "server_name:valkey\nvalkey_version:9.0.0\n", want: "Valkey 9.0.0"},
 		{name: "Redis 7.0.15 lacks the Lua fixes", give: "# Server\r\nredis_version:7.0.15\r\n", want: "Redis 7.0.15", wantWarning: true},
 		{name: "Redis 7.2.10", give: "redis_version:7.2.10\n", want: "Redis 7.2.10", wantWarning: true},
 		{name: "Redis 7.2.11", give: "redis_version:7.2.11\n", want: "Redis 7.2.11"},
@@ -41,8 +50,12 @@ func TestServer(t *testing.T) {
 			if (len(w) > 0) != tt.wantWarning {
 				t.Errorf("warnings %q, want a warning %v", w, tt.wantWarning)
 			}
-			if len(w) > 0 && (!strings.Contains(w[0], tt.want) || !strings.Contains(w[0], "7.2.11, 7.4.6, 8.0.4, 8.2.2")) {
-				t.Errorf("warning %q does not name the server and the fixed releases", w[0])
+			fixed := "Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2"
+			if strings.HasPrefix(tt.want, "Valkey") {
+				fixed = "Valkey 7.2.11, 8.0.6, 8.1.4"
+			}
+			if len(w) > 0 && (w[0].ID != WarnLuaSecurity || !strings.HasPrefix(w[0].Text, tt.want+" ") || !strings.Contains(w[0].Text, fixed)) {
+				t.Errorf("warning %+v does not name the server and the fixed releases (%s)", w[0], fixed)
 			}
 		})
 	}

@@ -212,9 +212,9 @@ type Installed struct {
 	// Unsupported says why a node that answers cannot run Functions (FUNCTION or FCALL
 	// unknown, a server before Redis 7.0); Code is empty.
 	Unsupported string
-	// Warnings are problems that do not stop a deploy, for people: e.g. a server missing
-	// known Lua security fixes.
-	Warnings []string
+	// Warnings are problems that do not stop a deploy, each with the node's address: e.g.
+	// a server missing known Lua security fixes (WarnLuaSecurity).
+	Warnings []Warning
 }
 
 // Identify is what a node running code on engine runs, identified against set: the release
@@ -281,6 +281,9 @@ func (t *Target) inspect(ctx context.Context, n Node, set versions.Set) Installe
 		in.Code, in.Engine, in.Version, in.Declared = "", "", "", ""
 	}
 	in.Warnings = rd.server.warnings()
+	for i := range in.Warnings {
+		in.Warnings[i].Addr = n.Addr
+	}
 	return in
 }
 

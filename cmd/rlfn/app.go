@@ -23,6 +23,9 @@ const (
 	exitError   = 1
 	exitPending = 2 // diff --exit-code found changes to deploy
 	exitRefused = 3 // a safety check (drift, downgrade, major change) refused; --force overrides
+	// exitWarnings: status, diff or deploy did all it says, and printed warnings that no
+	// --accept-warning accepted (a server missing security fixes, a lagging replica).
+	exitWarnings = 4
 )
 
 // errPending is returned by diff --exit-code when a deploy would change something.
@@ -55,6 +58,7 @@ func New() *cli.App {
 				Usage: "give up a command, connecting included, after `DURATION`",
 				Value: defaultTimeout,
 			},
+			acceptFlag(),
 		},
 		Commands: []*cli.Command{
 			versionsCommand(),
@@ -68,7 +72,8 @@ func New() *cli.App {
 			if c.Duration("timeout") <= 0 {
 				return errors.New("--timeout must be positive")
 			}
-			return nil
+			_, err := accepted(c)
+			return err
 		},
 		HideHelpCommand: true,
 		OnUsageError:    usageErrorHandler,
@@ -119,6 +124,8 @@ func exitCode(err error) int {
 		return exitPending
 	case errors.As(err, &refused):
 		return exitRefused
+	case isWarnings(err):
+		return exitWarnings
 	}
 	return exitError
 }

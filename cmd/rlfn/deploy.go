@@ -26,8 +26,10 @@ func deployCommand() *cli.Command {
 			"A deploy --to an older release is the rollback. Drifted code, a downgrade, a change\n" +
 			"of major version and an unreachable node are refused (exit 3) unless --force; a forced\n" +
 			"deploy leaves unreachable nodes out and exits 1, naming them. A node that cannot run\n" +
-			"Functions (unsupported) stops any deploy (exit 1). deploy exits 0 only when every node\n" +
-			"runs the release at the end.",
+			"Functions (unsupported) stops any deploy (exit 1). A replica that does not follow its\n" +
+			"primary to the release (lagging) makes it exit 1 too. deploy exits 0 only when every\n" +
+			"node runs the release at the end and every warning is accepted (--accept-warning); a\n" +
+			"deploy that did all that but printed warnings not accepted exits 4.",
 		Flags: []cli.Flag{
 			toFlag(),
 			&cli.BoolFlag{Name: "yes", Usage: "deploy without asking (required when there is no terminal)"},
@@ -57,7 +59,7 @@ func deployAction(c *cli.Context) error {
 		return err
 	}
 	defer t.Close()
-	out := deployJSON{To: plan.To.Version, DryRun: c.Bool("dry-run"), Plan: stepsJSON(plan), Warnings: plan.Warnings()}
+	out := deployJSON{To: plan.To.Version, DryRun: c.Bool("dry-run"), Plan: stepsJSON(plan), Warnings: warningsJSON(plan.Warnings())}
 	p := colours(c.App.Writer)
 	if !asJSON {
 		if err := renderPlan(c.App.Writer, p, plan); err != nil {
@@ -66,7 +68,7 @@ func deployAction(c *cli.Context) error {
 	}
 	finish := func(err error) error {
 		if asJSON {
-			if err != nil {
+			if err != nil && !isWarnings(err) {
 				out.Error = oneLine(err.Error())
 			}
 			if werr := writeJSON(c.App.Writer, out); werr != nil && err == nil {
@@ -82,7 +84,7 @@ func deployAction(c *cli.Context) error {
 		return finish(&deployer.RefusedError{Steps: refused})
 	}
 	if c.Bool("dry-run") {
-		return finish(nil)
+		return finish(unaccepted(c, plan.Warnings()))
 	}
 	if plan.Pending() && !c.Bool("yes") {
 		if err := confirm(c, plan); err != nil {
@@ -98,7 +100,7 @@ func deployAction(c *cli.Context) error {
 	report, err := t.Apply(ctx, plan, opts)
 	var partial *deployer.PartialError
 	if !plan.Pending() && err == nil {
-		return finish(nil)
+		return finish(unaccepted(c, deployWarnings(plan, report)))
 	}
 	out.Report = reportJSONOf(report)
 	if !asJSON {
@@ -109,7 +111,23 @@ func deployAction(c *cli.Context) error {
 			}
 		}
 	}
+	if err == nil {
+		err = unaccepted(c, deployWarnings(plan, report))
+	}
 	return finish(err)
+}
+
+// deployWarnings are the warnings that decide a finished deploy's exit code: the plan's and
+// the run's, but not replica-lagging, which the report has settled (a replica that did not
+// catch up is OutcomeLagging, and the deploy exits 1).
+func deployWarnings(plan deployer.Plan, report deployer.Report) []deployer.Warning {
+	var out []deployer.Warning
+	for _, w := range plan.Warnings() {
+		if w.ID != deployer.WarnReplicaLagging {
+			out = append(out, w)
+		}
+	}
+	return append(out, report.Warnings...)
 }
 
 // confirm asks on a terminal; without one there is nobody to ask, so it refuses.
@@ -151,19 +169,19 @@ func progress(c *cli.Context, p palette) func(deployer.Event) {
 
 // deployJSON is deploy --json's output: the plan, and the report when it ran.
 type deployJSON struct {
-	To       string      `json:"to"`
-	DryRun   bool        `json:"dry_run"`
-	Plan     []stepJSON  `json:"plan"`
-	Report   *reportJSON `json:"report,omitempty"`
-	Warnings []string    `json:"warnings,omitempty"` // the nodes' warnings, e.g. missing security fixes
-	Error    string      `json:"error,omitempty"`
+	To       string        `json:"to"`
+	DryRun   bool          `json:"dry_run"`
+	Plan     []stepJSON    `json:"plan"`
+	Report   *reportJSON   `json:"report,omitempty"`
+	Warnings []warningJSON `json:"warnings,omitempty"` // the plan's warnings, e.g. missing security fixes
+	Error    string        `json:"error,omitempty"`
 }
 
 type reportJSON struct {
 	DurationMs int64            `json:"duration_ms"`
 	RolledBack bool             `json:"rolled_back"` // failed, and every node it changed is back as it was
-	Nodes      []nodeResultJSON `json:"nodes"`       // outcome: loaded, unchanged, replicated, failed, restored, restore-failed, skipped, left-out
-	Warnings   []string         `json:"warnings,omitempty"`
+	Nodes      []nodeResultJSON `json:"nodes"`       // outcome: loaded, unchanged, replicated, failed, restored, restore-failed, skipped, left-out, lagging
+	Warnings   []warningJSON    `json:"warnings,omitempty"`
 }
 
 type nodeResultJSON struct {
@@ -177,7 +195,7 @@ type nodeResultJSON struct {
 }
 
 func reportJSONOf(r deployer.Report) *reportJSON {
-	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}, Warnings: r.Warnings}
+	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}, Warnings: warningsJSON(r.Warnings)}
 	for _, n := range r.Nodes {
 		j := nodeResultJSON{
 			Addr: n.Node.Addr, Role: string(n.Node.Role), From: n.From, To: n.To,

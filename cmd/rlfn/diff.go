@@ -24,7 +24,8 @@ func diffCommand() *cli.Command {
 		ArgsUsage:    " ",
 		Description: "diff shows what a deploy would do on every node the server knows of. It exits 1 when a\n" +
 			"node cannot be read (unreachable) or cannot run Functions (unsupported); with\n" +
-			"--exit-code it exits 2 unless every node runs the release.",
+			"--exit-code it exits 2 unless every node runs the release. Otherwise, warnings make it\n" +
+			"exit 4 unless --accept-warning names them.",
 		Flags: []cli.Flag{
 			toFlag(),
 			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 unless every node runs the release"},
@@ -44,7 +45,7 @@ func diffCommand() *cli.Command {
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, diffJSON{
 					To: plan.To.Version, Pending: plan.Pending(), Current: plan.Current(),
-					Steps: stepsJSON(plan), Diffs: diffsJSON(plan), Warnings: plan.Warnings(),
+					Steps: stepsJSON(plan), Diffs: diffsJSON(plan), Warnings: warningsJSON(plan.Warnings()),
 				})
 			} else {
 				p := colours(c.App.Writer)
@@ -61,7 +62,7 @@ func diffCommand() *cli.Command {
 			if c.Bool("exit-code") && !plan.Current() {
 				return errPending
 			}
-			return nil
+			return unaccepted(c, plan.Warnings())
 		},
 	}
 }
@@ -105,25 +106,25 @@ func planFor(ctx context.Context, c *cli.Context, force bool) (*deployer.Target,
 }
 
 type diffJSON struct {
-	To       string     `json:"to"`
-	Pending  bool       `json:"pending"` // a deploy would load something
-	Current  bool       `json:"current"` // every node was read and runs the release
-	Steps    []stepJSON `json:"steps"`
-	Diffs    []codeJSON `json:"diffs"`
-	Warnings []string   `json:"warnings,omitempty"`
+	To       string        `json:"to"`
+	Pending  bool          `json:"pending"` // a deploy would load something
+	Current  bool          `json:"current"` // every node was read and runs the release
+	Steps    []stepJSON    `json:"steps"`
+	Diffs    []codeJSON    `json:"diffs"`
+	Warnings []warningJSON `json:"warnings,omitempty"`
 }
 
 type stepJSON struct {
-	Addr     string   `json:"addr"`
-	Role     string   `json:"role"`
-	State    string   `json:"state"`
-	From     string   `json:"from"`
-	To       string   `json:"to"`
-	Action   string   `json:"action"`
-	Reason   string   `json:"reason,omitempty"`
-	Refusal  string   `json:"refusal,omitempty"`
-	Error    string   `json:"error,omitempty"` // why the node is unreachable or unsupported
-	Warnings []string `json:"warnings,omitempty"`
+	Addr     string        `json:"addr"`
+	Role     string        `json:"role"`
+	State    string        `json:"state"`
+	From     string        `json:"from"`
+	To       string        `json:"to"`
+	Action   string        `json:"action"`
+	Reason   string        `json:"reason,omitempty"`
+	Refusal  string        `json:"refusal,omitempty"`
+	Error    string        `json:"error,omitempty"` // why the node is unreachable or unsupported
+	Warnings []warningJSON `json:"warnings,omitempty"`
 }
 
 func stepsJSON(plan deployer.Plan) []stepJSON {
@@ -131,7 +132,7 @@ func stepsJSON(plan deployer.Plan) []stepJSON {
 	for _, s := range plan.Steps {
 		out = append(out, stepJSON{
 			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), From: s.From, To: s.To,
-			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal, Error: nodeError(s), Warnings: s.Warnings,
+			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal, Error: nodeError(s), Warnings: warningsJSON(s.Warnings),
 		})
 	}
 	return out

@@ -44,12 +44,41 @@ func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) erro
 	if err := t.flush(); err != nil {
 		return err
 	}
+	var ws []deployer.Warning
 	for _, r := range rows {
-		for _, warning := range r.Warnings {
-			fmt.Fprintf(out, "%s: %s: %s\n", p.yellow("Warning"), r.Addr, warning)
+		for _, w := range r.Warnings {
+			ws = append(ws, deployer.Warning{ID: w.ID, Addr: w.Addr, Text: w.Text})
 		}
 	}
+	renderWarnings(out, p, ws)
 	return nil
+}
+
+// renderWarnings prints one line per warning, the same warning on several nodes (a cluster
+// of one server version) once with their addresses.
+func renderWarnings(w io.Writer, p palette, ws []deployer.Warning) {
+	type group struct {
+		w     deployer.Warning
+		addrs []string
+	}
+	var groups []*group
+	byText := map[[2]string]*group{}
+	for _, warning := range ws {
+		k := [2]string{warning.ID, warning.Text}
+		g, ok := byText[k]
+		if !ok {
+			g = &group{w: warning}
+			byText[k] = g
+			groups = append(groups, g)
+		}
+		if warning.Addr != "" {
+			g.addrs = append(g.addrs, warning.Addr)
+		}
+	}
+	for _, g := range groups {
+		g.w.Addr = strings.Join(g.addrs, ", ")
+		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), g.w)
+	}
 }
 
 func (p palette) state(state, text string) string {
@@ -106,13 +135,7 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 	if refused > 0 {
 		fmt.Fprintf(w, "Refused: %s a safety check; --force overrides.\n", count(refused, "node fails", "nodes fail"))
 	}
-	for _, s := range plan.Lagging() {
-		fmt.Fprintf(w, "%s: replica %s runs other code (%s) than its primary %s, and a deploy does not load replicas: is its replication broken?\n",
-			p.yellow("Warning"), s.Node.Addr, stepFrom(s), s.Node.Primary)
-	}
-	for _, warning := range plan.Warnings() {
-		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), warning)
-	}
+	renderWarnings(w, p, plan.Warnings())
 	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "ACTION")
 	for _, s := range plan.Steps {
 		action := s.Reason
@@ -236,7 +259,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		}
 		colour := p.green
 		switch n.Outcome {
-		case deployer.OutcomeFailed, deployer.OutcomeRestoreFailed, deployer.OutcomeLeftOut:
+		case deployer.OutcomeFailed, deployer.OutcomeRestoreFailed, deployer.OutcomeLeftOut, deployer.OutcomeLagging:
 			colour = p.red
 		case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 			colour = p.yellow
@@ -252,7 +275,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 			failed = append(failed, n.Node.Addr)
 		}
 	}
-	unrestored, leftOut := addrs(r.NotRestored()), addrs(r.LeftOut())
+	unrestored, notDeployed := addrs(r.NotRestored()), r.NotDeployed()
 	switch {
 	case len(unrestored) > 0:
 		fmt.Fprintf(w, "%s: deploy of %s failed after %s and %s NOT restored: %s. Check them with rlfn status.\n",
@@ -261,15 +284,21 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		fmt.Fprintf(w, "Deploy of %s failed after %s; every node it changed was restored.\n", r.To, ms(r.Duration))
 	case len(failed) > 0:
 		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), strings.Join(failed, ", "))
-	case len(leftOut) > 0:
-		fmt.Fprintf(w, "%s: deploy of %s incomplete after %s: %s NOT deployed (unreachable, left out by --force): %s.\n",
-			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(leftOut), "node was", "nodes were"), strings.Join(leftOut, ", "))
+	case len(notDeployed) > 0:
+		named := make([]string, len(notDeployed))
+		for i, n := range notDeployed {
+			why := "left out by --force" // unreachable, or its primary is
+			if n.Outcome == deployer.OutcomeLagging {
+				why = "lagging replica"
+			}
+			named[i] = n.Node.Addr + " (" + why + ")"
+		}
+		fmt.Fprintf(w, "%s: deploy of %s incomplete after %s: %s NOT deployed: %s.\n",
+			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(notDeployed), "node was", "nodes were"), strings.Join(named, ", "))
 	default:
 		fmt.Fprintf(w, "Deployed %s in %s.\n", r.To, ms(r.Duration))
 	}
-	for _, warning := range r.Warnings {
-		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), warning)
-	}
+	renderWarnings(w, p, r.Warnings)
 	return nil
 }
 

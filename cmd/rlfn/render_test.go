@@ -58,11 +58,15 @@ var (
 		{Node: r2, From: "1.1.0", To: "1.1.0", Outcome: deployer.OutcomeReplicated, Duration: 3 * time.Millisecond},
 	}}
 
-	fixtureLeftOut = deployer.Report{To: "1.1.0", Duration: 30 * time.Millisecond, Warnings: []string{
-		"deployer: release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"},
+	// fixtureLeftOut: a forced deploy that left a node out, and found a replica that did
+	// not follow its primary (lagging): NOT deployed, both.
+	fixtureLeftOut = deployer.Report{To: "1.1.0", Duration: 30 * time.Millisecond, Warnings: []deployer.Warning{{
+		ID: deployer.WarnLockRelease, Text: "deployer: release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"}},
 		Nodes: []deployer.NodeResult{
 			{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
 			{Node: r1, To: "1.1.0", Outcome: deployer.OutcomeLeftOut, Err: errors.New("unreachable: flagged fail by the cluster")},
+			{Node: r2, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLagging, Duration: 10 * time.Second,
+				Err: errors.New("runs 1.0.0, not 1.1.0, and receives nothing from this deploy, which never loads a replica (is its replication broken?): has other code after 10s")},
 		}}
 
 	fixtureFailed = deployer.Report{To: "1.1.0", Duration: 95 * time.Millisecond, RolledBack: true, Nodes: []deployer.NodeResult{
@@ -84,7 +88,8 @@ var fixtureUnrestored = deployer.Report{To: "1.1.0", Duration: 5 * time.Second, 
 // onRedis70 is a node on Redis 7.0.15, which lacks the Lua security fixes: a warning.
 func onRedis70(in deployer.Installed) deployer.Installed {
 	in.Server = deployer.Server{Name: "redis", Version: "7.0.15"}
-	in.Warnings = []string{"Redis 7.0.15 lacks known Lua security fixes (CVE-2025-49844 and others): upgrade to Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2 or later"}
+	in.Warnings = []deployer.Warning{{ID: deployer.WarnLuaSecurity, Addr: in.Node.Addr,
+		Text: "Redis 7.0.15 lacks known Lua security fixes (CVE-2025-49844 and others): upgrade to Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2 or later"}}
 	return in
 }
 

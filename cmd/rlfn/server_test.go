@@ -42,10 +42,15 @@ func standalone(t *testing.T, start func(testing.TB, ...string) *harness.Server)
 	return primary, replica
 }
 
-// rlfnAt runs rlfn against the server at addr.
+// acceptOurs accepts the one warning every server of the tests' images earns (Valkey 8.0.1
+// and Redis 7.0.15 both predate the Lua security fixes), so that a test's exit codes say
+// what it tests; TestSecurityWarning runs without it and expects exit 4.
+var acceptOurs = []string{"--accept-warning", "lua-security"}
+
+// rlfnAt runs rlfn against the server at addr, with acceptOurs.
 func rlfnAt(t *testing.T, set versions.Set, addr string, args ...string) result {
 	t.Helper()
-	return rlfn(t, set, append([]string{"--url", "redis://" + addr}, args...)...)
+	return rlfn(t, set, append(append([]string{"--url", "redis://" + addr}, acceptOurs...), args...)...)
 }
 
 func statusOf(t *testing.T, set versions.Set, addr string) map[string]statusRow {
@@ -248,33 +253,135 @@ func TestUnsupportedServer(t *testing.T) {
 	}
 }
 
-// TestSecurityWarning: Redis 7.0 lacks the Lua security fixes of 7.2.11 and later: every
-// command that reads the node says so, in the table and in JSON, without failing.
+// TestSecurityWarning: Valkey 8.0.1 and Redis 7.0.15 lack the Lua security fixes of October
+// 2025 (Valkey 7.2.11, 8.0.6, 8.1.4; Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2): every command that
+// reads the node says so in the table and in JSON, with the warning's ID, and exits 4 after
+// doing all it says (deploy deploys); --accept-warning or $RLFN_ACCEPT_WARNINGS naming the ID
+// makes it 0, still printing the warning; an unknown ID is refused before any dial.
 func TestSecurityWarning(t *testing.T) {
 	t.Setenv("NO_COLOR", "1")
 	set := testReleases(t)
-	s := harness.StartRedis(t)
-	want := "lacks known Lua security fixes"
+	for _, server := range []struct {
+		name, product string
+		start         func(testing.TB, ...string) *harness.Server
+	}{{"valkey8", "Valkey 8.0", harness.StartValkey}, {"redis7.0", "Redis 7.0", harness.StartRedis}} {
+		t.Run(server.name, func(t *testing.T) {
+			s := server.start(t)
+			url := "redis://" + s.Addr
+			warning := "Warning: " + s.Addr + ": " + server.product
+			strict := func(args ...string) result { return rlfn(t, set, append([]string{"--url", url}, args...)...) }
+			wantWarned := func(r result, code int, what string) {
+				t.Helper()
+				wantExit(t, r, code, what)
+				if !strings.Contains(r.stdout, "lacks known Lua security fixes") || !strings.Contains(r.stdout, "lua-security") {
+					t.Errorf("%s does not print the warning and its ID:\n%s", what, r.stdout)
+				}
+				if code == exitWarnings && !strings.Contains(r.stderr, "--accept-warning lua-security") {
+					t.Errorf("%s: stderr %q does not say how to accept the warning", what, r.stderr)
+				}
+			}
 
-	r := rlfnAt(t, set, s.Addr, "status")
-	wantExit(t, r, exitOK, "status of Redis 7.0")
-	if !strings.Contains(r.stdout, "Warning: "+s.Addr+": Redis 7.0") || !strings.Contains(r.stdout, want) {
-		t.Errorf("status does not warn:\n%s", r.stdout)
+			r := strict("status")
+			if wantWarned(r, exitWarnings, "status"); !strings.Contains(r.stdout, warning) || !strings.HasSuffix(strings.TrimSpace(r.stdout), "[lua-security]") {
+				t.Errorf("status does not warn under its table:\n%s", r.stdout)
+			}
+			r = strict("status", "--json")
+			wantWarned(r, exitWarnings, "status --json")
+			var rows []statusRow
+			if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 || len(rows[0].Warnings) != 1 ||
+				rows[0].Warnings[0].ID != "lua-security" || !strings.HasPrefix(rows[0].Warnings[0].Text, server.product) {
+				t.Errorf("status --json: %v, warnings %+v", err, rows)
+			}
+			wantWarned(strict("diff", "--json"), exitWarnings, "diff --json")
+			wantWarned(strict("deploy", "--yes", "--dry-run"), exitWarnings, "deploy --dry-run")
+
+			// Accepted, by flag or environment: still printed, exit 0.
+			wantWarned(strict("--accept-warning", "lua-security", "status"), exitOK, "status --accept-warning lua-security")
+			wantWarned(strict("status", "--accept-warning", "lock-release,lua-security"), exitOK, "status --accept-warning after the command, two IDs")
+			t.Setenv("RLFN_ACCEPT_WARNINGS", "lua-security")
+			wantWarned(strict("status"), exitOK, "status with RLFN_ACCEPT_WARNINGS")
+			t.Setenv("RLFN_ACCEPT_WARNINGS", "")
+			// Another warning's ID accepts nothing here.
+			wantWarned(strict("--accept-warning", "replica-lagging", "status"), exitWarnings, "status accepting another warning")
+
+			// A deploy with a warning deploys, then exits 4: done, with something to review.
+			r = strict("deploy", "--yes")
+			if wantWarned(r, exitWarnings, "deploy"); !strings.Contains(r.stdout, "Deployed "+set.Latest().Version) {
+				t.Errorf("deploy did not deploy:\n%s", r.stdout)
+			}
+			if row := statusOf(t, set, s.Addr)[s.Addr]; row.State != "current" {
+				t.Errorf("after the deploy that exited 4: %+v, want current", row)
+			}
+			wantWarned(strict("diff", "--exit-code"), exitWarnings, "diff --exit-code of a current node")
+			wantWarned(strict("diff", "--exit-code", "--accept-warning", "lua-security"), exitOK, "diff --exit-code accepted")
+			r = strict("deploy", "--yes", "--json")
+			wantWarned(r, exitWarnings, "deploy --json with nothing to do")
+			var out deployJSON
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Error != "" || len(out.Warnings) != 1 || out.Warnings[0].ID != "lua-security" {
+				t.Errorf("deploy --json: %v, error %q, warnings %+v: want the warning and no error", err, out.Error, out.Warnings)
+			}
+
+			// A typo accepts nothing and is refused before any dial.
+			r = rlfn(t, set, "--url", "redis://127.0.0.1:1", "--accept-warning", "lua-securty", "status")
+			if r.code != exitError || !strings.Contains(r.stderr, `--accept-warning "lua-securty": no such warning; there are lua-security`) {
+				t.Errorf("a misspelt ID: exit %d, stderr %q", r.code, r.stderr)
+			}
+		})
 	}
-	r = rlfnAt(t, set, s.Addr, "status", "--json")
-	if wantExit(t, r, exitOK, "status --json of Redis 7.0"); !strings.Contains(r.stdout, `"warnings": [`) || !strings.Contains(r.stdout, want) {
-		t.Errorf("status --json does not warn:\n%s", r.stdout)
+}
+
+// TestLaggingReplica: a replica whose replication is held (CLIENT PAUSE WRITE on it) keeps
+// 1.0.0 while its primary runs 1.1.0, loaded by hand. A deploy of 1.1.0 has nothing to load,
+// and it used to exit 0 with a warning; now status and diff warn (replica-lagging, exit 4;
+// diff --exit-code 2), and deploy waits --verify-timeout for the replica, then exits 1
+// naming it NOT deployed (lagging) in the table and in JSON. Released, it catches up and the
+// same deploy exits 0.
+func TestLaggingReplica(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	v100, v110 := set[0], set[1]
+	primary, replica := standalone(t, harness.StartValkey)
+	wantExit(t, rlfnAt(t, set, primary.Addr, "deploy", "--yes", "--to", v100.Version), exitOK, "deploy 1.0.0")
+	waitLibrary(t, replica, v100.Code)
+
+	ctx := context.Background()
+	rc := replica.Client(t)
+	if err := rc.Do(ctx, rc.B().ClientPause().Timeout(60000).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
-	r = rlfnAt(t, set, s.Addr, "diff", "--json")
-	if wantExit(t, r, exitOK, "diff --json of Redis 7.0"); !strings.Contains(r.stdout, want) {
-		t.Errorf("diff --json does not warn:\n%s", r.stdout)
+	t.Cleanup(func() { rc.Do(context.Background(), rc.B().ClientUnpause().Build()) })
+	pc := primary.Client(t)
+	if err := pc.Do(ctx, pc.B().FunctionLoad().Replace().FunctionCode(v110.Code).Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
-	r = rlfnAt(t, set, s.Addr, "deploy", "--yes")
-	if wantExit(t, r, exitOK, "deploy to Redis 7.0"); !strings.Contains(r.stdout, "Warning: "+s.Addr+": Redis 7.0") {
-		t.Errorf("deploy does not warn:\n%s", r.stdout)
+
+	r := rlfnAt(t, set, primary.Addr, "status")
+	if wantExit(t, r, exitWarnings, "status with a lagging replica"); !strings.Contains(r.stdout, "Warning: "+replica.Addr+": replica runs 1.0.0 while its primary "+primary.Addr+" runs 1.1.0") ||
+		!strings.Contains(r.stderr, "--accept-warning replica-lagging") {
+		t.Errorf("status does not warn of the lagging replica:\n%s%s", r.stdout, r.stderr)
 	}
-	r = rlfnAt(t, set, s.Addr, "deploy", "--yes", "--json")
-	if wantExit(t, r, exitOK, "deploy --json to Redis 7.0"); !strings.Contains(r.stdout, want) {
-		t.Errorf("deploy --json does not warn:\n%s", r.stdout)
+	wantExit(t, rlfnAt(t, set, primary.Addr, "diff", "--exit-code"), exitPending, "diff --exit-code with a lagging replica")
+
+	r = rlfnAt(t, set, primary.Addr, "deploy", "--yes", "--verify-timeout", "500ms")
+	wantExit(t, r, exitError, "deploy with a lagging replica")
+	if !strings.Contains(r.stdout, "lagging: runs 1.0.0, not 1.1.0") || !strings.Contains(r.stdout, "ATTENTION: deploy of 1.1.0 incomplete") ||
+		!strings.Contains(r.stdout, replica.Addr+" (lagging replica)") || !strings.Contains(r.stderr, "NOT deployed: "+replica.Addr) {
+		t.Errorf("deploy does not name the lagging replica NOT deployed:\n%s%s", r.stdout, r.stderr)
 	}
+	r = rlfnAt(t, set, primary.Addr, "deploy", "--yes", "--verify-timeout", "500ms", "--json")
+	wantExit(t, r, exitError, "deploy --json with a lagging replica")
+	var out deployJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Report == nil || out.Error == "" {
+		t.Fatalf("deploy --json: %v\n%s", err, r.stdout)
+	}
+	for _, n := range out.Report.Nodes {
+		if want := map[string]string{primary.Addr: "unchanged", replica.Addr: "lagging"}[n.Addr]; n.Outcome != want {
+			t.Errorf("deploy --json: %s %s, want %s", n.Addr, n.Outcome, want)
+		}
+	}
+
+	if err := rc.Do(ctx, rc.B().ClientUnpause().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, rlfnAt(t, set, primary.Addr, "deploy", "--yes"), exitOK, "deploy once the replica caught up")
 }

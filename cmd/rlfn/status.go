@@ -20,7 +20,8 @@ func statusCommand() *cli.Command {
 			"behind, ahead, or drifted (code that matches no release). A node that cannot be read\n" +
 			"(down as the cluster says, or not answering) is unreachable, and one that answers but\n" +
 			"cannot run Functions is unsupported: status then exits 1. Every node the server knows\n" +
-			"of is a row.",
+			"of is a row. Warnings (a server missing Lua security fixes, a replica that does not follow\n" +
+			"its primary) make it exit 4 unless --accept-warning names them.",
 		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -38,7 +39,8 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rows := statusRows(deployer.NewPlan(installed, set.Latest(), false))
+			plan := deployer.NewPlan(installed, set.Latest(), false)
+			rows := statusRows(plan)
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, rows)
 			} else {
@@ -47,24 +49,27 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return unread(rows)
+			if err := unread(rows); err != nil {
+				return err
+			}
+			return unaccepted(c, plan.Warnings())
 		},
 	}
 }
 
 // statusRow is one node in status's output; its JSON names are a contract.
 type statusRow struct {
-	Addr     string   `json:"addr"`
-	Role     string   `json:"role"`               // primary or replica
-	State    string   `json:"state"`              // current, absent, behind, ahead, drifted, unreachable, unsupported
-	Version  string   `json:"version"`            // the release the node runs; "" when absent or drifted
-	Declared string   `json:"declared,omitempty"` // the version drifted code declares
-	Primary  string   `json:"primary,omitempty"`  // a replica's primary
-	Slots    int      `json:"slots"`              // hash slots a cluster primary owns
-	ID       string   `json:"id,omitempty"`       // cluster node ID
-	Server   string   `json:"server,omitempty"`   // e.g. "Valkey 8.0.1"
-	Error    string   `json:"error,omitempty"`    // why the node is unreachable or unsupported
-	Warnings []string `json:"warnings,omitempty"` // e.g. a server missing known security fixes
+	Addr     string        `json:"addr"`
+	Role     string        `json:"role"`               // primary or replica
+	State    string        `json:"state"`              // current, absent, behind, ahead, drifted, unreachable, unsupported
+	Version  string        `json:"version"`            // the release the node runs; "" when absent or drifted
+	Declared string        `json:"declared,omitempty"` // the version drifted code declares
+	Primary  string        `json:"primary,omitempty"`  // a replica's primary
+	Slots    int           `json:"slots"`              // hash slots a cluster primary owns
+	ID       string        `json:"id,omitempty"`       // cluster node ID
+	Server   string        `json:"server,omitempty"`   // e.g. "Valkey 8.0.1"
+	Error    string        `json:"error,omitempty"`    // why the node is unreachable or unsupported
+	Warnings []warningJSON `json:"warnings,omitempty"` // e.g. a server missing known security fixes
 }
 
 // statusRows is one row per step of a plan against the newest release: the plan's state is
@@ -75,7 +80,7 @@ func statusRows(plan deployer.Plan) []statusRow {
 		r := statusRow{
 			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), Version: s.Version,
 			Primary: s.Node.Primary, Slots: s.Node.Slots, ID: s.Node.ID, Server: s.Server.String(),
-			Error: nodeError(s), Warnings: s.Warnings,
+			Error: nodeError(s), Warnings: warningsJSON(s.Warnings),
 		}
 		if s.State == deployer.StateDrifted {
 			r.Declared = s.Declared // a release declares its own version: only drift needs saying

@@ -157,7 +157,8 @@ func TestReleaseFails(t *testing.T) {
 	}
 	t.Logf("warnings: %q", rep.Warnings)
 	want := "release lock " + deployer.LockKey + " on " + p.Addr
-	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], want) || !strings.Contains(rep.Warnings[0], "'del'") {
+	if len(rep.Warnings) != 1 || rep.Warnings[0].ID != deployer.WarnLockRelease ||
+		!strings.Contains(rep.Warnings[0].Text, want) || !strings.Contains(rep.Warnings[0].Text, "'del'") {
 		t.Errorf("warnings %q, want one saying %q and why", rep.Warnings, want)
 	}
 	if unlock == nil {

@@ -341,7 +341,7 @@ func cycle(t *testing.T, cl *harness.Cluster, url string) error {
 	})
 	if err == nil && len(rep.Warnings) > 0 {
 		// e.g. the lock was not released: the deploy went through, but not cleanly.
-		return errors.New(strings.Join(rep.Warnings, "; "))
+		return fmt.Errorf("%v", rep.Warnings)
 	}
 	return err
 }
@@ -441,7 +441,8 @@ func TestUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in := installed[0]; in.Unsupported != "" || in.Unreachable != nil || len(in.Warnings) != 1 ||
-		!strings.Contains(in.Warnings[0], "lacks known Lua security fixes") {
+		in.Warnings[0].ID != deployer.WarnLuaSecurity || in.Warnings[0].Addr != redis.Addr ||
+		!strings.HasPrefix(in.Warnings[0].Text, "Redis 7.0.") || !strings.Contains(in.Warnings[0].Text, "lacks known Lua security fixes") {
 		t.Errorf("Redis 7.0: %+v, want supported with a security warning", in)
 	}
 }
