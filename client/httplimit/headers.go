@@ -50,7 +50,7 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 	// per request, not ten.
 	var b [256]byte
 	buf := b[:0]
-	var ends [6]int
+	var ends [5]int
 	// Policy names are restricted to characters a Structured Field String holds unescaped.
 	for i, q := range quotas {
 		if i > 0 {
@@ -69,52 +69,49 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 	ends[0] = len(buf)
 	buf = append(append(append(buf, '"'), quotas[0].name...), `";r=`...)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
-	buf = appendSeconds(append(buf, ";t="...), t)
+	buf = append(buf, ";t="...)
+	tFrom := len(buf) // RateLimit ends with t's digits: Retry-After and a delta reset share them
+	buf = appendSeconds(buf, t)
 	ends[1] = len(buf)
 	buf = strconv.AppendInt(buf, res.Limit, 10)
 	ends[2] = len(buf)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	ends[3] = len(buf)
 	n := 4
-	retry := -1 // the index of Retry-After's value
-	if refused && wait != client.Never {
-		buf = appendSeconds(buf, wait)
-		ends[n] = len(buf)
-		retry = n
-		n++
-	}
-	reset := -1
-	switch m.opts.Reset {
-	case ResetUnix:
+	if m.opts.Reset == ResetUnix {
 		buf = appendUnix(buf, m.now(), t)
-		ends[n] = len(buf)
-		reset = n
-		n++
-	case ResetDelta:
-		// the same delay-seconds as Retry-After, when there is one: share its value
-		if reset = retry; reset < 0 {
-			buf = appendSeconds(buf, t)
-			ends[n] = len(buf)
-			reset = n
-			n++
-		}
+		ends[4] = len(buf)
+		n = 5
 	}
+	retry := refused && wait != client.Never
+	shareT := retry || m.opts.Reset == ResetDelta
 	s := string(buf)
-	vals := make([]string, n)
+	// the values, then t's digits when a header repeats them
+	size := n
+	if shareT {
+		size++
+	}
+	vals := make([]string, size)
 	from := 0
 	for i, end := range ends[:n] {
 		vals[i] = s[from:end]
 		from = end
 	}
+	if shareT {
+		vals[n] = s[tFrom:ends[1]]
+	}
 	h[headerPolicy] = vals[0:1:1]
 	h[headerRateLimit] = vals[1:2:2]
 	h[headerLimit] = vals[2:3:3]
 	h[headerRemaining] = vals[3:4:4]
-	if retry >= 0 {
-		h["Retry-After"] = vals[retry : retry+1 : retry+1]
+	if retry {
+		h["Retry-After"] = vals[n : n+1 : n+1]
 	}
-	if reset >= 0 {
-		h[headerReset] = vals[reset : reset+1 : reset+1]
+	switch m.opts.Reset {
+	case ResetUnix:
+		h[headerReset] = vals[4:5:5]
+	case ResetDelta:
+		h[headerReset] = vals[n : n+1 : n+1]
 	}
 }
 
