@@ -197,11 +197,12 @@ func BenchmarkThroughput(b *testing.B) {
 // BenchmarkHotKey is one key called from 64 goroutines (RLFN_BENCH_CALLERS), every decision
 // admitted: rlfn with one call per decision, rlfn with leased budgets, and redis_rate. Target
 // (issue 10): leased budgets at least 10x one call per decision. Besides parallel's figures, the
-// rlfn contenders report over-admitted: the decisions admitted beyond what the server counts
-// as taken (its count less the units parked), which must be 0.
+// rlfn contenders report over-admitted: the decisions admitted beyond what the server counts as
+// taken once the Limiter is closed (every parked unit given back), which must be 0.
 func BenchmarkHotKey(b *testing.B) {
 	e := newThroughputEnv(b)
-	limit := client.FixedWindow{Limit: 999_999_999_999_999, Window: time.Hour}
+	// the longest window, so that no run spans two
+	limit := client.FixedWindow{Limit: 999_999_999_999_999, Window: 100_000_000_000 * time.Millisecond}
 	var run atomic.Int64
 	for _, c := range []struct {
 		name string
@@ -230,10 +231,7 @@ func BenchmarkHotKey(b *testing.B) {
 				}
 				return r.Limit - r.Remaining
 			}
-			parked := lim.Parked()
-			if u := used(); u != admitted.Load()+parked {
-				b.Errorf("the server counts %d units, want admitted %d + parked %d", u, admitted.Load(), parked)
-			}
+			// (parked units age out meanwhile: only after Close is the count exact)
 			if err := lim.Close(b.Context()); err != nil {
 				b.Fatal(err)
 			}
