@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -44,7 +45,14 @@ type Server struct {
 	lim  *client.Limiter
 	opts Options
 	mux  *http.ServeMux
+	// boundaryMu is held by the boundary scenario that runs: a second one, from another tab,
+	// would reset the cards under the first and send into its windows, and both would show
+	// counts that mean nothing.
+	boundaryMu sync.Mutex
 }
+
+// errBoundaryBusy refuses a boundary scenario while another one runs.
+var errBoundaryBusy = errors.New("the boundary scenario is already running (from this page or another): try again when it ends")
 
 // New returns the playground's handler, which calls the library through vk. The caller owns
 // vk and closes it after the handler's last request.
@@ -336,6 +344,11 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err, nil)
 		return
 	}
+	if !s.boundaryMu.TryLock() {
+		s.fail(w, errBoundaryBusy, nil)
+		return
+	}
+	defer s.boundaryMu.Unlock()
 	ctx := r.Context()
 	for _, c := range order {
 		if _, err := s.del(ctx, c); err != nil {
@@ -402,7 +415,12 @@ func (s *Server) clock(ctx context.Context) (serverClock, error) {
 	if err != nil {
 		return serverClock{}, err
 	}
-	return serverClock{offsetUs: us - midpoint(start, end)}, nil
+	return clockOf(us, start, end), nil
+}
+
+// clockOf is the clock of a server whose TIME read us during a call from start to end.
+func clockOf(us int64, start, end time.Time) serverClock {
+	return serverClock{offsetUs: us - midpoint(start, end)}
 }
 
 // parseTime reads TIME's reply: seconds and microseconds, as two decimal strings.
@@ -466,7 +484,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // fail answers err: 400 for a refused request, 503 when the library must be deployed, 409
-// when the card's key holds something else than its limiter, 502 for any other server error.
+// when the card's key holds something else than its limiter or a boundary scenario runs
+// already, 502 for any other server error.
 func (s *Server) fail(w http.ResponseWriter, err error, ds []Decision) {
 	body := errorBody{Error: strings.TrimPrefix(err.Error(), "rlfn: "), Decisions: ds}
 	var (
@@ -478,6 +497,8 @@ func (s *Server) fail(w http.ResponseWriter, err error, ds []Decision) {
 	switch {
 	case errors.As(err, &re):
 		code = http.StatusBadRequest
+	case errors.Is(err, errBoundaryBusy):
+		code = http.StatusConflict
 	case errors.Is(err, client.ErrNotLoaded) || errors.As(err, &ve):
 		code, body.Absent, body.Deploy = http.StatusServiceUnavailable, true, s.opts.Deploy
 	case errors.As(err, &le):
