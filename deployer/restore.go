@@ -35,17 +35,7 @@ func (r *run) restore(parent context.Context) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			began := time.Now()
-			c, err := r.t.conn(s.Node.Addr)
-			if err == nil {
-				if s.Code == "" {
-					err = c.deleteLibrary(ctx)
-				} else {
-					err = c.load(ctx, s.Code)
-				}
-			}
-			if err == nil {
-				err = r.await(ctx, s.Node, s.Code, "")
-			}
+			err := r.putBack(ctx, s)
 			r.settle(i, err, began)
 			restored[i] = err == nil
 			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
@@ -72,9 +62,14 @@ func (r *run) restore(parent context.Context) {
 		wg.Go(func() {
 			began := time.Now()
 			var err error
-			if restored[root] {
+			switch {
+			case restored[root]:
 				err = r.await(ctx, s.Node, r.p.Steps[root].Code, "")
-			} else {
+			case r.promoted(ctx, s.Node):
+				// Its primary died during the deploy and it took over, with what it had
+				// replicated: a primary now, it is put back as one.
+				err = r.putBack(ctx, s)
+			default:
 				err = fmt.Errorf("its primary %s was not restored", r.p.Steps[root].Node.Addr)
 			}
 			r.settle(i, err, began)
@@ -82,6 +77,39 @@ func (r *run) restore(parent context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// putBack loads what a node ran before the deploy (or deletes the library it did not have),
+// and waits until it runs exactly that.
+func (r *run) putBack(ctx context.Context, s Step) error {
+	c, err := r.t.conn(s.Node.Addr)
+	if err != nil {
+		return err
+	}
+	if s.Code == "" {
+		err = c.deleteLibrary(ctx)
+	} else {
+		err = c.load(ctx, s.Code)
+	}
+	if err != nil {
+		return err
+	}
+	return r.await(ctx, s.Node, s.Code, "")
+}
+
+// promoted reports whether a node planned as a replica now says it is a primary (a failover
+// during the deploy promoted it). A node that cannot tell is not.
+func (r *run) promoted(ctx context.Context, n Node) bool {
+	c, err := r.t.conn(n.Addr)
+	if err != nil {
+		return false
+	}
+	text, err := c.info(ctx, "replication")
+	if err != nil {
+		return false
+	}
+	repl, err := parseReplication(text)
+	return err == nil && repl.Role == RolePrimary
 }
 
 // settle records a restore's outcome: a node that failed keeps "failed" (it is the cause)
