@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlfn/rlfn/versions"
 )
@@ -272,5 +275,49 @@ func TestCallValidatesFirst(t *testing.T) {
 				t.Errorf("with %v: exit %d, stdout %q, stderr %q; want exit 1 and %q, before dialling", tt.invalid, r.code, r.stdout, r.stderr, tt.want)
 			}
 		})
+	}
+}
+
+// TestTimeoutBoundsConnecting: a server that accepts the connection and never answers (a
+// hung process, a proxy without its backend) holds a command only for --timeout, not for
+// the dial's or the handshake's own defaults: exit 1, one line naming it. The bound is loose
+// (a tenth of the 2m default): this is about returning at all, not about speed.
+func TestTimeoutBoundsConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
+	for _, cmd := range [][]string{{"status"}, {"deploy", "--yes"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}} {
+		began := time.Now()
+		r := rlfn(t, nil, append([]string{"--url", "redis://" + addr, "--timeout", "500ms"}, cmd...)...)
+		took := time.Since(began)
+		if r.code != exitError || !strings.Contains(r.stderr, addr) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("rlfn %v against a server that never answers: exit %d, stderr %q; want exit 1 and one line naming it", cmd, r.code, r.stderr)
+		}
+		if took > defaultTimeout/10 {
+			t.Errorf("rlfn %v --timeout 500ms took %s", cmd, took)
+		}
 	}
 }
