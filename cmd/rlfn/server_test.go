@@ -323,7 +323,7 @@ func TestSecurityWarning(t *testing.T) {
 
 			// A typo accepts nothing and is refused before any dial.
 			r = rlfn(t, set, "--url", "redis://127.0.0.1:1", "--accept-warning", "lua-securty", "status")
-			if r.code != exitError || !strings.Contains(r.stderr, `--accept-warning "lua-securty": no such warning; there are lua-security`) {
+			if r.code != exitError || !strings.Contains(r.stderr, `--accept-warning "lua-securty" (the flag or $RLFN_ACCEPT_WARNINGS): no such warning; there are lua-security`) {
 				t.Errorf("a misspelt ID: exit %d, stderr %q", r.code, r.stderr)
 			}
 		})

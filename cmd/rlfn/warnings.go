@@ -38,7 +38,7 @@ func accepted(c *cli.Context) (map[string]bool, error) {
 				continue // an empty $RLFN_ACCEPT_WARNINGS accepts nothing, as an unset one
 			}
 			if !slices.Contains(deployer.WarningIDs, id) {
-				return nil, fmt.Errorf("--accept-warning %q: no such warning; there are %s", id, strings.Join(deployer.WarningIDs, ", "))
+				return nil, fmt.Errorf("--accept-warning %q (the flag or $%s): no such warning; there are %s", id, acceptEnv, strings.Join(deployer.WarningIDs, ", "))
 			}
 			out[id] = true
 		}
