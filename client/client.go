@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
@@ -22,10 +23,12 @@ type Limiter struct {
 	policy    Policy
 	instances int64
 	breakers  *breakers
-	local     *localStore // LocalFallback only
-	budgets   *budgets    // WithLeasedBudgets only
-	denials   *denials    // WithDenialCache only
-	metrics   *metrics    // nil without WithMeterProvider: nothing is recorded
+	local     *localStore  // LocalFallback only
+	budgets   *budgets     // WithLeasedBudgets only
+	denials   *denials     // WithDenialCache only
+	metrics   *metrics     // nil without WithMeterProvider: nothing is recorded
+	tracer    trace.Tracer // nil without WithTracerProvider: no span
+	traceKeys bool
 	clock     func() int64
 }
 
@@ -70,6 +73,10 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.meterProvider != nil {
 		l.metrics = newMetrics(o.meterProvider)
 	}
+	if o.tracerProvider != nil {
+		l.tracer = o.tracerProvider.Tracer("github.com/rlfn/rlfn/client")
+		l.traceKeys = o.traceKeys
+	}
 	if o.leaseBatch > 0 {
 		l.budgets = newBudgets(o.leaseBatch, o.leaseAge)
 	}
@@ -102,6 +109,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err != nil {
 		return Result{}, err
 	}
+	if l.tracer != nil {
+		return l.traced(ctx, opAllow, key, c)
+	}
+	return l.allow(ctx, key, c)
+}
+
+func (l *Limiter) allow(ctx context.Context, key string, c call) (Result, error) {
 	if l.budgets == nil && l.denials == nil {
 		return l.decide(ctx, opAllow, key, c)
 	}
@@ -164,6 +178,9 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 	if err != nil {
 		return Result{}, err
 	}
+	if l.tracer != nil {
+		return l.traced(ctx, opPeek, key, c)
+	}
 	return l.decide(ctx, opPeek, key, c)
 }
 
@@ -184,10 +201,17 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	if err := checkInt("refund", n, 0, maxInt); err != nil {
 		return Result{}, err
 	}
-	sp := limit.spec()
-	res, err := l.decide(ctx, opRefund, key, call{spec: sp, cost: n})
+	c := call{spec: limit.spec(), cost: n}
+	if l.tracer != nil {
+		return l.traced(ctx, opRefund, key, c)
+	}
+	return l.refund(ctx, key, c)
+}
+
+func (l *Limiter) refund(ctx context.Context, key string, c call) (Result, error) {
+	res, err := l.decide(ctx, opRefund, key, c)
 	if err == nil {
-		l.dropDenials(key, sp)
+		l.dropDenials(key, c.spec)
 	}
 	return res, err
 }

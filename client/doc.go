@@ -65,6 +65,17 @@
 // many. The cache holds at most about maxKeys keys: a full shard evicts the denial that ends
 // first.
 //
+// # Traces
+//
+// With WithTracerProvider, AllowN, PeekN and Refund each record a client span (rlfn.allow,
+// rlfn.peek, rlfn.refund), whose context the call passes on, so that a traced valkey-go client's
+// FCALL span is its child. Attributes: rlfn.algorithm, rlfn.operation, rlfn.cost,
+// rlfn.limit.name (a limit's Name, when set), and once decided ratelimit.allowed,
+// ratelimit.remaining, ratelimit.limit, rlfn.source (as MetricDecisions' rlfn.source) and, when
+// denied, ratelimit.retry_after_ms (-1 for Never); an error is recorded with the span's status
+// Error. The key is recorded (ratelimit.key) only with WithTraceKeys: keys are often personal
+// data. Without a tracer provider, no span is made and a call costs nothing more.
+//
 // # Metrics
 //
 // With WithMeterProvider, a Limiter records through the OpenTelemetry metric API:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the options.
@@ -92,6 +93,8 @@ type options struct {
 	leaseBatch      int64
 	leaseAge        time.Duration
 	denialKeys      int
+	tracerProvider  trace.TracerProvider
+	traceKeys       bool
 	clock           func() int64
 	errs            []error
 }
@@ -224,4 +227,21 @@ func WithDenialCache(maxKeys int) Option {
 		}
 		o.denialKeys = maxKeys
 	}
+}
+
+// WithTracerProvider records a span per decision through tp (see "Traces" in the package
+// documentation). Default: none, and then a call makes no span and costs nothing more.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) {
+		if tp == nil {
+			o.invalid("WithTracerProvider", "must not be nil")
+		}
+		o.tracerProvider = tp
+	}
+}
+
+// WithTraceKeys adds the key (the principal, as the call names it) to every span, as
+// ratelimit.key. Default: off, because a key is often personal data (a user, an address).
+func WithTraceKeys() Option {
+	return func(o *options) { o.traceKeys = true }
 }

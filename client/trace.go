@@ -1,0 +1,73 @@
+package client
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Span names, by operation, and the attributes of every span (WithTracerProvider).
+var spanNames = [nOps]string{"rlfn.allow", "rlfn.peek", "rlfn.refund", "rlfn.acquire", "rlfn.release"}
+
+// traced runs c as op under a span of its own, a child of ctx's, so that a traced valkey-go
+// client's FCALL span is the span's child.
+func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) (Result, error) {
+	ctx, span := l.tracer.Start(ctx, spanNames[op], trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	var res Result
+	var err error
+	switch op {
+	case opAllow:
+		res, err = l.allow(ctx, key, c)
+	case opRefund:
+		res, err = l.refund(ctx, key, c)
+	default:
+		res, err = l.decide(ctx, op, key, c)
+	}
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs,
+		attribute.String("rlfn.algorithm", c.alg.name),
+		attribute.String("rlfn.operation", opNames[op]),
+		attribute.Int64("rlfn.cost", c.cost))
+	if c.name != "" {
+		attrs = append(attrs, attribute.String("rlfn.limit.name", c.name))
+	}
+	if l.traceKeys {
+		attrs = append(attrs, attribute.String("ratelimit.key", key))
+	}
+	if err != nil {
+		span.SetAttributes(attrs...)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return res, err
+	}
+	attrs = append(attrs,
+		attribute.Bool("ratelimit.allowed", res.Allowed),
+		attribute.Int64("ratelimit.remaining", res.Remaining),
+		attribute.Int64("ratelimit.limit", res.Limit),
+		attribute.String("rlfn.source", l.source(res)))
+	if !res.Allowed {
+		retry := res.RetryAfter.Milliseconds()
+		if res.RetryAfter == Never {
+			retry = -1 // as the library says it
+		}
+		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", retry))
+	}
+	span.SetAttributes(attrs...)
+	return res, nil
+}
+
+// source names who decided res, as MetricDecisions' rlfn.source does.
+func (l *Limiter) source(res Result) string {
+	switch {
+	case res.Leased:
+		return sourceNames[srcLeased]
+	case res.Cached:
+		return sourceNames[srcCached]
+	case res.Local:
+		return sourceNames[l.policy]
+	}
+	return sourceNames[0]
+}
