@@ -201,7 +201,7 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		}
 		// The deploy is done either way and the lease runs out by itself: a warning, not
 		// a failed deploy. Its text names the node.
-		rep.Warnings = append(rep.Warnings, Warning{ID: WarnLockRelease, Text: oneLine(uerr.Error())})
+		rep.Warnings = append(rep.Warnings, Warning{ID: WarnLockRelease, Text: causeText(uerr)})
 		var pe *PartialError
 		if errors.As(err, &pe) {
 			pe.Report.Warnings = rep.Warnings

@@ -61,7 +61,7 @@ var (
 	// fixtureLeftOut: a forced deploy that left a node out, and found a replica that did
 	// not follow its primary (lagging): NOT deployed, both.
 	fixtureLeftOut = deployer.Report{To: "1.1.0", Duration: 30 * time.Millisecond, Warnings: []deployer.Warning{{
-		ID: deployer.WarnLockRelease, Text: "deployer: release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"}},
+		ID: deployer.WarnLockRelease, Text: "release lock rlfn:deploy:lock on 127.0.0.1:7001 (it expires by itself within 30s): NOPERM"}},
 		Nodes: []deployer.NodeResult{
 			{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
 			{Node: r1, To: "1.1.0", Outcome: deployer.OutcomeLeftOut, Err: errors.New("unreachable: flagged fail by the cluster")},
