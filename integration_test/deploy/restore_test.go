@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +147,57 @@ func TestRestoreWaitsForPrimary(t *testing.T) {
 	}
 	for _, s := range []*harness.Server{p, ahead, behind} {
 		waitCode(t, s, v100.Code)
+	}
+}
+
+// TestLaggingReplicaDoesNotRollBack: on the cluster, one shard already runs 1.1.0 on its
+// primary (loaded by hand) while its replica's replication is held (CLIENT PAUSE WRITE) on
+// 1.0.0. A deploy of 1.1.0 loads the two other shards and verifies them; the held replica,
+// which receives nothing from it, is given VerifyTimeout and then reported lagging: the
+// deploy is NOT complete (ErrNotDeployed, naming it), and nothing is rolled back, since
+// every load is sound and restoring them would not help the replica.
+func TestLaggingReplicaDoesNotRollBack(t *testing.T) {
+	cl := sharedCluster(t)
+	tg := discover(t, urlOf(cl.Primaries[0]))
+	deploy(t, tg, v100, false)
+	for _, s := range cl.Nodes() {
+		waitCode(t, s, v100.Code)
+	}
+	shard := cl.Primaries[0]
+	held := cl.ReplicasOf(shard)[0]
+	hc := held.Client(t)
+	if err := hc.Do(t.Context(), hc.B().ClientPause().Timeout(30000).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Do(context.Background(), hc.B().ClientUnpause().Build()) })
+	sc := shard.Client(t)
+	if err := sc.Do(t.Context(), sc.B().FunctionLoad().Replace().FunctionCode(v110.Code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	p := plan(t, tg, v110, false)
+	if lagging := p.Lagging(); len(lagging) != 1 || lagging[0].Node.Addr != held.Addr || !p.Pending() {
+		t.Fatalf("plan: lagging %v, pending %v; want %s lagging and loads pending", lagging, p.Pending(), held.Addr)
+	}
+	rep, err := tg.Apply(t.Context(), p, deployer.Options{VerifyTimeout: time.Second})
+	t.Logf("deploy: %v\n%s", err, describe(rep))
+	var partial *deployer.PartialError
+	if !errors.As(err, &partial) || !errors.Is(err, deployer.ErrNotDeployed) || rep.RolledBack ||
+		!strings.Contains(err.Error(), "NOT deployed: "+held.Addr) {
+		t.Fatalf("deploy: %v; want NOT deployed naming %s, not rolled back", err, held.Addr)
+	}
+	want := map[string]deployer.Outcome{shard.Addr: deployer.OutcomeUnchanged, held.Addr: deployer.OutcomeLagging}
+	for _, p := range cl.Primaries[1:] {
+		want[p.Addr] = deployer.OutcomeLoaded
+		want[cl.ReplicasOf(p)[0].Addr] = deployer.OutcomeReplicated
+	}
+	requireOutcomes(t, rep, want)
+	for _, s := range cl.Nodes() {
+		if s != held {
+			waitCode(t, s, v110.Code)
+		}
+	}
+	if got := code(t, held); got != v100.Code {
+		t.Errorf("%s runs %s while held, want 1.0.0", held.Addr, label(got))
 	}
 }
