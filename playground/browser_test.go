@@ -110,6 +110,13 @@ func TestBrowser(t *testing.T) {
 		chromedp.Focus(chromedp.ID("token_bucket-send")),
 		chromedp.KeyEvent("\r"),
 		waitText("token_bucket-admitted", "2"),
+		// Enter in the burst size bursts (3 admitted of the 3 or more tokens left), where it
+		// used to submit the form: one Send.
+		chromedp.SetValue(chromedp.ID("token_bucket-burst-n"), "3"),
+		chromedp.Focus(chromedp.ID("token_bucket-burst-n")),
+		chromedp.KeyEvent("\r"),
+		waitText("token_bucket-admitted", "5"),
+		chromedp.SetValue(chromedp.ID("token_bucket-burst-n"), "10"),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +126,9 @@ func TestBrowser(t *testing.T) {
 	// away) on the windows while the buckets take a burst each.
 	err = chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("boundary")),
+		// While the scenario runs its cards are its own: a Send says so and sends nothing.
+		chromedp.Click(chromedp.ID("fixed_window-send")),
+		waitText("fixed_window-error", "The boundary scenario is running on this card: send when it ends."),
 		chromedp.Click(chromedp.ID("token_bucket-reset")),
 		waitText("token_bucket-admitted", "0"),
 		chromedp.Click(chromedp.ID("token_bucket-burst")),
@@ -150,6 +160,9 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("boundary scenario: %s admitted %s, want %s", id, got, want)
 		}
 	}
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('fixed_window-error').hidden`)); err != nil || !hidden {
+		t.Errorf("the fixed window card still shows %q after the scenario (%v)", text(t, ctx, "fixed_window-error"), err)
+	}
 
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -174,6 +187,18 @@ func TestBrowser(t *testing.T) {
 	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
 	if err != nil || overflow {
 		t.Errorf("at 360px wide the page scrolls sideways (%v)", err)
+	}
+
+	// A card keeps at most 2000 marks however many decisions arrive within the timeline's
+	// span; its counts still sum them all.
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[[]int](`(() => {
+		const c = cards.get('sliding_log'), at = serverNow(), before = c.counts.admitted;
+		addDecisions(c, Array.from({length: 5000}, () =>
+			({at, allowed: true, limit: 5, remaining: 1, retryAfterMs: 0, resetAfterMs: 0, delayMs: 0})));
+		return [c.decisions.length, c.counts.admitted - before];
+	})()`))
+	if err != nil || len(kept) != 2 || kept[0] != 2000 || kept[1] != 5000 {
+		t.Errorf("5000 decisions at once: the card keeps %v marks and counts (want 2000, 5000), %v", kept, err)
 	}
 }
 

@@ -7,6 +7,10 @@ const SPAN_MS = 10000; // the timeline shows the last 10 seconds
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const MAX_INT = 999999999999999;
 const MAX_MS = 100000000000;
+// The most marks a card keeps: bursts of 100 as fast as the server answers, or a shaping queue
+// whose delays keep its marks on screen for hours, must not grow the page's memory and redraw
+// time without end. The counts still sum up every decision.
+const MAX_MARKS = 2000;
 
 const INFO = {
   fixed_window: {
@@ -14,7 +18,7 @@ const INFO = {
     blurb: 'At most Limit per window, windows aligned to the clock. One counter: cheap, but up to twice the limit passes around an edge.',
   },
   sliding_log: {
-    title: 'Sliding log', kind: 'window',
+    title: 'Sliding log', kind: 'window', maxLimit: 100000,
     blurb: 'At most Limit in any span of Window, exactly: one log entry per request, so memory grows with the limit.',
   },
   sliding_window: {
@@ -59,7 +63,7 @@ async function api(path, body) {
   try {
     resp = await fetch(path, init);
   } catch (e) {
-    return { ok: false, body: { error: 'the playground does not answer: is rlfn playground still running?' } };
+    return { ok: false, down: true, body: { error: 'the playground does not answer: is rlfn playground still running?' } };
   }
   let data = {};
   try { data = await resp.json(); } catch (e) { data = { error: 'HTTP ' + resp.status }; }
@@ -87,8 +91,13 @@ function showStatus(s) {
     document.getElementById('absent-why').textContent = s.error || '';
     document.getElementById('deploy-command').textContent = s.deploy || 'rlfn deploy';
     absent.hidden = false;
+  } else if (s.down) {
+    // The playground itself, not the server behind it.
+    el.textContent = 'The playground does not answer: is rlfn playground still running? Retrying…';
+    absent.hidden = true;
   } else {
-    el.textContent = 'The server cannot be reached: ' + (s.error || 'no answer') + '. Retrying…';
+    el.textContent = (s.refused ? 'The playground refused the page: ' : 'The server cannot be reached: ') +
+      (s.error || 'no answer').replace(/[.?!]*$/, '') + '. Retrying…';
     absent.hidden = true;
   }
   return false;
@@ -96,7 +105,7 @@ function showStatus(s) {
 
 async function checkStatus() {
   const r = await api('/api/status');
-  const ok = showStatus(r.ok ? r.body : { error: r.body.error });
+  const ok = showStatus(r.ok ? r.body : { error: r.body.error, down: r.down, refused: !r.down });
   // The cards come with the first status that arrives, even a late one.
   if (r.ok && cards.size === 0) for (const info of r.body.cards || []) buildCard(info);
   clearTimeout(statusTimer);
@@ -122,9 +131,9 @@ function buildCard(info) {
   node.querySelector('.timeline').setAttribute('aria-label', meta.title + ': its decisions of the last 10 seconds; the counts above sum them up');
   if (!meta.shaped) node.querySelector('.shaped-only').hidden = true;
 
-  const fields = node.querySelector('.fields');
+  const fieldBox = node.querySelector('.fields');
   const inputs = {};
-  for (const [name, label, min, max] of FIELDS[meta.kind]) {
+  for (const [name, label, min, max] of fields(meta)) {
     const l = document.createElement('label');
     l.append(label);
     const input = document.createElement('input');
@@ -132,7 +141,7 @@ function buildCard(info) {
     input.setAttribute('inputmode', 'numeric');
     input.value = info.defaults[name];
     l.append(input);
-    fields.append(l);
+    fieldBox.append(l);
     inputs[name] = input;
   }
   const burstN = node.querySelector('.burst-n');
@@ -141,11 +150,16 @@ function buildCard(info) {
   const sync = () => { burst.textContent = 'Burst ' + (burstN.value || '?'); };
   burstN.addEventListener('input', sync);
   sync();
+  // Enter in the burst size bursts (in the other fields it submits the form: Send).
+  burstN.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') { e.preventDefault(); burst.click(); }
+  });
   for (const cls of ['send', 'burst', 'reset']) node.querySelector('.' + cls).id = id + '-' + cls;
   for (const cls of ['admitted-count', 'denied-count', 'shaped-count', 'remaining']) node.querySelector('.' + cls).id = id + '-' + cls.replace('-count', '');
+  node.querySelector('.error').id = id + '-error';
 
   const card = {
-    id, meta, node, inputs, burstN, decisions: [], edge: null, busy: false,
+    id, meta, node, inputs, burstN, decisions: [], edge: null, busy: false, inBoundary: false,
     counts: { admitted: 0, denied: 0, shaped: 0 }, remaining: null, windowMs: info.defaults.windowMs || null,
     svg: node.querySelector('.timeline'),
     error: node.querySelector('.error'),
@@ -173,7 +187,7 @@ function buildCard(info) {
 // number in range. The server checks everything again: this only saves a round trip.
 function params(card) {
   const p = {};
-  for (const [name, label, min, max] of FIELDS[card.meta.kind]) {
+  for (const [name, label, min, max] of fields(card.meta)) {
     const v = Number(card.inputs[name].value);
     if (card.inputs[name].value.trim() === '' || !Number.isSafeInteger(v) || v < min || v > max) {
       showError(card, label + ' must be a whole number from ' + min + ' to ' + max + '.');
@@ -186,9 +200,28 @@ function params(card) {
   return p;
 }
 
+// fields are a card's editable numbers: [name, label, min, max].
+function fields(meta) {
+  return FIELDS[meta.kind].map(([name, label, min, max]) =>
+    [name, label, min, name === 'limit' && meta.maxLimit ? meta.maxLimit : max]);
+}
+
+// showBusy says why a press does nothing: the card is waiting for the playground. The note
+// goes when the wait ends (endBusy).
+function showBusy(card, what) {
+  showError(card, (card.inBoundary ? 'The boundary scenario is running on this card: ' :
+    'A request of this card is running: ') + what + ' when it ends.');
+  card.busyNote = true;
+}
+
+function endBusy(card) {
+  if (card.busyNote) showError(card, '');
+}
+
 function showError(card, msg) {
   card.error.textContent = msg;
   card.error.hidden = !msg;
+  card.busyNote = false;
 }
 
 function handleError(card, body) {
@@ -197,6 +230,8 @@ function handleError(card, body) {
 }
 
 async function send(card, n) {
+  if (card.inBoundary) return showBusy(card, 'send');
+  // A second Send while one runs is a double press: nothing to say.
   if (card.busy) return;
   const p = params(card);
   if (!p) return;
@@ -210,11 +245,12 @@ async function send(card, n) {
   } finally {
     card.busy = false;
     card.node.removeAttribute('aria-busy');
+    endBusy(card);
   }
 }
 
 async function reset(card) {
-  if (card.busy) return;
+  if (card.inBoundary || card.busy) return showBusy(card, 'reset it');
   card.busy = true;
   try {
     const r = await api('/api/reset', { card: card.id });
@@ -223,6 +259,7 @@ async function reset(card) {
     card.last.textContent = r.body.deleted ? 'Reset: the key was deleted.' : 'Reset: the key was already gone.';
   } finally {
     card.busy = false;
+    endBusy(card);
   }
 }
 
@@ -248,7 +285,7 @@ function addDecisions(card, ds) {
   }
   // Forget what has scrolled off: the longest a mark lives is the span plus its delay.
   const old = serverNow() - SPAN_MS;
-  card.decisions = card.decisions.filter((d) => d.at + d.delayMs >= old);
+  card.decisions = card.decisions.filter((d) => d.at + d.delayMs >= old).slice(-MAX_MARKS);
   if (ds.length) card.last.textContent = describe(ds[ds.length - 1]);
   renderCounts(card);
   draw(card);
@@ -356,11 +393,16 @@ async function boundary() {
   const ids = ['fixed_window', 'sliding_log', 'sliding_window'];
   const body = {};
   for (const id of ids) {
-    const p = params(cards.get(id));
+    const card = cards.get(id);
+    if (card.busy) { status.textContent = 'Wait for the ' + INFO[id].title.toLowerCase() + ' card\'s request to end.'; return; }
+    const p = params(card);
     if (!p) { status.textContent = 'Fix the ' + INFO[id].title.toLowerCase() + ' card first.'; return; }
     body[id] = p;
   }
   button.setAttribute('aria-disabled', 'true');
+  // The three cards are the scenario's until it ends: a Send of their own would change counts
+  // the scenario is about to show.
+  for (const id of ids) cards.get(id).inBoundary = true;
   status.textContent = 'Waiting for the next edge of the fixed window (at most one window)…';
   try {
     const r = await api('/api/boundary', body);
@@ -384,6 +426,11 @@ async function boundary() {
     }
     status.textContent = 'Admitted around the edge: ' + parts.join(', ') + '.';
   } finally {
+    for (const id of ids) {
+      const card = cards.get(id);
+      card.inBoundary = false;
+      endBusy(card);
+    }
     button.removeAttribute('aria-disabled');
   }
 }
