@@ -17,6 +17,8 @@ func TestServer(t *testing.T) {
 		// redis_version (7.2.4) must not be read as Redis's.
 		{name: "Valkey 8.0.1 lacks the Lua fixes", give: "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", want: "Valkey 8.0.1", wantWarning: true},
 		{name: "Valkey 7.2.10", give: "server_name:valkey\nvalkey_version:7.2.10\n", want: "Valkey 7.2.10", wantWarning: true},
+		// Valkey 7.2 may name itself by server_name beside redis_version alone.
+		{name: "Valkey 7.2.5 without valkey_version", give: "redis_version:7.2.5\nserver_name:valkey\n", want: "Valkey 7.2.5", wantWarning: true},
 		{name: "Valkey 7.2.11", give: "server_name:valkey\nvalkey_version:7.2.11\n", want: "Valkey 7.2.11"},
 		{name: "Valkey 8.0.5", give: "server_name:valkey\nvalkey_version:8.0.5\n", want: "Valkey 8.0.5", wantWarning: true},
 		{name: "Valkey 8.0.6", give: "server_name:valkey\nvalkey_version:8.0.6\n", want: "Valkey 8.0.6"},
