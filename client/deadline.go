@@ -77,10 +77,11 @@ func (c *deadlineCtx) Err() error {
 func (l *Limiter) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Since(clockBase)
 	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
-		return ctx, noCancel
+		return hiddenDeadline{ctx}, noCancel
 	}
 	if ctx.Done() != nil {
-		return context.WithDeadline(ctx, clockBase.Add(now+l.deadline))
+		dctx, cancel := context.WithDeadline(ctx, clockBase.Add(now+l.deadline))
+		return hiddenDeadline{dctx}, cancel
 	}
 	t := l.deadlines.after(now, l.deadline)
 	if ctx == context.Background() || ctx == context.TODO() {
@@ -90,3 +91,12 @@ func (l *Limiter) withDeadline(ctx context.Context) (context.Context, context.Ca
 }
 
 func noCancel() {}
+
+// hiddenDeadline is a cancelable context that reports no deadline, for valkey-go: a lone call
+// (no other in flight on its connection) whose context has a deadline is sent synchronously,
+// bounded by that deadline set on the connection, and its context's Done is not watched, so a
+// cancel would not end it. Without a deadline, valkey-go queues the call and returns at Done,
+// which fires at the deadline and at the caller's cancel alike, and Err tells which.
+type hiddenDeadline struct{ context.Context }
+
+func (hiddenDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

@@ -1,5 +1,10 @@
 package client
 
+import (
+	"context"
+	"time"
+)
+
 // WithClock replaces the Limiter's clock (Unix nanoseconds) in tests, so that the breaker's
 // cooldown and the local limiters' windows run on a fake clock.
 func WithClock(now func() int64) Option {
@@ -14,3 +19,12 @@ func (l *Limiter) SlotsKnown() bool { return l.breakers.table.Load() != nil }
 
 // KeySlot is the hash slot of key's state keys.
 var KeySlot = keySlot
+
+// CallDeadline is the deadline of a call's context as valkey-go gets it: a cancelable one
+// hides it from valkey-go (see hiddenDeadline), and this reads it anyway.
+func CallDeadline(ctx context.Context) (time.Time, bool) {
+	if h, ok := ctx.(hiddenDeadline); ok {
+		return h.Context.Deadline()
+	}
+	return ctx.Deadline()
+}

@@ -358,7 +358,10 @@ func TestDeadline(t *testing.T) {
 		vk := mock.NewClient(gomock.NewController(t))
 		var got time.Time
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
-			got, _ = ctx.Deadline()
+			got, _ = client.CallDeadline(ctx)
+			if _, ok := ctx.Deadline(); ok {
+				t.Error("valkey-go sees a deadline: it would not watch the cancel of a lone call")
+			}
 			return okReply
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -377,7 +380,7 @@ func TestDeadline(t *testing.T) {
 		defer cancel()
 		want, _ := ctx.Deadline()
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
-			if got, _ := ctx.Deadline(); !got.Equal(want) {
+			if got, _ := client.CallDeadline(ctx); !got.Equal(want) {
 				t.Errorf("deadline %s, want the caller's %s", got, want)
 			}
 			return okReply
