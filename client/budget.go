@@ -323,7 +323,8 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 		// stay for the calls that come, and the next batch is of one unit.
 		b.k, b.fetched = 1, 0
 		if res.Allowed && err == nil {
-			have = 0 // the policy admitted: the call's cost was taken locally, not from these
+			// the policy admitted the rest of the cost: the call used these units too
+			have = 0
 		}
 		if now < b.expires {
 			b.units += have
