@@ -529,3 +529,31 @@ func TestAPIACLUser(t *testing.T) {
 		t.Errorf("boundary: %d %s", r.code, r.raw)
 	}
 }
+
+// TestAPITimeout: a server that does not answer within the deadline is shown as such (504),
+// not as "context deadline exceeded" alone.
+func TestAPITimeout(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	load(t, vk)
+	srv := httptest.NewServer(playground.New(vk, playground.Options{Deadline: 300 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	pause := func(mode string) {
+		t.Helper()
+		// CLIENT PAUSE holds the clients' commands (writes, or all) for 1.5s.
+		if err := vk.Do(context.Background(), vk.B().Arbitrary("CLIENT", "PAUSE", "1500", mode).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "the server did not answer within 300ms"
+	// Writes held: TIME answers, the limiter's FCALL does not.
+	pause("WRITE")
+	r := post(t, srv.URL+"/api/send", `{"card":"token_bucket","params":{"capacity":5,"rate":1,"periodMs":1000},"n":1}`)
+	if r.code != http.StatusGatewayTimeout || !strings.Contains(r.body.Error, want) || strings.Contains(r.body.Error, "TIME") {
+		t.Errorf("send to a server holding writes: %d %s; want 504 and %q", r.code, r.raw, want)
+	}
+	pause("ALL")
+	if st := do(t, http.MethodGet, srv.URL+"/api/status", ""); st.code != 200 || st.body.Loaded || !strings.Contains(st.body.Error, want) {
+		t.Errorf("status of a paused server: %d %s; want 200, not loaded, and %q", st.code, st.raw, want)
+	}
+}

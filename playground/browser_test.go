@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/playground"
 )
 
 // browser starts headless Chromium ($RLFN_CHROMIUM, else chromium or google-chrome on the
@@ -228,5 +232,40 @@ func TestBrowserAbsentLibrary(t *testing.T) {
 	}
 	if why := text(t, ctx, "absent-why"); !strings.Contains(why, "has no ratelimit library") {
 		t.Errorf("the banner says %q", why)
+	}
+}
+
+// TestBrowserServerStops: when the server stops answering, a card's failed request says so and
+// the status line above follows (it said "loaded" until the page was reloaded); when the
+// server answers again, the status line says so by itself.
+func TestBrowserServerStops(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	load(t, vk)
+	srv := httptest.NewServer(playground.New(vk, playground.Options{Deadline: 300 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	ctx := browser(t, 1000, 800)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL),
+		chromedp.WaitVisible(chromedp.ID("token_bucket-send")),
+		waitText("status", "Connected: library ratelimit 1.1.0 is loaded."),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// CLIENT PAUSE holds every client's commands for 3s: a server that does not answer.
+	if err := vk.Do(context.Background(), vk.B().Arbitrary("CLIENT", "PAUSE", "3000", "ALL").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const gone = "The server cannot be reached: the server did not answer within 300ms (reading the server's clock (TIME): context deadline exceeded). Retrying…"
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("token_bucket-send")),
+		waitText("token_bucket-error", "the server did not answer within 300ms (reading the server's clock (TIME): context deadline exceeded)"),
+		waitText("status", gone),
+		// The pause ends within 3s; the status is read again every 3s.
+		waitText("status", "Connected: library ratelimit 1.1.0 is loaded."),
+		chromedp.Click(chromedp.ID("token_bucket-send")),
+		waitText("token_bucket-admitted", "1"),
+	); err != nil {
+		t.Fatal(err)
 	}
 }

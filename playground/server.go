@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,9 +190,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &ve):
 		// Absent, or a major version this client does not speak: either way, a deploy.
 		body.Absent = true
-		body.Error = strings.TrimPrefix(err.Error(), "rlfn: ")
+		body.Error = s.explain(err)
 	case err != nil:
-		body.Error = strings.TrimPrefix(err.Error(), "rlfn: ")
+		body.Error = s.explain(err)
 	default:
 		body.Loaded = true
 		// Any node will do: Check has just seen the same major version on every primary.
@@ -483,11 +484,25 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
+// explain is err as the page shows it: a timeout says how long the server was given, since
+// "context deadline exceeded" alone reads as a fault of the page.
+func (s *Server) explain(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "rlfn: ")
+	if timedOut(err) {
+		msg = fmt.Sprintf("the server did not answer within %s (%s)", s.opts.Deadline, msg)
+	}
+	return msg
+}
+
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
 // fail answers err: 400 for a refused request, 503 when the library must be deployed, 409
 // when the card's key holds something else than its limiter or a boundary scenario runs
-// already, 502 for any other server error.
+// already, 504 when the server did not answer in time, 502 for any other server error.
 func (s *Server) fail(w http.ResponseWriter, err error, ds []Decision) {
-	body := errorBody{Error: strings.TrimPrefix(err.Error(), "rlfn: "), Decisions: ds}
+	body := errorBody{Error: s.explain(err), Decisions: ds}
 	var (
 		re   *RequestError
 		le   *client.LibraryError
@@ -507,6 +522,8 @@ func (s *Server) fail(w http.ResponseWriter, err error, ds []Decision) {
 	case errors.Is(err, context.Canceled):
 		// The page went away; nobody reads the answer.
 		return
+	case timedOut(err):
+		code = http.StatusGatewayTimeout
 	}
 	writeJSON(w, code, body)
 }

@@ -67,7 +67,7 @@ async function api(path, body) {
   }
   let data = {};
   try { data = await resp.json(); } catch (e) { data = { error: 'HTTP ' + resp.status }; }
-  return { ok: resp.ok, body: data };
+  return { ok: resp.ok, status: resp.status, body: data };
 }
 
 // ---- status --------------------------------------------------------------------------------
@@ -224,9 +224,12 @@ function showError(card, msg) {
   card.busyNote = false;
 }
 
-function handleError(card, body) {
-  showError(card, body.error || 'the request failed');
-  if (body.absent) checkStatus();
+// handleError shows a failed request on its card. When the server (or the playground) is the
+// cause, the status line above is out of date too: look again, and keep looking until the
+// cards can work.
+function handleError(card, r) {
+  showError(card, r.body.error || 'the request failed');
+  if (r.down || r.status >= 500) checkStatus();
 }
 
 async function send(card, n) {
@@ -241,7 +244,7 @@ async function send(card, n) {
     const r = await api('/api/send', { card: card.id, params: p, n });
     syncClock(r.body.now);
     if (r.body.decisions) addDecisions(card, r.body.decisions);
-    if (r.ok) showError(card, ''); else handleError(card, r.body);
+    if (r.ok) showError(card, ''); else handleError(card, r);
   } finally {
     card.busy = false;
     card.node.removeAttribute('aria-busy');
@@ -254,7 +257,7 @@ async function reset(card) {
   card.busy = true;
   try {
     const r = await api('/api/reset', { card: card.id });
-    if (!r.ok) return handleError(card, r.body);
+    if (!r.ok) return handleError(card, r);
     clearCard(card);
     card.last.textContent = r.body.deleted ? 'Reset: the key was deleted.' : 'Reset: the key was already gone.';
   } finally {
@@ -408,7 +411,7 @@ async function boundary() {
     const r = await api('/api/boundary', body);
     if (!r.ok) {
       status.textContent = r.body.error || 'the scenario failed';
-      if (r.body.absent) checkStatus();
+      if (r.down || r.status >= 500) checkStatus();
       return;
     }
     syncClock(r.body.now);
