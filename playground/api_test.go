@@ -42,6 +42,7 @@ type reply struct {
 		Deleted   bool                  `json:"deleted"`
 		Key       string                `json:"key"`
 		Edge      float64               `json:"edge"`
+		Warning   string                `json:"warning"`
 		ByCard    map[string][]decision `json:"byCard"`
 	}
 }
@@ -305,6 +306,9 @@ func TestAPIBoundary(t *testing.T) {
 		t.Fatalf("boundary: %d %s", r.code, r.raw)
 	}
 	edge := r.body.Edge
+	if r.body.Warning != "" {
+		t.Errorf("a warning on loopback: %s", r.body.Warning)
+	}
 	if int64(edge)%1000 != 0 {
 		t.Errorf("edge %.3f is not a 1s window's edge", edge)
 	}

@@ -41,3 +41,21 @@ func checkBoundaryWindow(ms int64) error {
 	}
 	return nil
 }
+
+// boundaryLate says which burst of plan missed its side of the edge, given the server time of
+// the last decision of each: the first must end before the edge, the second before the fixed
+// window after it ends. "" when both kept to their side. Calls to a distant server can take
+// longer than the tenth of a window the first burst has.
+func boundaryLate(plan boundaryPlan, windowMs, firstLastUs, secondLastUs int64) string {
+	ms := func(us int64) int64 { return (us + 999) / 1000 }
+	switch {
+	case firstLastUs >= plan.edgeUs:
+		return fmt.Sprintf("the first burst took %dms, past the edge by %dms: the calls are too slow for a window of %dms "+
+			"(the burst starts a tenth of it, at most 0.5s, before the edge); try a longer window or smaller limits",
+			ms(firstLastUs-plan.firstUs), ms(firstLastUs-plan.edgeUs), windowMs)
+	case secondLastUs >= plan.edgeUs+windowMs*1000:
+		return fmt.Sprintf("the second burst ended %dms after the edge, past the fixed window's next one: the calls are too slow "+
+			"for a window of %dms; try a longer window or smaller limits", ms(secondLastUs-plan.edgeUs), windowMs)
+	}
+	return ""
+}

@@ -1,6 +1,7 @@
 package playground
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,6 +56,28 @@ func TestParseTime(t *testing.T) {
 		got, err := parseTime(c.give)
 		if (err == nil) != c.ok || got != c.want {
 			t.Errorf("parseTime(%q) = %d, %v", c.give, got, err)
+		}
+	}
+}
+
+func TestBoundaryLate(t *testing.T) {
+	// A 1s window: the bursts at 0.9s and 1.1s, the edge at 1s, the next at 2s.
+	plan := boundaryPlan{edgeUs: 1_000_000, firstUs: 900_000, secondUs: 1_100_000}
+	for _, c := range []struct {
+		name          string
+		first, second int64
+		want          string
+	}{
+		{"both on their side", 910_000, 1_120_000, ""},
+		{"the first ends just before the edge", 999_999, 1_120_000, ""},
+		{"the first ends on the edge", 1_000_000, 1_120_000, "the first burst took 100ms, past the edge by 0ms"},
+		{"the first ends after it", 1_250_400, 1_300_000, "the first burst took 351ms, past the edge by 251ms: the calls are too slow for a window of 1000ms"},
+		{"the second ends just before the next edge", 910_000, 1_999_999, ""},
+		{"the second ends in the next window", 910_000, 2_000_000, "the second burst ended 1000ms after the edge, past the fixed window's next one"},
+	} {
+		got := boundaryLate(plan, 1000, c.first, c.second)
+		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s: boundaryLate = %q, want %q", c.name, got, c.want)
 		}
 	}
 }

@@ -307,7 +307,10 @@ type boundaryRequest struct {
 type boundaryBody struct {
 	Edge   float64             `json:"edge"`   // the fixed window's edge between the bursts, server Unix ms
 	ByCard map[Card][]Decision `json:"byCard"` // each window card's decisions, both bursts
-	Now    float64             `json:"now"`
+	// Warning says that a burst did not keep to its side of the edge (the calls were too
+	// slow for the window): the counts are still true, but they no longer show the 2x.
+	Warning string  `json:"warning,omitempty"`
+	Now     float64 `json:"now"`
 }
 
 // boundary resets the three window cards, then sends each a burst of its limit just before
@@ -364,7 +367,8 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 	}
 	plan := planBoundary(clk.nowUs(), req.FixedWindow.WindowMs)
 	body := boundaryBody{Edge: float64(plan.edgeUs) / 1000, ByCard: map[Card][]Decision{}}
-	for _, at := range []int64{plan.firstUs, plan.secondUs} {
+	var lastUs [2]int64 // the last decision of each burst, server microseconds
+	for b, at := range []int64{plan.firstUs, plan.secondUs} {
 		if err := clk.sleepUntil(ctx, at); err != nil {
 			s.fail(w, err, nil)
 			return
@@ -381,9 +385,11 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 					s.fail(w, err, nil)
 					return
 				}
+				lastUs[b] = int64(ds[len(ds)-1].At * 1000)
 			}
 		}
 	}
+	body.Warning = boundaryLate(plan, req.FixedWindow.WindowMs, lastUs[0], lastUs[1])
 	body.Now = clk.now()
 	writeJSON(w, http.StatusOK, body)
 }

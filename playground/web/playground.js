@@ -427,7 +427,8 @@ async function boundary() {
       card.last.textContent = 'Boundary: ' + before + ' admitted just before the edge, ' + after + ' just after.';
       parts.push(INFO[id].title.toLowerCase() + ' ' + (before + after));
     }
-    status.textContent = 'Admitted around the edge: ' + parts.join(', ') + '.';
+    status.textContent = 'Admitted around the edge: ' + parts.join(', ') + '.' +
+      (r.body.warning ? ' But ' + r.body.warning + '.' : '');
   } finally {
     for (const id of ids) {
       const card = cards.get(id);
