@@ -68,7 +68,7 @@ func playgroundAction(c *cli.Context) error {
 	defer vk.Close()
 	shown := redactedURL(c.String("url"))
 	srv := playground.New(vk, playground.Options{
-		Deploy:   "rlfn --url '" + shown + "' deploy",
+		Deploy:   "rlfn --url " + shellQuote(shown) + " deploy",
 		Server:   shown,
 		Remote:   remote,
 		Deadline: min(c.Duration("timeout"), 5*time.Second),
@@ -77,7 +77,7 @@ func playgroundAction(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := httpServer(srv)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -100,6 +100,20 @@ func playgroundAction(c *cli.Context) error {
 	}
 	_ = hs.Close()
 	return nil
+}
+
+// httpServer serves the page. Its requests are a few hundred bytes, so a client that takes
+// seconds over its headers or a minute over its body is holding a connection, not sending:
+// it is cut off (with --allow-remote, anyone could). There is no write timeout: a boundary
+// scenario answers after up to a minute.
+func httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+}
+
+// shellQuote quotes s for a POSIX shell, so that the deploy command the page shows can be
+// pasted whatever the URL holds.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // checkListen refuses a --listen address that is not HOST:PORT, and one that is not loopback

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -42,6 +43,26 @@ func TestCheckListen(t *testing.T) {
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("checkListen(%q, %v) = %v, want %q", c.give, c.remote, err, c.want)
 		}
+	}
+}
+
+// TestPlaygroundShellQuote: the deploy command the page shows pastes into a shell as the URL
+// it names, whatever the URL holds.
+func TestPlaygroundShellQuote(t *testing.T) {
+	for _, give := range []string{"redis://127.0.0.1:6379", "redis://o'brien:xxxxx@host:6379/0?client_name=it's", "'", "a b $HOME `x` \\ \"q\""} {
+		out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(give)).Output()
+		if err != nil || string(out) != give {
+			t.Errorf("sh -c 'printf %%s %s' = %q, %v; want %q", shellQuote(give), out, err, give)
+		}
+	}
+}
+
+// TestPlaygroundHTTPServer: a client that holds a connection without sending its request is cut
+// off; nothing cuts off a boundary scenario's answer, which comes up to a minute later.
+func TestPlaygroundHTTPServer(t *testing.T) {
+	hs := httpServer(http.NotFoundHandler())
+	if hs.ReadHeaderTimeout <= 0 || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 || hs.WriteTimeout != 0 {
+		t.Errorf("timeouts: header %s, read %s, idle %s, write %s", hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout, hs.WriteTimeout)
 	}
 }
 
