@@ -291,6 +291,12 @@ func testAbsent(t *testing.T, e env) {
 	if r.code != http.StatusServiceUnavailable || !r.body.Absent || r.body.Deploy != deploy || !strings.Contains(r.body.Error, "not loaded") {
 		t.Fatalf("send without the library: %d %s", r.code, r.raw)
 	}
+	// The boundary scenario says so at once, not after waiting for the edge of its minute.
+	p := `{"limit":5,"windowMs":60000}`
+	r = post(t, e.page+"/api/boundary", `{"fixed_window":`+p+`,"sliding_log":`+p+`,"sliding_window":`+p+`}`)
+	if r.code != http.StatusServiceUnavailable || !r.body.Absent || r.body.Deploy != deploy {
+		t.Fatalf("boundary without the library: %d %s", r.code, r.raw)
+	}
 	if n := dbsize(t, e.vk); n != 0 {
 		t.Errorf("%d keys written without the library", n)
 	}

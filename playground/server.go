@@ -359,6 +359,12 @@ func (s *Server) boundary(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, err, nil)
 			return
 		}
+		// A peek (read-only) asks each card's node whether it has the library now, rather
+		// than after a wait of up to a window.
+		if _, err := s.lim.Peek(ctx, string(c), limits[c]); err != nil {
+			s.fail(w, err, nil)
+			return
+		}
 	}
 	clk, err := s.clock(ctx)
 	if err != nil {
