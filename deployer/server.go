@@ -61,12 +61,24 @@ func (s Server) unsupported() string {
 
 // luaFixes are, per server, the first release of each line with the Lua security fixes
 // of October 2025 (CVE-2025-49844, CVE-2025-46817, CVE-2025-46818, CVE-2025-46819), oldest
-// line first. A line between two listed ones never got them (Redis 8.1: upgrade to 8.2.2);
-// a line after the last listed one came out with them (Redis 8.4, Valkey 9.0).
+// line first. A line between two listed ones never got them (Redis 8.1: upgrade to 8.2.2).
 var luaFixes = map[string][][3]int{
 	"redis":  {{7, 2, 11}, {7, 4, 6}, {8, 0, 4}, {8, 2, 2}},
 	"valkey": {{7, 2, 11}, {8, 0, 6}, {8, 1, 4}},
 }
+
+// luaFixedLine is, per server, the first line that came out with the fixes (Redis 8.4,
+// Valkey 9.0): a line past the last one listed in luaFixes but before this one is a
+// release candidate of it (Redis 8.3.x, Valkey 8.9.x), cut before the fixes, and is
+// warned of as well. Only what is known fixed goes unwarned.
+var luaFixedLine = map[string][2]int{
+	"redis":  {8, 4},
+	"valkey": {9, 0},
+}
+
+// unstableVersion is what an unstable (development branch) build of Redis or Valkey calls
+// itself: it says nothing of which fixes it has.
+const unstableVersion = "255.255.255"
 
 // Warning IDs: a warning's kind, stable, so that a script can accept the ones it has
 // reviewed (rlfn --accept-warning) while any other still fails it.
@@ -100,30 +112,47 @@ func (w Warning) String() string {
 	return s
 }
 
-// warnings are what a deploy does not stop for but people should know of the server.
+// warnings are what a deploy does not stop for but people should know of the server. A
+// Redis or Valkey whose version does not say it has the Lua security fixes is warned of:
+// one below a fixed release, one on a line that never got them, and one whose version
+// cannot tell (an unstable build, an unreadable version), never taken for fixed.
 func (s Server) warnings() []Warning {
 	fixes := luaFixes[s.Name]
-	v, ok := parseVersion(s.Version)
-	if len(fixes) == 0 || !ok {
-		return nil
-	}
-	missing := true
-	for i, fix := range fixes {
-		sameLine := v[0] == fix[0] && v[1] == fix[1]
-		last := i == len(fixes)-1
-		if (sameLine && !less(v, fix)) || (last && !less(v, fix)) {
-			missing = false
-		}
-	}
-	if !missing {
-		return nil
+	if len(fixes) == 0 {
+		return nil // not told what the server is: nothing to say of its fixes
 	}
 	names := make([]string, len(fixes))
 	for i, f := range fixes {
 		names[i] = fmt.Sprintf("%d.%d.%d", f[0], f[1], f[2])
 	}
-	return []Warning{{ID: WarnLuaSecurity, Text: fmt.Sprintf("%s lacks known Lua security fixes (CVE-2025-49844 and others): upgrade to %s %s or later",
-		s, s.product(), strings.Join(names, ", "))}}
+	upgrade := fmt.Sprintf("upgrade to %s %s or later", s.product(), strings.Join(names, ", "))
+	v, ok := parseVersion(s.Version)
+	if !ok || s.Version == unstableVersion {
+		version := s.Version
+		if version == "" {
+			version = "unknown"
+		}
+		return []Warning{{ID: WarnLuaSecurity, Text: fmt.Sprintf("%s version %q does not tell whether it has the Lua security fixes (CVE-2025-49844 and others): make sure it does, or %s",
+			s.product(), version, upgrade)}}
+	}
+	if luaFixed(v, fixes, luaFixedLine[s.Name]) {
+		return nil
+	}
+	return []Warning{{ID: WarnLuaSecurity, Text: fmt.Sprintf("%s lacks known Lua security fixes (CVE-2025-49844 and others): %s", s, upgrade)}}
+}
+
+// luaFixed reports whether version v has the fixes: at or above the fixed release of its
+// own line, or on a line at or after fixedLine.
+func luaFixed(v [3]int, fixes [][3]int, fixedLine [2]int) bool {
+	if v[0] > fixedLine[0] || (v[0] == fixedLine[0] && v[1] >= fixedLine[1]) {
+		return true
+	}
+	for _, fix := range fixes {
+		if v[0] == fix[0] && v[1] == fix[1] {
+			return !less(v, fix)
+		}
+	}
+	return false
 }
 
 // parseVersion reads "major.minor.patch" (missing parts are 0).
