@@ -154,6 +154,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--url", "redis://127.0.0.1:1", "--tls-ca", "ca.pem", "status"}, "--tls-ca needs a rediss://"},
 		{[]string{"status", "extra"}, "status: takes no arguments"},
 		{[]string{"deploy", "--parallel", "0"}, "--parallel must be at least 1"},
+		// 0 would be taken for the default (10s): a script meaning "do not wait" must not
+		// get a deploy that waits.
+		{[]string{"deploy", "--yes", "--verify-timeout", "0s"}, "deploy: --verify-timeout must be positive, got 0s"},
+		{[]string{"deploy", "--yes", "--verify-timeout", "-1s"}, "deploy: --verify-timeout must be positive, got -1s"},
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
 		{[]string{"bogus"}, "No help topic for 'bogus'"},
 		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},

@@ -51,6 +51,11 @@ func deployAction(c *cli.Context) error {
 	if parallel < 1 {
 		return usageError(c, "--parallel must be at least 1")
 	}
+	if vt := c.Duration("verify-timeout"); vt <= 0 {
+		// The deployer reads 0 as its default: refused, so that it never waits longer than
+		// asked.
+		return usageError(c, fmt.Sprintf("--verify-timeout must be positive, got %s", vt))
+	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
 	force, asJSON := c.Bool("force"), c.Bool("json")
