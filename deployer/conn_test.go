@@ -38,6 +38,12 @@ func TestReadEngines(t *testing.T) {
 			give: mock.Result(mock.ValkeyError("NOPERM User deployer has no permissions to run the 'function|stats' command"))},
 		{name: "no engines field: unreadable", give: mock.Result(mock.ValkeyMap(map[string]valkey.ValkeyMessage{"running_script": mock.ValkeyNil()}))},
 		{name: "not a map: unreadable", give: mock.Result(mock.ValkeyString("OK"))},
+		// Over RESP2 (Redis 7.0 to a client without HELLO 3) the maps are flat arrays.
+		{name: "RESP2: Lua", give: resp2Stats(mock.ValkeyString("LUA"), mock.ValkeyArray(
+			mock.ValkeyString("libraries_count"), mock.ValkeyInt64(1), mock.ValkeyString("functions_count"), mock.ValkeyInt64(12)))},
+		{name: "RESP2: no engine at all", give: resp2Stats(),
+			wantUnsupported: "no Lua engine (FUNCTION STATS lists none)"},
+		{name: "RESP2: odd engine list: unreadable", give: resp2Stats(mock.ValkeyString("LUA"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,4 +71,11 @@ func TestReadEngines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resp2Stats is a FUNCTION STATS reply as RESP2 gives it, engines as a flat array.
+func resp2Stats(engines ...valkey.ValkeyMessage) valkey.ValkeyResult {
+	return mock.Result(mock.ValkeyArray(
+		mock.ValkeyString("running_script"), mock.ValkeyNil(),
+		mock.ValkeyString("engines"), mock.ValkeyArray(engines...)))
 }
