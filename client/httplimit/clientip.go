@@ -164,42 +164,75 @@ func xForwardedFor(values []string) []netip.Addr {
 	return chain
 }
 
-// parseNode reads an address as proxies write it: 192.0.2.1, 192.0.2.1:80, 2001:db8::1,
-// [2001:db8::1], [2001:db8::1]:80; IPv4-mapped IPv6 as IPv4. Anything else, a zone included,
-// is the invalid Addr.
+// parseNode reads a node as proxies write it: 192.0.2.1, 192.0.2.1:80, 2001:db8::1,
+// [2001:db8::1], [2001:db8::1]:80, and RFC 7239's obfuscated ports (192.0.2.1:_a1): the address
+// is known. IPv4-mapped IPv6 is read as IPv4. Anything else ("unknown", an obfuscated
+// identifier, a bracketed IPv4, a zone, garbage) is the invalid Addr.
 func parseNode(s string) netip.Addr {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		ap, err2 := netip.ParseAddrPort(s)
-		switch {
-		case err2 == nil:
-			a = ap.Addr()
-		case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
-			if a, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil || !a.Is6() {
-				return netip.Addr{}
-			}
-		default:
+	host := s
+	switch {
+	case strings.HasPrefix(s, "["):
+		end := strings.IndexByte(s, ']')
+		if end < 0 || !validPort(s[end+1:]) {
+			return netip.Addr{}
+		}
+		host = s[1:end]
+	case strings.Count(s, ":") == 1: // IPv4 with a port; a bare IPv6 has several
+		var port string
+		host, port, _ = strings.Cut(s, ":")
+		if !validPort(":" + port) {
 			return netip.Addr{}
 		}
 	}
-	if a.Zone() != "" {
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.Zone() != "" || host != s && strings.HasPrefix(s, "[") != a.Is6() {
 		return netip.Addr{}
 	}
 	return a.Unmap()
 }
 
+// validPort reports an empty s, or ":" and a port: digits, or an obfuscated one ("_" and
+// letters, digits, '.', '_', '-'; RFC 7239, section 6.3).
+func validPort(s string) bool {
+	if s == "" {
+		return true
+	}
+	if s[0] != ':' || len(s) < 2 {
+		return false
+	}
+	p := s[1:]
+	if p[0] == '_' {
+		for i := 1; i < len(p); i++ {
+			if c := p[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return len(p) > 1
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+	}
+	return len(p) <= 5
+}
+
 // forwardedFor reads the for= node of each element of Forwarded headers (RFC 7239), in
-// order. An element without one, or one that does not parse, is the invalid Addr.
+// order. An element without one, or one that does not parse, is the invalid Addr; an empty
+// one is skipped. Every comma ends an element, even inside a quoted string, where the syntax
+// would keep it: a client that sends an unclosed quote (for="x) would otherwise have it
+// swallow the element the proxy appends after it, whose for= is the one to read. No node
+// holds a comma, so only an element that is wrong to begin with is cut.
 func forwardedFor(values []string) []netip.Addr {
 	var chain []netip.Addr
 	for _, v := range values {
-		for len(v) > 0 {
-			var elem []pair
-			var ok bool
-			elem, v, ok = parseElement(v)
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e == "" {
+				continue
+			}
 			node := netip.Addr{}
-			if ok {
-				for _, p := range elem {
+			if pairs, ok := parseElement(e); ok {
+				for _, p := range pairs {
 					if strings.EqualFold(p.name, "for") {
 						node = parseNode(p.value)
 						break
@@ -214,11 +247,10 @@ func forwardedFor(values []string) []netip.Addr {
 
 type pair struct{ name, value string }
 
-// parseElement reads one forwarded-element, up to the comma that ends it outside a quoted
-// string, and returns its pairs, the rest after that comma, and whether the element parsed.
-func parseElement(s string) ([]pair, string, bool) {
+// parseElement reads the pairs of one forwarded-element (name=token or name="quoted
+// string", separated by ';'), and whether it parsed whole.
+func parseElement(s string) ([]pair, bool) {
 	var pairs []pair
-	ok := true
 	i := 0
 	for {
 		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
@@ -230,8 +262,7 @@ func parseElement(s string) ([]pair, string, bool) {
 		}
 		name := s[start:i]
 		if name == "" || i >= len(s) || s[i] != '=' {
-			ok = false
-			break
+			return nil, false
 		}
 		i++
 		var value string
@@ -254,7 +285,7 @@ func parseElement(s string) ([]pair, string, bool) {
 				b.WriteByte(ch)
 			}
 			if !closed {
-				return nil, "", false
+				return nil, false
 			}
 			value = b.String()
 		} else {
@@ -264,8 +295,7 @@ func parseElement(s string) ([]pair, string, bool) {
 			}
 			value = s[start:i]
 			if value == "" {
-				ok = false
-				break
+				return nil, false
 			}
 		}
 		pairs = append(pairs, pair{name, value})
@@ -273,31 +303,13 @@ func parseElement(s string) ([]pair, string, bool) {
 			i++
 		}
 		if i >= len(s) {
-			return pairs, "", true
+			return pairs, true
 		}
-		switch s[i] {
-		case ';':
-			i++
-			continue
-		case ',':
-			return pairs, s[i+1:], true
+		if s[i] != ';' {
+			return nil, false
 		}
-		ok = false
-		break
+		i++
 	}
-	// a syntax error: skip to the next comma outside a quoted string
-	quoted := false
-	for ; i < len(s); i++ {
-		switch {
-		case s[i] == '\\' && quoted:
-			i++
-		case s[i] == '"':
-			quoted = !quoted
-		case s[i] == ',' && !quoted:
-			return nil, s[i+1:], ok
-		}
-	}
-	return nil, "", ok
 }
 
 // isTchar reports a token character (RFC 9110, section 5.6.2).
