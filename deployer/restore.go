@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,10 +24,13 @@ func (r *run) restore(parent context.Context) {
 	changed := slices.Clone(r.changed)
 	r.mu.Unlock()
 
-	// Put back the primaries.
+	// Put back the primaries. One a failover demoted during the deploy refuses the load
+	// (READONLY): it follows its new primary, which is put back below, and is waited for
+	// last.
 	sem := make(chan struct{}, r.opts.Parallelism)
 	var wg sync.WaitGroup
 	restored := make([]bool, len(r.p.Steps))
+	demoted := make([]bool, len(r.p.Steps))
 	for i, s := range r.p.Steps {
 		if !changed[i] {
 			continue
@@ -35,7 +39,11 @@ func (r *run) restore(parent context.Context) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			began := time.Now()
-			err := r.putBack(ctx, s)
+			err := r.putBack(ctx, s, s.Code)
+			if readOnly(err) {
+				demoted[i] = true
+				return
+			}
 			r.settle(i, err, began)
 			restored[i] = err == nil
 			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
@@ -43,7 +51,15 @@ func (r *run) restore(parent context.Context) {
 	}
 	wg.Wait()
 
-	// Then the replicas that followed them.
+	// A replica whose primary was not put back may have been promoted in its place (its
+	// primary died or was demoted during the deploy), with what it had replicated: a
+	// primary now, it is put back as one, to what its shard ran before the deploy (the
+	// primary's code: a replica's own may have lagged, or been none). Its shard is then
+	// back, and the shard's other nodes follow it.
+	var mu sync.Mutex
+	shardBack := slices.Clone(restored) // by root primary: its shard runs its old code again
+	type waiter struct{ i, root int }
+	var waiters []waiter
 	for i, s := range r.p.Steps {
 		if s.Node.Role != RoleReplica || !s.read() {
 			continue
@@ -59,42 +75,75 @@ func (r *run) restore(parent context.Context) {
 			}
 			continue
 		}
+		if restored[root] {
+			waiters = append(waiters, waiter{i, root})
+			continue
+		}
 		wg.Go(func() {
 			began := time.Now()
-			var err error
-			switch {
-			case restored[root]:
-				err = r.await(ctx, s.Node, r.p.Steps[root].Code, "")
-			case r.promoted(ctx, s.Node):
-				// Its primary died during the deploy and it took over, with what it had
-				// replicated: a primary now, it is put back as one.
-				err = r.putBack(ctx, s)
-			default:
-				err = fmt.Errorf("its primary %s was not restored", r.p.Steps[root].Node.Addr)
+			if !r.promoted(ctx, s.Node) {
+				mu.Lock()
+				waiters = append(waiters, waiter{i, root})
+				mu.Unlock()
+				return
+			}
+			err := r.putBack(ctx, s, r.p.Steps[root].Code)
+			if err == nil {
+				mu.Lock()
+				shardBack[root] = true
+				mu.Unlock()
 			}
 			r.settle(i, err, began)
 			r.emit(Event{Node: s.Node, Phase: PhaseRestore, Err: err})
 		})
 	}
 	wg.Wait()
+	for i, d := range demoted {
+		if d {
+			waiters = append(waiters, waiter{i, i})
+		}
+	}
+
+	// Then every other node of a changed shard follows its (possibly new) primary back.
+	for _, w := range waiters {
+		wg.Go(func() {
+			began := time.Now()
+			root := r.p.Steps[w.root]
+			err := fmt.Errorf("its primary %s was not restored", root.Node.Addr)
+			if w.i == w.root {
+				err = fmt.Errorf("refused the restore (a failover made it a replica), and no primary of its shard was restored")
+			}
+			if shardBack[w.root] {
+				err = r.await(ctx, r.p.Steps[w.i].Node, root.Code, "")
+			}
+			r.settle(w.i, err, began)
+			r.emit(Event{Node: r.p.Steps[w.i].Node, Phase: PhaseRestore, Err: err})
+		})
+	}
+	wg.Wait()
 }
 
-// putBack loads what a node ran before the deploy (or deletes the library it did not have),
-// and waits until it runs exactly that.
-func (r *run) putBack(ctx context.Context, s Step) error {
+// readOnly reports whether err is a node's refusal to write because it is a replica.
+func readOnly(err error) bool {
+	return err != nil && refused(err) && strings.Contains(err.Error(), "READONLY")
+}
+
+// putBack loads code on a node ("": deletes the library), and waits until it runs exactly
+// that.
+func (r *run) putBack(ctx context.Context, s Step, code string) error {
 	c, err := r.t.conn(s.Node.Addr)
 	if err != nil {
 		return err
 	}
-	if s.Code == "" {
+	if code == "" {
 		err = c.deleteLibrary(ctx)
 	} else {
-		err = c.load(ctx, s.Code)
+		err = c.load(ctx, code)
 	}
 	if err != nil {
 		return err
 	}
-	return r.await(ctx, s.Node, s.Code, "")
+	return r.await(ctx, s.Node, code, "")
 }
 
 // promoted reports whether a node planned as a replica now says it is a primary (a failover

@@ -29,16 +29,16 @@ func TestDeployDuringFailover(t *testing.T) {
 		// at reports whether e is the moment to fail over, and fo does it.
 		at func(e deployer.Event, victim *harness.Server) bool
 		// fo runs in the deployer's goroutine (Progress): it returns its error.
-		fo func(t *testing.T, victim, promoted *harness.Server) error
+		fo func(t *testing.T, cl *harness.Cluster, victim, promoted *harness.Server) error
 		// wantNotRestored: the nodes the report must name NOT restored.
-		wantNotRestored func(victim, promoted *harness.Server) []string
+		wantNotRestored func(cl *harness.Cluster, victim, promoted *harness.Server) []string
 	}{
 		{
 			name: "manual",
 			at: func(e deployer.Event, _ *harness.Server) bool {
 				return e.Phase == deployer.PhaseInspect && e.Err == nil
 			},
-			fo: func(t *testing.T, victim, promoted *harness.Server) error {
+			fo: func(t *testing.T, _ *harness.Cluster, victim, promoted *harness.Server) error {
 				c := promoted.Client(t)
 				if err := c.Do(t.Context(), c.B().ClusterFailover().Build()).Error(); err != nil {
 					return fmt.Errorf("CLUSTER FAILOVER on %s: %w", promoted.Addr, err)
@@ -49,14 +49,14 @@ func TestDeployDuringFailover(t *testing.T) {
 				return waitRole(t, victim, "slave")
 			},
 			// The load on the demoted primary is refused (READONLY): every node is restored.
-			wantNotRestored: func(_, _ *harness.Server) []string { return nil },
+			wantNotRestored: func(_ *harness.Cluster, _, _ *harness.Server) []string { return nil },
 		},
 		{
 			name: "killed",
 			at: func(e deployer.Event, victim *harness.Server) bool {
 				return e.Phase == deployer.PhaseLoad && e.Node.Addr == victim.Addr && e.Err == nil
 			},
-			fo: func(t *testing.T, victim, promoted *harness.Server) error {
+			fo: func(t *testing.T, _ *harness.Cluster, victim, promoted *harness.Server) error {
 				if err := victim.Stop(context.Background()); err != nil {
 					return err
 				}
@@ -64,7 +64,39 @@ func TestDeployDuringFailover(t *testing.T) {
 			},
 			// The dead primary cannot be put back, but the replica promoted in its place,
 			// which had replicated 1.1.0, is: a primary now, it is restored as one.
-			wantNotRestored: func(victim, _ *harness.Server) []string { return []string{victim.Addr} },
+			wantNotRestored: func(_ *harness.Cluster, victim, _ *harness.Server) []string { return []string{victim.Addr} },
+		},
+		{
+			// CLUSTER FAILOVER right after the victim's load, which its replica had
+			// replicated, and a replica of another shard killed so that the deploy fails:
+			// the demoted victim refuses its restore (READONLY), the replica promoted in its
+			// place is put back, and the victim follows it back to 1.0.0: restored, not
+			// named NOT restored. Only the dead replica is.
+			name: "demoted after its load",
+			at: func(e deployer.Event, victim *harness.Server) bool {
+				return e.Phase == deployer.PhaseLoad && e.Node.Addr == victim.Addr && e.Err == nil
+			},
+			fo: func(t *testing.T, cl *harness.Cluster, victim, promoted *harness.Server) error {
+				// Replicated first, so that the failover loses nothing: the victim's
+				// load is in the promoted replica.
+				if err := waitFor(t, promoted, v110.Code); err != nil {
+					return err
+				}
+				c := promoted.Client(t)
+				if err := c.Do(t.Context(), c.B().ClusterFailover().Build()).Error(); err != nil {
+					return fmt.Errorf("CLUSTER FAILOVER on %s: %w", promoted.Addr, err)
+				}
+				if err := waitRole(t, promoted, "master"); err != nil {
+					return err
+				}
+				if err := waitRole(t, victim, "slave"); err != nil {
+					return err
+				}
+				return otherReplica(cl, victim).Stop(context.Background())
+			},
+			wantNotRestored: func(cl *harness.Cluster, victim, _ *harness.Server) []string {
+				return []string{otherReplica(cl, victim).Addr}
+			},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,7 +138,7 @@ func TestDeployDuringFailover(t *testing.T) {
 				Progress: func(e deployer.Event) {
 					if !done && tt.at(e, victim) {
 						done = true
-						foErr = tt.fo(t, victim, promoted)
+						foErr = tt.fo(t, cl, victim, promoted)
 					}
 				},
 			})
@@ -119,7 +151,7 @@ func TestDeployDuringFailover(t *testing.T) {
 			for _, n := range rep.NotRestored() {
 				got = append(got, n.Node.Addr)
 			}
-			if want := tt.wantNotRestored(victim, promoted); !slices.Equal(got, want) {
+			if want := tt.wantNotRestored(cl, victim, promoted); !slices.Equal(got, want) {
 				t.Errorf("NOT restored: %v, want %v", got, want)
 			}
 		})
@@ -203,5 +235,32 @@ func waitRole(t *testing.T, s *harness.Server, role string) error {
 			return fmt.Errorf("%s is not %s after 30s (%v)", s.Addr, role, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// otherReplica is the replica of the first primary that is not victim.
+func otherReplica(cl *harness.Cluster, victim *harness.Server) *harness.Server {
+	for _, p := range cl.Primaries {
+		if p != victim {
+			return cl.ReplicasOf(p)[0]
+		}
+	}
+	panic("no other primary")
+}
+
+// waitFor waits up to 10s for a node to run code; unlike waitCode it returns its failure,
+// for a Progress callback, which runs outside the test's goroutine.
+func waitFor(t *testing.T, s *harness.Server, code string) error {
+	c := s.Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := harness.LibraryCode(t.Context(), c, "ratelimit")
+		if err == nil && got == code {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s runs %s after 10s (%v), want %s", s.Addr, label(got), err, label(code))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
