@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -126,4 +127,24 @@ func BenchmarkLocalFallback(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkLeasedHotKey is the cost of a decision served from a leased budget, 64 goroutines
+// on one key (RunParallel with 32 per GOMAXPROCS on 2): what the budget's locks cost when every
+// caller wants the same key. The reply admits every batch, so nearly every call is a local hit.
+func BenchmarkLeasedHotKey(b *testing.B) {
+	lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 1_000_000, 999_000, 0, 1000, 0))},
+		client.WithLeasedBudgets(256, time.Minute))
+	defer lim.Close(context.Background())
+	limit := client.Limit(client.TokenBucket{Capacity: 1_000_000, Rate: 1, Period: time.Hour})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r, err := lim.Allow(ctx, "hot", limit); err != nil || !r.Allowed {
+				b.Fatal(r, err)
+			}
+		}
+	})
 }

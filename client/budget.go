@@ -40,7 +40,7 @@ type budgets struct {
 }
 
 type budgetShard struct {
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	m         map[string]*budget
 	nextSweep int64
 	recent    [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
@@ -122,14 +122,23 @@ func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
 // A key gets a budget once three of its calls came each within a quarter of maxAge of the one
 // before: most keys never do, and cost a slot of a table with no allocation, rather than a
 // budget (with its key, its timer) made and swept again for every call.
-func (bs *budgets) get(sk []byte, key string, c call, now int64) *budget {
+func (bs *budgets) get(sk []byte, key string, c call, clock func() int64) *budget {
 	h := maphash.Bytes(bs.seed, sk)
 	sh := &bs.shards[h%budgetShards]
+	// a hot key's calls only read the map: they share the lock
+	sh.mu.RLock()
+	b := sh.m[string(sk)]
+	sh.mu.RUnlock()
+	if b != nil {
+		return b
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b := sh.m[string(sk)]; b != nil {
 		return b
 	}
+	// the clock only for a key without a budget: a hit reads it once, under its budget's lock
+	now := clock()
 	r := &sh.recent[(h/budgetShards)%recentSlots]
 	switch {
 	case r.tag != h || now-r.last > bs.maxAge/4:
@@ -148,7 +157,7 @@ func (bs *budgets) get(sk []byte, key string, c call, now int64) *budget {
 		return nil
 	}
 	// as if the last call had been a batch of one: the next one doubles (see nextBatch)
-	b := &budget{key: key, spec: c.spec, k: 1, fetched: last}
+	b = &budget{key: key, spec: c.spec, k: 1, fetched: last}
 	sh.m[string(sk)] = b
 	return b
 }
@@ -199,17 +208,19 @@ func (bs *budgets) evict(sh *budgetShard, now int64) bool {
 // else a batch from the server.
 func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string, c call) (Result, error) {
 	bs := l.budgets
-	b := bs.get(sk, key, c, l.clock())
+	b := bs.get(sk, key, c, l.clock)
 	if b == nil {
 		return l.decide(ctx, opAllow, key, c)
 	}
 	for {
 		b.mu.Lock()
+		// read under the lock, never before: a batch must not be handed out past its expiry,
+		// however long the lock took
 		now := l.clock()
 		switch {
 		case b.dead:
 			b.mu.Unlock()
-			if b = bs.get(sk, key, c, now); b == nil {
+			if b = bs.get(sk, key, c, l.clock); b == nil {
 				return l.decide(ctx, opAllow, key, c)
 			}
 			continue
