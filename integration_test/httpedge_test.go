@@ -338,6 +338,20 @@ func TestHTTPShadow(t *testing.T) {
 	if enforced == 0 || shadowed == 0 {
 		t.Errorf("at 50%%, %d keys enforced and %d in shadow of 20", enforced, shadowed)
 	}
+	// The shadow decisions run on after their responses: wait for the last of them (at most
+	// 10s, far beyond a limiter call's deadline), then check the counts exactly.
+	wantDenied := 3 + 3 + 2*shadowed
+	for stop := time.Now().Add(10 * time.Second); time.Now().Before(stop); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for _, c := range denied {
+			n += c
+		}
+		mu.Unlock()
+		if n >= wantDenied {
+			break
+		}
+	}
 	want := map[string]int64{"new" + suffix: 3, "route" + suffix: 3, "dial" + suffix: int64(2 * shadowed)}
 	if got := collectWouldDeny(t, reader); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s: %v, want %v", httplimit.MetricWouldDeny, got, want)

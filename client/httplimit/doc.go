@@ -53,7 +53,10 @@
 // A limit in shadow (Policy.Shadow for the whole route, Rule.Shadow for one limit) is decided
 // and counted in the limiter like an enforced one, beside the enforced decision, but never
 // refuses and sends no header: a request it would have refused is counted in
-// MetricWouldDeny (with Options.MeterProvider) and passed to Options.OnShadowDeny.
+// MetricWouldDeny (with Options.MeterProvider) and passed to Options.OnShadowDeny. The
+// response does not wait for it (the limiter's deadline bounds it), and a panic in it is
+// recovered and logged. A Key error that only shadow limits would see refuses nothing: it goes
+// to Options.OnError as a *ShadowKeyError.
 // Policy.EnforcePercent enforces a route for a share of its keys, chosen by a hash of the key
 // (not at random): the same keys on every request and every instance, and a higher
 // percentage only adds keys.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,10 @@ type Policy struct {
 	// limits would) but serves every request: a denial is only counted, in the metric
 	// MetricWouldDeny, and sent to Options.OnShadowDeny. Shadow limits send no headers.
 	// Roll a new limit out in shadow, watch what it would deny, then enforce it. A Rule can be
-	// in shadow on its own (Rule.Shadow). Concurrency is always enforced. Default: false.
+	// in shadow on its own (Rule.Shadow). Concurrency is always enforced. The shadow decision
+	// runs beside the request and may end after the response: OnShadowDeny and OnError may be
+	// called once the request's context is over. A Key error does not refuse a request whose
+	// limits are all in shadow: it goes to OnError, and the request is served. Default: false.
 	Shadow bool
 	// EnforcePercent, from 1 to 100, enforces the route's limits for that share of the keys
 	// (Options.Key's) and decides them in shadow for the others: the dial of a gradual
@@ -85,7 +89,8 @@ type Rule struct {
 	// Key returns the principal this limit counts the request against. Default (nil):
 	// Options.Key's. An error answers 400, as Options.Key's does.
 	Key func(r *http.Request) (string, error)
-	// Shadow decides this limit in shadow (see Policy.Shadow). Default: false.
+	// Shadow decides this limit in shadow (see Policy.Shadow): an error of its Key goes to
+	// Options.OnError and leaves the limit out, never refusing the request. Default: false.
 	Shadow bool
 }
 
@@ -134,6 +139,9 @@ type Options struct {
 	// went away) is neither reported nor answered. Default (nil): the error is logged with slog.Default(), at most
 	// once a second (with a count of the errors not logged), so a dead server does not flood
 	// the log.
+	//
+	// It also gets the errors of a Key that only limits in shadow need (the request is served),
+	// then wrapped in a *ShadowKeyError.
 	OnError func(r *http.Request, err error)
 	// Reset is the form of X-RateLimit-Reset. Default (ResetUnix): a Unix time in seconds, as
 	// GitHub and X send it.
@@ -190,6 +198,19 @@ func (e *PolicyError) Error() string {
 	return fmt.Sprintf("httplimit: policy %q: %s", e.Name, e.Reason)
 }
 
+// ShadowKeyError is passed to Options.OnError when the Key of a limit in shadow fails: the
+// request is served, and that limit is not decided.
+type ShadowKeyError struct {
+	Policy string // the Rule's Name, or Policy.Name
+	Err    error
+}
+
+func (e *ShadowKeyError) Error() string {
+	return fmt.Sprintf("httplimit: key of shadow limit %q: %v", e.Policy, e.Err)
+}
+
+func (e *ShadowKeyError) Unwrap() error { return e.Err }
+
 // Middleware rate-limits the requests of the handlers it wraps. It is safe for concurrent use.
 type Middleware struct {
 	lim       Limiter
@@ -197,6 +218,7 @@ type Middleware struct {
 	onError   func(r *http.Request, err error)
 	now       func() int64        // Unix nanoseconds
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
+	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
 }
 
 // New returns a Middleware that asks lim for a decision on every request.
@@ -265,6 +287,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := m.opts.Key(r)
 	if err != nil {
+		if p.Shadow && p.Concurrency == nil {
+			// Nothing enforced needs the key: shadow limits never refuse.
+			m.onError(r, &ShadowKeyError{Policy: p.Name, Err: err})
+			next.ServeHTTP(w, r)
+			return
+		}
 		m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
 		return
 	}
@@ -353,7 +381,11 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		k := key
 		if rule.Key != nil {
 			principal, err := rule.Key(r)
-			if err != nil {
+			switch {
+			case err != nil && (shadow || rule.Shadow):
+				m.onError(r, &ShadowKeyError{Policy: rule.Name, Err: err})
+				continue
+			case err != nil:
 				m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
 				return
 			}
@@ -364,15 +396,12 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		add(rule.Name, k, rule.Limit, shadow || rule.Shadow)
 	}
 	if len(shadowRules) > 0 {
-		// The shadow decision runs beside the enforced one, not after it: a roll-out must not
-		// add a round trip to the route's latency. Its context outlives the response: the
-		// request may be refused before the shadow limits are decided.
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			m.shadow(context.WithoutCancel(ctx), r, shadowRules, shadowQuotas)
-		}()
+		// The shadow decision runs beside the enforced one and the handler, and the response
+		// does not wait for it: a roll-out must not add a round trip to the route's latency,
+		// nor a limiter's deadline when the server is gone. Its context outlives the response;
+		// the limiter's own deadline (client.WithDeadline) bounds how long it runs.
+		m.shadows.Add(1)
+		go m.shadow(context.WithoutCancel(ctx), r, shadowRules, shadowQuotas)
 	}
 	if len(enforcedRules) == 0 {
 		if p.Concurrency != nil {
@@ -408,8 +437,17 @@ func (m *Middleware) decide(ctx context.Context, rules []client.Rule) (client.Re
 	return ml.AllowAll(ctx, rules)
 }
 
-// shadow decides the shadow limits of a request, and counts a denial.
+// shadow decides the shadow limits of a request, and counts a denial. It runs on a goroutine
+// of its own, whose panic (a Limiter's, OnShadowDeny's, OnError's) would end the process
+// where net/http would only have ended the request: it is recovered and logged.
 func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client.Rule, quotas []quota) {
+	defer m.shadows.Done()
+	defer func() {
+		if v := recover(); v != nil {
+			slog.Default().ErrorContext(ctx, "httplimit: panic in a shadow decision", "panic", v,
+				"path", r.URL.Path, "stack", string(debug.Stack()))
+		}
+	}()
 	res, err := m.decide(ctx, rules)
 	if err != nil {
 		m.onError(r, err)

@@ -327,6 +327,7 @@ func TestResponses(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			m.shadows.Wait() // the shadow decisions run on after the response
 
 			if len(lim.calls) != tt.wantCalls {
 				t.Fatalf("%d calls to the limiter, want %d", len(lim.calls), tt.wantCalls)

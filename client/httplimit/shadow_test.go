@@ -1,8 +1,11 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -187,7 +190,7 @@ func TestShadow(t *testing.T) {
 			next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { servedReq = true })
 			rec := httptest.NewRecorder()
 			m.Handler(next).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-			// the shadow decision is over when the handler returns
+			m.shadows.Wait() // the shadow decisions run on after the response
 			mu.Lock()
 			defer mu.Unlock()
 			if rec.Code != tt.wantStatus || servedReq != tt.wantServed {
@@ -312,5 +315,130 @@ func BenchmarkClientIPKey(b *testing.B) {
 		if _, err := c.Key(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// blocking is a Limiter whose decisions wait until release is closed, then deny.
+type blocking struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blocking) Allow(context.Context, string, client.Limit) (client.Result, error) {
+	b.started <- struct{}{}
+	<-b.release
+	return denies, nil
+}
+
+// The response does not wait for the shadow decision: a roll-out must add no latency, not
+// even a dead server's deadline. The decision still ends, and is counted.
+func TestShadowDoesNotHoldTheResponse(t *testing.T) {
+	lim := &blocking{started: make(chan struct{}, 1), release: make(chan struct{})}
+	denied := make(chan string, 1)
+	m := mustNew(t, lim, Options{
+		Policy:       func(*http.Request) Policy { return Policy{Name: "api", Limit: tokenBucket, Shadow: true} },
+		OnShadowDeny: func(_ *http.Request, policy string) { denied <- policy },
+	})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		rec := httptest.NewRecorder()
+		m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		done <- rec
+	}()
+	<-lim.started
+	select {
+	case rec := <-done:
+		if rec.Code != 200 || rec.Header().Get("X-Served") != "yes" {
+			t.Errorf("status %d, headers %v: want the request served", rec.Code, rec.Header())
+		}
+	case <-time.After(10 * time.Second):
+		close(lim.release)
+		t.Fatal("the response waited for the shadow decision")
+	}
+	close(lim.release)
+	m.shadows.Wait()
+	if got := <-denied; got != "api" {
+		t.Errorf("OnShadowDeny(%q), want api", got)
+	}
+}
+
+// A panic in a shadow decision (here OnShadowDeny's) is on a goroutine of the middleware's,
+// where nothing else would recover it: it would end the process. It is recovered.
+func TestShadowPanicIsRecovered(t *testing.T) {
+	var logged bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	defer slog.SetDefault(prev)
+	m := mustNew(t, &constant{denies}, Options{
+		Policy:       func(*http.Request) Policy { return Policy{Name: "api", Limit: tokenBucket, Shadow: true} },
+		OnShadowDeny: func(*http.Request, string) { panic("callback bug") },
+	})
+	rec := httptest.NewRecorder()
+	m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	m.shadows.Wait()
+	if rec.Code != 200 || !strings.Contains(logged.String(), "callback bug") {
+		t.Errorf("status %d, log %q: want served and the panic logged", rec.Code, logged.String())
+	}
+}
+
+// A Key that only shadow limits need never refuses the request: its error goes to OnError as
+// a *ShadowKeyError and that limit is left out; an enforced limit's Key error answers 400.
+func TestShadowKeyError(t *testing.T) {
+	bad := func(*http.Request) (string, error) { return "", errors.New("no user") }
+	tests := []struct {
+		name       string
+		key        func(*http.Request) (string, error)
+		policy     Policy
+		wantStatus int
+		wantErr    string // the policy of the *ShadowKeyError; "" for none
+		wantKeys   []string
+	}{
+		{name: "a shadow rule's key", key: constKey("k"),
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "user", Limit: hourly, Key: bad, Shadow: true}}},
+			wantStatus: 200, wantErr: "user", wantKeys: []string{"api:k"}},
+		{name: "an enforced rule's key", key: constKey("k"),
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "user", Limit: hourly, Key: bad}}},
+			wantStatus: 400},
+		{name: "a route in shadow: Options.Key", key: bad,
+			policy:     Policy{Name: "api", Limit: tokenBucket, Shadow: true},
+			wantStatus: 200, wantErr: "api"},
+		{name: "a route in shadow with Concurrency: Options.Key", key: bad,
+			policy:     Policy{Name: "api", Limit: tokenBucket, Shadow: true, Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}},
+			wantStatus: 400},
+		{name: "the dial: Options.Key decides the share, so its error refuses", key: bad,
+			policy:     Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 50},
+			wantStatus: 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := &byName{results: map[string]client.Result{"api": admits, "user": admits}}
+			var errs []error
+			var mu sync.Mutex
+			m := mustNew(t, lim, Options{
+				Key:    tt.key,
+				Policy: func(*http.Request) Policy { return tt.policy },
+				OnError: func(_ *http.Request, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					errs = append(errs, err)
+				},
+			})
+			rec := httptest.NewRecorder()
+			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			m.shadows.Wait()
+			if rec.Code != tt.wantStatus {
+				t.Errorf("status %d, want %d", rec.Code, tt.wantStatus)
+			}
+			var ske *ShadowKeyError
+			switch {
+			case tt.wantErr == "" && len(errs) > 0:
+				t.Errorf("OnError(%v), want none", errs)
+			case tt.wantErr != "" && (len(errs) != 1 || !errors.As(errs[0], &ske) || ske.Policy != tt.wantErr || ske.Err.Error() != "no user"):
+				t.Errorf("OnError(%v), want a *ShadowKeyError of %q", errs, tt.wantErr)
+			}
+			if got := lim.called(); !slices.Equal(got, tt.wantKeys) {
+				t.Errorf("keys decided %q, want %q", got, tt.wantKeys)
+			}
+		})
 	}
 }
