@@ -291,11 +291,16 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 	}
 	b.units = 0
 	b.k = nextBatch(b.k, b.fetched, sent, bs.maxAge, bs.maxBatch)
-	b.mu.Unlock()
-
 	// this call's cost, less the parked units it uses, and the units that will be parked
 	cc := c
 	cc.cost, cc.extra = c.cost-have, b.k-1
+	// No more than the limit could ever admit with the call, nor than the last batch left at
+	// the server: a batch the server must deny costs a call for nothing.
+	cc.extra = max(0, min(cc.extra, c.limit-c.reserve-cc.cost))
+	if b.fetched != 0 {
+		cc.extra = min(cc.extra, b.remaining)
+	}
+	b.mu.Unlock()
 	res, err := l.decide(ctx, opAllow, b.key, cc)
 	batch := err == nil && !res.Local && res.Allowed
 	if err == nil && !res.Local && !res.Allowed && cc.extra > 0 {

@@ -418,6 +418,13 @@ func TestInvalidOptions(t *testing.T) {
 		{client.WithBreaker(1, 0), "rlfn: WithBreaker cooldown must be positive, got 0s"},
 		{client.WithLocalKeys(0), "rlfn: WithLocalKeys must be at least 1, got 0"},
 		{client.WithMeterProvider(nil), "rlfn: WithMeterProvider must not be nil"},
+		{client.WithLeasedBudgets(1, time.Second), "rlfn: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1"},
+		{client.WithLeasedBudgets(1_000_001, time.Second), "rlfn: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1000001"},
+		{client.WithLeasedBudgets(64, 0), "rlfn: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 0s"},
+		{client.WithLeasedBudgets(64, 2*time.Minute), "rlfn: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 2m0s"},
+		{client.WithDenialCache(0), "rlfn: WithDenialCache maxKeys must be from 1 to 10000000, got 0"},
+		{client.WithDenialCache(10_000_001), "rlfn: WithDenialCache maxKeys must be from 1 to 10000000, got 10000001"},
+		{client.WithTracerProvider(nil), "rlfn: WithTracerProvider must not be nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -374,6 +374,26 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 	})
 }
 
+// A batch never asks for more than the limit could admit: a small limit under a hot key is
+// taken whole, by batches no larger than it.
+func TestLeasedBudgetsSmallLimit(t *testing.T) {
+	tg := servers(t)[0]
+	cc := &countingClient{Client: tg.c}
+	lim := client.New(cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
+	key := keyFor(t)
+	admitted := hot(t, lim, key, limit, 400)
+	n, maxCost := cc.count("rl_token_bucket")
+	t.Logf("%d admitted with %d calls, largest batch %d", admitted, n, maxCost)
+	if admitted+lim.Parked() != 4 || maxCost > 4 {
+		t.Fatalf("admitted %d + parked %d, largest batch %d: want the 4 units above the reserve, in batches of at most 4",
+			admitted, lim.Parked(), maxCost)
+	}
+	if err := lim.Close(ctx5s(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Parked units are given back when they age out (maxAge), and a fixed window's batch is not
 // handed out past its window, nor refunded into the next one.
 func TestLeasedBudgetsAgeOut(t *testing.T) {
