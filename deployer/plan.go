@@ -93,13 +93,25 @@ func (p Plan) Lagging() []Step {
 
 // lagging is Lagging as indices into Steps.
 func (p Plan) lagging() []int {
+	var out []int
+	for _, i := range p.diverged() {
+		if p.Steps[i].Action != ActionReplicate {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// diverged are the replicas, as indices into Steps, that were read and run other code than
+// their primary (through any chain of replicas), which was read too.
+func (p Plan) diverged() []int {
 	byAddr := make(map[string]int, len(p.Steps))
 	for i, s := range p.Steps {
 		byAddr[s.Node.Addr] = i
 	}
 	var out []int
 	for i, s := range p.Steps {
-		if s.Node.Role != RoleReplica || !s.read() || s.Action == ActionReplicate {
+		if s.Node.Role != RoleReplica || !s.read() {
 			continue
 		}
 		root, ok := rootPrimary(p.Steps, byAddr, i)
@@ -231,13 +243,21 @@ func NewPlan(installed []Installed, to versions.Release, force bool) Plan {
 		}
 		s.Refusal = refusal(*s, to)
 	}
-	for _, i := range p.lagging() {
+	// Every replica that runs other code than its primary is warned of, also one whose
+	// primary this deploy loads: its replication may be broken, and then it fails the
+	// deploy's verification, which rolls the whole deploy back. status, whose plan is
+	// usually of a newer release than the primaries run, must not hide it.
+	for _, i := range p.diverged() {
 		s := &p.Steps[i]
 		root, _ := rootPrimary(p.Steps, byAddr, i)
+		text := fmt.Sprintf("replica runs %s while its primary %s runs %s, and a deploy never loads a replica: is its replication broken?",
+			stepRuns(*s), p.Steps[root].Node.Addr, stepRuns(p.Steps[root]))
+		if s.Action == ActionReplicate {
+			text = fmt.Sprintf("replica runs %s while its primary %s runs %s: is its replication broken? If it does not receive %s, the deploy fails verifying it and restores every node",
+				stepRuns(*s), p.Steps[root].Node.Addr, stepRuns(p.Steps[root]), to.Version)
+		}
 		// A copy: the Installed's slice is the caller's.
-		s.Warnings = append(slices.Clip(s.Warnings), Warning{ID: WarnReplicaLagging, Addr: s.Node.Addr, Text: fmt.Sprintf(
-			"replica runs %s while its primary %s runs %s, and a deploy never loads a replica: is its replication broken?",
-			stepRuns(*s), p.Steps[root].Node.Addr, stepRuns(p.Steps[root]))})
+		s.Warnings = append(slices.Clip(s.Warnings), Warning{ID: WarnReplicaLagging, Addr: s.Node.Addr, Text: text})
 	}
 	return p
 }

@@ -417,6 +417,10 @@ func TestPlanLagging(t *testing.T) {
 		to          versions.Release
 		want        []string // addresses of the lagging replicas
 		wantPending bool
+		// wantWarned: the replicas warned of as replica-lagging, when not want: those
+		// whose primary is loaded are not Lagging (they receive the release), but they do
+		// run other code than their primary.
+		wantWarned []string
 	}{
 		{
 			name: "all current",
@@ -442,8 +446,15 @@ func TestPlanLagging(t *testing.T) {
 			want: []string{r1.Addr}, wantPending: true,
 		},
 		{
-			name:        "a replica whose primary is loaded receives it: not lagging",
+			name:        "a replica whose primary is loaded receives it: not lagging, but warned of",
 			give:        []Installed{on(p1, r100.Code), on(r1, "")},
+			to:          r110,
+			wantPending: true,
+			wantWarned:  []string{r1.Addr},
+		},
+		{
+			name:        "a replica that runs what its primary runs, both to be loaded: not warned of",
+			give:        []Installed{on(p1, r100.Code), on(r1, r100.Code)},
 			to:          r110,
 			wantPending: true,
 		},
@@ -471,8 +482,12 @@ func TestPlanLagging(t *testing.T) {
 					warned = append(warned, w.Addr)
 				}
 			}
-			if !slices.Equal(warned, tt.want) {
-				t.Errorf("replica-lagging warnings on %v, want %v", warned, tt.want)
+			wantWarned := tt.want
+			if tt.wantWarned != nil {
+				wantWarned = tt.wantWarned
+			}
+			if !slices.Equal(warned, wantWarned) {
+				t.Errorf("replica-lagging warnings on %v, want %v", warned, wantWarned)
 			}
 			for _, in := range tt.give {
 				if len(in.Warnings) > 0 {

@@ -351,11 +351,23 @@ func TestLaggingReplica(t *testing.T) {
 	}
 	t.Cleanup(func() { rc.Do(context.Background(), rc.B().ClientUnpause().Build()) })
 	pc := primary.Client(t)
+
+	// Its primary's library deleted by hand: the primary is behind the newest release, so
+	// a deploy would load it, and status must still say that the replica does not follow it.
+	if err := pc.Do(ctx, pc.B().FunctionDelete().LibraryName("ratelimit").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r := rlfnAt(t, set, primary.Addr, "status")
+	if wantExit(t, r, exitWarnings, "status with a replica that does not follow a primary behind the release"); !strings.Contains(r.stdout,
+		"Warning: "+replica.Addr+": replica runs 1.0.0 while its primary "+primary.Addr+" runs no library: is its replication broken?") {
+		t.Errorf("status does not warn of the replica that does not follow its primary:\n%s%s", r.stdout, r.stderr)
+	}
+
 	if err := pc.Do(ctx, pc.B().FunctionLoad().Replace().FunctionCode(v110.Code).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 
-	r := rlfnAt(t, set, primary.Addr, "status")
+	r = rlfnAt(t, set, primary.Addr, "status")
 	if wantExit(t, r, exitWarnings, "status with a lagging replica"); !strings.Contains(r.stdout, "Warning: "+replica.Addr+": replica runs 1.0.0 while its primary "+primary.Addr+" runs 1.1.0") ||
 		!strings.Contains(r.stderr, "--accept-warning replica-lagging") {
 		t.Errorf("status does not warn of the lagging replica:\n%s%s", r.stdout, r.stderr)
