@@ -394,6 +394,38 @@ func TestLeasedBudgetsSmallLimit(t *testing.T) {
 	}
 }
 
+// The reserve stays at the server: batches are judged with it, and critical calls, never
+// batched, still get it while other calls' units are parked.
+func TestLeasedBudgetsReserve(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		cc := &countingClient{Client: tg.c}
+		lim := client.New(cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+		limit := client.TokenBucket{Capacity: 20, Rate: 1, Period: time.Hour, Reserve: 3}
+		key := keyFor(t)
+		admitted := hot(t, lim, key, limit, 200)
+		if admitted+lim.Parked() != 17 {
+			t.Fatalf("admitted %d + parked %d, want the 17 units above the reserve", admitted, lim.Parked())
+		}
+		crit := client.Critical(ctx)
+		before, _ := cc.count("rl_token_bucket")
+		for i := range 3 {
+			if r, err := lim.Allow(crit, key, limit); err != nil || !r.Allowed || r.Leased {
+				t.Fatalf("critical call %d: %+v, %v; want the reserve, from the server", i, r, err)
+			}
+		}
+		if r, err := lim.Allow(crit, key, limit); err != nil || r.Allowed {
+			t.Fatalf("a 4th critical call: %+v, %v; want denied", r, err)
+		}
+		if after, _ := cc.count("rl_token_bucket"); after-before != 4 {
+			t.Fatalf("4 critical calls sent %d calls, want 4", after-before)
+		}
+		if err := lim.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // Parked units are given back when they age out (maxAge), and a fixed window's batch is not
 // handed out past its window, nor refunded into the next one.
 func TestLeasedBudgetsAgeOut(t *testing.T) {
