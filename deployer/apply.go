@@ -132,7 +132,8 @@ func (r *run) report() Report {
 //  7. release the lock.
 //
 // A replica that receives nothing (its primary already runs the release) yet runs other
-// code is given Options.VerifyTimeout to catch up, also when nothing is pending; one that
+// code is given Options.VerifyTimeout to catch up (the same window as step 5's, not one
+// after it), also when nothing is pending; one that
 // does not is OutcomeLagging. A deploy that left nodes out (forced past unreachable nodes,
 // and their replicas) or found a lagging replica returns a *PartialError whose cause is
 // ErrNotDeployed, even when nothing else failed: Apply returns nil only when every node the
@@ -216,10 +217,12 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 
 	r.load(dctx)
 	if r.failure() == nil {
-		r.verify(dctx)
-	}
-	if r.failure() == nil {
-		r.awaitLagging(dctx)
+		// One VerifyTimeout for both, as --verify-timeout promises: the replicas that
+		// receive nothing have been free to catch up all along.
+		var wg sync.WaitGroup
+		wg.Go(func() { r.verify(dctx) })
+		wg.Go(func() { r.awaitLagging(dctx) })
+		wg.Wait()
 	}
 	if err := r.failure(); err != nil {
 		if c := context.Cause(dctx); c != nil {
@@ -454,7 +457,10 @@ func (r *run) awaitLagging(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, inspectParallelism)
 	for i, s := range r.p.Steps {
-		if !s.read() || s.Action != ActionNone || s.State == StateCurrent || r.res[i].Outcome == OutcomeLeftOut {
+		r.mu.Lock()
+		leftOut := r.res[i].Outcome == OutcomeLeftOut
+		r.mu.Unlock()
+		if !s.read() || s.Action != ActionNone || s.State == StateCurrent || leftOut {
 			continue
 		}
 		wg.Go(func() {
