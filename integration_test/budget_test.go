@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -487,4 +490,65 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// The metrics count the batches, the units they took, the units refunded and, as decisions
+// of source leased, the local hits: together with the server's admissions, every decision.
+func TestLeasedBudgetsMetrics(t *testing.T) {
+	tg := servers(t)[0]
+	reader := sdkmetric.NewManualReader()
+	lim := client.New(tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
+		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	limit := client.TokenBucket{Capacity: 100_000, Rate: 1, Period: time.Hour}
+	key := keyFor(t)
+	admitted := hot(t, lim, key, limit, 1000)
+	for i := 0; i < 100 && lim.Parked() == 0; i++ {
+		admitted += hot(t, lim, key, limit, 1)
+	}
+	parked := lim.Parked()
+	if err := lim.Close(ctx5s(t)); err != nil {
+		t.Fatal(err)
+	}
+	sum := func(name string, match func(attribute.Set) bool) int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != name {
+					continue
+				}
+				for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					if match == nil || match(p.Attributes) {
+						n += p.Value
+					}
+				}
+			}
+		}
+		return n
+	}
+	is := func(k, v string) func(attribute.Set) bool {
+		return func(s attribute.Set) bool { got, _ := s.Value(attribute.Key(k)); return got.AsString() == v }
+	}
+	allowedFrom := func(src string) int64 {
+		return sum(client.MetricDecisions, func(s attribute.Set) bool {
+			return is("rlfn.source", src)(s) && is("rlfn.outcome", "allowed")(s) && is("rlfn.operation", "allow")(s)
+		})
+	}
+	hits, server := allowedFrom("leased"), allowedFrom("server")
+	batches, units := sum(client.MetricLeasedBatches, nil), sum(client.MetricLeasedUnits, nil)
+	refunded := sum(client.MetricLeasedRefunded, is("rlfn.algorithm", "token_bucket"))
+	t.Logf("%d admitted: %d hits, %d by the server; %d batches of %d units; %d parked, %d refunded",
+		admitted, hits, server, batches, units, parked, refunded)
+	if hits+server != admitted || hits == 0 || batches == 0 {
+		t.Fatalf("%d hits + %d server admissions, want the %d admitted, with some hits", hits, server, admitted)
+	}
+	if units != hits+parked {
+		t.Fatalf("batches took %d units beyond their calls, want %d handed out + %d parked", units, hits, parked)
+	}
+	if refunded != parked {
+		t.Fatalf("%d refunded, want the %d parked at Close", refunded, parked)
+	}
 }
