@@ -41,7 +41,8 @@ type TransportOptions struct {
 	MaxWait time.Duration
 	// Jitter spreads the retries of a fleet throttled at once: a Retry-After of d is waited
 	// d plus a random share, up to Jitter, of d (of one second when d is shorter), never less
-	// than the server asked. From 0 to 1. Default (0): DefaultJitter, 0.2; negative: none.
+	// than the server asked, nor past MaxWait or the deadline when the wait asked fits. From 0
+	// to 1. Default (0): DefaultJitter, 0.2; negative: none.
 	Jitter float64
 
 	// Now, Sleep and Rand are the clock, the wait and the random source, for tests. Sleep
@@ -165,13 +166,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			return resp, nil // the server said nothing of when: its answer stands
 		}
-		if wait > t.opts.MaxWait {
+		if !t.mayWait(ctx, wait) {
 			return resp, nil // also keeps the jitter's sum from overflowing
 		}
-		wait += t.jitter(wait)
-		if !t.mayWait(ctx, wait) {
-			return resp, nil
-		}
+		// The jitter stops at MaxWait and at the deadline: the server's wait fits, and a
+		// retry within it is worth more than a 429 returned for the sake of spreading.
+		wait = min(wait+t.jitter(wait), t.room(ctx))
 		next, err := rewind(req)
 		if err != nil {
 			return resp, nil // the body cannot be made again: the 429 stands
@@ -225,6 +225,14 @@ func (t *Transport) mayWait(ctx context.Context, d time.Duration) bool {
 	}
 	deadline, ok := ctx.Deadline()
 	return !ok || !t.opts.Now().Add(d).After(deadline)
+}
+
+// room is the longest wait within MaxWait and ctx's deadline.
+func (t *Transport) room(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return min(t.opts.MaxWait, deadline.Sub(t.opts.Now()))
+	}
+	return t.opts.MaxWait
 }
 
 // jitter is the random share added to a wait of d.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -241,6 +242,20 @@ func TestTransport(t *testing.T) {
 			wantStatus: 429, wantSent: 1, wantKeys: 1,
 		},
 		{
+			name:     "a Retry-After that fits the deadline: its jitter is cut at it",
+			limiter:  &script{},
+			statuses: []int{http429}, retry: []string{"1"},
+			deadline:   1050 * time.Millisecond,
+			wantStatus: 200, wantSleeps: []time.Duration{1050 * time.Millisecond}, wantSent: 2, wantKeys: 2,
+		},
+		{
+			name:     "a Retry-After of MaxWait: its jitter is cut at it",
+			limiter:  &script{},
+			opts:     TransportOptions{MaxWait: time.Second},
+			statuses: []int{http429}, retry: []string{"1"},
+			wantStatus: 200, wantSleeps: []time.Duration{time.Second}, wantSent: 2, wantKeys: 2,
+		},
+		{
 			name:     "a Retry-After over MaxWait: returned at once",
 			limiter:  &script{},
 			statuses: []int{http429}, retry: []string{"3600"},
@@ -453,5 +468,42 @@ func TestNewTransportRefuses(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Field != tt.wantField {
 			t.Errorf("%s: got %v, want an *OptionError for %s", tt.name, err, tt.wantField)
 		}
+	}
+}
+
+// A 429 is read and closed before its request is sent again, so the retry goes out on the
+// same connection instead of opening one per attempt.
+func TestTransportReusesTheConnection(t *testing.T) {
+	up := &upstream{statuses: []int{http.StatusTooManyRequests}, retry: []string{"0"}}
+	srv := httptest.NewUnstartedServer(up)
+	var mu sync.Mutex
+	conns := 0
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	clock := newFakeClock()
+	tr, err := NewTransport(base, &script{}, TransportOptions{Limit: tokenBucket, Now: clock.Now, Sleep: clock.Sleep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if resp.StatusCode != 200 || up.requests() != 2 || conns != 1 {
+		t.Errorf("status %d after %d requests on %d connections; want 200 after 2 on 1", resp.StatusCode, up.requests(), conns)
 	}
 }
