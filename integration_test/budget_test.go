@@ -455,6 +455,10 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 		if u := used(t, tg.c, key, limit); u != admitted {
 			t.Fatalf("the server counts %d, want the %d admitted", u, admitted)
 		}
+		// no unit older than maxAge is handed out: the next call is the server's
+		if r, err := lim.Allow(ctx5s(t), key, limit); err != nil || !r.Allowed || r.Leased {
+			t.Fatalf("after maxAge: %+v, %v; want decided by the server", r, err)
+		}
 	})
 	t.Run("window_end", func(t *testing.T) {
 		const window = 1000
