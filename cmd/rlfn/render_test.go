@@ -279,3 +279,22 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	w.lines += bytes.Count(p, []byte("\n"))
 	return len(p), nil
 }
+
+// TestUnread: status and diff fail on every node that was not read, by its state, also
+// when no reason was recorded for it; a node that was read never fails them.
+func TestUnread(t *testing.T) {
+	rows := []statusRow{
+		{Addr: "127.0.0.1:7001", State: "current"},
+		{Addr: "127.0.0.1:7002", State: "unreachable"},
+		{Addr: "127.0.0.1:7003", State: "unsupported", Error: "FUNCTION is not a command here"},
+		{Addr: "127.0.0.1:7004", State: "absent"},
+	}
+	err := unread(rows)
+	want := "127.0.0.1:7002: unreachable: not read\n127.0.0.1:7003: unsupported: FUNCTION is not a command here"
+	if err == nil || err.Error() != want {
+		t.Errorf("unread = %v, want %q", err, want)
+	}
+	if err := unread(rows[:1]); err != nil {
+		t.Errorf("unread of a node read = %v, want nil", err)
+	}
+}

@@ -106,9 +106,15 @@ func nodeError(s deployer.Step) string {
 func unread(rows []statusRow) error {
 	var errs []error
 	for _, r := range rows {
-		if r.Error != "" {
-			errs = append(errs, fmt.Errorf("%s: %s: %s", r.Addr, r.State, r.Error))
+		// By state, not by whether a reason was found: a hole without one is a hole.
+		if r.State != string(deployer.StateUnreachable) && r.State != string(deployer.StateUnsupported) {
+			continue
 		}
+		why := r.Error
+		if why == "" {
+			why = "not read"
+		}
+		errs = append(errs, fmt.Errorf("%s: %s: %s", r.Addr, r.State, why))
 	}
 	return errors.Join(errs...)
 }
