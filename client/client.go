@@ -14,7 +14,9 @@ import (
 )
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
-// concurrent use. Its state is its circuit breakers (one per cluster shard) and, with LocalFallback, the local limiters.
+// concurrent use. Its state is its circuit breakers (one per cluster shard) and, with
+// LocalFallback, the local limiters; with WithLeasedBudgets, the units it parked, which Close
+// gives back; with WithDenialCache, recent denials.
 type Limiter struct {
 	vk        valkey.Client
 	prefix    string // escaped, as Key writes it
