@@ -620,13 +620,18 @@ var coarse struct {
 }
 
 // coarseNanos is the Unix time in nanoseconds, up to coarseTick ahead: a reset computed from
-// it is never before the true one, at most coarseTick later.
+// it is never before the true one, at most coarseTick later, unless the goroutine is held up
+// longer than a tick (a starved process), when it can be early by the excess. The goroutine is
+// started by the first Middleware without Options.Now to answer, and lives as long as the
+// process (a goroutine-leak checker in tests sees it: give Options.Now there).
 func coarseNanos() int64 {
 	coarse.once.Do(func() {
 		coarse.nanos.Store(time.Now().UnixNano())
 		go func() {
-			for t := range time.Tick(coarseTick) {
-				coarse.nanos.Store(t.UnixNano())
+			// The clock read when the tick is received, not the tick's own time: a goroutine
+			// that ran late would store a time already stale by its delay.
+			for range time.Tick(coarseTick) {
+				coarse.nanos.Store(time.Now().UnixNano())
 			}
 		}()
 	})
