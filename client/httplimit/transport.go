@@ -196,7 +196,8 @@ func (t *Transport) pace(ctx context.Context, key string) error {
 		}
 		wait := res.Delay
 		if !res.Allowed {
-			wait = res.RetryAfter
+			// A refusal is never a licence to send, even one whose wait rounded to nothing.
+			wait = max(res.RetryAfter, time.Millisecond)
 		}
 		if wait <= 0 {
 			return nil

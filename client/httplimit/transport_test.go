@@ -242,6 +242,11 @@ func TestTransport(t *testing.T) {
 			wantStatus: 429, wantSent: 1, wantKeys: 1,
 		},
 		{
+			name:       "refused with no wait: asks again, never sends unadmitted",
+			limiter:    &script{results: []client.Result{{RetryAfter: 0}}},
+			wantStatus: 200, wantSleeps: []time.Duration{time.Millisecond}, wantSent: 1, wantKeys: 2,
+		},
+		{
 			name:     "a Retry-After that fits the deadline: its jitter is cut at it",
 			limiter:  &script{},
 			statuses: []int{http429}, retry: []string{"1"},
