@@ -136,6 +136,11 @@ func (e *PartialError) Error() string {
 	if len(leftOut) > 0 {
 		b.WriteString("; left out (unreachable): " + strings.Join(addrsOf(leftOut), ", "))
 	}
+	// Lagging replicas are awaited beside the verification, so a deploy that failed may
+	// have found some: they are not restored (nothing changed them), and still NOT current.
+	if lagging := e.Report.Lagging(); len(lagging) > 0 {
+		b.WriteString("; lagging replicas: " + strings.Join(addrsOf(lagging), ", "))
+	}
 	return b.String()
 }
 

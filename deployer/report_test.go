@@ -95,6 +95,15 @@ func TestPartialError(t *testing.T) {
 				"FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'; NOT restored: 127.0.0.1:7002, 127.0.0.1:7004",
 		},
 		{
+			name: "a replica lagged while another node failed its verification: both named",
+			give: &PartialError{Err: &NodeError{Addr: n3.Addr, Err: errors.New("verify: has other code after 10s")}, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
+				{Node: n1, Outcome: OutcomeRestored},
+				{Node: n2, Outcome: OutcomeLagging, Err: errors.New("runs 1.0.0, not 1.1.0")},
+				{Node: n3, Outcome: OutcomeFailed, Err: errors.New("verify: has other code after 10s")},
+			}}},
+			want: "deployer: deploy of 1.1.0 rolled back: 127.0.0.1:7003 failed: verify: has other code after 10s; lagging replicas: 127.0.0.1:7002",
+		},
+		{
 			name: "the lock was lost",
 			give: &PartialError{Err: ErrLockLost, Report: Report{To: "1.1.0", RolledBack: true, Nodes: []NodeResult{
 				{Node: n1, Outcome: OutcomeRestored},
