@@ -182,6 +182,55 @@ func TestHTTPClientIPSpoofing(t *testing.T) {
 	}
 }
 
+// Behind a trusted proxy (the test, on 127.0.0.1), what a client wrote itself is left of what
+// the proxy appended and never read, however it is written: made-up addresses in front, an
+// unclosed quote meant to swallow the proxy's Forwarded element (a proxy that appends to the
+// client's header line, as "$http_forwarded, for=..." does, sends it so). Every request is
+// counted against the address the proxy appended.
+func TestHTTPClientIPSpoofingBehindProxy(t *testing.T) {
+	_, vk := httpValkey(t)
+	lim := client.New(vk, slowMachine)
+	for _, tt := range []struct {
+		header string
+		value  func(fake string) string
+		want   string // the key the requests are counted against
+	}{
+		{"X-Forwarded-For", func(fake string) string { return fake + ", 10.9.9.9, 198.51.100.9" }, "198.51.100.9"},
+		{"Forwarded", func(fake string) string { return `for="` + fake + `, for=198.51.100.9` }, "198.51.100.9"},
+		{"Forwarded", func(fake string) string { return `for=` + fake + `;by=", for="[2001:db8:9:9::1]:4711"` }, "2001:db8:9:9::/64"},
+	} {
+		ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{TrustedProxies: []string{"127.0.0.1"}, Header: tt.header})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("proxied%d", time.Now().UnixNano())
+		limit := client.FixedWindow{Limit: 3, Window: time.Hour}
+		srv := edgeServer(t, lim, httplimit.Options{
+			Key: ips.Key,
+			Policy: func(*http.Request) httplimit.Policy {
+				return httplimit.Policy{Name: name, Limit: limit}
+			},
+		})
+		for i := range 5 {
+			v := tt.value(fmt.Sprintf("203.0.113.%d", i+1))
+			r := send(t, "GET", srv.URL, "", tt.header+": "+v)
+			want := http.StatusOK
+			if i >= 3 {
+				want = http.StatusTooManyRequests
+			}
+			if r.status != want || r.header.Get("X-RateLimit-Remaining") != fmt.Sprint(max(0, 2-i)) {
+				t.Fatalf("%s: %s: request %d: %d, remaining %q; want %d: counted against the proxy's entry", tt.header, v, i+1, r.status, r.header.Get("X-RateLimit-Remaining"), want)
+			}
+		}
+		// the count is the appended address's, not the proxy's own (a parser that gave up)
+		for key, left := range map[string]int64{tt.want: 0, "127.0.0.1": 3} {
+			if res, err := lim.Peek(ctx5s(t), name+":"+key, limit); err != nil || res.Remaining != left {
+				t.Errorf("%s: %s has %d left (%v), want %d", tt.header, key, res.Remaining, err, left)
+			}
+		}
+	}
+}
+
 // Several limits on one route over real HTTP: every one in RateLimit-Policy, the one that
 // decided first and in RateLimit and the X-RateLimit-* triple; a refusal by either; the
 // problem+json body names the violated policy.
