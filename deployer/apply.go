@@ -68,8 +68,9 @@ type run struct {
 	opts  Options
 	began time.Time
 
-	emitMu  sync.Mutex // serialises calls to Progress
-	mu      sync.Mutex // guards res, changed and failed
+	checks  chan struct{} // bounds the nodes await checks at once
+	emitMu  sync.Mutex    // serialises calls to Progress
+	mu      sync.Mutex    // guards res, changed and failed
 	res     []NodeResult
 	changed []bool // primaries this run may have changed (a load that succeeded or whose fate is unknown)
 	failed  error  // the first failure
@@ -139,7 +140,7 @@ func (r *run) report() Report {
 // ErrNotDeployed, even when nothing else failed: Apply returns nil only when every node the
 // plan knows of runs the release at the end. The Report is returned with every error.
 func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, err error) {
-	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now()}
+	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now(), checks: make(chan struct{}, inspectParallelism)}
 	r.res = make([]NodeResult, len(p.Steps))
 	r.changed = make([]bool, len(p.Steps))
 	byAddr := make(map[string]int, len(p.Steps))
@@ -405,14 +406,11 @@ func (r *run) verify(ctx context.Context) {
 	vctx, cancel := context.WithTimeout(ctx, r.opts.VerifyTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, inspectParallelism)
 	for i, s := range r.p.Steps {
 		if !s.read() || (s.Action == ActionNone && s.State != StateCurrent) {
 			continue
 		}
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			began := time.Now()
 			if s.Action == ActionLoad {
 				r.mu.Lock()
@@ -455,7 +453,6 @@ func (r *run) awaitLagging(ctx context.Context) {
 	vctx, cancel := context.WithTimeout(ctx, r.opts.VerifyTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, inspectParallelism)
 	for i, s := range r.p.Steps {
 		r.mu.Lock()
 		leftOut := r.res[i].Outcome == OutcomeLeftOut
@@ -464,8 +461,6 @@ func (r *run) awaitLagging(ctx context.Context) {
 			continue
 		}
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			began := time.Now()
 			err := r.await(vctx, s.Node, r.p.To.Code, r.p.To.Version)
 			if err == nil {
@@ -497,9 +492,20 @@ func (r *run) await(ctx context.Context, n Node, code, version string) error {
 	began := time.Now()
 	var last error
 	for {
-		last = r.check(ctx, n, code, version)
-		if last == nil {
-			return nil
+		// A slot is held for one check, not for the whole wait: nodes still catching up
+		// must not keep the others from being checked until the window has closed (and
+		// then be reported failed without ever being read).
+		select {
+		case r.checks <- struct{}{}:
+			last = r.check(ctx, n, code, version)
+			<-r.checks
+			if last == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			if last == nil {
+				last = context.Cause(ctx)
+			}
 		}
 		select {
 		case <-ctx.Done():

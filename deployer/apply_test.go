@@ -1,10 +1,15 @@
 package deployer
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
 )
 
 // TestApplyWithoutServer: the refusals Apply makes before touching any node. The target
@@ -130,5 +135,57 @@ func noDial(t *testing.T) func(valkey.ClientOption, string) (*conn, error) {
 	return func(_ valkey.ClientOption, addr string) (*conn, error) {
 		t.Errorf("dialed %s", addr)
 		return nil, errors.New("no dial in this test")
+	}
+}
+
+// TestVerifyChecksEveryNode: nodes still catching up do not keep the others from being
+// checked. Forty primaries answer other code until the verification window closes; one in
+// their middle (neither the first nor the last goroutine started) runs the release from the
+// start and must be found so, not failed unread for want of a turn (a check slot used to be
+// held for a node's whole wait). The replies are mocked: forty real servers stuck at once
+// are not what the integration tests run.
+func TestVerifyChecksEveryNode(t *testing.T) {
+	const slow, good = 40, 20
+	var installed []Installed
+	clients := map[string]valkey.Client{}
+	ctrl := gomock.NewController(t)
+	for i := range slow + 1 {
+		n := primary(fmt.Sprintf("127.0.0.1:%d", 7001+i))
+		installed = append(installed, on(n, r110.Code))
+		code := r110.Code
+		if i != good {
+			code = r100.Code // not what the plan saw: stuck on other code for the whole window
+		}
+		c := mock.NewClient(ctrl)
+		c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).DoAndReturn(
+			func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+				time.Sleep(time.Millisecond) // a round trip
+				return mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+					"library_name": mock.ValkeyString("ratelimit"),
+					"engine":       mock.ValkeyString("LUA"),
+					"library_code": mock.ValkeyString(code),
+				})))
+			}).AnyTimes()
+		c.EXPECT().Do(gomock.Any(), mock.Match("FCALL_RO", "rl_version", "0")).Return(mock.Result(mock.ValkeyString(r110.Version))).AnyTimes()
+		clients[n.Addr] = c
+	}
+	tg := &Target{dial: func(_ valkey.ClientOption, addr string) (*conn, error) {
+		return &conn{addr: addr, c: clients[addr]}, nil
+	}}
+	p := NewPlan(installed, r110, false)
+	r := &run{t: tg, p: p, opts: Options{VerifyTimeout: 300 * time.Millisecond}.withDefaults(), began: time.Now(),
+		checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, len(p.Steps)), changed: make([]bool, len(p.Steps))}
+	for i, s := range p.Steps {
+		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: r110.Version, Outcome: OutcomeUnchanged}
+	}
+	r.verify(t.Context())
+	for i, n := range r.res {
+		if i == good {
+			if n.Outcome != OutcomeUnchanged || n.Err != nil {
+				t.Errorf("%s, which runs the release, is %s (%v), want unchanged", n.Node.Addr, n.Outcome, n.Err)
+			}
+		} else if n.Outcome != OutcomeFailed {
+			t.Errorf("%s, stuck on other code, is %s, want failed", n.Node.Addr, n.Outcome)
+		}
 	}
 }
