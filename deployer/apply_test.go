@@ -189,3 +189,58 @@ func TestVerifyChecksEveryNode(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreAfterFailover: a failed deploy restores a shard that failed over during it.
+// The replica promoted in its primary's place gets what the primary ran (FUNCTION LOAD of
+// the primary's code, although the replica itself had no library when planned: deleting
+// it would leave the shard without one), and a primary the failover demoted, which refuses
+// its own restore (READONLY), is restored once it follows the promoted replica back. The
+// exact commands are what is checked, hence the mocks; TestDeployDuringFailover runs real
+// failovers.
+func TestRestoreAfterFailover(t *testing.T) {
+	for _, demoted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("demoted=%v", demoted), func(t *testing.T) {
+			p1, r1 := primary("127.0.0.1:7001"), replica("127.0.0.1:7004", "127.0.0.1:7001")
+			ctrl := gomock.NewController(t)
+			library := func(code string) valkey.ValkeyResult {
+				return mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+					"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(code),
+				})))
+			}
+			rc := mock.NewClient(ctrl)
+			rc.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")))
+			rc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r100.Code)).Return(mock.Result(mock.ValkeyString("ratelimit")))
+			rc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(library(r100.Code)).AnyTimes()
+			clients := map[string]valkey.Client{r1.Addr: rc}
+			if demoted {
+				pc := mock.NewClient(ctrl)
+				pc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r100.Code)).Return(mock.Result(mock.ValkeyError("READONLY You can't write against a read only replica.")))
+				pc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(library(r100.Code)).AnyTimes()
+				clients[p1.Addr] = pc
+			}
+			tg := &Target{dial: func(_ valkey.ClientOption, addr string) (*conn, error) {
+				if c, ok := clients[addr]; ok {
+					return &conn{addr: addr, c: c}, nil
+				}
+				return nil, errors.New("connect: connection refused") // the dead primary
+			}}
+			p := NewPlan([]Installed{on(p1, r100.Code), on(r1, "")}, r110, false)
+			r := &run{t: tg, p: p, opts: Options{VerifyTimeout: time.Second}.withDefaults(), began: time.Now(),
+				checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, 2), changed: []bool{true, false}}
+			for i, s := range p.Steps {
+				r.res[i] = NodeResult{Node: s.Node, From: s.From, To: r110.Version, Outcome: OutcomeLoaded}
+			}
+			r.restore(t.Context())
+			wantPrimary := OutcomeRestoreFailed
+			if demoted {
+				wantPrimary = OutcomeRestored
+			}
+			if got := r.res[0]; got.Outcome != wantPrimary {
+				t.Errorf("primary: %s, want %s", got, wantPrimary)
+			}
+			if got := r.res[1]; got.Outcome != OutcomeRestored || got.Err != nil {
+				t.Errorf("promoted replica: %s, want restored", got)
+			}
+		})
+	}
+}
