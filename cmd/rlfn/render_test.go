@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -297,4 +300,59 @@ func TestUnread(t *testing.T) {
 	if err := unread(rows[:1]); err != nil {
 		t.Errorf("unread of a node read = %v, want nil", err)
 	}
+}
+
+// TestJSONShapes: the keys of diff --json and deploy --json are the ones the README
+// documents, a contract for scripts: a renamed or dropped field fails here first. Every
+// optional field is filled in, so that each key shows.
+func TestJSONShapes(t *testing.T) {
+	keys := func(t *testing.T, v any) map[string]any {
+		t.Helper()
+		var b bytes.Buffer
+		if err := writeJSON(&b, v); err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	same := func(t *testing.T, what string, m map[string]any, want string) {
+		t.Helper()
+		got := slices.Sorted(maps.Keys(m))
+		w := strings.Fields(want)
+		slices.Sort(w)
+		if !slices.Equal(got, w) {
+			t.Errorf("%s keys %v, want %v (README)", what, got, w)
+		}
+	}
+	// A forced plan keeps its refusals on record; the unreachable node has an error too.
+	var step stepJSON
+	for _, s := range stepsJSON(deployer.NewPlan(fixtureInstalled, to, true)) {
+		if s.Refusal != "" && s.Error != "" {
+			step = s
+		}
+	}
+	if step.Addr == "" {
+		t.Fatal("no refused step with an error in the fixture")
+	}
+	step.Warnings = warningsJSON([]deployer.Warning{{ID: deployer.WarnLuaSecurity, Addr: step.Addr, Text: "t"}})
+	out := deployJSON{To: "1.1.0", Plan: []stepJSON{step}, Warnings: step.Warnings, Report: reportJSONOf(fixtureLeftOut), Error: "x"}
+	m := keys(t, out)
+	same(t, "deploy --json", m, "to dry_run plan warnings report error")
+	same(t, "deploy --json plan[]", m["plan"].([]any)[0].(map[string]any), "addr role state from to action reason refusal error warnings")
+	same(t, "deploy --json warnings[]", m["warnings"].([]any)[0].(map[string]any), "id addr text")
+	rep := m["report"].(map[string]any)
+	same(t, "deploy --json report", rep, "duration_ms rolled_back nodes warnings")
+	var node map[string]any
+	for _, n := range rep["nodes"].([]any) {
+		if n.(map[string]any)["error"] != nil {
+			node = n.(map[string]any)
+		}
+	}
+	same(t, "deploy --json report.nodes[]", node, "addr role from to outcome duration_ms error")
+
+	d := keys(t, diffJSON{To: "1.1.0", Steps: []stepJSON{step}, Diffs: diffsJSON(fixturePlan), Warnings: step.Warnings})
+	same(t, "diff --json", d, "to pending current steps diffs warnings")
 }
