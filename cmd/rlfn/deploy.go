@@ -104,9 +104,11 @@ func deployAction(c *cli.Context) error {
 	// the release: a forced plan's unreachable nodes make it an incomplete deploy.
 	report, err := t.Apply(ctx, plan, opts)
 	var partial *deployer.PartialError
-	if !plan.Pending() && err == nil {
+	if !plan.Pending() && err == nil && len(plan.Lagging()) == 0 {
 		return finish(unaccepted(c, deployWarnings(plan, report)))
 	}
+	// From here a report says what happened: loads, or lagging replicas that were waited
+	// for (and caught up, or did not), which the plan above warned of.
 	out.Report = reportJSONOf(report)
 	if !asJSON {
 		if err == nil || errors.As(err, &partial) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -396,4 +397,41 @@ func TestLaggingReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantExit(t, rlfnAt(t, set, primary.Addr, "deploy", "--yes"), exitOK, "deploy once the replica caught up")
+
+	// Held again for 3s, long enough to be planned lagging: the deploy waits for it, it
+	// catches up, and the report says so, in the table and in JSON.
+	for _, asJSON := range []bool{false, true} {
+		if err := pc.Do(ctx, pc.B().FunctionLoad().Replace().FunctionCode(v100.Code).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		waitLibrary(t, replica, v100.Code)
+		if err := rc.Do(ctx, rc.B().ClientPause().Timeout(3000).Write().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pc.Do(ctx, pc.B().FunctionLoad().Replace().FunctionCode(v110.Code).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"deploy", "--yes", "--accept-warning", "replica-lagging"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		r = rlfnAt(t, set, primary.Addr, args...)
+		wantExit(t, r, exitOK, "deploy with a replica that catches up")
+		if !asJSON {
+			if !strings.Contains(r.stdout, "[replica-lagging]") || !regexp.MustCompile(regexp.QuoteMeta(replica.Addr)+` +replica .* replicated`).MatchString(r.stdout) ||
+				!strings.Contains(r.stdout, "Deployed 1.1.0") {
+				t.Errorf("deploy does not report the replica that caught up:\n%s%s", r.stdout, r.stderr)
+			}
+			continue
+		}
+		var out deployJSON
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Report == nil {
+			t.Fatalf("deploy --json with a replica that catches up: %v, no report\n%s", err, r.stdout)
+		}
+		for _, n := range out.Report.Nodes {
+			if want := map[string]string{primary.Addr: "unchanged", replica.Addr: "replicated"}[n.Addr]; n.Outcome != want {
+				t.Errorf("deploy --json: %s %s, want %s", n.Addr, n.Outcome, want)
+			}
+		}
+	}
 }
