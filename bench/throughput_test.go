@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -166,6 +167,33 @@ func (e *throughputEnv) redisRate() contender {
 	}}
 }
 
+// valkeyFcall is the floor of any client of the library on valkey-go: the FCALL that
+// rlfn_background sends (the same function, key and arguments, strings built beforehand), its
+// reply read as rlfn reads it, with none of rlfn's own work (validation, key, breaker,
+// deadline, decoding into a Result). Its client CPU against INCR's is what the command and its
+// reply cost valkey-go, and the server's slower answer costs it in batching; against rlfn's,
+// what rlfn's own code costs.
+func (e *throughputEnv) valkeyFcall() contender {
+	args := []string{strconv.Itoa(perSecond), strconv.Itoa(perSecond), "1000", "1"}
+	return contender{"valkey_fcall", "fcall", func(ctx context.Context, p int) error {
+		arr, err := e.vk.Do(ctx, e.vk.B().Fcall().Function("rl_token_bucket").Numkeys(1).
+			Key(bucketKeys[p]).Arg(args...).Build()).ToArray()
+		if err == nil && len(arr) < 6 {
+			err = fmt.Errorf("valkey_fcall: %d elements", len(arr))
+		}
+		return err
+	}}
+}
+
+// bucketKeys are the keys rlfn's token bucket gives the principals.
+var bucketKeys = func() []string {
+	keys := make([]string, principals)
+	for i := range keys {
+		keys[i] = client.Key("rl:", principalKeys[i], client.TokenBucket{})
+	}
+	return keys
+}()
+
 func (e *throughputEnv) incr() contender {
 	return contender{"incr", "incr", func(ctx context.Context, p int) error {
 		return e.vk.Do(ctx, e.vk.B().Incr().Key(incrKeys[p]).Build()).Error()
@@ -190,6 +218,7 @@ func BenchmarkThroughput(b *testing.B) {
 		background,
 		rlfnOn(e.leased, "rlfn_leased", bucket),
 		e.redisRate(),
+		e.valkeyFcall(),
 		e.incr(),
 	})
 }
@@ -357,6 +386,7 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 		b.Fatal(err)
 	}
 	clientCPU0 := clientCPU()
+	reads0, writes0 := syscalls()
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
 
@@ -396,6 +426,7 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 		return
 	}
 	clientCPU1 := clientCPU()
+	reads1, writes1 := syscalls()
 	serverCPU1, err := e.serverCPU(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -415,6 +446,13 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	// Every allocation of this process during the run, the goroutines' latency slices aside
 	// (a few growths each): the client's, valkey-go's and the contender's, per decision.
 	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/n, "client-allocs/op")
+	if reads0 >= 0 && reads1 >= 0 {
+		// valkey-go's auto-pipelining writes the commands queued meanwhile in one write and
+		// reads every reply that has arrived in one read: the fewer commands per syscall, the
+		// more the client's CPU goes to the kernel.
+		b.ReportMetric(float64(reads1-reads0)/n, "client-reads/op")
+		b.ReportMetric(float64(writes1-writes0)/n, "client-writes/op")
+	}
 	b.ReportMetric(float64(st.Calls)/n, "server-calls/op")
 	b.ReportMetric(float64(st.Calls)/b.Elapsed().Seconds(), "server-calls/s")
 }
@@ -454,6 +492,33 @@ func clientCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// syscalls is how many read and write system calls this process has made (every thread's,
+// from /proc/self/io), or -1s where the system does not tell.
+func syscalls() (reads, writes int64) {
+	reads, writes = -1, -1
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return
+	}
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return
 }
 
 func TestPercentile(t *testing.T) {
