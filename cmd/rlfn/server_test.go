@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/versions"
@@ -433,5 +434,46 @@ func TestLaggingReplica(t *testing.T) {
 				t.Errorf("deploy --json: %s %s, want %s", n.Addr, n.Outcome, want)
 			}
 		}
+	}
+}
+
+// TestLockReleaseWarning: a deploy whose user may not DEL cannot release its lock: it is
+// done (the lease runs out by itself), but says so, as a lock-release warning in the report,
+// in JSON and in the exit code (4) until accepted.
+func TestLockReleaseWarning(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	s := harness.StartValkey(t)
+	c := s.Client(t)
+	var rules []string
+	for _, r := range deployer.ACLRules {
+		if r != "+del" {
+			rules = append(rules, r)
+		}
+	}
+	if err := c.Do(context.Background(), c.B().AclSetuser().Username("nodel").Rule(append([]string{"on", ">s3cret"}, rules...)...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) result {
+		return rlfn(t, set, append(append([]string{"--url", "redis://nodel:s3cret@" + s.Addr}, acceptOurs...), args...)...)
+	}
+	r := run("deploy", "--yes", "--to", "1.0.0")
+	wantExit(t, r, exitWarnings, "deploy that could not release its lock")
+	if !strings.Contains(r.stdout, "Deployed 1.0.0") || !strings.Contains(r.stdout, "[lock-release]") || !strings.Contains(r.stderr, "(lock-release)") {
+		t.Errorf("deploy does not warn of its lock:\n%s%s", r.stdout, r.stderr)
+	}
+	// The lock's lease (30s) is still running: the next deploy waits for nothing, it has
+	// nothing to load. A deploy with loads would find the lock held, so the key goes.
+	if err := c.Do(context.Background(), c.B().Del().Key(deployer.LockKey).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r = run("--accept-warning", "lock-release", "deploy", "--yes", "--to", "1.1.0", "--json")
+	wantExit(t, r, exitOK, "deploy --json that could not release its lock, the warning accepted")
+	var out deployJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Report == nil {
+		t.Fatalf("deploy --json: %v\n%s", err, r.stdout)
+	}
+	if len(out.Report.Warnings) != 1 || out.Report.Warnings[0].ID != deployer.WarnLockRelease {
+		t.Errorf("deploy --json report warnings %+v, want one lock-release", out.Report.Warnings)
 	}
 }
