@@ -512,10 +512,45 @@ func (r *run) await(ctx context.Context, n Node, code, version string) error {
 			if context.Cause(ctx) == ErrLockLost {
 				return ErrLockLost
 			}
-			return fmt.Errorf("%w after %s", last, time.Since(began).Round(time.Millisecond))
+			err := fmt.Errorf("%w after %s", last, time.Since(began).Round(time.Millisecond))
+			if n.Role == RoleReplica && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+				if hint := r.replicationHint(n); hint != "" {
+					err = fmt.Errorf("%w (%s)", err, hint)
+				}
+			}
+			return err
 		case <-time.After(10 * time.Millisecond): // replication usually takes under a millisecond
 		}
 	}
+}
+
+// replicationHint asks a replica that did not verify in time what its replication is doing,
+// so that one still in its full sync (a replica just added to a large shard: healthy, only
+// slow) is told from a broken one. "" when it cannot tell. Its own short deadline: the
+// verification's has passed.
+func (r *run) replicationHint(n Node) string {
+	c, err := r.t.conn(n.Addr)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := c.info(ctx, "replication")
+	if err != nil {
+		return ""
+	}
+	return syncHint(info)
+}
+
+// syncHint reads INFO replication of a replica for why it may not have received a load yet.
+func syncHint(info string) string {
+	switch {
+	case infoField(info, "master_sync_in_progress") == "1":
+		return "it is still in a full sync from its primary: healthy but slow, it needs a longer verify timeout"
+	case infoField(info, "master_link_status") == "down":
+		return "its link to its primary is down"
+	}
+	return ""
 }
 
 func (r *run) check(ctx context.Context, n Node, code, version string) error {

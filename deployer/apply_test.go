@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,6 +241,52 @@ func TestRestoreAfterFailover(t *testing.T) {
 			}
 			if got := r.res[1]; got.Outcome != OutcomeRestored || got.Err != nil {
 				t.Errorf("promoted replica: %s, want restored", got)
+			}
+		})
+	}
+}
+
+// TestVerifySaysWhyAReplicaIsLate: a replica that did not verify in time is asked what its
+// replication is doing, and the failure says so: one in its full sync is healthy but slow
+// (a longer verify timeout helps), one whose link is down is broken. Mocked replies: a full
+// sync long enough to outlast a verification needs a large dataset.
+func TestVerifySaysWhyAReplicaIsLate(t *testing.T) {
+	for _, tt := range []struct {
+		name, info, want string
+	}{
+		{"full sync", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:1\r\n", "(it is still in a full sync from its primary: healthy but slow, it needs a longer verify timeout)"},
+		{"link down", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:0\r\n", "(its link to its primary is down)"},
+		{"link up: nothing to add", "# Replication\r\nrole:slave\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\n", "has other code after"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p1, r1 := primary("127.0.0.1:7001"), replica("127.0.0.1:7004", "127.0.0.1:7001")
+			ctrl := gomock.NewController(t)
+			lib := func(code string) valkey.ValkeyResult {
+				return mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+					"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(code),
+				})))
+			}
+			pc, rc := mock.NewClient(ctrl), mock.NewClient(ctrl)
+			pc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(lib(r110.Code)).AnyTimes()
+			pc.EXPECT().Do(gomock.Any(), mock.Match("FCALL_RO", "rl_version", "0")).Return(mock.Result(mock.ValkeyString(r110.Version))).AnyTimes()
+			rc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(lib(r100.Code)).AnyTimes()
+			rc.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString(tt.info)))
+			clients := map[string]valkey.Client{p1.Addr: pc, r1.Addr: rc}
+			tg := &Target{dial: func(_ valkey.ClientOption, addr string) (*conn, error) {
+				return &conn{addr: addr, c: clients[addr]}, nil
+			}}
+			p := NewPlan([]Installed{on(p1, r100.Code), on(r1, r100.Code)}, r110, false)
+			r := &run{t: tg, p: p, opts: Options{VerifyTimeout: 100 * time.Millisecond}.withDefaults(), began: time.Now(),
+				checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, 2), changed: make([]bool, 2)}
+			for i, s := range p.Steps {
+				r.res[i] = NodeResult{Node: s.Node, From: s.From, To: r110.Version, Outcome: OutcomeLoaded}
+			}
+			r.verify(t.Context())
+			if got := r.res[1]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), tt.want) {
+				t.Errorf("replica: %s, want failed saying %q", got, tt.want)
+			}
+			if got := r.res[0]; got.Outcome != OutcomeLoaded {
+				t.Errorf("primary: %s, want loaded", got)
 			}
 		})
 	}
