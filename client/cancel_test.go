@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +72,52 @@ func TestCheckNodePanics(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "10.0.0.1:6379") || !strings.Contains(err.Error(), "broken node client") {
 		t.Fatalf("Check: %v, want the node's panic as its error", err)
 	}
+}
+
+// A call with a cancelable context that its caller does not cancel ends at the Limiter's
+// deadline with context.DeadlineExceeded, not Canceled (the shared tick cancels its context
+// with a cause of its own), and its policy decides it; many such calls share a tick, and the
+// ones that end before it are no longer canceled by it.
+func TestCancelableContextDeadline(t *testing.T) {
+	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lim := client.New(blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond))
+	start := time.Now()
+	_, err := lim.Allow(ctx, "k", limit)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		took < 50*time.Millisecond || took > 50*time.Millisecond+2*time.Second {
+		t.Fatalf("got %v after %s, want DeadlineExceeded after 50ms", err, took)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller's context was canceled")
+	}
+
+	open := client.New(blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond),
+		client.WithPolicy(client.FailOpen))
+	errs := make(chan error, 20)
+	for range cap(errs) {
+		go func() {
+			r, err := open.Allow(ctx, "k", limit)
+			if err == nil && (!r.Allowed || !r.Local) {
+				err = fmt.Errorf("got %+v, want FailOpen's admission", r)
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+
+	// calls that end before their tick: the tick must not cancel a context it no longer holds
+	fast := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
+		client.WithDeadline(20*time.Millisecond))
+	for range 1000 {
+		if _, err := fast.Allow(ctx, "k", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(40 * time.Millisecond)
 }

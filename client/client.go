@@ -316,8 +316,8 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 
 // server runs c on the server, within the deadline.
 func (l *Limiter) server(ctx context.Context, op operation, key string, c call) (Result, error) {
-	ctx, cancel := l.withDeadline(ctx)
-	defer cancel()
+	ctx, rel := l.withDeadline(ctx)
+	defer rel.release()
 	fn := c.alg.fn
 	switch op {
 	case opPeek:

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +28,87 @@ type tick struct {
 	// bg is context.Background with this tick's deadline, shared by the calls made with
 	// context.Background (or TODO), which carries no value: they cost no allocation.
 	bg *deadlineCtx
+
+	// The calls with a cancelable context whose deadline is this tick, canceled when it
+	// fires: one timer for them all instead of one each (context.WithDeadline's), about
+	// half of such a call's cost of a deadline. A call that ends first frees its slot, which
+	// the tick's next call takes: the list is as long as the most calls in flight at once.
+	mu      sync.Mutex
+	fired   bool
+	cancels []context.CancelCauseFunc // nil: a free slot
+	free    []int
+}
+
+// errTickDeadline is the cause a tick cancels its calls with: their context's Err is then
+// context.DeadlineExceeded (see cancelableCtx), not Canceled, which the caller's cancel is.
+var errTickDeadline = fmt.Errorf("rlfn: the Limiter's deadline: %w", context.DeadlineExceeded)
+
+// watch cancels cancel with errTickDeadline when t fires (at once if it has), and returns
+// the slot that unwatch frees.
+func (t *tick) watch(cancel context.CancelCauseFunc) int {
+	t.mu.Lock()
+	if t.fired {
+		t.mu.Unlock()
+		cancel(errTickDeadline)
+		return -1
+	}
+	if t.cancels == nil {
+		if wl, ok := watchLists.Get().(*watchList); ok {
+			t.cancels, t.free = wl.cancels, wl.free
+		}
+	}
+	var slot int
+	if n := len(t.free); n > 0 {
+		slot = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.cancels[slot] = cancel
+	} else {
+		slot = len(t.cancels)
+		t.cancels = append(t.cancels, cancel)
+	}
+	t.mu.Unlock()
+	return slot
+}
+
+// unwatch frees a slot of watch's, so that the tick holds no call that has ended.
+func (t *tick) unwatch(slot int) {
+	if slot < 0 {
+		return
+	}
+	t.mu.Lock()
+	if !t.fired {
+		t.cancels[slot] = nil
+		t.free = append(t.free, slot)
+	}
+	t.mu.Unlock()
+}
+
+// fire closes done and cancels the calls watched.
+func (t *tick) fire() {
+	close(t.done)
+	t.mu.Lock()
+	t.fired = true
+	cancels, free := t.cancels, t.free
+	t.cancels, t.free = nil, nil
+	t.mu.Unlock()
+	for _, cancel := range cancels {
+		if cancel != nil {
+			cancel(errTickDeadline)
+		}
+	}
+	if cap(cancels) > 0 {
+		clear(cancels)
+		watchLists.Put(&watchList{cancels[:0], free[:0]})
+	}
+}
+
+// watchLists hands a fired tick's lists to a later tick: grown afresh for every tick (a
+// millisecond), they cost about a third of an allocation per call at 40 calls a millisecond.
+var watchLists sync.Pool
+
+type watchList struct {
+	cancels []context.CancelCauseFunc
+	free    []int
 }
 
 // after returns the tick that ends d after now (since clockBase), rounded up to
@@ -38,7 +121,7 @@ func (ds *deadlines) after(now, d time.Duration) *tick {
 	}
 	nt := &tick{n: n, at: clockBase.Add(time.Duration(n) * tickResolution), done: make(chan struct{})}
 	nt.bg = &deadlineCtx{Context: context.Background(), t: nt}
-	time.AfterFunc(time.Duration(n)*tickResolution-now, func() { close(nt.done) })
+	time.AfterFunc(time.Duration(n)*tickResolution-now, nt.fire)
 	// Another call may have installed a tick meanwhile: both are correct, this one only cost
 	// a timer.
 	ds.cur.CompareAndSwap(t, nt)
@@ -47,8 +130,7 @@ func (ds *deadlines) after(now, d time.Duration) *tick {
 
 // deadlineCtx is the caller's context with a tick's deadline. Its Done is the tick's alone, so
 // it is only used for a caller's context that cannot be canceled (Done is nil, as
-// context.Background's): watching a cancelable one too would take a goroutine, and
-// withDeadline gives such a context WithDeadline's, which ends the call at once when canceled.
+// context.Background's): a cancelable one gets a cancelableCtx.
 type deadlineCtx struct {
 	context.Context // the caller's: its values and its Err
 	t               *tick
@@ -72,25 +154,40 @@ func (c *deadlineCtx) Err() error {
 
 // withDeadline returns ctx bounded by the Limiter's deadline: ctx itself when its own deadline
 // comes first. A call whose caller cancels ctx ends at once, with context.Canceled; a context
-// that cannot be canceled gets the cheap shared tick instead of a timer of its own. The
-// returned function releases the context's timer.
-func (l *Limiter) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+// that cannot be canceled gets the cheap shared tick, a cancelable one a child canceled by the
+// tick. The returned release frees what the context holds once the call has ended.
+func (l *Limiter) withDeadline(ctx context.Context) (context.Context, release) {
 	now := time.Since(clockBase)
 	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
-		return hiddenDeadline{ctx}, noCancel
-	}
-	if ctx.Done() != nil {
-		dctx, cancel := context.WithDeadline(ctx, clockBase.Add(now+l.deadline))
-		return hiddenDeadline{dctx}, cancel
+		return hiddenDeadline{ctx}, release{}
 	}
 	t := l.deadlines.after(now, l.deadline)
-	if ctx == context.Background() || ctx == context.TODO() {
-		return t.bg, noCancel
+	if ctx.Done() != nil {
+		// context.WithCancelCause and the tick's timer, rather than context.WithDeadline's
+		// timer of its own: 4 allocations instead of 6, and half the time.
+		cctx, cancel := context.WithCancelCause(ctx)
+		return cancelableCtx{cctx, t}, release{t: t, slot: t.watch(cancel), cancel: cancel}
 	}
-	return &deadlineCtx{Context: ctx, t: t}, noCancel
+	if ctx == context.Background() || ctx == context.TODO() {
+		return t.bg, release{}
+	}
+	return &deadlineCtx{Context: ctx, t: t}, release{}
 }
 
-func noCancel() {}
+// release ends a call's context from withDeadline: a value, not a func, so that it costs no
+// allocation.
+type release struct {
+	t      *tick
+	slot   int
+	cancel context.CancelCauseFunc
+}
+
+func (r release) release() {
+	if r.cancel != nil {
+		r.t.unwatch(r.slot)
+		r.cancel(nil)
+	}
+}
 
 // hiddenDeadline is a cancelable context that reports no deadline, for valkey-go: a lone call
 // (no other in flight on its connection) whose context has a deadline is sent synchronously,
@@ -100,3 +197,21 @@ func noCancel() {}
 type hiddenDeadline struct{ context.Context }
 
 func (hiddenDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// cancelableCtx is a cancelable caller's context for a call, canceled by the caller and by
+// its tick, whose deadline it hides from valkey-go as hiddenDeadline does. Its Err is
+// context.DeadlineExceeded once the tick has canceled it, as a deadline's.
+type cancelableCtx struct {
+	context.Context // context.WithCancelCause's child of the caller's
+	t               *tick
+}
+
+func (cancelableCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (c cancelableCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == errTickDeadline {
+		return context.DeadlineExceeded
+	}
+	return err
+}

@@ -23,8 +23,11 @@ var KeySlot = keySlot
 // CallDeadline is the deadline of a call's context as valkey-go gets it: a cancelable one
 // hides it from valkey-go (see hiddenDeadline), and this reads it anyway.
 func CallDeadline(ctx context.Context) (time.Time, bool) {
-	if h, ok := ctx.(hiddenDeadline); ok {
-		return h.Context.Deadline()
+	switch c := ctx.(type) {
+	case hiddenDeadline:
+		return c.Context.Deadline()
+	case cancelableCtx:
+		return c.t.at, true
 	}
 	return ctx.Deadline()
 }

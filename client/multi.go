@@ -282,8 +282,8 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 }
 
 func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
-	ctx, cancel := l.withDeadline(ctx)
-	defer cancel()
+	ctx, rel := l.withDeadline(ctx)
+	defer rel.release()
 	fn := "rl_multi"
 	if op == opPeek {
 		fn = "rl_multi_peek"
