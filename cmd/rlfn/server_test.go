@@ -302,6 +302,9 @@ func TestSecurityWarning(t *testing.T) {
 			wantWarned(strict("status", "--accept-warning", "lock-release,lua-security"), exitOK, "status --accept-warning after the command, two IDs")
 			t.Setenv("RLFN_ACCEPT_WARNINGS", "lua-security")
 			wantWarned(strict("status"), exitOK, "status with RLFN_ACCEPT_WARNINGS")
+			// The flag adds to the job's list, it does not replace it: a step that accepts
+			// one more warning must not take back the ones the job accepted.
+			wantWarned(strict("status", "--accept-warning", "lock-release"), exitOK, "status with RLFN_ACCEPT_WARNINGS and --accept-warning of another ID")
 			t.Setenv("RLFN_ACCEPT_WARNINGS", "")
 			// Another warning's ID accepts nothing here.
 			wantWarned(strict("--accept-warning", "replica-lagging", "status"), exitWarnings, "status accepting another warning")

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -18,20 +19,24 @@ const acceptEnv = "RLFN_ACCEPT_WARNINGS"
 // acceptFlag names the warnings a script has reviewed: they are still printed, but no
 // longer change the exit code. By ID, not all at once, so that a new kind of warning (a
 // later rlfn, another server) still stops the pipeline that accepted the old ones.
+//
+// $RLFN_ACCEPT_WARNINGS is read by accepted, not through EnvVars: the flag adds to it
+// rather than replacing it, so that a step accepting one more warning keeps the job's.
 func acceptFlag() cli.Flag {
 	return &cli.StringSliceFlag{
 		Name: "accept-warning",
 		Usage: "`ID` of a warning you reviewed (" + strings.Join(deployer.WarningIDs, ", ") +
-			"): still printed, it no longer makes status, diff or deploy exit 4; repeat or separate with commas",
-		EnvVars: []string{acceptEnv},
+			"): still printed, it no longer makes status, diff or deploy exit 4; repeat or separate with commas; " +
+			"adds to $" + acceptEnv,
 	}
 }
 
-// accepted reads --accept-warning; an ID that names no warning is a mistake (a typo must
-// not leave the warning it meant failing, or worse, seem to accept it).
+// accepted reads --accept-warning and $RLFN_ACCEPT_WARNINGS, together; an ID that names no
+// warning is a mistake (a typo must not leave the warning it meant failing, or worse, seem
+// to accept it).
 func accepted(c *cli.Context) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, v := range c.StringSlice("accept-warning") {
+	for _, v := range append(c.StringSlice("accept-warning"), os.Getenv(acceptEnv)) {
 		for id := range strings.SplitSeq(v, ",") {
 			id = strings.TrimSpace(id)
 			if id == "" {
