@@ -1,7 +1,5 @@
 package client
 
-import "strings"
-
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
 const DefaultPrefix = "rl:"
 
@@ -57,22 +55,25 @@ func appendKey(buf []byte, escapedPrefix, key, algorithm, name string) []byte {
 	return buf
 }
 
-// appendEscaped appends s with '%', '{' and '}' percent-encoded.
+// appendEscaped appends s with '%', '{' and '}' percent-encoded. A loop over the bytes
+// rather than strings.IndexAny, which builds its set of bytes on every call: on a key of a
+// few bytes that took 3% of a decision's client CPU (BenchmarkThroughput's profile).
 func appendEscaped(buf []byte, s string) []byte {
-	for {
-		i := strings.IndexAny(s, "%{}")
-		if i < 0 {
-			return append(buf, s...)
-		}
-		buf = append(buf, s[:i]...)
+	from := 0
+	for i := 0; i < len(s); i++ {
+		var esc string
 		switch s[i] {
 		case '%':
-			buf = append(buf, "%25"...)
+			esc = "%25"
 		case '{':
-			buf = append(buf, "%7B"...)
+			esc = "%7B"
+		case '}':
+			esc = "%7D"
 		default:
-			buf = append(buf, "%7D"...)
+			continue
 		}
-		s = s[i+1:]
+		buf = append(append(buf, s[from:i]...), esc...)
+		from = i + 1
 	}
+	return append(buf, s[from:]...)
 }
