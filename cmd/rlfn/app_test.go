@@ -158,6 +158,7 @@ func TestUsageErrors(t *testing.T) {
 		// get a deploy that waits.
 		{[]string{"deploy", "--yes", "--verify-timeout", "0s"}, "deploy: --verify-timeout must be positive, got 0s"},
 		{[]string{"deploy", "--yes", "--verify-timeout", "-1s"}, "deploy: --verify-timeout must be positive, got -1s"},
+		{[]string{"--timeout", "30s", "deploy", "--yes", "--verify-timeout", "1m"}, "deploy: --verify-timeout 1m0s must be shorter than --timeout 30s, which bounds the whole deploy: raise --timeout too"},
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
 		{[]string{"bogus"}, "No help topic for 'bogus'"},
 		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},

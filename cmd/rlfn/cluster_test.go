@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -248,6 +249,38 @@ func TestConfirm(t *testing.T) {
 		if tt.code == exitOK && !strings.Contains(stderr.String(), "load") {
 			t.Errorf("no progress shown on the terminal: %q", stderr.String())
 		}
+	}
+}
+
+// slowReader answers a prompt after a person's pause.
+type slowReader struct {
+	pause  time.Duration
+	answer string
+	done   bool
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.done {
+		return 0, io.EOF
+	}
+	time.Sleep(r.pause)
+	r.done = true
+	return copy(p, r.answer), nil
+}
+
+// TestConfirmSlowly: the time a person takes to answer the prompt does not count against
+// --timeout: a deploy confirmed after longer than it still runs, on a deadline of its own.
+func TestConfirmSlowly(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	defer func(f func(any) bool) { isTerminal = f }(isTerminal)
+	isTerminal = func(any) bool { return true }
+	s := harness.StartValkey(t)
+	app := New()
+	var stdout, stderr strings.Builder
+	app.Reader, app.Writer, app.ErrWriter = &slowReader{pause: 1500 * time.Millisecond, answer: "y\n"}, &stdout, &stderr
+	code := runApp(context.Background(), app, append([]string{"rlfn", "--url", "redis://" + s.Addr, "--timeout", "1s", "deploy", "--verify-timeout", "500ms"}, acceptOurs...))
+	if code != exitOK || !strings.Contains(stdout.String(), "Deployed ") {
+		t.Errorf("confirmed after 1.5s with --timeout 1s: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 }
 

@@ -56,8 +56,13 @@ func deployAction(c *cli.Context) error {
 		// asked.
 		return usageError(c, fmt.Sprintf("--verify-timeout must be positive, got %s", vt))
 	}
+	if vt, timeout := c.Duration("verify-timeout"), c.Duration("timeout"); c.IsSet("verify-timeout") && vt >= timeout {
+		// --timeout bounds the whole deploy: a longer verification would be cut short, and
+		// the deploy rolled back, by the command's own deadline.
+		return usageError(c, fmt.Sprintf("--verify-timeout %s must be shorter than --timeout %s, which bounds the whole deploy: raise --timeout too", vt, timeout))
+	}
 	ctx, cancel := commandContext(c)
-	defer cancel()
+	defer func() { cancel() }() // the one in force at the end: confirming starts another
 	force, asJSON := c.Bool("force"), c.Bool("json")
 	t, plan, err := planFor(ctx, c, force)
 	if err != nil {
@@ -95,6 +100,10 @@ func deployAction(c *cli.Context) error {
 		if err := confirm(c, plan); err != nil {
 			return finish(err)
 		}
+		// The time a person took to answer is not the command's: the deploy gets its own
+		// --timeout, or a slow answer would start it on an expired deadline.
+		cancel()
+		ctx, cancel = commandContext(c)
 	}
 	opts := deployer.Options{Parallelism: parallel, VerifyTimeout: c.Duration("verify-timeout")}
 	if isTerminal(c.App.ErrWriter) {
