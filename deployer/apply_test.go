@@ -202,17 +202,30 @@ func TestRestoreAfterFailover(t *testing.T) {
 	for _, demoted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("demoted=%v", demoted), func(t *testing.T) {
 			p1, r1 := primary("127.0.0.1:7001"), replica("127.0.0.1:7004", "127.0.0.1:7001")
+			// r1b, r1's sibling, is not promoted: it follows r1 back. p2's shard is as usual.
+			r1b := replica("127.0.0.1:7006", p1.Addr)
+			p2, r2 := primary("127.0.0.1:7002"), replica("127.0.0.1:7005", "127.0.0.1:7002")
 			ctrl := gomock.NewController(t)
 			library := func(code string) valkey.ValkeyResult {
 				return mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
 					"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(code),
 				})))
 			}
-			rc := mock.NewClient(ctrl)
-			rc.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")))
-			rc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r100.Code)).Return(mock.Result(mock.ValkeyString("ratelimit")))
-			rc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(library(r100.Code)).AnyTimes()
-			clients := map[string]valkey.Client{r1.Addr: rc}
+			node := func(role string, loads bool) *mock.Client {
+				c := mock.NewClient(ctrl)
+				if role != "" {
+					c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:" + role + "\r\n")))
+				}
+				if loads {
+					c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r100.Code)).Return(mock.Result(mock.ValkeyString("ratelimit")))
+				}
+				c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(library(r100.Code)).AnyTimes()
+				return c
+			}
+			clients := map[string]valkey.Client{
+				r1.Addr: node("master", true), r1b.Addr: node("slave", false),
+				p2.Addr: node("", true), r2.Addr: node("", false),
+			}
 			if demoted {
 				pc := mock.NewClient(ctrl)
 				pc.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r100.Code)).Return(mock.Result(mock.ValkeyError("READONLY You can't write against a read only replica.")))
@@ -225,22 +238,21 @@ func TestRestoreAfterFailover(t *testing.T) {
 				}
 				return nil, errors.New("connect: connection refused") // the dead primary
 			}}
-			p := NewPlan([]Installed{on(p1, r100.Code), on(r1, "")}, r110, false)
+			p := NewPlan([]Installed{on(p1, r100.Code), on(p2, r100.Code), on(r1, ""), on(r1b, r100.Code), on(r2, r100.Code)}, r110, false)
 			r := &run{t: tg, p: p, opts: Options{VerifyTimeout: time.Second}.withDefaults(), began: time.Now(),
-				checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, 2), changed: []bool{true, false}}
+				checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, len(p.Steps)), changed: []bool{true, true, false, false, false}}
 			for i, s := range p.Steps {
 				r.res[i] = NodeResult{Node: s.Node, From: s.From, To: r110.Version, Outcome: OutcomeLoaded}
 			}
 			r.restore(t.Context())
-			wantPrimary := OutcomeRestoreFailed
+			want := map[string]Outcome{p1.Addr: OutcomeRestoreFailed, p2.Addr: OutcomeRestored, r1.Addr: OutcomeRestored, r1b.Addr: OutcomeRestored, r2.Addr: OutcomeRestored}
 			if demoted {
-				wantPrimary = OutcomeRestored
+				want[p1.Addr] = OutcomeRestored
 			}
-			if got := r.res[0]; got.Outcome != wantPrimary {
-				t.Errorf("primary: %s, want %s", got, wantPrimary)
-			}
-			if got := r.res[1]; got.Outcome != OutcomeRestored || got.Err != nil {
-				t.Errorf("promoted replica: %s, want restored", got)
+			for _, n := range r.res {
+				if n.Outcome != want[n.Node.Addr] {
+					t.Errorf("%s, want %s", n, want[n.Node.Addr])
+				}
 			}
 		})
 	}

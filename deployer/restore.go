@@ -76,7 +76,9 @@ func (r *run) restore(parent context.Context) {
 			continue
 		}
 		if restored[root] {
+			mu.Lock() // the goroutines below append too
 			waiters = append(waiters, waiter{i, root})
+			mu.Unlock()
 			continue
 		}
 		wg.Go(func() {
