@@ -105,7 +105,7 @@ func heldError(key, where, value string, getErr error, pttl int64) error {
 		// Expired between SET NX and GET: say so rather than retry, the caller can.
 		return fmt.Errorf("%w (%s on %s; it may just have been released: try again)", ErrLocked, key, where)
 	case getErr != nil && strings.Contains(getErr.Error(), "WRONGTYPE"):
-		return fmt.Errorf("%w: %s on %s is not a deploy lock (it holds another type of value); if nothing of yours uses that key, remove it (%s), or deploy with another lock key",
+		return fmt.Errorf("%w: %s on %s is not a deploy lock (it holds another type of value); if nothing of yours uses that key, remove it (%s)",
 			ErrLocked, key, where, del)
 	case getErr != nil:
 		return fmt.Errorf("%w (%s on %s; its holder could not be read: %v)", ErrLocked, key, where, getErr)
