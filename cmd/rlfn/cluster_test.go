@@ -356,6 +356,13 @@ func TestClusterNodeDown(t *testing.T) {
 		t.Errorf("refusal %q does not name %s", r.stderr, victim.Addr)
 	}
 
+	// Its dry run exits as the forced deploy will, or a CI check by dry run would pass.
+	r = rlfnAt(t, set, seed, "deploy", "--dry-run", "--force", "--to", v100.Version)
+	wantExit(t, r, exitError, "forced dry run with a primary flagged fail")
+	if !strings.Contains(r.stderr, victim.Addr+") would be left out, NOT deployed") {
+		t.Errorf("forced dry run does not name %s as left out: %q", victim.Addr, r.stderr)
+	}
+
 	r = rlfnAt(t, set, seed, "deploy", "--yes", "--force", "--to", v100.Version)
 	wantExit(t, r, exitError, "forced deploy with a primary flagged fail")
 	if !strings.Contains(r.stderr, "NOT deployed: "+victim.Addr) || strings.Contains(r.stdout, "Deployed "+v100.Version+" in") ||

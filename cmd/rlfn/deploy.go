@@ -94,6 +94,16 @@ func deployAction(c *cli.Context) error {
 		return finish(&deployer.RefusedError{Steps: refused})
 	}
 	if c.Bool("dry-run") {
+		// A forced plan with unreachable nodes would leave them out and exit 1: so does its
+		// dry run, or a CI check by dry run would pass where the deploy fails.
+		if down := plan.Unreachable(); len(down) > 0 {
+			addrs := make([]string, len(down))
+			for i, s := range down {
+				addrs[i] = s.Node.Addr
+			}
+			return finish(fmt.Errorf("deploy --dry-run: %s unreachable (%s) would be left out, NOT deployed",
+				count(len(down), "node", "nodes"), strings.Join(addrs, ", ")))
+		}
 		return finish(unaccepted(c, plan.Warnings()))
 	}
 	if plan.Pending() && !c.Bool("yes") {
