@@ -32,11 +32,20 @@ type tick struct {
 	// The calls with a cancelable context whose deadline is this tick, canceled when it
 	// fires: one timer for them all instead of one each (context.WithDeadline's), about
 	// half of such a call's cost of a deadline. A call that ends first frees its slot, which
-	// the tick's next call takes: the list is as long as the most calls in flight at once.
-	mu      sync.Mutex
-	fired   bool
-	cancels []context.CancelCauseFunc // nil: a free slot
-	free    []int
+	// the tick's next call takes: the list is as long as the most calls in flight at once,
+	// and is made as long as the previous tick's at once (hint), so that it seldom grows.
+	mu    sync.Mutex
+	fired bool
+	slots []watchSlot
+	free  int // the first free slot, -1 for none; each free slot names the next
+	hint  int
+	used  atomic.Int32 // len(slots), for the next tick's hint
+}
+
+// watchSlot is a watched call's cancel, or a free slot (cancel nil).
+type watchSlot struct {
+	cancel context.CancelCauseFunc
+	next   int
 }
 
 // errTickDeadline is the cause a tick cancels its calls with: their context's Err is then
@@ -52,19 +61,17 @@ func (t *tick) watch(cancel context.CancelCauseFunc) int {
 		cancel(errTickDeadline)
 		return -1
 	}
-	if t.cancels == nil {
-		if wl, ok := watchLists.Get().(*watchList); ok {
-			t.cancels, t.free = wl.cancels, wl.free
-		}
+	if t.slots == nil {
+		t.slots, t.free = make([]watchSlot, 0, max(8, t.hint)), -1
 	}
-	var slot int
-	if n := len(t.free); n > 0 {
-		slot = t.free[n-1]
-		t.free = t.free[:n-1]
-		t.cancels[slot] = cancel
+	slot := t.free
+	if slot >= 0 {
+		t.free = t.slots[slot].next
+		t.slots[slot].cancel = cancel
 	} else {
-		slot = len(t.cancels)
-		t.cancels = append(t.cancels, cancel)
+		slot = len(t.slots)
+		t.slots = append(t.slots, watchSlot{cancel: cancel})
+		t.used.Store(int32(len(t.slots)))
 	}
 	t.mu.Unlock()
 	return slot
@@ -77,8 +84,8 @@ func (t *tick) unwatch(slot int) {
 	}
 	t.mu.Lock()
 	if !t.fired {
-		t.cancels[slot] = nil
-		t.free = append(t.free, slot)
+		t.slots[slot] = watchSlot{next: t.free}
+		t.free = slot
 	}
 	t.mu.Unlock()
 }
@@ -88,27 +95,14 @@ func (t *tick) fire() {
 	close(t.done)
 	t.mu.Lock()
 	t.fired = true
-	cancels, free := t.cancels, t.free
-	t.cancels, t.free = nil, nil
+	slots := t.slots
+	t.slots = nil
 	t.mu.Unlock()
-	for _, cancel := range cancels {
-		if cancel != nil {
-			cancel(errTickDeadline)
+	for _, s := range slots {
+		if s.cancel != nil {
+			s.cancel(errTickDeadline)
 		}
 	}
-	if cap(cancels) > 0 {
-		clear(cancels)
-		watchLists.Put(&watchList{cancels[:0], free[:0]})
-	}
-}
-
-// watchLists hands a fired tick's lists to a later tick: grown afresh for every tick (a
-// millisecond), they cost about a third of an allocation per call at 40 calls a millisecond.
-var watchLists sync.Pool
-
-type watchList struct {
-	cancels []context.CancelCauseFunc
-	free    []int
 }
 
 // after returns the tick that ends d after now (since clockBase), rounded up to
@@ -120,6 +114,9 @@ func (ds *deadlines) after(now, d time.Duration) *tick {
 		return t
 	}
 	nt := &tick{n: n, at: clockBase.Add(time.Duration(n) * tickResolution), done: make(chan struct{})}
+	if t != nil {
+		nt.hint = int(t.used.Load())
+	}
 	nt.bg = &deadlineCtx{Context: context.Background(), t: nt}
 	time.AfterFunc(time.Duration(n)*tickResolution-now, nt.fire)
 	// Another call may have installed a tick meanwhile: both are correct, this one only cost
