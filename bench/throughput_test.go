@@ -372,7 +372,9 @@ func runContenders(b *testing.B, e *throughputEnv, contenders []contender) {
 //   - server-cpu-µs/op: the server process's CPU time (INFO cpu) per call, and
 //     server-cmd-µs/op: the part of it spent inside the command (INFO commandstats usec per
 //     call), the rest being reading, parsing and replying;
-//   - client-cpu-µs/op: this process's CPU time per call.
+//   - client-cpu-µs/op: this process's CPU time per call, client-sys-µs/op the kernel's part;
+//   - client-reads/op, client-writes/op, client-write-B/op: its read and write system calls
+//     and the bytes it wrote, per call.
 //
 // When client and server share the machine's cores, the CPU figures say which one limits
 // the throughput.
@@ -385,8 +387,8 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	clientCPU0 := clientCPU()
-	reads0, writes0 := syscalls()
+	clientUser0, clientSys0 := clientCPU()
+	reads0, writes0, wbytes0 := syscalls()
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
 
@@ -402,6 +404,11 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	// sharing b.N calls.
 	for range e.callers {
 		wg.Go(func() {
+			// Each goroutine is a request with a cancelable context of its own, as a server
+			// gives each request: one context shared by all 64 would make the child context
+			// of every call (rlfn's deadline) wait for its parent's lock, which no server sees.
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
 			// Each goroutine keeps its own latencies (a shared slice would serialise them) and
 			// draws principals from the runtime's per-thread generator (no lock).
 			local := make([]time.Duration, 0, b.N/e.callers+1)
@@ -425,8 +432,8 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	if failed.Load() {
 		return
 	}
-	clientCPU1 := clientCPU()
-	reads1, writes1 := syscalls()
+	clientUser1, clientSys1 := clientCPU()
+	reads1, writes1, wbytes1 := syscalls()
 	serverCPU1, err := e.serverCPU(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -442,7 +449,8 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 	b.ReportMetric(micros(percentile(latencies, 0.99)), "p99-µs")
 	b.ReportMetric(micros(serverCPU1-serverCPU0)/n, "server-cpu-µs/op")
 	b.ReportMetric(float64(st.Usec)/float64(max(st.Calls, 1)), "server-cmd-µs/op")
-	b.ReportMetric(micros(clientCPU1-clientCPU0)/n, "client-cpu-µs/op")
+	b.ReportMetric(micros(clientUser1-clientUser0+clientSys1-clientSys0)/n, "client-cpu-µs/op")
+	b.ReportMetric(micros(clientSys1-clientSys0)/n, "client-sys-µs/op")
 	// Every allocation of this process during the run, the goroutines' latency slices aside
 	// (a few growths each): the client's, valkey-go's and the contender's, per decision.
 	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/n, "client-allocs/op")
@@ -452,6 +460,7 @@ func (e *throughputEnv) parallel(b *testing.B, c contender) {
 		// more the client's CPU goes to the kernel.
 		b.ReportMetric(float64(reads1-reads0)/n, "client-reads/op")
 		b.ReportMetric(float64(writes1-writes0)/n, "client-writes/op")
+		b.ReportMetric(float64(wbytes1-wbytes0)/n, "client-write-B/op")
 	}
 	b.ReportMetric(float64(st.Calls)/n, "server-calls/op")
 	b.ReportMetric(float64(st.Calls)/b.Elapsed().Seconds(), "server-calls/s")
@@ -485,19 +494,20 @@ func (e *throughputEnv) serverCPU(ctx context.Context) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
-// clientCPU is the CPU time (user and system) this process has used.
-func clientCPU() time.Duration {
+// clientCPU is the CPU time this process has used, user and system (the kernel's share,
+// which on loopback includes delivering what it writes to the server's socket).
+func clientCPU() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
-// syscalls is how many read and write system calls this process has made (every thread's,
-// from /proc/self/io), or -1s where the system does not tell.
-func syscalls() (reads, writes int64) {
-	reads, writes = -1, -1
+// syscalls is how many read and write system calls this process has made and how many bytes
+// it wrote (every thread's, from /proc/self/io), or -1s where the system does not tell.
+func syscalls() (reads, writes, written int64) {
+	reads, writes, written = -1, -1, -1
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		return
@@ -516,6 +526,8 @@ func syscalls() (reads, writes int64) {
 			reads = n
 		case "syscw":
 			writes = n
+		case "wchar":
+			written = n
 		}
 	}
 	return
