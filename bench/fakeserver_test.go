@@ -153,7 +153,8 @@ func startFake(b *testing.B) string {
 	return strings.TrimSpace(addr)
 }
 
-// BenchmarkClientOnly is BenchmarkThroughput's INCR, valkey_fcall and rlfn contenders against
+// BenchmarkClientOnly is BenchmarkThroughput's INCR, valkey_fcall and rlfn contenders (with and
+// without leased budgets, which no key gets here: the fake's replies never deny) against
 // a fake server in another process that answers FCALL and INCR alike, at once: the server's
 // latency, and with it valkey-go's batching, is then the same for all, and the client's CPU per
 // call differs only by what the client does (its command, its reply, its own code). 64
@@ -167,12 +168,15 @@ func BenchmarkClientOnly(b *testing.B) {
 	}
 	defer vk.Close()
 	e := &throughputEnv{callers: envInt(b, "RLFN_BENCH_CALLERS", defaultCallers), vk: vk,
-		lim: client.New(vk, client.WithDeadline(time.Minute))}
+		lim:    client.New(vk, client.WithDeadline(time.Minute)),
+		leased: client.New(vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
+	defer e.leased.Close(context.Background())
 	bucket := client.TokenBucket{Capacity: perSecond, Rate: perSecond, Period: time.Second}
 	background := rlfnOn(e.lim, "rlfn_background", bucket)
 	op := background.op
 	background.op = func(_ context.Context, p int) error { return op(context.Background(), p) }
-	for _, c := range []contender{e.rlfn("rlfn_token_bucket", bucket), background, e.valkeyFcall(), e.incr()} {
+	for _, c := range []contender{e.rlfn("rlfn_token_bucket", bucket), background,
+		rlfnOn(e.leased, "rlfn_leased", bucket), e.valkeyFcall(), e.incr()} {
 		b.Run(c.name, func(b *testing.B) { clientOnly(b, e.callers, c) })
 	}
 }
