@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 	"github.com/valkey-io/valkey-go"
@@ -344,18 +346,18 @@ func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
 	}
 	key, units := 0, len(strconv.FormatInt(p.most, 10))
 	for _, k := range p.keys() {
-		key = max(key, len(k))
+		key = max(key, len(printable(k)))
 	}
 	switch p.mode {
 	case modeAcquire:
-		id := len(p.id)
+		id := len(printable(p.id))
 		if p.id == "" {
 			id = 32 // a new holder's random ID: 32 hex digits
 		}
 		o.t = newColumns(w, []int{key, id, 0, units, units},
 			"KEY", "ID", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeRelease:
-		o.t = newColumns(w, []int{key, len(p.id), 0, units, units},
+		o.t = newColumns(w, []int{key, len(printable(p.id)), 0, units, units},
 			"KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeMulti:
 		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))), key, 0, units, units},
@@ -388,19 +390,32 @@ func (o *callOutput) add(row callRow) error {
 		return writeJSONLine(o.w, resultJSON(o.mode, row))
 	}
 	r := row.res
-	cells := []string{row.key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
+	key := printable(row.key)
+	cells := []string{key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
 		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
 	switch o.mode {
 	case modeAcquire, modeRelease:
-		id := row.id
+		id := printable(row.id)
 		if id == "" {
 			id = "-" // denied: no holder was given a slot
 		}
-		cells = append([]string{row.key, id}, cells[1:6]...)
+		cells = append([]string{key, id}, cells[1:6]...)
 	case modeMulti:
 		cells = append([]string{strconv.Itoa(row.rule)}, cells...)
 	}
 	return o.t.row(cells...)
+}
+
+// printable is s for a table cell: as it is when every rune prints, Go-quoted when one does
+// not (a newline, an escape sequence, invalid UTF-8), so that a hostile key can neither break
+// the table's rows nor send the terminal commands. --json keeps the key's exact bytes.
+func printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's. Every
