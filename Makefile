@@ -43,8 +43,8 @@ fuzz: images ## explore the argument validation on a real server
 bench-cost: ## server cost per decision against redis_rate (callgrind and INFO commandstats)
 	bash scripts/bench-cost.sh
 
-bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR on one Valkey 8: spread, hot key, shared bucket, attack; 6 interleaved runs
+bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR on one Valkey 8: spread, hot key, shared bucket, attack, and the client alone against a fake server; 6 interleaved runs
 	@# no tee: sh has no pipefail, and a failed run must stop the loop
 	@out=$$(mktemp); for i in 1 2 3 4 5 6; do \
-	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$|HotKey$$|SharedBucket$$|UnderAttack$$' -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
+	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$|HotKey$$|SharedBucket$$|UnderAttack$$|ClientOnly$$' -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
 	  cat $$out; echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
