@@ -148,3 +148,37 @@ func BenchmarkLeasedHotKey(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAllowColdKeys is the cost of a decision on keys that never get a leased budget
+// (10,000 principals in turn, none called twice within a quarter of the budgets' maximum age),
+// with leased budgets and without: what the budgets cost the spread case, whose every call
+// goes to the server anyway. The reply is a mock's, so only the client's work is measured.
+func BenchmarkAllowColdKeys(b *testing.B) {
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	limit := client.Limit(client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []client.Option
+	}{
+		{"per_call", nil},
+		// a key's calls are 10,000 calls apart, far more than a quarter of 1ms
+		{"leased", []client.Option{client.WithLeasedBudgets(256, time.Millisecond)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, tc.opts...)
+			defer lim.Close(ctx)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r, err := lim.Allow(ctx, keys[i%len(keys)], limit); err != nil || r.Leased {
+					b.Fatal(r, err)
+				}
+				i++
+			}
+		})
+	}
+}

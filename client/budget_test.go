@@ -90,3 +90,40 @@ func TestLeasable(t *testing.T) {
 		}
 	}
 }
+
+func TestRecentWord(t *testing.T) {
+	const h, other = uint64(0xabcdef01_23456789), uint64(0x12345678_23456789)
+	const unit = int64(1) << recentUnit
+	base := int64(1_700_000_000) * int64(time.Second)
+	tests := []struct {
+		name      string
+		h         uint64
+		at, now   int64
+		quick     bool
+		wantOK    bool
+		wantSince time.Duration
+	}{
+		{"same key, same instant", h, base, base, false, true, 0},
+		{"same key, 1ms later", h, base, base + int64(time.Millisecond), true, true, time.Duration(int64(time.Millisecond) / unit * unit)},
+		{"another key in the slot", other, base, base + 5, false, false, 0},
+		// the time field wraps every 2^31 units: the difference still comes out right
+		{"across a wrap", h, (1<<31 - 3) * unit, (1<<31 + 7) * unit, false, true, time.Duration(10 * unit)},
+		{"empty slot", h, 0, base, false, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r recentCall
+			if tt.name != "empty slot" {
+				r.w.Store(recentWord(h, tt.at, tt.quick))
+			}
+			w := r.w.Load()
+			got, ok := r.since(w, tt.h, tt.now)
+			if ok != tt.wantOK || got != tt.wantSince {
+				t.Errorf("since = %v, %v; want %v, %v", got, ok, tt.wantSince, tt.wantOK)
+			}
+			if w != 0 && (w&1 == 1) != tt.quick {
+				t.Errorf("quick bit of %#x, want %v", w, tt.quick)
+			}
+		})
+	}
+}

@@ -136,7 +136,9 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	if d != nil && d.shut.Load() {
 		d = nil
 	}
-	var sent int64
+	bs := l.budgets
+	leased := bs != nil && !bs.isShut.Load() && c.leasable()
+	var sent int64 // 0: not read; a cold key's budget lookup reads it then
 	if d != nil {
 		sent = l.clock()
 		if r, ok := d.get(sk, n, c.cost, sent); ok {
@@ -146,8 +148,8 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	}
 	var res Result
 	var err error
-	if bs := l.budgets; bs != nil && !bs.isShut.Load() && c.leasable() {
-		res, err = l.allowLeased(ctx, sk, n, key, c)
+	if leased {
+		res, err = l.allowLeased(ctx, sk, n, key, c, sent)
 	} else {
 		res, err = l.decide(ctx, opAllow, key, c)
 	}
