@@ -5,37 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-image=${RLFN_VALKEY_IMAGE:-rlfn/valkey:8.0}
-work=$(mktemp -d)
-go build -o "$work/rlfn" ./cmd/rlfn
-ids=()
-cleanup() {
-  if [ ${#ids[@]} -gt 0 ]; then docker rm -f "${ids[@]}" >/dev/null; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# free_port prints a loopback port nothing listens on, from $1 up.
-free_port() {
-  local port=$1
-  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-  echo "$port"
-}
-# Host networking, bound to loopback: nothing leaves the machine.
-serve() {
-  ids+=("$(docker run -d --rm --network host "$image" \
-    valkey-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no "${@:2}")")
-}
+source scripts/throwaway.sh
 primary=$(free_port 16379)
 serve "$primary" --repl-diskless-sync-delay 0
 replica=$(free_port $((primary + 1)))
 serve "$replica" --replicaof 127.0.0.1 "$primary"
 
-export RLFN_URL=redis://127.0.0.1:$primary NO_COLOR=1
-# Debian's Valkey 8.0.1 predates the October 2025 Lua fixes by its version number: rlfn warns
-# about it and would exit 4. These are throwaway servers on loopback, so the warning is
-# reviewed and accepted here, by its ID: it is still printed.
-export RLFN_ACCEPT_WARNINGS=lua-security
+export RLFN_URL=redis://127.0.0.1:$primary
 rlfn() {
   echo
   echo "\$ rlfn $*"

@@ -5,30 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-image=${RLFN_VALKEY_IMAGE:-rlfn/valkey:8.0}
-work=$(mktemp -d)
-go build -o "$work/rlfn" ./cmd/rlfn
-id=""
-cleanup() {
-  if [ -n "$id" ]; then docker rm -f "$id" >/dev/null; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-  local port=$1
-  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-  echo "$port"
-}
+source scripts/throwaway.sh
 port=$(free_port 16379)
-# Host networking, bound to loopback: nothing leaves the machine.
-id=$(docker run -d --rm --network host "$image" \
-  valkey-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no)
-export RLFN_URL=redis://127.0.0.1:$port NO_COLOR=1
-# Debian's Valkey 8.0.1 predates the October 2025 Lua fixes by its version number: rlfn warns
-# about it and would exit 4. These are throwaway servers on loopback, so the warning is
-# reviewed and accepted here, by its ID: it is still printed.
-export RLFN_ACCEPT_WARNINGS=lua-security
+serve "$port"
+export RLFN_URL=redis://127.0.0.1:$port
 for _ in $(seq 100); do
   "$work/rlfn" status >/dev/null 2>&1 && break
   sleep 0.1
