@@ -67,10 +67,14 @@
 //
 // # Traces
 //
-// With WithTracerProvider, AllowN, PeekN and Refund each record a client span (rlfn.allow,
-// rlfn.peek, rlfn.refund), whose context the call passes on, so that a traced valkey-go client's
-// FCALL span is its child. Attributes: rlfn.algorithm, rlfn.operation, rlfn.cost,
-// rlfn.limit.name (a limit's Name, when set), and once decided ratelimit.allowed,
+// With WithTracerProvider, every decision records a client span, whose context the call passes
+// on, so that a traced valkey-go client's FCALL span is its child: AllowN (and Wait's calls),
+// PeekN and Refund (rlfn.allow, rlfn.peek, rlfn.refund), a lease's Acquire or Renew and its
+// Release (rlfn.acquire, rlfn.release), and AllowAll, AllowAllEach and PeekAll (rlfn.allow_all,
+// rlfn.peek_all, one span for all the rules, with rlfn.rules, their number, and rlfn.rule, the
+// index of the one that decided, whose limit the other attributes describe). Attributes:
+// rlfn.algorithm, rlfn.operation, rlfn.cost, rlfn.limit.name (a limit's Name, when set), and
+// once decided ratelimit.allowed,
 // ratelimit.remaining, ratelimit.limit, rlfn.source (as MetricDecisions' rlfn.source) and, when
 // denied, ratelimit.retry_after_ms (-1 for Never); an error is recorded with the span's status
 // Error. The key is recorded (ratelimit.key) only with WithTraceKeys: keys are often personal

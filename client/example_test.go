@@ -119,6 +119,30 @@ func ExampleWithPolicy() {
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", nil))
 }
 
+// Every decision is a span (rlfn.allow here, under the request's span, which r.Context()
+// carries), with its outcome and its limit; the key, often personal data, only with
+// WithTraceKeys. Without WithTracerProvider no span is made, at no cost.
+func ExampleWithTracerProvider() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk, client.WithTracerProvider(otel.GetTracerProvider()))
+	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second, Name: "api"}
+	http.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// the span: rlfn.allow {rlfn.algorithm=token_bucket, rlfn.limit.name=api,
+		// ratelimit.allowed, ratelimit.remaining, ratelimit.limit, rlfn.source=server}
+		res, err := lim.Allow(r.Context(), r.Header.Get("X-API-Key"), limit)
+		if err != nil || !res.Allowed {
+			http.Error(w, "rate limited", http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", nil))
+}
+
 // With ReturnError, the default, the caller sees why the server did not decide, and
 // ErrCircuitOpen while the breaker spares the server.
 func ExampleErrCircuitOpen() {
@@ -205,6 +229,29 @@ func ExampleLimiter_AllowAll_merchantAndGlobal() {
 
 // Shopify-style costs: charge a query's predicted cost up front, then refund what it did not
 // use once its real cost is known.
+// AllowAllEach decides as AllowAll does, and also says where each limit stands: what a
+// response shows for every limit of a route (client/httplimit's RateLimit header does).
+func ExampleLimiter_AllowAllEach() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	rules := []client.Rule{
+		{Key: "user:42", Limit: client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}},
+		{Key: "user:42", Limit: client.FixedWindow{Limit: 1000, Window: time.Hour, Name: "hourly"}},
+	}
+	res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("allowed %v, decided by rule %d\n", res.Allowed, res.Rule)
+	for i, r := range each {
+		fmt.Printf("rule %d: %d of %d left, back to full in %s\n", i, r.Remaining, r.Limit, r.ResetAfter)
+	}
+}
+
 func ExampleLimiter_Refund() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {

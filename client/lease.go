@@ -104,6 +104,9 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
 	c.judgeReserve(ctx)
+	if le.lim.tracer != nil {
+		return le.lim.traced(ctx, opAcquire, le.key, c)
+	}
 	return le.lim.decide(ctx, opAcquire, le.key, c)
 }
 
@@ -119,7 +122,14 @@ func (le *Lease) Release(ctx context.Context) (Result, error) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
-	res, err := le.lim.decide(ctx, opRelease, le.key, call{spec: le.limit.spec(le.id), cost: 1})
+	c := call{spec: le.limit.spec(le.id), cost: 1}
+	var res Result
+	var err error
+	if le.lim.tracer != nil {
+		res, err = le.lim.traced(ctx, opRelease, le.key, c)
+	} else {
+		res, err = le.lim.decide(ctx, opRelease, le.key, c)
+	}
 	le.released = le.released || err == nil
 	return res, err
 }

@@ -47,7 +47,28 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
 // or, after a denial, returned with the denial's Result, which stands.
 func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opAllow, rules, n)
+	return l.all(ctx, opAllow, rules, n, nil)
+}
+
+// AllowAllEach is AllowAllN that also reports each rule's own limiter, in rule order: what the
+// response of a route with several limits shows for every one of them (client/httplimit's
+// RateLimit items). The decision is AllowAllN's, and so is the binding Result.
+//
+// each[i].Limit, Remaining and ResetAfter are rule i's limiter right after the decision (after
+// the refunds of a denied decision across keys). Allowed is whether that limit admitted the
+// cost (always, when the decision admitted); when it did not, RetryAfter is its own wait.
+// Rule is i, Local is set when the policy decided it. A rule decided alone (the only rule of
+// its Key) has its call's Result, Delay included. Rules of one Key share one rl_multi, whose
+// reply is the binding limit's alone: their own state is read by a peek of each, pipelined
+// behind the rl_multi on its connection (one round trip, one more call per rule for the
+// server), so it is the state just after the decision, which a concurrent call may already
+// have changed; their Delay is zero (the binding Result has the decision's). A rule whose
+// state could not be read (its peek failed, or its Key's call did, with the error returned)
+// is the zero Result, Limit 0.
+func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {
+	each := make([]Result, len(rules))
+	res, err := l.all(ctx, opAllow, rules, n, each)
+	return res, each, err
 }
 
 // PeekAll reports whether one unit of every rule would be admitted now, consuming nothing;
@@ -60,7 +81,7 @@ func (l *Limiter) PeekAll(ctx context.Context, rules []Rule) (Result, error) {
 // Since a peek's Remaining does not subtract its cost, an admitted PeekAllN may name another
 // limit than AllowAllN would; a denied one names the same.
 func (l *Limiter) PeekAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opPeek, rules, n)
+	return l.all(ctx, opPeek, rules, n, nil)
 }
 
 // group is the rules of one Key.
@@ -70,9 +91,19 @@ type group struct {
 	calls []call // one per rule
 	res   Result
 	err   error
+	each  []Result // AllowAllEach: each call's own state, for a group of several calls
 }
 
-func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) (Result, error) {
+// all decides rules (AllowAllN, PeekAllN), under a span of its own when traced; each, when
+// not nil, gets every rule's own state (AllowAllEach).
+func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
+	if l.tracer != nil {
+		return l.tracedAll(ctx, op, rules, n, each)
+	}
+	return l.decideAll(ctx, op, rules, n, each)
+}
+
+func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
 	groups, err := groupRules(ctx, rules, n)
 	if err != nil {
 		return Result{}, err
@@ -95,7 +126,10 @@ func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) 
 		if len(g.calls) == 1 {
 			g.res, g.err = l.decide(ctx, op, g.key, g.calls[0])
 		} else {
-			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls)
+			if each != nil {
+				g.each = make([]Result, len(g.calls))
+			}
+			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each)
 		}
 		g.res.Rule = g.rules[i]
 	}
@@ -127,9 +161,39 @@ func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64) 
 		res, b = binding(results)
 		res.Rule = results[b].Rule
 	}
+	if each != nil {
+		for i := range groups {
+			g := &groups[i]
+			switch {
+			case g.err != nil:
+			case len(g.calls) == 1:
+				each[g.rules[0]] = g.res
+			default:
+				for j, r := range g.each {
+					if r.Limit == 0 {
+						continue // not read
+					}
+					if g.res.Allowed {
+						r.Allowed, r.RetryAfter = true, 0
+					}
+					r.Delay, r.Rule = 0, g.rules[j]
+					each[g.rules[j]] = r
+				}
+				// The binding limit's reply is known whatever its peek read: it decided.
+				b := &each[g.res.Rule]
+				if b.Limit == 0 {
+					*b = g.res
+					b.Delay = 0
+				}
+				if !g.res.Allowed {
+					b.Allowed, b.RetryAfter = false, g.res.RetryAfter
+				}
+			}
+		}
+	}
 	var refundErr error
 	if op == opAllow && (firstErr != nil || !res.Allowed) {
-		refundErr = l.compensate(ctx, groups, len(rules))
+		refundErr = l.compensate(ctx, groups, len(rules), each)
 	}
 	switch {
 	case firstErr != nil && refundErr != nil:
@@ -189,8 +253,9 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 
 // compensate refunds what the admitted groups took: another group denied or failed. The
 // refunds run whatever happens to ctx (they are owed), within the Limiter's deadline. It
-// returns a *CompensationError for the refunds that failed.
-func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int) error {
+// returns a *CompensationError for the refunds that failed. each, when not nil, gets each
+// refunded rule's state after its refund.
+func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, each []Result) error {
 	ctx = context.WithoutCancel(ctx)
 	errs := make([]error, nRules) // by rule
 	var wg sync.WaitGroup
@@ -206,10 +271,14 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int) er
 				// The policy admitted without the server, which took nothing: a refund there
 				// would give back units other requests took. LocalFallback took them locally.
 				if l.policy == LocalFallback {
-					l.policyResult(opRefund, g.key, c)
+					after(each, g.rules[j], l.policyResult(opRefund, g.key, c), nil)
 				}
 			default:
-				wg.Go(func() { _, errs[g.rules[j]] = l.decide(ctx, opRefund, g.key, c) })
+				wg.Go(func() {
+					r, err := l.decide(ctx, opRefund, g.key, c)
+					after(each, g.rules[j], r, err)
+					errs[g.rules[j]] = err
+				})
 			}
 		}
 	}
@@ -225,6 +294,21 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int) er
 		return nil
 	}
 	return &ce
+}
+
+// after records in each[rule] (when each is not nil) the state a refund of the rule's admitted
+// call left: its Allowed stays, the limit admitted the call.
+func after(each []Result, rule int, refund Result, err error) {
+	if each == nil {
+		return
+	}
+	if err != nil {
+		each[rule] = Result{}
+		return
+	}
+	r := &each[rule]
+	r.Limit, r.Remaining, r.ResetAfter = refund.Limit, refund.Remaining, refund.ResetAfter
+	r.Local = r.Local || refund.Local
 }
 
 // binding is the Result of several decisions, as rl_multi picks it: when any denies, the
@@ -258,13 +342,14 @@ func binding(results []Result) (Result, int) {
 }
 
 // decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
-// cannot, by the policy. It returns the binding Result and its index in cs.
-func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
+// cannot, by the policy. It returns the binding Result and its index in cs. each, when not
+// nil, gets each call's own state (see serverMulti), or the policy's decision of it.
+func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	a, pass := l.begin(ctx, key)
 	if !pass {
-		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen)
+		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen, each)
 	}
-	res, i, err := l.serverMulti(ctx, op, key, cs)
+	res, i, err := l.serverMulti(ctx, op, key, cs, each)
 	kind := l.settle(ctx, a, multiSubject, op, res, err)
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
@@ -278,10 +363,14 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 		l.countError(ctx, multiSubject, op, kind)
 		return Result{}, 0, err
 	}
-	return l.failMulti(ctx, op, key, cs, kind, err)
+	return l.failMulti(ctx, op, key, cs, kind, err, each)
 }
 
-func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call) (Result, int, error) {
+// serverMulti runs cs in one rl_multi (rl_multi_peek). each, when not nil, gets each call's
+// own state from a peek of it pipelined behind the rl_multi (the limit's Remaining and
+// ResetAfter after the decision, and whether it alone would admit the cost), or the zero
+// Result where the peek failed: the decision stands.
+func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	ctx, rel := l.withDeadline(ctx)
 	defer rel.release()
 	fn := "rl_multi"
@@ -311,7 +400,28 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		}
 		return l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	res, idx, err := decodeN(fn, l.vk.Do(ctx, command(op == opPeek)), 7)
+	var res Result
+	var idx int64
+	var err error
+	if each == nil {
+		res, idx, err = decodeN(fn, l.vk.Do(ctx, command(op == opPeek)), 7)
+	} else {
+		// The peeks go behind the rl_multi on its connection, in one round trip: its slot's
+		// node runs them right after it. FCALL, not FCALL_RO: the primary's state, not a
+		// replica's behind it.
+		cmds := make(valkey.Commands, 1, 1+len(cs))
+		cmds[0] = command(op == opPeek)
+		for i := range cs {
+			cmds = append(cmds, l.command(false, cs[i].alg.peek, key, cs[i], true))
+		}
+		replies := l.vk.DoMulti(ctx, cmds...)
+		res, idx, err = decodeN(fn, replies[0], 7)
+		for i := range cs {
+			if r, perr := decode(cs[i].alg.peek, replies[1+i]); perr == nil {
+				each[i] = r
+			}
+		}
+	}
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// as PeekN: a replica without the library yet; FCALL goes to the primary
 		res, idx, err = decodeN(fn, l.vk.Do(ctx, command(false)), 7)
@@ -330,7 +440,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 
 // failMulti applies the policy to one key's calls the server could not decide: each is
 // decided as a single call would be, all or nothing.
-func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error) (Result, int, error) {
+func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error, each []Result) (Result, int, error) {
 	l.countError(ctx, multiSubject, op, kind)
 	if l.policy == ReturnError {
 		return Result{}, 0, err
@@ -352,6 +462,7 @@ func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []
 		}
 		r, b = binding(results)
 	}
+	copy(each, results)
 	if m := l.metrics; m != nil {
 		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][l.policy]...)
 	}

@@ -511,3 +511,47 @@ func TestQuota(t *testing.T) {
 		}
 	}
 }
+
+// AllowAllEach under a policy: a key whose server is gone has each rule decided by the policy,
+// reported as such.
+func TestAllowAllEachByPolicy(t *testing.T) {
+	tb := client.TokenBucket{Capacity: 2, Rate: 1, Period: time.Hour}
+	fw := client.FixedWindow{Limit: 5, Window: time.Hour}
+	rules := []client.Rule{{Key: "a", Limit: tb}, {Key: "a", Limit: fw}}
+	vk := mock.NewClient(gomock.NewController(t))
+	gone := mock.ErrorResult(context.DeadlineExceeded)
+	// the rl_multi and a peek of each rule, in one pipeline
+	vk.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+			want := [][]string{
+				{"FCALL", "rl_multi", "2", "rl:{a}:token_bucket", "rl:{a}:fixed_window"},
+				{"FCALL", "rl_token_bucket_peek", "1", "rl:{a}:token_bucket", "2", "1", "3600000", "1", "0"},
+				{"FCALL", "rl_fixed_window_peek", "1", "rl:{a}:fixed_window", "5", "3600000", "1", "0"},
+			}
+			for i, c := range cmds {
+				got := c.Commands()
+				if i == 0 {
+					got = got[:len(want[0])]
+				}
+				if !slices.Equal(got, want[i]) {
+					t.Errorf("command %d: %q, want %q", i, got, want[i])
+				}
+			}
+			return []valkey.ValkeyResult{gone, gone, gone}
+		}).Times(3)
+	lim := client.New(vk, client.WithPolicy(client.LocalFallback))
+	for i, want := range []struct {
+		allowed bool
+		tb, fw  int64 // remaining
+	}{{true, 1, 4}, {true, 0, 3}, {false, 0, 3}} {
+		res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
+		if err != nil || res.Allowed != want.allowed || !res.Local || len(each) != 2 {
+			t.Fatalf("call %d: %+v, %+v, %v", i+1, res, each, err)
+		}
+		if each[0].Remaining != want.tb || each[1].Remaining != want.fw || !each[0].Local || !each[1].Local ||
+			each[0].Limit != 2 || each[1].Limit != 5 || each[0].Rule != 0 || each[1].Rule != 1 ||
+			!each[1].Allowed || each[0].Allowed != want.allowed {
+			t.Errorf("call %d: each %+v; want remaining %d and %d, local", i+1, each, want.tb, want.fw)
+		}
+	}
+}

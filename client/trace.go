@@ -11,6 +11,9 @@ import (
 // Span names, by operation, and the attributes of every span (WithTracerProvider).
 var spanNames = [nOps]string{"rlfn.allow", "rlfn.peek", "rlfn.refund", "rlfn.acquire", "rlfn.release"}
 
+// Span names of AllowAll and PeekAll, by operation.
+var allSpanNames = [nOps]string{opAllow: "rlfn.allow_all", opPeek: "rlfn.peek_all"}
+
 // traced runs c as op under a span of its own, a child of ctx's, so that a traced valkey-go
 // client's FCALL span is the span's child.
 func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) (Result, error) {
@@ -28,20 +31,53 @@ func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) 
 	}
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs,
-		attribute.String("rlfn.algorithm", c.alg.name),
 		attribute.String("rlfn.operation", opNames[op]),
 		attribute.Int64("rlfn.cost", c.cost))
-	if c.name != "" {
-		attrs = append(attrs, attribute.String("rlfn.limit.name", c.name))
+	attrs = l.limitAttrs(attrs, c.spec, key)
+	l.endSpan(span, attrs, res, err)
+	return res, err
+}
+
+// tracedAll runs all (AllowAll, PeekAll) under a span of its own: the number of rules, and
+// the deciding rule's index, limit and outcome.
+func (l *Limiter) tracedAll(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
+	ctx, span := l.tracer.Start(ctx, allSpanNames[op], trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	res, err := l.decideAll(ctx, op, rules, n, each)
+	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs = append(attrs,
+		attribute.String("rlfn.operation", opNames[op]+"_all"),
+		attribute.Int64("rlfn.cost", n),
+		attribute.Int("rlfn.rules", len(rules)))
+	if err == nil {
+		r := rules[res.Rule]
+		attrs = append(attrs, attribute.Int("rlfn.rule", res.Rule))
+		attrs = l.limitAttrs(attrs, r.Limit.spec(), r.Key)
+	}
+	l.endSpan(span, attrs, res, err)
+	return res, err
+}
+
+// limitAttrs appends a limit's algorithm and name, and its key with WithTraceKeys alone (keys
+// are often personal data).
+func (l *Limiter) limitAttrs(attrs []attribute.KeyValue, s spec, key string) []attribute.KeyValue {
+	attrs = append(attrs, attribute.String("rlfn.algorithm", s.alg.name))
+	if s.name != "" {
+		attrs = append(attrs, attribute.String("rlfn.limit.name", s.name))
 	}
 	if l.traceKeys {
 		attrs = append(attrs, attribute.String("ratelimit.key", key))
 	}
+	return attrs
+}
+
+// endSpan records a decision's outcome, or its error, on span.
+func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Result, err error) {
 	if err != nil {
 		span.SetAttributes(attrs...)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		return res, err
+		return
 	}
 	attrs = append(attrs,
 		attribute.Bool("ratelimit.allowed", res.Allowed),
@@ -56,7 +92,6 @@ func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) 
 		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", retry))
 	}
 	span.SetAttributes(attrs...)
-	return res, nil
 }
 
 // source names who decided res, as MetricDecisions' rlfn.source does.

@@ -30,11 +30,17 @@ type quota struct {
 // setHeaders writes the rate-limit headers of a decision on quotas, the one that decided
 // first: res is its reply. A refused request's t is wait, the Retry-After it gets, because the
 // draft asks that Retry-After not point before the end of t; a served request's t is the time
-// until the limiter is back to its initial state. Only the deciding limit's state is known
-// (client.AllowAll answers with its Result alone), so RateLimit has one item, while
-// RateLimit-Policy lists every limit. A hidden quota gets Retry-After alone.
-func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res client.Result, wait time.Duration, refused bool) {
+// until the limiter is back to its initial state. RateLimit-Policy lists every limit, and
+// RateLimit every limit whose state is known: each (client.AllowAllEach's, in the order of
+// quotas) has the others', whose t is the wait of a limit that refused, else its reset; with
+// each nil (client.AllowAll), RateLimit has the deciding limit alone. The X-RateLimit-*
+// headers describe the deciding limit. A hidden quota gets Retry-After alone.
+func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
 	t := res.ResetAfter
+	if len(each) > 0 && each[0].Limit != 0 {
+		// its own reset: the reply of several limits of one key says the longest of theirs
+		t = each[0].ResetAfter
+	}
 	if refused && wait != client.Never {
 		t = wait
 	}
@@ -57,9 +63,12 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 			buf = append(buf, ", "...)
 		}
 		buf = append(append(append(buf, '"'), q.name...), `";q=`...)
-		if i == 0 {
+		switch {
+		case i == 0:
 			buf = strconv.AppendInt(buf, res.Limit, 10)
-		} else {
+		case i < len(each) && each[i].Limit != 0:
+			buf = strconv.AppendInt(buf, each[i].Limit, 10)
+		default:
 			buf = strconv.AppendInt(buf, q.limit.Quota().Limit, 10)
 		}
 		if w, ok := window(q.limit); ok {
@@ -70,8 +79,22 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 	buf = append(append(append(buf, '"'), quotas[0].name...), `";r=`...)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	buf = append(buf, ";t="...)
-	tFrom := len(buf) // RateLimit ends with t's digits: Retry-After and a delta reset share them
+	tFrom := len(buf) // t's digits: Retry-After and a delta reset share them
 	buf = appendSeconds(buf, t)
+	tEnd := len(buf)
+	for i := 1; i < len(each) && i < len(quotas); i++ {
+		e := each[i]
+		if e.Limit == 0 {
+			continue // its state could not be read
+		}
+		et := e.ResetAfter
+		if !e.Allowed && e.RetryAfter != client.Never {
+			et = e.RetryAfter
+		}
+		buf = append(append(append(buf, `, "`...), quotas[i].name...), `";r=`...)
+		buf = strconv.AppendInt(buf, e.Remaining, 10)
+		buf = appendSeconds(append(buf, ";t="...), et)
+	}
 	ends[1] = len(buf)
 	buf = strconv.AppendInt(buf, res.Limit, 10)
 	ends[2] = len(buf)
@@ -98,7 +121,7 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 		from = end
 	}
 	if shareT {
-		vals[n] = s[tFrom:ends[1]]
+		vals[n] = s[tFrom:tEnd]
 	}
 	h[headerPolicy] = vals[0:1:1]
 	h[headerRateLimit] = vals[1:2:2]

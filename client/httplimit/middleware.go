@@ -109,6 +109,15 @@ type MultiLimiter interface {
 
 var _ MultiLimiter = (*client.Limiter)(nil)
 
+// EachLimiter is what a Policy enforcing several limits needs to report each of them in
+// RateLimit, as *client.Limiter has it (client.Limiter.AllowAllEach). With a MultiLimiter that
+// is not one, RateLimit has the deciding limit alone.
+type EachLimiter interface {
+	AllowAllEach(ctx context.Context, rules []client.Rule, n int64) (client.Result, []client.Result, error)
+}
+
+var _ EachLimiter = (*client.Limiter)(nil)
+
 // ErrNoMultiLimiter is passed to Options.OnError when a Policy enforces several limits and the
 // Limiter cannot decide them at once (it does not implement MultiLimiter).
 var ErrNoMultiLimiter = errors.New("httplimit: Policy.Also needs a Limiter that implements MultiLimiter, such as *client.Limiter")
@@ -316,7 +325,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterError(w, r, next, err)
 		return
 	}
-	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}})
+	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}}, nil)
 }
 
 // limiterError handles an error of the limiter's decision.
@@ -330,12 +339,12 @@ func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next h
 }
 
 // decided answers a request its enforced limits decided on: quotas are those limits, the one
-// that decided (res.Rule) first.
-func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []quota) {
+// that decided (res.Rule) first, and each, when known, their own states in the same order.
+func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []quota, each []client.Result) {
 	h := w.Header()
 	switch {
 	case !res.Allowed:
-		m.setHeaders(h, p.HideQuota, quotas, res, res.RetryAfter, true)
+		m.setHeaders(h, p.HideQuota, quotas, res, each, res.RetryAfter, true)
 		m.deny(w, p.HideQuota, quotas[0].name, res.RetryAfter)
 	case res.Delay > m.opts.MaxDelay:
 		// The server has counted this request (its unit is in the queue) and it is refused all
@@ -343,10 +352,10 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 		// would get is within MaxDelay once Delay plus one unit's leak time has passed down to
 		// MaxDelay.
 		wait := res.Delay + maxLeak(quotas) - m.opts.MaxDelay
-		m.setHeaders(h, p.HideQuota, quotas, res, wait, true)
+		m.setHeaders(h, p.HideQuota, quotas, res, each, wait, true)
 		m.deny(w, p.HideQuota, quotas[0].name, wait)
 	default:
-		m.setHeaders(h, p.HideQuota, quotas, res, 0, false)
+		m.setHeaders(h, p.HideQuota, quotas, res, each, 0, false)
 		if res.Delay > 0 && !hold(r.Context(), res.Delay) {
 			m.write(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: quotas[0].name, RetryAfterMs: -1})
 			return
@@ -411,18 +420,33 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		next.ServeHTTP(w, r)
 		return
 	}
-	res, err := m.decide(ctx, enforcedRules)
+	var res client.Result
+	var each []client.Result
+	var err error
+	if el, ok := m.lim.(EachLimiter); ok && len(enforcedRules) > 1 && !p.HideQuota {
+		res, each, err = el.AllowAllEach(ctx, enforcedRules, 1)
+	} else {
+		res, err = m.decide(ctx, enforcedRules)
+	}
 	if err != nil {
 		m.limiterError(w, r, next, err)
 		return
 	}
 	if res.Rule != 0 {
 		// The limit that decided comes first in the headers, the others in their order.
-		q := append(make([]quota, 0, len(enforcedQuotas)), enforcedQuotas[res.Rule])
-		q = append(q, enforcedQuotas[:res.Rule]...)
-		enforcedQuotas = append(q, enforcedQuotas[res.Rule+1:]...)
+		enforcedQuotas = decidingFirst(enforcedQuotas, res.Rule)
+		if each != nil {
+			each = decidingFirst(each, res.Rule)
+		}
 	}
-	m.decided(ctx, w, r, next, p, key, res, enforcedQuotas)
+	m.decided(ctx, w, r, next, p, key, res, enforcedQuotas, each)
+}
+
+// decidingFirst is s with its element i moved first, the others in their order.
+func decidingFirst[T any](s []T, i int) []T {
+	out := append(make([]T, 0, len(s)), s[i])
+	out = append(out, s[:i]...)
+	return append(out, s[i+1:]...)
 }
 
 // decide decides rules, all or nothing.

@@ -25,8 +25,11 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // fake is a Limiter that answers what it is told and records what it was asked.
 type fake struct {
-	res client.Result
-	err error
+	res  client.Result
+	each []client.Result // AllowAllEach's
+	err  error
+	// forbidEach makes AllowAllEach panic: a test that wants AllowAll alone
+	forbidEach bool
 
 	mu    sync.Mutex
 	calls []call
@@ -52,6 +55,18 @@ func (f *fake) AllowAll(_ context.Context, rules []client.Rule) (client.Result, 
 		f.calls = append(f.calls, call{r.Key, r.Limit})
 	}
 	return f.res, f.err
+}
+
+// AllowAllEach records each rule as a call, and answers res and each.
+func (f *fake) AllowAllEach(ctx context.Context, rules []client.Rule, n int64) (client.Result, []client.Result, error) {
+	if n != 1 {
+		panic("httplimit takes one unit a request")
+	}
+	if f.forbidEach {
+		panic("AllowAllEach called where the state of each limit is not wanted")
+	}
+	res, err := f.AllowAll(ctx, rules)
+	return res, f.each, err
 }
 
 // now is the fixed clock of the golden responses: X-RateLimit-Reset is a Unix time from it.
@@ -106,6 +121,10 @@ func TestResponses(t *testing.T) {
 		wantCalls int
 		wantErr   bool // OnError was called
 		wantKeys  []string
+		giveEach  []client.Result
+		// wantNoEach: the middleware must not ask for each limit's state (AllowAll, not
+		// AllowAllEach)
+		wantNoEach bool
 	}{
 		{
 			name:      "allowed",
@@ -224,6 +243,50 @@ func TestResponses(t *testing.T) {
 			wantKeys:  []string{"second:user:42", "hour:user:42", "day:user:42"},
 		},
 		{
+			name: "several limits, each reported, allowed, the second binding",
+			give: client.Result{Allowed: true, Limit: 1000, Remaining: 3, ResetAfter: 20 * time.Hour, Rule: 1},
+			giveEach: []client.Result{
+				{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second},
+				{Allowed: true, Limit: 1000, Remaining: 3, ResetAfter: 3599 * time.Second, Rule: 1},
+				{Allowed: true, Limit: 5000, Remaining: 4000, ResetAfter: 20 * time.Hour, Rule: 2},
+			},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			wantCalls: 3,
+		},
+		{
+			name: "several limits, each reported, denied by the third, the first refunded",
+			give: client.Result{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 2},
+			giveEach: []client.Result{
+				{Allowed: true, Limit: 100, Remaining: 100, ResetAfter: 0},
+				{Allowed: false, Limit: 1000, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Hour, Rule: 1},
+				{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 2},
+			},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			wantCalls: 3,
+		},
+		{
+			name: "several limits, each reported, one unread, one never admits",
+			give: client.Result{Allowed: false, Limit: 100, Remaining: 2, RetryAfter: 500 * time.Millisecond, ResetAfter: 20 * time.Hour},
+			giveEach: []client.Result{
+				{Allowed: false, Limit: 100, Remaining: 2, RetryAfter: 500 * time.Millisecond, ResetAfter: 9 * time.Second},
+				{},
+				{Allowed: false, Limit: 5000, Remaining: 7, RetryAfter: client.Never, ResetAfter: 20 * time.Hour, Rule: 2},
+			},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			wantCalls: 3,
+		},
+		{
+			name: "several limits, hidden quota: no state read",
+			give: client.Result{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Rule: 1},
+			giveEach: []client.Result{
+				{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second},
+				{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Rule: 1},
+			},
+			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			wantCalls:  2,
+			wantNoEach: true,
+		},
+		{
 			name:      "several limits, keys of their own",
 			give:      client.Result{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute},
 			policy:    Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
@@ -314,7 +377,11 @@ func TestResponses(t *testing.T) {
 	var out strings.Builder
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := &fake{res: tt.give, err: tt.giveErr}
+			lim := &fake{res: tt.give, err: tt.giveErr, each: tt.giveEach}
+			if tt.wantNoEach {
+				lim.each = nil
+				lim.forbidEach = true
+			}
 			var errs []error
 			opts := tt.opts
 			opts.Key = func(*http.Request) (string, error) { return "user:42", tt.keyErr }

@@ -1,0 +1,132 @@
+package integration_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// AllowAllEach reports every rule's own limiter: rules of one principal (one rl_multi, the
+// others' state read by peeks pipelined behind it) and of several (a call each, the admitted
+// ones refunded when another denies, reported as the refund left them).
+func TestClientAllowAllEach(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := client.New(tg.c, slowMachine)
+		base := keyFor(t)
+		burst := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
+		hourly := client.FixedWindow{Limit: 3, Window: time.Hour, Name: "hourly"}
+		ip := client.SlidingLog{Limit: 100, Window: time.Hour}
+		rules := []client.Rule{
+			{Key: base + ":user", Limit: burst},
+			{Key: base + ":user", Limit: hourly},
+			{Key: base + ":ip", Limit: ip},
+		}
+		type want struct {
+			allowed   bool
+			remaining int64
+		}
+		check := func(call string, each []client.Result, wants []want) {
+			t.Helper()
+			if len(each) != len(rules) {
+				t.Fatalf("%s: %d results, want %d", call, len(each), len(rules))
+			}
+			for i, w := range wants {
+				e := each[i]
+				if e.Allowed != w.allowed || e.Remaining != w.remaining || e.Limit != rules[i].Limit.Quota().Limit ||
+					e.Rule != i || e.Local || e.ResetAfter <= 0 {
+					t.Errorf("%s: rule %d: %+v; want allowed %v, remaining %d, limit %d", call, i, e, w.allowed, w.remaining, rules[i].Limit.Quota().Limit)
+				}
+			}
+		}
+		for i := range int64(3) {
+			res, each, err := lim.AllowAllEach(ctx, rules, 1)
+			if err != nil || !res.Allowed || res.Rule != 1 || res.Remaining != 2-i {
+				t.Fatalf("call %d: %+v, %v; want admitted, hourly binding", i+1, res, err)
+			}
+			check("admitted", each, []want{{true, 9 - i}, {true, 2 - i}, {true, 99 - i}})
+			if d := each[1].ResetAfter; d > time.Hour {
+				t.Errorf("hourly's own reset %v, above its window", d)
+			}
+		}
+		// hourly denies: nothing consumed anywhere, ip's unit refunded
+		res, each, err := lim.AllowAllEach(ctx, rules, 1)
+		if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter <= 0 {
+			t.Fatalf("call 4: %+v, %v; want denied by hourly", res, err)
+		}
+		check("denied", each, []want{{true, 7}, {false, 0}, {true, 97}})
+		if each[1].RetryAfter != res.RetryAfter {
+			t.Errorf("hourly's own wait %v, the decision's %v", each[1].RetryAfter, res.RetryAfter)
+		}
+		for i, w := range []int64{7, 0, 97} {
+			if p, err := lim.Peek(ctx, rules[i].Key, rules[i].Limit); err != nil || p.Remaining != w {
+				t.Errorf("rule %d after the denial: %+v, %v; want %d remaining", i, p, err, w)
+			}
+		}
+		// AllowAll decides the same way
+		if r, err := lim.AllowAll(ctx, rules); err != nil || r.Allowed || r.Rule != 1 {
+			t.Errorf("AllowAll: %+v, %v", r, err)
+		}
+	})
+}
+
+// AllowAll, PeekAll and a lease's Acquire and Release are spans, as Allow is.
+func TestTracesAllAndLeases(t *testing.T) {
+	tg := servers(t)[0]
+	ctx := ctx5s(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	key := keyFor(t)
+	perMinute := client.FixedWindow{Limit: 1, Window: time.Minute, Name: "per_minute"}
+	burst := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}
+	rules := []client.Rule{{Key: key, Limit: burst}, {Key: key, Limit: perMinute}}
+	roomInWindow(t, tg.c, 60_000, 2*time.Second)
+	lim := client.New(tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if r, err := lim.PeekAll(ctx, rules); err != nil || r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	lease, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 2, Lease: time.Minute})
+	if err != nil || !r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if _, err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	spans := rec.Ended()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 4", len(spans))
+	}
+	for i, want := range []struct {
+		name, alg string
+		allowed   bool
+		remaining int64
+		rule      int64 // -1: none
+	}{
+		{"rlfn.allow_all", "fixed_window", true, 0, 1},
+		{"rlfn.peek_all", "fixed_window", false, 0, 1},
+		{"rlfn.acquire", "concurrency", true, 1, -1},
+		{"rlfn.release", "concurrency", true, 2, -1},
+	} {
+		a := map[attribute.Key]attribute.Value{}
+		for _, kv := range spans[i].Attributes() {
+			a[kv.Key] = kv.Value
+		}
+		rule, hasRule := a["rlfn.rule"]
+		if spans[i].Name() != want.name || a["rlfn.algorithm"].AsString() != want.alg ||
+			a["ratelimit.allowed"].AsBool() != want.allowed || a["ratelimit.remaining"].AsInt64() != want.remaining ||
+			a["ratelimit.key"].AsString() != key || hasRule != (want.rule >= 0) || (hasRule && rule.AsInt64() != want.rule) {
+			t.Errorf("span %d: %s %v; want %+v", i, spans[i].Name(), a, want)
+		}
+	}
+}
