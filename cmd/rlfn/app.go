@@ -104,15 +104,48 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runApp is run for an app that tests may have adjusted (for instance its releases).
 func runApp(ctx context.Context, app *cli.App, args []string) int {
-	args, err := permute(app, args)
+	stdout := &countWriter{w: app.Writer}
+	app.Writer = stdout
+	permuted, err := permute(app, args)
 	if err == nil {
+		args = permuted
 		err = app.RunContext(ctx, args)
 	}
 	code := exitCode(err)
-	if err != nil && !errors.Is(err, errPending) {
-		fmt.Fprintln(app.ErrWriter, "rlfn: "+oneLine(err.Error()))
+	if err == nil || errors.Is(err, errPending) {
+		return code
 	}
+	msg := oneLine(err.Error())
+	// A script that asked for JSON reads stdout as JSON, also when the command failed before
+	// printing any: it gets the error there too, rather than empty input. call's JSON Lines
+	// end with it, so that a stream cut short by an error says so on stdout as well.
+	if cmd, ok := jsonRequested(app, args); ok && (stdout.n == 0 || cmd == "call") {
+		_ = writeJSONLine(stdout, errorJSON{Error: msg, Exit: code})
+	}
+	// On a terminal: a server's text in the error (its reply, an address it announced) must
+	// not send it commands.
+	fmt.Fprintln(app.ErrWriter, "rlfn: "+printable(msg))
 	return code
+}
+
+// errorJSON is what a --json command prints on stdout when it fails before printing its
+// own JSON (a node it could not reach, a usage error), and what ends call's JSON Lines when
+// a call fails: the error line stderr shows, and the exit code.
+type errorJSON struct {
+	Error string `json:"error"`
+	Exit  int    `json:"exit"`
+}
+
+// countWriter counts the bytes written through it: whether a command printed anything.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func exitCode(err error) int {

@@ -184,8 +184,15 @@ func TestUsageErrors(t *testing.T) {
 			if !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr %q does not contain %q", r.stderr, tt.want)
 			}
-			if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || r.stdout != "" {
-				t.Errorf("want one line on stderr and nothing on stdout; got stdout %q, stderr %q", r.stdout, r.stderr)
+			if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 {
+				t.Errorf("want one line on stderr; got %q", r.stderr)
+			}
+			// Nothing on stdout, where a script expects the command's output; with --json,
+			// the error as JSON.
+			if _, asJSON := jsonRequested(New(), append([]string{"rlfn"}, tt.give...)); asJSON {
+				wantErrorJSON(t, r)
+			} else if r.stdout != "" {
+				t.Errorf("want nothing on stdout; got %q", r.stdout)
 			}
 		})
 	}
@@ -207,6 +214,76 @@ func TestUnreachable(t *testing.T) {
 		if r.code != exitError || len(lines) != 1 || !strings.Contains(r.stderr, "127.0.0.1:1") {
 			t.Errorf("rlfn %v against a closed port: exit %d, stderr %q; want exit 1 and one line naming the node", cmd, r.code, r.stderr)
 		}
+	}
+}
+
+// TestJSONOnFailure: a --json command that fails before printing its JSON (a node it cannot
+// reach, a mistake in the command line) prints the error as one JSON object on stdout, where
+// the script reads, with the exit code; stderr still has the one line. Without --json stdout
+// stays empty.
+func TestJSONOnFailure(t *testing.T) {
+	url := []string{"--url", "redis://127.0.0.1:1", "--timeout", "5s"}
+	for _, cmd := range [][]string{
+		{"status", "--json"},
+		{"diff", "--json"},
+		{"diff", "--json", "--exit-code"},
+		{"deploy", "--yes", "--json"},
+		{"deploy", "--dry-run", "--json"},
+		{"call", "fixed_window", "k", "--limit", "1", "--window", "1s", "--json"},
+		{"call", "--json", "fixed_window", "k", "--limit", "1", "--window", "1s", "--repeat", "3"},
+		// mistakes: in the command's flags, its arguments, a global flag, before any dial
+		{"status", "--json", "extra"},
+		{"versions", "--json", "extra"},
+		{"deploy", "--json=true", "--parallel", "0"},
+		{"status", "--json", "--bogus"},
+		{"diff", "--json", "--to", "0.0.1"},
+		{"call", "token_bucket", "k", "--json", "--capacity", "0", "--rate", "1", "--period", "1s"},
+		{"--timeout", "0s", "status", "--json"},
+		{"--accept-warning", "bogus", "status", "--json"},
+		{"status", "--json", "--url"},
+	} {
+		args := append(append([]string{}, url...), cmd...)
+		r := rlfn(t, nil, args...)
+		if r.code != exitError || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("rlfn %v: exit %d, stderr %q; want exit 1 and one line", cmd, r.code, r.stderr)
+		}
+		wantErrorJSON(t, r)
+
+		var plain []string
+		for _, a := range args {
+			if !strings.HasPrefix(a, "--json") {
+				plain = append(plain, a)
+			}
+		}
+		if r := rlfn(t, nil, plain...); r.code != exitError || r.stdout != "" {
+			t.Errorf("rlfn %v: exit %d, stdout %q; want exit 1 and nothing on stdout", plain, r.code, r.stdout)
+		}
+	}
+	// --json=false, or "--json" as a flag's value or a key, asks for no JSON.
+	for _, cmd := range [][]string{
+		{"status", "--json=false"},
+		{"call", "fixed_window", "--limit", "1", "--window", "1s", "--", "--json"},
+		{"call", "fixed_window", "k", "--limit", "1", "--window", "1s", "--prefix", "--json"},
+	} {
+		if r := rlfn(t, nil, append(append([]string{}, url...), cmd...)...); r.code != exitError || r.stdout != "" {
+			t.Errorf("rlfn %v: exit %d, stdout %q; want exit 1 and nothing on stdout", cmd, r.code, r.stdout)
+		}
+	}
+}
+
+// wantErrorJSON checks that r's stdout is exactly one error object holding r's stderr line
+// and exit code.
+func wantErrorJSON(t *testing.T, r result) {
+	t.Helper()
+	var got map[string]any
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&got); err != nil || dec.More() {
+		t.Errorf("stdout %q is not one JSON object (%v); stderr %q", r.stdout, err, r.stderr)
+		return
+	}
+	msg := strings.TrimPrefix(strings.TrimSpace(r.stderr), "rlfn: ")
+	if len(got) != 2 || got["error"] != msg || got["exit"] != float64(r.code) {
+		t.Errorf("stdout %q, want {\"error\": %q, \"exit\": %d}", r.stdout, msg, r.code)
 	}
 }
 
@@ -276,9 +353,10 @@ func TestCallValidatesFirst(t *testing.T) {
 				t.Fatalf("the valid call: exit %d, stderr %q; want a dial error", r.code, r.stderr)
 			}
 			r = rlfn(t, nil, append(append(append(url, tt.give...), tt.invalid...), "--json")...)
-			if r.code != exitError || !strings.Contains(r.stderr, tt.want) || strings.Contains(r.stderr, "127.0.0.1:1") || r.stdout != "" {
+			if r.code != exitError || !strings.Contains(r.stderr, tt.want) || strings.Contains(r.stderr, "127.0.0.1:1") {
 				t.Errorf("with %v: exit %d, stdout %q, stderr %q; want exit 1 and %q, before dialling", tt.invalid, r.code, r.stdout, r.stderr, tt.want)
 			}
+			wantErrorJSON(t, r)
 		})
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -124,4 +126,31 @@ func takesValue(flags []cli.Flag, arg string) bool {
 	f := lookup(flags, arg)
 	_, isBool := f.(*cli.BoolFlag)
 	return f != nil && !isBool
+}
+
+// jsonRequested reports whether args ask for --json (the last of "--json", "--json=false"
+// and the like wins), and names their command. Any argument counts but a flag's value and
+// what follows "--", wherever it is written: a script that wrote --json expects JSON even
+// when the line holds a mistake.
+func jsonRequested(app *cli.App, args []string) (cmd string, asJSON bool) {
+	flags := app.Flags
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return cmd, asJSON
+		case a == "-" || !strings.HasPrefix(a, "-"):
+			if c := app.Command(a); cmd == "" && c != nil {
+				cmd, flags = c.Name, append(slices.Clip(c.Flags), app.Flags...)
+			}
+		case strings.TrimLeft(a, "-") == "json":
+			asJSON = true
+		case strings.HasPrefix(strings.TrimLeft(a, "-"), "json="):
+			_, v, _ := strings.Cut(a, "=")
+			asJSON, _ = strconv.ParseBool(v)
+		case takesValue(flags, a):
+			i++
+		}
+	}
+	return cmd, asJSON
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 	"github.com/valkey-io/valkey-go"
@@ -404,18 +402,6 @@ func (o *callOutput) add(row callRow) error {
 		cells = append([]string{strconv.Itoa(row.rule)}, cells...)
 	}
 	return o.t.row(cells...)
-}
-
-// printable is s for a table cell: as it is when every rune prints, Go-quoted when one does
-// not (a newline, an escape sequence, invalid UTF-8), so that a hostile key can neither break
-// the table's rows nor send the terminal commands. --json keeps the key's exact bytes.
-func printable(s string) string {
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's. Every

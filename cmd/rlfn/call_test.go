@@ -161,10 +161,13 @@ func TestCallCompensationFails(t *testing.T) {
 	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, login...), exitOK, "the first call")
 	r := rlfnAt(t, testReleases(t), s.Addr, login...)
 	wantExit(t, r, exitError, "a denial whose refund fails")
+	// The denial's line, then the error's, which ends the JSON Lines.
 	var got callJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Allowed || got.Rule == nil || *got.Rule != 2 {
+	denial, errLine, _ := strings.Cut(r.stdout, "\n")
+	if err := json.Unmarshal([]byte(denial), &got); err != nil || got.Allowed || got.Rule == nil || *got.Rule != 2 {
 		t.Errorf("stdout %q (%v), want the denial by rule 2", r.stdout, err)
 	}
+	wantErrorJSON(t, result{code: r.code, stdout: errLine, stderr: r.stderr})
 	if !strings.Contains(r.stderr, "could not refund the units rules [0] took") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("stderr %q, want one line naming rule 0's refund", r.stderr)
 	}
@@ -202,6 +205,10 @@ func TestCallRepeatStreams(t *testing.T) {
 		row := regexp.MustCompile(`^rl:\{user:stream\}:token_bucket  yes      1000000  \d{6} {5}0s {11}\S+ +0s$`)
 		if asJSON {
 			row = regexp.MustCompile(`^\{"key":"rl:\{user:stream\}:token_bucket","allowed":true,`)
+			// The error ends the JSON Lines.
+			last := lines[len(lines)-1]
+			wantErrorJSON(t, result{code: code, stdout: last, stderr: stderr.String()})
+			lines = lines[:len(lines)-1]
 		} else if lines = lines[1:]; !strings.HasPrefix(out.buf.String(), "KEY ") {
 			t.Errorf("no header:\n%s", out.buf.String())
 		}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 )
@@ -137,3 +139,17 @@ func (p palette) green(s string) string  { return p.paint("32", s) }
 func (p palette) yellow(s string) string { return p.paint("33", s) }
 func (p palette) cyan(s string) string   { return p.paint("36", s) }
 func (p palette) bold(s string) string   { return p.paint("1", s) }
+
+// printable is s for a table cell or a line for people: as it is when every rune prints,
+// Go-quoted when one does not (a newline, a tab, an escape sequence, invalid UTF-8), so that
+// a hostile key, or a server's text (an address it announces, its version, its errors, the
+// code it runs), can neither break the table's rows nor send the terminal commands. Every
+// such string goes through it; --json keeps the exact bytes.
+func printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

@@ -302,7 +302,7 @@ func TestUnread(t *testing.T) {
 	}
 }
 
-// TestJSONShapes: the keys of diff --json and deploy --json are the ones the README
+// TestJSONShapes: the keys of diff --json, deploy --json and a failed command's --json are the ones the README
 // documents, a contract for scripts: a renamed or dropped field fails here first. Every
 // optional field is filled in, so that each key shows.
 func TestJSONShapes(t *testing.T) {
@@ -352,6 +352,8 @@ func TestJSONShapes(t *testing.T) {
 		}
 	}
 	same(t, "deploy --json report.nodes[]", node, "addr role from to outcome duration_ms error")
+
+	same(t, "a failed --json command", keys(t, errorJSON{Error: "x", Exit: 1}), "error exit")
 
 	d := keys(t, diffJSON{To: "1.1.0", Steps: []stepJSON{step}, Diffs: diffsJSON(fixturePlan), Warnings: step.Warnings})
 	same(t, "diff --json", d, "to pending current steps diffs warnings")
