@@ -252,6 +252,29 @@ func ExampleLimiter_AllowAllEach() {
 	}
 }
 
+// Wait is the blocking form, as golang.org/x/time/rate's: a worker paces its calls to a
+// partner's API, shared by every worker of the fleet, and gives up at once when the pace would
+// take it past its deadline.
+func ExampleLimiter_Wait() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	partner := client.LeakyBucket{Capacity: 20, Rate: 5, Period: time.Second, Mode: client.Shape}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, job := range []string{"a", "b", "c"} {
+		if err := lim.Wait(ctx, "partner:acme", partner); err != nil {
+			// client.ErrWaitPastDeadline: the queue is longer than the time left
+			log.Printf("job %s not sent: %v", job, err)
+			return
+		}
+		fmt.Println("send", job)
+	}
+}
+
 func ExampleLimiter_Refund() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {

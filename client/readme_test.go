@@ -21,6 +21,7 @@ func TestREADMEExamples(t *testing.T) {
 		{"example_test.go", "ExampleLimiter_AllowAllEach"},
 		{"example_test.go", "ExampleLimiter_Refund"},
 		{"example_test.go", "ExampleWithTracerProvider"},
+		{"example_test.go", "ExampleLimiter_Wait"},
 		{"example_test.go", "ExampleWithLeasedBudgets"},
 		{"httplimit/example_test.go", "Example"},
 		{"httplimit/example_test.go", "Example_concurrency"},
