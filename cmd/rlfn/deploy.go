@@ -182,14 +182,14 @@ func progress(c *cli.Context, p palette) func(deployer.Event) {
 	return func(e deployer.Event) {
 		status := p.green("ok")
 		if e.Err != nil {
-			status = p.red(oneLine(e.Err.Error()))
+			status = p.red(printable(oneLine(e.Err.Error())))
 		}
 		if e.Node.Addr == "" {
 			// A step of the whole deploy (inspect, done), not of one node.
 			fmt.Fprintf(c.App.ErrWriter, "  %-30s %s\n", e.Phase, status)
 			return
 		}
-		fmt.Fprintf(c.App.ErrWriter, "  %-21s %-8s %s\n", e.Node.Addr, e.Phase, status)
+		fmt.Fprintf(c.App.ErrWriter, "  %-21s %-8s %s\n", printable(e.Node.Addr), e.Phase, status)
 	}
 }
 

@@ -146,10 +146,18 @@ func (p palette) bold(s string) string   { return p.paint("1", s) }
 // code it runs), can neither break the table's rows nor send the terminal commands. Every
 // such string goes through it; --json keeps the exact bytes.
 func printable(s string) string {
+	if prints(s, false) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// prints reports whether every rune of s prints, tabs too when tabs (a line of code).
+func prints(s string, tabs bool) bool {
 	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return strconv.Quote(s)
+		if (r == utf8.RuneError || !unicode.IsPrint(r)) && (!tabs || r != '\t') {
+			return false
 		}
 	}
-	return s
+	return true
 }

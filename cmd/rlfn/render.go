@@ -15,7 +15,10 @@ import (
 
 // Human output. Each function renders data the deployer returned, so golden files pin it
 // without a server. Colour goes on the last column only: escape codes would upset tabwriter's
-// alignment of any column after them.
+// alignment of any column after them. Every string a server supplies (an address it
+// announces, a replica's primary, its errors, its version in a warning, the code it runs)
+// goes through printable: a hostile or broken server must not break a table's rows nor
+// send the terminal commands.
 
 // renderStatus prints one row per node; SLOTS only means something in a cluster.
 func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) error {
@@ -33,13 +36,13 @@ func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) erro
 			slots = "-"
 		}
 		if r.Role == string(deployer.RoleReplica) {
-			role, slots = "replica of "+r.Primary, "-"
+			role, slots = "replica of "+printable(r.Primary), "-"
 		}
 		state := r.State
 		if r.Error != "" {
-			state += ": " + r.Error
+			state += ": " + printable(r.Error)
 		}
-		t.row(r.Addr, role, slots, version, p.state(r.State, state))
+		t.row(printable(r.Addr), role, slots, printable(version), p.state(r.State, state))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -76,7 +79,8 @@ func renderWarnings(w io.Writer, p palette, ws []deployer.Warning) {
 		}
 	}
 	for _, g := range groups {
-		g.w.Addr = strings.Join(g.addrs, ", ")
+		g.w.Addr = printableList(g.addrs)
+		g.w.Text = printable(g.w.Text)
 		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), g.w)
 	}
 }
@@ -138,9 +142,9 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 	renderWarnings(w, p, plan.Warnings())
 	t := newTable(w, "ADDR", "ROLE", "FROM", "TO", "ACTION")
 	for _, s := range plan.Steps {
-		action := s.Reason
+		action := printable(s.Reason)
 		if s.Refusal != "" && !plan.Force {
-			action = "refused: " + s.Reason
+			action = "refused: " + action
 		}
 		colour := p.cyan
 		switch {
@@ -149,7 +153,7 @@ func renderPlan(w io.Writer, p palette, plan deployer.Plan) error {
 		case s.Action == deployer.ActionLoad:
 			colour = p.yellow
 		}
-		t.row(s.Node.Addr, string(s.Node.Role), stepFrom(s), plan.To.Version, colour(action))
+		t.row(printable(s.Node.Addr), string(s.Node.Role), stepFrom(s), plan.To.Version, colour(action))
 	}
 	return t.flush()
 }
@@ -158,6 +162,15 @@ func stepAddrs(steps []deployer.Step) string {
 	out := make([]string, 0, len(steps))
 	for _, s := range steps {
 		out = append(out, s.Node.Addr)
+	}
+	return printableList(out)
+}
+
+// printableList joins addresses for people, each printable.
+func printableList(addrs []string) string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = printable(a)
 	}
 	return strings.Join(out, ", ")
 }
@@ -183,7 +196,7 @@ func renderDiff(w io.Writer, p palette, plan deployer.Plan) error {
 		s := g.step
 		switch {
 		case s.State == deployer.StateAbsent:
-			fmt.Fprintf(w, "\n%s: no library; %s (%d lines) will be loaded.\n", strings.Join(g.addrs, ", "),
+			fmt.Fprintf(w, "\n%s: no library; %s (%d lines) will be loaded.\n", printableList(g.addrs),
 				plan.To.Version, strings.Count(plan.To.Code, "\n"))
 			continue
 		case s.Code == plan.To.Code:
@@ -192,6 +205,14 @@ func renderDiff(w io.Writer, p palette, plan deployer.Plan) error {
 		text := g.unified(plan.To)
 		fmt.Fprintln(w)
 		for _, line := range strings.SplitAfter(text, "\n") {
+			// A line of the server's code (or its header, which names its nodes) is shown as
+			// it is, tabs and all, unless it holds another control character.
+			if body, nl := strings.CutSuffix(line, "\n"); !prints(body, true) {
+				line = body[:1] + printable(body[1:]) // after the diff's +, - or space
+				if nl {
+					line += "\n"
+				}
+			}
 			switch {
 			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
 				line = p.bold(strings.TrimSuffix(line, "\n")) + "\n"
@@ -217,7 +238,8 @@ type codeGroup struct {
 
 // unified is the diff from the group's code to release to.
 func (g codeGroup) unified(to versions.Release) string {
-	from := "ratelimit " + stepFrom(g.step) + " on " + strings.Join(g.addrs, ", ")
+	// The header is one line by the diff's format, whatever a server announced as its address.
+	from := "ratelimit " + stepFrom(g.step) + " on " + printableList(g.addrs)
 	return udiff.Unified(from, "ratelimit "+to.Version, g.step.Code, to.Code)
 }
 
@@ -255,7 +277,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		}
 		outcome := string(n.Outcome)
 		if n.Err != nil {
-			outcome += ": " + oneLine(n.Err.Error())
+			outcome += ": " + printable(oneLine(n.Err.Error()))
 		}
 		colour := p.green
 		switch n.Outcome {
@@ -264,7 +286,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 			colour = p.yellow
 		}
-		t.row(n.Node.Addr, string(n.Node.Role), from, n.To, ms(n.Duration), colour(outcome))
+		t.row(printable(n.Node.Addr), string(n.Node.Role), from, n.To, ms(n.Duration), colour(outcome))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -279,11 +301,11 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 	switch {
 	case len(unrestored) > 0:
 		fmt.Fprintf(w, "%s: deploy of %s failed after %s and %s NOT restored: %s. Check them with rlfn status.\n",
-			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(unrestored), "node was", "nodes were"), strings.Join(unrestored, ", "))
+			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(unrestored), "node was", "nodes were"), printableList(unrestored))
 	case r.RolledBack:
 		fmt.Fprintf(w, "Deploy of %s failed after %s; every node it changed was restored.\n", r.To, ms(r.Duration))
 	case len(failed) > 0:
-		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), strings.Join(failed, ", "))
+		fmt.Fprintf(w, "Deploy of %s failed after %s on %s.\n", r.To, ms(r.Duration), printableList(failed))
 	case len(notDeployed) > 0:
 		named := make([]string, len(notDeployed))
 		for i, n := range notDeployed {
@@ -291,7 +313,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 			if n.Outcome == deployer.OutcomeLagging {
 				why = "lagging replica"
 			}
-			named[i] = n.Node.Addr + " (" + why + ")"
+			named[i] = printable(n.Node.Addr) + " (" + why + ")"
 		}
 		fmt.Fprintf(w, "%s: deploy of %s incomplete after %s: %s NOT deployed: %s.\n",
 			p.red("ATTENTION"), r.To, ms(r.Duration), count(len(notDeployed), "node was", "nodes were"), strings.Join(named, ", "))

@@ -358,3 +358,47 @@ func TestJSONShapes(t *testing.T) {
 	d := keys(t, diffJSON{To: "1.1.0", Steps: []stepJSON{step}, Diffs: diffsJSON(fixturePlan), Warnings: step.Warnings})
 	same(t, "diff --json", d, "to pending current steps diffs warnings")
 }
+
+// TestRenderHostile: every string of a server's in every table and line for people is
+// printed Go-quoted when it holds a control character: here what only a fake or broken
+// server supplies (its version in a warning, a primary's address, an error's text);
+// TestHostileServer has a real server announce an address and run code that hold them.
+func TestRenderHostile(t *testing.T) {
+	const evil = "\x1b]0;owned\x07\n"
+	node := deployer.Node{Addr: "10.0.0.1" + evil + ":7001", Role: deployer.RolePrimary}
+	rep := deployer.Node{Addr: "10.0.0.2:7002", Role: deployer.RoleReplica, Primary: node.Addr}
+	down := deployer.Node{Addr: "10.0.0.3" + evil + ":7003", Role: deployer.RoleReplica, Primary: node.Addr}
+	odd := deployer.Node{Addr: "10.0.0.4:7004", Role: deployer.RolePrimary}
+	warn := deployer.Warning{ID: deployer.WarnLuaSecurity, Addr: node.Addr, Text: "Valkey 8.0.1" + evil + " lacks known Lua security fixes"}
+	in := []deployer.Installed{
+		identify(node, drifted),
+		identify(rep, code100),
+		{Node: down, Unreachable: errors.New("dial tcp: lookup " + evil)},
+		{Node: odd, Unsupported: "ERR unknown command" + evil},
+	}
+	in[0].Warnings = []deployer.Warning{warn}
+	plan := deployer.NewPlan(in, to, true)
+	report := deployer.Report{To: "1.1.0", Warnings: []deployer.Warning{{ID: deployer.WarnLockRelease, Text: "release lock: " + evil}},
+		Nodes: []deployer.NodeResult{
+			{Node: node, From: deployer.FromDrifted, To: "1.1.0", Outcome: deployer.OutcomeRestoreFailed, Err: errors.New("OOM" + evil)},
+			{Node: down, To: "1.1.0", Outcome: deployer.OutcomeLeftOut, Err: errors.New("unreachable: " + evil)},
+		}}
+	var b bytes.Buffer
+	must(t, renderStatus(&b, palette{}, statusRows(plan), false))
+	must(t, renderPlan(&b, palette{}, plan))
+	must(t, renderDiff(&b, palette{}, plan))
+	must(t, renderReport(&b, palette{}, report))
+	report.Nodes[0].Outcome = deployer.OutcomeFailed
+	must(t, renderReport(&b, palette{}, report))
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.ContainsFunc(line, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			t.Errorf("a control character reaches the terminal: %q", line)
+		}
+		if strings.Contains(line, "owned") && !strings.Contains(line, `\x1b]0;owned\a`) {
+			t.Errorf("a server's text is not Go-quoted: %q", line)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("output:\n%s", b.String())
+	}
+}

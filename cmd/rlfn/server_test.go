@@ -480,3 +480,72 @@ func TestLockReleaseWarning(t *testing.T) {
 		t.Errorf("deploy --json report warnings %+v, want one lock-release", out.Report.Warnings)
 	}
 }
+
+// TestHostileServer: a server's text reaches every table Go-quoted, never as the terminal's
+// commands nor as a broken row, and --json keeps its exact bytes. A real Valkey supplies it:
+// a replica announces an address holding escape sequences (replica-announce-ip, which its
+// primary lists as is and which no dial can reach: its error quotes the address again), and
+// the primary runs drifted code holding them (the diff shows that code).
+func TestHostileServer(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	const evil = "evil\x1b[31mRED\x1b]0;owned\x07"
+	set := testReleases(t)
+	primary := harness.StartValkey(t)
+	harness.StartValkey(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port), "--replica-announce-ip", evil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := primary.WaitReplicas(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	code := "#!lua name=ratelimit\nlocal VERSION = '1.0.0'\n-- \x1b[2J\x1b]0;owned\x07\nredis.register_function('rl_version', function() return VERSION end)\n"
+	vk := primary.Client(t)
+	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	quiet := func(what string, r result) {
+		t.Helper()
+		for _, out := range []string{r.stdout, r.stderr} {
+			for _, c := range out {
+				if c < ' ' && c != '\n' && c != '\t' || c == 0x7f {
+					t.Errorf("%s: control character %q reaches the terminal:\n%s%s", what, c, r.stdout, r.stderr)
+					return
+				}
+			}
+		}
+		if !strings.Contains(r.stdout+r.stderr, `"evil\x1b[31mRED\x1b]0;owned\a`) {
+			t.Errorf("%s: the replica's address is not shown Go-quoted:\n%s%s", what, r.stdout, r.stderr)
+		}
+	}
+	r := rlfnAt(t, set, primary.Addr, "status")
+	wantExit(t, r, exitError, "status with an unreachable replica")
+	quiet("status", r)
+	r = rlfnAt(t, set, primary.Addr, "diff")
+	wantExit(t, r, exitError, "diff with an unreachable replica")
+	quiet("diff", r)
+	if !strings.Contains(r.stdout, `-"-- \x1b[2J\x1b]0;owned\a"`) {
+		t.Errorf("diff does not show the drifted line Go-quoted:\n%s", r.stdout)
+	}
+	r = rlfnAt(t, set, primary.Addr, "deploy", "--yes")
+	wantExit(t, r, exitRefused, "deploy over drift, with an unreachable replica")
+	quiet("deploy", r)
+	r = rlfnAt(t, set, primary.Addr, "deploy", "--yes", "--force")
+	wantExit(t, r, exitError, "forced deploy leaving the replica out")
+	quiet("deploy --force", r)
+	if !strings.Contains(r.stdout, "left-out") {
+		t.Errorf("forced deploy: no report of the replica left out:\n%s", r.stdout)
+	}
+
+	// JSON keeps the exact bytes: the row's address is the one announced.
+	r = rlfnAt(t, set, primary.Addr, "status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	found := false
+	for _, row := range rows {
+		found = found || strings.HasPrefix(row.Addr, evil+":")
+	}
+	if !found {
+		t.Errorf("status --json has no row for %q: %+v", evil, rows)
+	}
+}
