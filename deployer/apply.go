@@ -394,6 +394,9 @@ func (r *run) loadOne(ctx context.Context, i int) {
 		err = context.Cause(ctx)
 	case err != nil:
 		r.set(i, OutcomeFailed, err, began)
+		if readOnly(err) {
+			r.roleAfter(i, RoleReplica) // a failover demoted it since the plan was checked
+		}
 		r.fail(&NodeError{Addr: s.Node.Addr, Err: err})
 	default:
 		r.set(i, OutcomeLoaded, nil, began)

@@ -254,7 +254,46 @@ func TestRestoreAfterFailover(t *testing.T) {
 					t.Errorf("%s, want %s", n, want[n.Node.Addr])
 				}
 			}
+			// The report shows what the failover made of them: r1 a primary, and p1, when
+			// demoted, a replica.
+			wantRole := map[string]Role{r1.Addr: RolePrimary}
+			if demoted {
+				wantRole[p1.Addr] = RoleReplica
+			}
+			for _, n := range r.res {
+				if n.RoleAfter != wantRole[n.Node.Addr] {
+					t.Errorf("%s: role after %q, want %q", n, n.RoleAfter, wantRole[n.Node.Addr])
+				}
+			}
 		})
+	}
+}
+
+// TestLoadRefusedReadOnly: a primary that refuses the load READONLY was demoted by a failover
+// since the plan was checked: the report says it is a replica now. Another refusal says
+// nothing of its role.
+func TestLoadRefusedReadOnly(t *testing.T) {
+	for _, tt := range []struct {
+		reply string
+		want  Role
+		role  string
+	}{
+		{"READONLY You can't write against a read only replica.", RoleReplica, "primary->replica"},
+		{"OOM command not allowed when used memory > 'maxmemory'.", "", "primary"},
+	} {
+		p1 := primary("127.0.0.1:7001")
+		c := mock.NewClient(gomock.NewController(t))
+		c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r110.Code)).Return(mock.Result(mock.ValkeyError(tt.reply)))
+		tg := &Target{dial: func(_ valkey.ClientOption, addr string) (*conn, error) { return &conn{addr: addr, c: c}, nil }}
+		p := NewPlan([]Installed{on(p1, r100.Code)}, r110, false)
+		r := &run{t: tg, p: p, opts: Options{}.withDefaults(), began: time.Now(),
+			checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, 1), changed: make([]bool, 1)}
+		r.res[0] = NodeResult{Node: p1, From: "1.0.0", To: r110.Version, Outcome: OutcomeUnchanged}
+		r.load(t.Context())
+		got := r.res[0]
+		if got.Outcome != OutcomeFailed || got.RoleAfter != tt.want || got.Role() != tt.role || r.changed[0] {
+			t.Errorf("%q: %s, role after %q, changed %v; want failed, %q, unchanged", tt.reply, got, got.RoleAfter, r.changed[0], tt.want)
+		}
 	}
 }
 
@@ -299,6 +338,53 @@ func TestVerifySaysWhyAReplicaIsLate(t *testing.T) {
 			}
 			if got := r.res[0]; got.Outcome != OutcomeLoaded {
 				t.Errorf("primary: %s, want loaded", got)
+			}
+		})
+	}
+}
+
+// TestCheckStaleEngine: the stale check compares what each node runs now with what the plan
+// saw, the code and, when there is code, the engine it runs on: the same code reloaded on
+// another engine is no longer the release the plan identified (Identify takes it for drift),
+// and the deploy must not go on as if it were. Without code, there is no engine to compare.
+func TestCheckStaleEngine(t *testing.T) {
+	p1 := primary("127.0.0.1:7001")
+	for _, tt := range []struct {
+		name                 string
+		planCode, planEngine string // what the plan saw
+		nowCode, nowEngine   string // what the node runs at the check ("" code: no library)
+		wantStale            bool
+	}{
+		{"same code, same engine", r100.Code, "LUA", r100.Code, "LUA", false},
+		{"same code, another engine", r100.Code, "LUA", r100.Code, "JS", true},
+		{"same code, engine no longer told", r100.Code, "LUA", r100.Code, "", true},
+		{"same code, engine now told", r100.Code, "", r100.Code, "LUA", true},
+		{"other code, same engine", r100.Code, "LUA", r110.Code, "LUA", true},
+		{"no library, none now", "", "", "", "", false},
+		{"no library, one now", "", "", r100.Code, "LUA", true},
+		{"a library, none now", r100.Code, "LUA", "", "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mock.NewClient(gomock.NewController(t))
+			c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "cluster")).Return(mock.Result(mock.ValkeyString("# Cluster\r\ncluster_enabled:0\r\n")))
+			c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")))
+			libs := mock.ValkeyArray()
+			if tt.nowCode != "" {
+				libs = mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+					"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString(tt.nowEngine), "library_code": mock.ValkeyString(tt.nowCode),
+				}))
+			}
+			c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(mock.Result(libs))
+			tg := &Target{seed: p1.Addr, dial: func(_ valkey.ClientOption, addr string) (*conn, error) {
+				if addr != p1.Addr {
+					t.Errorf("dialed %s", addr)
+				}
+				return &conn{addr: addr, c: c}, nil
+			}}
+			p := NewPlan([]Installed{Identify(p1, tt.planCode, tt.planEngine, set)}, r110, true)
+			err := tg.checkStale(t.Context(), p)
+			if got := errors.Is(err, ErrStalePlan); got != tt.wantStale {
+				t.Errorf("checkStale = %v, want stale %v", err, tt.wantStale)
 			}
 		})
 	}

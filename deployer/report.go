@@ -77,11 +77,24 @@ func (r Report) with(o Outcome) []NodeResult {
 
 // NodeResult is what Apply did to one node.
 type NodeResult struct {
-	Node     Node
-	From, To string // From as in Step: a release, "" for absent, FromDrifted
-	Outcome  Outcome
-	Err      error         // what went wrong on this node, without its address (Node says it)
-	Duration time.Duration // from the start of this node's load (or verification) to its outcome
+	Node Node // as planned: Node.Role is its role when the plan was made
+	// RoleAfter is the node's role at the end when the deploy saw it change (a failover
+	// during the deploy promoted a replica, which restore then put back as a primary, or
+	// demoted a primary, which refused a write READONLY); "" when it saw no change.
+	RoleAfter Role
+	From, To  string // From as in Step: a release, "" for absent, FromDrifted
+	Outcome   Outcome
+	Err       error         // what went wrong on this node, without its address (Node says it)
+	Duration  time.Duration // from the start of this node's load (or verification) to its outcome
+}
+
+// Role is the node's role for people: as planned, or how the deploy saw it change, e.g.
+// "replica->primary".
+func (r NodeResult) Role() string {
+	if r.RoleAfter == "" || r.RoleAfter == r.Node.Role {
+		return string(r.Node.Role)
+	}
+	return string(r.Node.Role) + "->" + string(r.RoleAfter)
 }
 
 // String is one line for the CLI, e.g.
@@ -100,9 +113,9 @@ func (r NodeResult) String() string {
 		if r.Err != nil {
 			why = oneLine(r.Err.Error())
 		}
-		return fmt.Sprintf("%s %s %s: NOT deployed (%s)", r.Node.Addr, r.Node.Role, r.Outcome, why)
+		return fmt.Sprintf("%s %s %s: NOT deployed (%s)", r.Node.Addr, r.Role(), r.Outcome, why)
 	}
-	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Node.Role, r.Outcome)
+	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Role(), r.Outcome)
 	switch {
 	case r.Outcome == OutcomeUnchanged && r.From == r.To:
 		b.WriteString(r.To)

@@ -42,6 +42,7 @@ func (r *run) restore(parent context.Context) {
 			err := r.putBack(ctx, s, s.Code)
 			if readOnly(err) {
 				demoted[i] = true
+				r.roleAfter(i, RoleReplica)
 				return
 			}
 			r.settle(i, err, began)
@@ -89,6 +90,7 @@ func (r *run) restore(parent context.Context) {
 				mu.Unlock()
 				return
 			}
+			r.roleAfter(i, RolePrimary)
 			err := r.putBack(ctx, s, r.p.Steps[root].Code)
 			if err == nil {
 				mu.Lock()
@@ -161,6 +163,13 @@ func (r *run) promoted(ctx context.Context, n Node) bool {
 	}
 	repl, err := parseReplication(text)
 	return err == nil && repl.Role == RolePrimary
+}
+
+// roleAfter records that step i's node was found in another role than planned.
+func (r *run) roleAfter(i int, role Role) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res[i].RoleAfter = role
 }
 
 // settle records a restore's outcome: a node that failed keeps "failed" (it is the cause)

@@ -211,8 +211,11 @@ type reportJSON struct {
 }
 
 type nodeResultJSON struct {
-	Addr       string `json:"addr"`
-	Role       string `json:"role"`
+	Addr string `json:"addr"`
+	Role string `json:"role"` // as planned
+	// RoleAfter is the role a failover during the deploy gave the node, when the deploy saw
+	// it change (a replica promoted, a primary demoted).
+	RoleAfter  string `json:"role_after,omitempty"`
 	From       string `json:"from"`
 	To         string `json:"to"`
 	Outcome    string `json:"outcome"`
@@ -224,7 +227,7 @@ func reportJSONOf(r deployer.Report) *reportJSON {
 	out := &reportJSON{DurationMs: r.Duration.Milliseconds(), RolledBack: r.RolledBack, Nodes: []nodeResultJSON{}, Warnings: warningsJSON(r.Warnings)}
 	for _, n := range r.Nodes {
 		j := nodeResultJSON{
-			Addr: n.Node.Addr, Role: string(n.Node.Role), From: n.From, To: n.To,
+			Addr: n.Node.Addr, Role: string(n.Node.Role), RoleAfter: string(n.RoleAfter), From: n.From, To: n.To,
 			Outcome: string(n.Outcome), DurationMs: n.Duration.Milliseconds(),
 		}
 		if n.Err != nil {

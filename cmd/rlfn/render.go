@@ -286,7 +286,7 @@ func renderReport(w io.Writer, p palette, r deployer.Report) error {
 		case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 			colour = p.yellow
 		}
-		t.row(printable(n.Node.Addr), string(n.Node.Role), from, n.To, ms(n.Duration), colour(outcome))
+		t.row(printable(n.Node.Addr), n.Role(), from, n.To, ms(n.Duration), colour(outcome))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -78,6 +78,16 @@ var (
 		{Node: p4, To: "1.1.0", Outcome: deployer.OutcomeFailed, Duration: 2 * time.Millisecond,
 			Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")},
 	}}
+
+	// fixtureFailover: a primary killed after its load, its replica promoted and put back
+	// as the shard's primary; another primary demoted before its load, which it refused.
+	fixtureFailover = deployer.Report{To: "1.1.0", Duration: 2 * time.Second, Nodes: []deployer.NodeResult{
+		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestoreFailed, Duration: 1500 * time.Millisecond,
+			Err: errors.New("restore: connect: dial tcp 127.0.0.1:7001: connect: connection refused")},
+		{Node: p2, RoleAfter: deployer.RoleReplica, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeFailed, Duration: time.Millisecond,
+			Err: errors.New("READONLY You can't write against a read only replica.")},
+		{Node: r1, RoleAfter: deployer.RolePrimary, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeRestored, Duration: 20 * time.Millisecond},
+	}}
 )
 
 // fixtureUnrestored is a failed deploy that could not put one node back.
@@ -129,6 +139,8 @@ func TestRenderGolden(t *testing.T) {
 		must(t, renderReport(&b, p, fixtureUnrestored))
 		b.WriteString("\n")
 		must(t, renderReport(&b, p, fixtureLeftOut))
+		b.WriteString("\n")
+		must(t, renderReport(&b, p, fixtureFailover))
 		golden(t, "report"+suffix, b.String())
 	}
 }
@@ -338,20 +350,22 @@ func TestJSONShapes(t *testing.T) {
 		t.Fatal("no refused step with an error in the fixture")
 	}
 	step.Warnings = warningsJSON([]deployer.Warning{{ID: deployer.WarnLuaSecurity, Addr: step.Addr, Text: "t"}})
-	out := deployJSON{To: "1.1.0", Plan: []stepJSON{step}, Warnings: step.Warnings, Report: reportJSONOf(fixtureLeftOut), Error: "x"}
+	rep := fixtureLeftOut
+	rep.Nodes = append(rep.Nodes, fixtureFailover.Nodes...)
+	out := deployJSON{To: "1.1.0", Plan: []stepJSON{step}, Warnings: step.Warnings, Report: reportJSONOf(rep), Error: "x"}
 	m := keys(t, out)
 	same(t, "deploy --json", m, "to dry_run plan warnings report error")
 	same(t, "deploy --json plan[]", m["plan"].([]any)[0].(map[string]any), "addr role state from to action reason refusal error warnings")
 	same(t, "deploy --json warnings[]", m["warnings"].([]any)[0].(map[string]any), "id addr text")
-	rep := m["report"].(map[string]any)
-	same(t, "deploy --json report", rep, "duration_ms rolled_back nodes warnings")
+	report := m["report"].(map[string]any)
+	same(t, "deploy --json report", report, "duration_ms rolled_back nodes warnings")
 	var node map[string]any
-	for _, n := range rep["nodes"].([]any) {
-		if n.(map[string]any)["error"] != nil {
+	for _, n := range report["nodes"].([]any) {
+		if n.(map[string]any)["error"] != nil && n.(map[string]any)["role_after"] != nil {
 			node = n.(map[string]any)
 		}
 	}
-	same(t, "deploy --json report.nodes[]", node, "addr role from to outcome duration_ms error")
+	same(t, "deploy --json report.nodes[]", node, "addr role role_after from to outcome duration_ms error")
 
 	same(t, "a failed --json command", keys(t, errorJSON{Error: "x", Exit: 1}), "error exit")
 

@@ -32,6 +32,9 @@ func TestDeployDuringFailover(t *testing.T) {
 		fo func(t *testing.T, cl *harness.Cluster, victim, promoted *harness.Server) error
 		// wantNotRestored: the nodes the report must name NOT restored.
 		wantNotRestored func(cl *harness.Cluster, victim, promoted *harness.Server) []string
+		// wantRoles: the nodes the report must show in another role than planned
+		// (NodeResult.RoleAfter), and their role then: the others must show none.
+		wantRoles func(victim, promoted *harness.Server) map[string]deployer.Role
 	}{
 		{
 			name: "manual",
@@ -50,6 +53,11 @@ func TestDeployDuringFailover(t *testing.T) {
 			},
 			// The load on the demoted primary is refused (READONLY): every node is restored.
 			wantNotRestored: func(_ *harness.Cluster, _, _ *harness.Server) []string { return nil },
+			// Its refusal says it is a replica now. The promoted replica's shard was not
+			// changed: nothing asks it what it is.
+			wantRoles: func(victim, _ *harness.Server) map[string]deployer.Role {
+				return map[string]deployer.Role{victim.Addr: deployer.RoleReplica}
+			},
 		},
 		{
 			name: "killed",
@@ -65,6 +73,9 @@ func TestDeployDuringFailover(t *testing.T) {
 			// The dead primary cannot be put back, but the replica promoted in its place,
 			// which had replicated 1.1.0, is: a primary now, it is restored as one.
 			wantNotRestored: func(_ *harness.Cluster, victim, _ *harness.Server) []string { return []string{victim.Addr} },
+			wantRoles: func(_, promoted *harness.Server) map[string]deployer.Role {
+				return map[string]deployer.Role{promoted.Addr: deployer.RolePrimary}
+			},
 		},
 		{
 			// CLUSTER FAILOVER right after the victim's load, which its replica had
@@ -96,6 +107,9 @@ func TestDeployDuringFailover(t *testing.T) {
 			},
 			wantNotRestored: func(cl *harness.Cluster, victim, _ *harness.Server) []string {
 				return []string{otherReplica(cl, victim).Addr}
+			},
+			wantRoles: func(victim, promoted *harness.Server) map[string]deployer.Role {
+				return map[string]deployer.Role{victim.Addr: deployer.RoleReplica, promoted.Addr: deployer.RolePrimary}
 			},
 		},
 	} {
@@ -153,6 +167,12 @@ func TestDeployDuringFailover(t *testing.T) {
 			}
 			if want := tt.wantNotRestored(cl, victim, promoted); !slices.Equal(got, want) {
 				t.Errorf("NOT restored: %v, want %v", got, want)
+			}
+			roles := tt.wantRoles(victim, promoted)
+			for _, n := range rep.Nodes {
+				if n.RoleAfter != roles[n.Node.Addr] {
+					t.Errorf("%s: role after %q, want %q", n, n.RoleAfter, roles[n.Node.Addr])
+				}
 			}
 		})
 	}
