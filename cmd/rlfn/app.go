@@ -7,8 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -174,10 +178,40 @@ func oneLine(s string) string {
 // default cli prints the whole help on stdout, where a script expects JSON.
 func usageErrorHandler(c *cli.Context, err error, _ bool) error {
 	name := "rlfn"
+	flags := c.App.Flags
 	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
 		name += " " + c.Command.Name
+		flags = append(slices.Clip(c.Command.Flags), flags...)
 	}
-	return fmt.Errorf("%w (see %s --help)", err, name)
+	return fmt.Errorf("%w (see %s --help)", badValue(flags, err), name)
+}
+
+// invalidValue is the flag package's error for a value its flag cannot parse, which says
+// no more than "parse error".
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): parse error$`)
+
+// badValue says what is wrong with a duration or a number a flag could not parse, and how to
+// write one; other errors are returned as they are.
+func badValue(flags []cli.Flag, err error) error {
+	m := invalidValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	value, flag := m[1], "--"+m[2]
+	if v, uerr := strconv.Unquote(`"` + value + `"`); uerr == nil {
+		value = v
+	}
+	switch lookup(flags, flag).(type) {
+	case *cli.DurationFlag:
+		why := "not a duration"
+		if _, perr := time.ParseDuration(value); perr != nil {
+			why = strings.TrimPrefix(perr.Error(), "time: ")
+		}
+		return fmt.Errorf("%s %q: %s; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h", flag, value, why)
+	case *cli.IntFlag, *cli.Int64Flag:
+		return fmt.Errorf("%s %q is not a whole number", flag, value)
+	}
+	return err
 }
 
 // releasesKey is where the app keeps the releases it deploys: the embedded ones, or a test's.

@@ -88,6 +88,17 @@ func TestHelpGolden(t *testing.T) {
 		}
 		golden(t, strings.ReplaceAll(strings.Join(append(give[:len(give)-1:len(give)-1], "help"), "-"), "--", "")+".golden", r.stdout)
 	}
+	// "rlfn help [COMMAND]" is --help, as many tools take it.
+	for _, tt := range []struct{ give, same []string }{
+		{[]string{"help"}, []string{"--help"}},
+		{[]string{"help", "call"}, []string{"call", "--help"}},
+		{[]string{"--url", "redis://127.0.0.1:1", "help", "deploy"}, []string{"deploy", "--help"}},
+	} {
+		r, want := rlfn(t, nil, tt.give...), rlfn(t, nil, tt.same...)
+		if r.code != 0 || r.stdout != want.stdout || r.stdout == "" {
+			t.Errorf("rlfn %v: exit %d, stderr %q; want the help of rlfn %v", tt.give, r.code, r.stderr, tt.same)
+		}
+	}
 }
 
 // TestUsageErrors covers mistakes caught before any network call: each is one line naming
@@ -106,7 +117,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1500us"}, "--window must be a whole number of milliseconds, got 1.5ms"},
 		{[]string{"call", "leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "drip"}, "--mode is police or shape"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--repeat", "0"}, "--repeat must be at least 1"},
-		{[]string{"call", "fixed_window", "k", "--limit", "x"}, "invalid value"},
+		{[]string{"call", "fixed_window", "k", "--limit", "x"}, `--limit "x" is not a whole number (see rlfn call --help)`},
+		{[]string{"call", "fixed_window", "k", "--limit", "1.5", "--window", "1s"}, `--limit "1.5" is not a whole number`},
+		{[]string{"call", "fixed_window", "k", "--limit", "1", "--window", "1"}, `--window "1": missing unit in duration "1"; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h (see rlfn call --help)`},
+		{[]string{"call", "fixed_window", "k", "--limit", "1", "--window", "1s", "--repeat", "x"}, `--repeat "x" is not a whole number`},
+		{[]string{"--timeout", "5", "status"}, `--timeout "5": missing unit in duration "5"; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h (see rlfn --help)`},
+		{[]string{"status", "--timeout", "5"}, `--timeout "5": missing unit in duration "5"`},
+		{[]string{"call", "fixed_window", "", "--limit", "1", "--window", "1s"}, "call: KEY is empty (see rlfn call --help)"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--reserve", "6"}, "--reserve must be from 0 to 5, got 6"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--cost", "-1"}, "--cost must be 0 to 999999999999999"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--lease", "1s"}, "--lease does not apply to fixed_window"},
@@ -160,7 +177,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"deploy", "--yes", "--verify-timeout", "-1s"}, "deploy: --verify-timeout must be positive, got -1s"},
 		{[]string{"--timeout", "30s", "deploy", "--yes", "--verify-timeout", "1m"}, "deploy: --verify-timeout 1m0s must be shorter than --timeout 30s, which bounds the whole deploy: raise --timeout too"},
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
-		{[]string{"bogus"}, "No help topic for 'bogus'"},
+		{[]string{"bogus"}, `no command "bogus"; there are versions, status, diff, deploy, call, playground (see rlfn --help)`},
+		{[]string{"stat", "--json"}, `no command "stat"`},
+		{[]string{"help", "bogus"}, `no command "bogus"`},
+		{[]string{"help", "status", "deploy"}, "help takes one command"},
 		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},
 		// A global flag missing its value (an empty $URL in a script) names the flag.
 		{[]string{"deploy", "--url"}, "flag needs an argument: --url (see rlfn deploy --help)"},
@@ -300,7 +320,9 @@ func TestPermute(t *testing.T) {
 		{"rlfn call a -- -k --limit", "rlfn call -- a -k --limit"},
 		{"rlfn call --limit 3 a k", "rlfn call --limit 3 -- a k"},
 		{"rlfn call a k --also fixed_window,key=k=1,limit=3 --release", "rlfn call --also fixed_window,key=k=1,limit=3 --release -- a k"},
-		{"rlfn bogus --x y", "rlfn bogus --x y"},
+		{"rlfn bogus --x y", "error"},
+		{"rlfn help", "rlfn --help"},
+		{"rlfn --url redis://x:1 help status", "rlfn --url redis://x:1 status --help"},
 		{"rlfn status --url redis://x:1 --json", "rlfn --url redis://x:1 status --json"},
 		{"rlfn --timeout 1s call a k --url=redis://x:1 --limit 3", "rlfn --timeout 1s --url=redis://x:1 call --limit 3 -- a k"},
 		{"rlfn call a k --release --id", "rlfn call --release --id"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -43,7 +44,7 @@ func permute(app *cli.App, args []string) ([]string, error) {
 	}
 	cmd := app.Command(args[i])
 	if cmd == nil {
-		return args, nil
+		return helpOrUnknown(app, args, i)
 	}
 	var global, flags, positional []string
 	rest := args[i+1:]
@@ -88,6 +89,36 @@ func permute(app *cli.App, args []string) ([]string, error) {
 		out = append(out, positional...)
 	}
 	return out, nil
+}
+
+// helpOrUnknown turns "rlfn help [COMMAND]", as many tools take it, into --help, and is
+// the error for any other word where the command should be: cli's own would be "No help
+// topic for 'stat'".
+func helpOrUnknown(app *cli.App, args []string, i int) ([]string, error) {
+	out := slices.Clip(args[:i])
+	rest := args[i+1:]
+	if args[i] == "help" {
+		switch {
+		case len(rest) == 0:
+			return append(out, "--help"), nil
+		case len(rest) == 1 && app.Command(rest[0]) != nil:
+			return append(out, rest[0], "--help"), nil
+		case len(rest) == 1:
+			return nil, unknownCommand(app, rest[0])
+		}
+		return nil, errors.New("help takes one command (see rlfn --help)")
+	}
+	return nil, unknownCommand(app, args[i])
+}
+
+func unknownCommand(app *cli.App, name string) error {
+	var names []string
+	for _, c := range app.Commands {
+		if !c.Hidden && c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	return fmt.Errorf("no command %q; there are %s (see rlfn --help)", name, strings.Join(names, ", "))
 }
 
 // needsValue is the error for a global flag written without its value, in command's line.

@@ -169,6 +169,11 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 	if c.NArg() != 2 {
 		return nil, usageError(c, "needs ALGORITHM and KEY")
 	}
+	if c.Args().Get(1) == "" {
+		// An unset variable in a script ("$USER_ID"): the call would decide, on a key that
+		// no service uses, and seem to work. --also's key= is refused empty as well.
+		return nil, usageError(c, "KEY is empty")
+	}
 	spec, err := flagSpec(c, c.Args().Get(0))
 	if err != nil {
 		return nil, usageError(c, err.Error())
