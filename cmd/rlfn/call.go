@@ -147,7 +147,7 @@ func callAction(c *cli.Context) error {
 func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, error) {
 	target, err := deployer.Discover(ctx, opt)
 	if err != nil {
-		return opt, err
+		return opt, connectHint(opt, err)
 	}
 	defer target.Close()
 	topo, seed := target.Topology(), opt.InitAddress[0]

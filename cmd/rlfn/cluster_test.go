@@ -200,10 +200,29 @@ func TestTLSAndACL(t *testing.T) {
 		return rlfn(t, set, append(append([]string{"--url", url, "--tls-ca", caFile}, acceptOurs...), args...)...)
 	}
 
-	// Without the CA the certificate is not trusted: one line, naming the node.
+	// Without the CA the certificate is not trusted: one line, naming the node, and what to
+	// do.
 	r := rlfn(t, set, "--url", url, "status")
-	if r.code != exitError || !strings.Contains(r.stderr, s.Addr) || !strings.Contains(r.stderr, "certificate") {
+	if r.code != exitError || !strings.Contains(r.stderr, s.Addr) || !strings.Contains(r.stderr, "certificate") ||
+		!strings.Contains(r.stderr, "(name the CA that signed it with --tls-ca or $RLFN_TLS_CA)") {
 		t.Errorf("status without --tls-ca: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// The wrong scheme either way says which to use: plain text to the TLS port is cut off,
+	// TLS to a plain port waits for a handshake until --timeout.
+	plain := harness.StartValkey(t)
+	for _, tt := range []struct {
+		global []string
+		want   string
+	}{
+		{[]string{"--url", "redis://deployer:s3cret@" + s.Addr}, "does the port need TLS? then use rediss://"},
+		{[]string{"--url", "rediss://" + plain.Addr, "--tls-ca", caFile}, "no answer to the TLS handshake: is it a TLS port?"},
+	} {
+		for _, cmd := range [][]string{{"status"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}} {
+			r := rlfn(t, set, append(append(tt.global, "--timeout", "1s"), cmd...)...)
+			if r.code != exitError || !strings.Contains(r.stderr, tt.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("%v %v: exit %d, stderr %q; want one line saying %q", tt.global, cmd, r.code, r.stderr, tt.want)
+			}
+		}
 	}
 	r = rlfn(t, set, "--url", "rediss://deployer:wrong@"+s.Addr, "--tls-ca", caFile, "status")
 	if r.code != exitError || strings.Contains(r.stderr, "wrong") {

@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -69,5 +71,25 @@ func discover(ctx context.Context, c *cli.Context) (*deployer.Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	return deployer.Discover(ctx, opt)
+	t, err := deployer.Discover(ctx, opt)
+	return t, connectHint(opt, err)
+}
+
+// connectHint adds to a failure to reach the node a URL names what is most likely wrong
+// when it is the URL's: TLS spoken to a plain port waits for a handshake that never comes
+// (the server takes it for an unfinished command), plain text sent to a TLS port is cut
+// off, and a certificate the system does not know needs its CA.
+func connectHint(opt valkey.ClientOption, err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case err == nil:
+		return nil
+	case opt.TLSConfig != nil && errors.As(err, &unknownCA):
+		return fmt.Errorf("%w (name the CA that signed it with --tls-ca or $%s)", err, tlsCAEnv)
+	case opt.TLSConfig != nil && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (no answer to the TLS handshake: is it a TLS port? rediss:// and valkeys:// need one, redis:// is plain)", err)
+	case opt.TLSConfig == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
+		return fmt.Errorf("%w (the server hung up: does the port need TLS? then use rediss://)", err)
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/valkey-io/valkey-go"
@@ -15,12 +16,16 @@ import (
 // the password.
 const errURLPassword = "URL is not valid (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
 
+// urlParams are the query parameters of valkey-go's URLs that rlfn passes on.
+var urlParams = []string{"db", "dial_timeout", "write_timeout", "skip_verify", "protocol", "client_cache", "max_retries", "client_name"}
+
 // parseURL turns a redis://, valkey://, rediss:// or valkeys:// URL
 // (user:password@host:port[/db], TLS for the "s" schemes) into client options for any one
 // node; a cluster is detected from there by Discover, or by valkey.NewClient. Client-side
 // caching is disabled: the deployer and the CLI read the server's answers, and tracking
 // would need more ACL permissions. valkey-go's query parameters (dial_timeout,
-// skip_verify, ...) are passed through. Errors never repeat the password, nor any part of
+// skip_verify, ...) are passed through, but not Sentinel's master_set nor more seeds (addr),
+// and an unknown one is an error. Errors never repeat the password, nor any part of
 // a URL that may hold one.
 func parseURL(raw string) (valkey.ClientOption, error) {
 	// A password is always followed by '@': without one, the URL holds none and the
@@ -54,6 +59,17 @@ func parseURL(raw string) (valkey.ClientOption, error) {
 	if u.Port() != "" {
 		if _, err := net.LookupPort("tcp", u.Port()); err != nil {
 			return valkey.ClientOption{}, fmt.Errorf("URL %q: port %q is not a port", safe, u.Port())
+		}
+	}
+	for k := range u.Query() {
+		switch k {
+		case "master_set", "addr":
+			// Sentinel, or more seeds: rlfn finds every node itself, from any one.
+			return valkey.ClientOption{}, fmt.Errorf("URL %q: rlfn takes the URL of any one node and finds the others itself, not %s=", safe, k)
+		}
+		if !slices.Contains(urlParams, k) {
+			// A typo (dial_timout) must not be dropped without a word.
+			return valkey.ClientOption{}, fmt.Errorf("URL %q: unknown parameter %q; there are %s", safe, k, strings.Join(urlParams, ", "))
 		}
 	}
 	if u.Path == "/" {
