@@ -40,7 +40,8 @@ const maxHops = 8
 // nodes flagged fail, pfail, handshake or noaddr too (with Node.Down saying so): a node
 // the cluster knows of is never left out. A standalone server gives its primary (found
 // through master_host when the seed is a replica) and every replica below it, from INFO
-// replication.
+// replication; a primary that cannot be dialled is listed with the replicas found below
+// it, and Inspect finds it unreachable.
 func Discover(ctx context.Context, opt valkey.ClientOption) (*Target, error) {
 	if len(opt.InitAddress) == 0 {
 		return nil, errors.New("deployer: no address to discover from")
@@ -149,17 +150,26 @@ func (t *Target) discoverStandalone(ctx context.Context) (Topology, error) {
 		return r, nil
 	}
 	// Up to the primary...
-	top := t.seed
+	top, below := t.seed, "" // below: the replica top was found as the primary of
 	r, err := replOf(top)
 	for hops := 0; err == nil && r.Role == RoleReplica; hops++ {
 		if hops == maxHops {
 			return Topology{}, fmt.Errorf("deployer: no primary found within %d hops up from %s", maxHops, t.seed)
 		}
-		top = r.Primary
+		top, below = r.Primary, top
 		r, err = replOf(top)
 	}
 	if err != nil {
-		return Topology{}, err
+		if _, derr := t.conn(top); below == "" || derr == nil {
+			return Topology{}, err
+		}
+		// The primary a replica names cannot be dialled (it is down, or the replica's
+		// master_host is wrong): it is listed with the replicas known below it, and Inspect
+		// finds it unreachable (a failed dial is remembered), rather than the whole target
+		// being unreadable from a replica that answers. Only a failed dial: a primary that
+		// answers, then fails, might be read by Inspect, and its other replicas would be
+		// missing without a word.
+		r = replication{Role: RolePrimary, Replicas: []string{below}}
 	}
 	// ...then every replica below it, breadth first.
 	var topo Topology

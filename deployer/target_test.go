@@ -2,12 +2,16 @@ package deployer
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
 )
 
 // TestConnDialsOutsideTheLock: while one node's dial hangs (a node that takes its whole
@@ -88,5 +92,74 @@ func TestConnDialsOnce(t *testing.T) {
 				t.Errorf("%s: callers got different connections", tt.give)
 			}
 		}
+	}
+}
+
+// TestDiscoverPrimaryDown: from a standalone replica whose primary cannot be dialled (down,
+// or a wrong master_host), the primary is listed, and Inspect finds it unreachable, with the
+// replica; a primary that answers and then fails is an error, since its other replicas
+// would be missing without a word.
+func TestDiscoverPrimaryDown(t *testing.T) {
+	const seed, primary = "127.0.0.1:7004", "127.0.0.1:7001"
+	for _, tt := range []struct {
+		name      string
+		primary   func(ctrl *gomock.Controller) (valkey.Client, error) // nil client: the dial fails
+		wantNodes []Node
+		wantErr   string
+	}{
+		{
+			name:      "not dialled",
+			primary:   func(*gomock.Controller) (valkey.Client, error) { return nil, errors.New("connect: connection refused") },
+			wantNodes: []Node{{Addr: primary, Role: RolePrimary}, {Addr: seed, Role: RoleReplica, Primary: primary}},
+		},
+		{
+			name: "dialled, then no answer",
+			primary: func(ctrl *gomock.Controller) (valkey.Client, error) {
+				c := mock.NewClient(ctrl)
+				c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.ErrorResult(errors.New("i/o timeout")))
+				return c, nil
+			},
+			wantErr: "deployer: 127.0.0.1:7001: INFO replication: i/o timeout",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctrl := gomock.NewController(t)
+			rc := mock.NewClient(ctrl)
+			rc.EXPECT().Do(gomock.Any(), mock.Match("INFO", "cluster")).Return(mock.Result(mock.ValkeyString("# Cluster\r\ncluster_enabled:0\r\n")))
+			rc.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString(
+				"# Replication\r\nrole:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:7001\r\nmaster_link_status:down\r\nconnected_slaves:0\r\n"))).AnyTimes()
+			pc, perr := tt.primary(ctrl)
+			tg := &Target{seed: seed, dial: func(_ valkey.ClientOption, addr string) (*conn, error) {
+				switch {
+				case addr == seed:
+					return &conn{addr: addr, c: rc}, nil
+				case addr == primary && pc != nil:
+					return &conn{addr: addr, c: pc}, nil
+				case addr == primary:
+					return nil, perr
+				}
+				t.Errorf("dialed %s", addr)
+				return nil, errors.New("no such node")
+			}}
+			topo, err := tg.discover(t.Context())
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("discover: %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(topo.Nodes, tt.wantNodes) {
+				t.Errorf("nodes %+v, want %+v", topo.Nodes, tt.wantNodes)
+			}
+			tg.topo = topo
+			// The primary is unreachable, by the dial that failed.
+			in := tg.inspect(t.Context(), topo.Nodes[0], set)
+			if in.Unreachable == nil || !strings.Contains(in.Unreachable.Error(), "connection refused") {
+				t.Errorf("primary inspected: %+v, want unreachable", in)
+			}
+		})
 	}
 }

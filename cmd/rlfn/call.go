@@ -108,13 +108,22 @@ func callAction(c *cli.Context) error {
 	if plan.critical {
 		ctx = client.Critical(ctx)
 	}
-	if opt, err = towardPrimary(ctx, opt); err != nil {
-		return err
+	// A peek only reads (FCALL_RO): the node the URL names answers it, a replica too, also
+	// when its primary is down. Anything else writes, on the primary.
+	seed := opt.InitAddress[0]
+	if !plan.peek {
+		if opt, err = towardPrimary(ctx, opt); err != nil {
+			return err
+		}
 	}
 	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
-		return fmt.Errorf("%s: %w", opt.InitAddress[0], err)
+		node := opt.InitAddress[0]
+		if node != seed {
+			node += " (the primary of " + seed + ", where the call writes)"
+		}
+		return connectHint(opt, fmt.Errorf("%s: %w", node, err))
 	}
 	defer vk.Close()
 	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
@@ -142,7 +151,7 @@ func callAction(c *cli.Context) error {
 
 // towardPrimary points opt at the primary when its URL names a replica of a standalone
 // primary, found as status and deploy find it: a call that writes, sent to a replica, fails
-// READONLY. The replica named stays the node a --peek (FCALL_RO) is sent to. A cluster needs
+// READONLY. The replica named stays the node read-only commands (FCALL_RO) are sent to. A cluster needs
 // nothing: the client finds each key's primary from any node.
 func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, error) {
 	target, err := deployer.Discover(ctx, opt)

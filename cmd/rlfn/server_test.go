@@ -549,3 +549,45 @@ func TestHostileServer(t *testing.T) {
 		t.Errorf("status --json has no row for %q: %+v", evil, rows)
 	}
 }
+
+// TestPrimaryDown: pointed at a replica whose primary is down (here: a master_host nothing
+// listens on), status lists the primary unreachable beside the replica and exits 1, rather
+// than failing with no table; deploy is refused for it; a --peek is answered by the replica,
+// which needs no primary; a call that writes names the primary it could not reach.
+func TestPrimaryDown(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	s := harness.StartValkey(t, "--replicaof", "127.0.0.1", "1", "--replica-read-only", "no")
+	vk := s.Client(t)
+	if err := vk.Do(t.Context(), vk.B().FunctionLoad().FunctionCode(set.Latest().Code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const primary = "127.0.0.1:1"
+
+	r := rlfnAt(t, set, s.Addr, "status", "--json")
+	wantExit(t, r, exitError, "status of a replica whose primary is down")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if rows[0].Addr != primary || rows[0].State != "unreachable" || rows[1].Addr != s.Addr || rows[1].State != "current" || rows[1].Primary != primary {
+		t.Errorf("status --json = %+v, want %s unreachable and %s current, its replica", rows, primary, s.Addr)
+	}
+	if !strings.Contains(r.stderr, primary+": unreachable: ") {
+		t.Errorf("status stderr %q does not name the primary unreachable", r.stderr)
+	}
+
+	r = rlfnAt(t, set, s.Addr, "deploy", "--yes", "--to", "1.0.0", "--force")
+	wantExit(t, r, exitError, "forced deploy with the primary down")
+	if !strings.Contains(r.stderr, "NOT deployed: "+primary) {
+		t.Errorf("forced deploy: stderr %q does not name %s NOT deployed", r.stderr, primary)
+	}
+
+	bucket := []string{"token_bucket", "user:1", "--capacity", "5", "--rate", "1", "--period", "1h"}
+	wantCalls(t, "a peek through the replica", calls(t, s.Addr, append(bucket, "--peek")...), [3]int64{1, 5, 0})
+	r = rlfnAt(t, set, s.Addr, append([]string{"call"}, bucket...)...)
+	wantExit(t, r, exitError, "a call that writes, with the primary down")
+	if !strings.Contains(r.stderr, primary+" (the primary of "+s.Addr+", where the call writes)") {
+		t.Errorf("call: stderr %q does not name the primary it could not reach", r.stderr)
+	}
+}
