@@ -119,7 +119,7 @@ func runApp(ctx context.Context, app *cli.App, args []string) int {
 	if err == nil || errors.Is(err, errPending) {
 		return code
 	}
-	msg := oneLine(err.Error())
+	msg := oneLine(err.Error()) + timedOut(app, err)
 	// A script that asked for JSON reads stdout as JSON, also when the command failed before
 	// printing any: it gets the error there too, rather than empty input. call's JSON Lines
 	// end with it, so that a stream cut short by an error says so on stdout as well.

@@ -424,5 +424,8 @@ func TestTimeoutBoundsConnecting(t *testing.T) {
 		if took > defaultTimeout/10 {
 			t.Errorf("rlfn %v --timeout 500ms took %s", cmd, took)
 		}
+		if !strings.Contains(r.stderr, "(--timeout 500ms ran out: raise it)") {
+			t.Errorf("rlfn %v: stderr %q does not say that --timeout ran out", cmd, r.stderr)
+		}
 	}
 }

@@ -60,9 +60,32 @@ func clientOption(c *cli.Context) (valkey.ClientOption, error) {
 	return opt, nil
 }
 
-// commandContext is the context of one command: cancelled by --timeout.
+// commandContext is the context of one command: cancelled by --timeout. Its deadline is kept
+// in the app's metadata, so that an error it caused can say so (see timedOut).
 func commandContext(c *cli.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Context, c.Duration("timeout"))
+	d := c.Duration("timeout")
+	c.App.Metadata[deadlineKey] = commandDeadline{timeout: d, at: time.Now().Add(d)}
+	return context.WithTimeout(c.Context, d)
+}
+
+// deadlineKey is where commandContext keeps the last deadline it set.
+const deadlineKey = "deadline"
+
+type commandDeadline struct {
+	timeout time.Duration
+	at      time.Time
+}
+
+// timedOut says, for an error that is a deadline, when it is --timeout's: "context deadline
+// exceeded" alone does not tell a person which of the command's limits ran out, nor what to
+// change. "" for any other error (a verification that ran out of --verify-timeout says so
+// itself, before the command's deadline).
+func timedOut(app *cli.App, err error) string {
+	d, ok := app.Metadata[deadlineKey].(commandDeadline)
+	if !ok || !errors.Is(err, context.DeadlineExceeded) || time.Now().Before(d.at) {
+		return ""
+	}
+	return fmt.Sprintf(" (--timeout %s ran out: raise it)", d.timeout)
 }
 
 // discover finds every node of the target named by the global flags.
