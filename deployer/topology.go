@@ -46,6 +46,15 @@ type slotRange struct {
 	addr   string
 }
 
+// KeyOwner returns the primary of a cluster serving key's hash slot, as discovered; false
+// when no node serves it (or the target is not a cluster).
+func (t Topology) KeyOwner(key string) (Node, bool) {
+	if !t.Cluster {
+		return Node{}, false
+	}
+	return t.owner(keySlot(key))
+}
+
 // owner returns the primary serving slot; false when no node serves it.
 func (t Topology) owner(slot int) (Node, bool) {
 	for _, r := range t.slots {

@@ -111,8 +111,9 @@ func callAction(c *cli.Context) error {
 	// A peek only reads (FCALL_RO): the node the URL names answers it, a replica too, also
 	// when its primary is down. Anything else writes, on the primary.
 	seed := opt.InitAddress[0]
+	var topo deployer.Topology // unknown for a peek
 	if !plan.peek {
-		if opt, err = towardPrimary(ctx, opt); err != nil {
+		if opt, topo, err = towardPrimary(ctx, opt); err != nil {
 			return err
 		}
 	}
@@ -140,7 +141,7 @@ func callAction(c *cli.Context) error {
 				// a decision that stands, with an error (a refund it owed failed): print both
 				_ = out.add(row)
 			}
-			return err
+			return plan.where(err, opt, topo)
 		}
 		if err := out.add(row); err != nil {
 			return err
@@ -151,17 +152,18 @@ func callAction(c *cli.Context) error {
 
 // towardPrimary points opt at the primary when its URL names a replica of a standalone
 // primary, found as status and deploy find it: a call that writes, sent to a replica, fails
-// READONLY. The replica named stays the node read-only commands (FCALL_RO) are sent to. A cluster needs
-// nothing: the client finds each key's primary from any node.
-func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, error) {
+// READONLY. The replica named stays the node read-only commands (FCALL_RO) are sent to. A
+// cluster needs nothing: the client finds each key's primary from any node. The topology
+// found is returned too.
+func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, deployer.Topology, error) {
 	target, err := deployer.Discover(ctx, opt)
 	if err != nil {
-		return opt, connectHint(opt, err)
+		return opt, deployer.Topology{}, connectHint(opt, err)
 	}
 	defer target.Close()
 	topo, seed := target.Topology(), opt.InitAddress[0]
 	if topo.Cluster {
-		return opt, nil
+		return opt, topo, nil
 	}
 	for _, n := range topo.Nodes {
 		if n.Role == deployer.RolePrimary && n.Addr != seed {
@@ -169,8 +171,55 @@ func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientO
 			opt.Standalone.ReplicaAddress = []string{seed}
 		}
 	}
-	return opt, nil
+	return opt, topo, nil
 }
+
+// where names, in a call's error, the node it was sent to and the key, as far as rlfn knows
+// them and the error does not already: the server's reply alone ("CLUSTERDOWN", "the
+// ratelimit library is not loaded") does not say which node of a cluster gave it. A
+// standalone call goes to the node opt names (a peek to the one the URL names); a cluster's
+// to the primary of the key's slot (a peek perhaps to one of its replicas; a peek is not
+// discovered, so only its key is named); several keys name no key.
+func (p *callPlan) where(err error, opt valkey.ClientOption, topo deployer.Topology) error {
+	text := err.Error()
+	var node, key string
+	if keys := p.keys(); len(keys) == 1 && !strings.Contains(text, keys[0]) {
+		key = keys[0]
+	}
+	switch {
+	case p.peek:
+		// not discovered: a standalone node or a cluster's, which rlfn does not know
+	case topo.Cluster && key != "":
+		if n, ok := topo.KeyOwner(key); ok {
+			node = n.Addr
+		}
+	case !topo.Cluster && len(opt.InitAddress) > 0:
+		node = opt.InitAddress[0]
+	}
+	if node != "" && strings.Contains(text, node) {
+		node = ""
+	}
+	switch {
+	case node != "" && key != "":
+		return &placedError{where: node + " (" + key + ")", err: err}
+	case node != "" || key != "":
+		return &placedError{where: node + key, err: err}
+	}
+	return err
+}
+
+// placedError is a call's error with where it happened in front.
+type placedError struct {
+	where string
+	err   error
+}
+
+// Error drops the client's own "rlfn: ", which is the line's first word already.
+func (e *placedError) Error() string {
+	return e.where + ": " + strings.TrimPrefix(e.err.Error(), "rlfn: ")
+}
+
+func (e *placedError) Unwrap() error { return e.err }
 
 // newCallPlan reads and checks the command line: every mistake is reported before dialling,
 // whatever the state of the server. (The client validates a limit exactly as the library does.)

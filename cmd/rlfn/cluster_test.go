@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/integration_test/harness"
@@ -45,7 +47,29 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("status from a replica found %v, want 3 primaries and 3 replicas", roles)
 	}
 
-	r := rlfnAt(t, set, seed, "deploy", "--yes", "--to", v100.Version)
+	// Before any deploy, a call fails naming the primary of its key's slot, which answered
+	// (the server's reply does not say which node of the cluster it is), and the key; a
+	// peek, which rlfn sends without discovering the cluster, names the key.
+	r := rlfnAt(t, set, seed, "call", "sliding_log", "user:0", "--limit", "1", "--window", "1m")
+	wantExit(t, r, exitError, "a call before any deploy")
+	if m := regexp.MustCompile(`^rlfn: (127\.0\.0\.1:\d+) \(rl:\{user:0\}:sliding_log\): the ratelimit library is not loaded`).FindStringSubmatch(r.stderr); m == nil {
+		t.Errorf("a call before any deploy: stderr %q does not name the node and the key", r.stderr)
+	} else {
+		i := slices.IndexFunc(c.Primaries, func(p *harness.Server) bool { return p.Addr == m[1] })
+		if i < 0 {
+			t.Fatalf("the call names %s, not a primary", m[1])
+		}
+		vk := c.Primaries[i].Client(t) // follows no redirect: another node's slot is MOVED
+		if err := vk.Do(context.Background(), vk.B().Get().Key("rl:{user:0}:sliding_log").Build()).Error(); err != nil && !valkey.IsValkeyNil(err) {
+			t.Errorf("the call names %s, which does not serve the key: %v", m[1], err)
+		}
+	}
+	r = rlfnAt(t, set, seed, "call", "sliding_log", "user:0", "--limit", "1", "--window", "1m", "--peek")
+	if !strings.HasPrefix(r.stderr, "rlfn: rl:{user:0}:sliding_log: the ratelimit library is not loaded") {
+		t.Errorf("a peek before any deploy: stderr %q does not name the key", r.stderr)
+	}
+
+	r = rlfnAt(t, set, seed, "deploy", "--yes", "--to", v100.Version)
 	wantExit(t, r, exitOK, "deploy 1.0.0 to the cluster")
 	for _, row := range statusOf(t, set, seed) {
 		if row.State != "behind" || row.Version != v100.Version {

@@ -58,7 +58,7 @@ func playgroundAction(c *cli.Context) error {
 	ctx, cancel := commandContext(c)
 	defer cancel()
 	// A URL naming a replica serves the page too: its cards write, so they go to its primary.
-	if opt, err = towardPrimary(ctx, opt); err != nil {
+	if opt, _, err = towardPrimary(ctx, opt); err != nil {
 		return err
 	}
 	vk, err := valkey.NewClient(opt)
