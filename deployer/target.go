@@ -117,6 +117,13 @@ func (t *Target) discover(ctx context.Context) (Topology, error) {
 	if infoField(info, "cluster_enabled") == "1" {
 		return t.discoverCluster(ctx, seed)
 	}
+	if strings.TrimSpace(info) == "" {
+		// A server has a cluster section, if only to say cluster_enabled:0; a Sentinel has
+		// none, nor a replication one, and would be "a server without a role".
+		if srv, err := seed.info(ctx, "server"); err == nil && (infoField(srv, "server_mode") == "sentinel" || infoField(srv, "redis_mode") == "sentinel") {
+			return Topology{}, fmt.Errorf("deployer: %s is a Sentinel: give the URL of a node it monitors, such as its primary (SENTINEL GET-MASTER-ADDR-BY-NAME tells it)", t.seed)
+		}
+	}
 	return t.discoverStandalone(ctx)
 }
 

@@ -163,3 +163,22 @@ func TestDiscoverPrimaryDown(t *testing.T) {
 		})
 	}
 }
+
+// TestDiscoverSentinel: a Sentinel's URL (its INFO has no cluster nor replication section,
+// and says server_mode or redis_mode sentinel) is named for what it is, not taken for a
+// server without a role. The INFO replies are those of Valkey 8.0 and Redis 7.0 Sentinels.
+func TestDiscoverSentinel(t *testing.T) {
+	for _, server := range []string{
+		"# Server\r\nvalkey_version:8.0.1\r\nserver_mode:sentinel\r\n",
+		"# Server\r\nredis_version:7.0.15\r\nredis_mode:sentinel\r\n",
+	} {
+		c := mock.NewClient(gomock.NewController(t))
+		c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "cluster")).Return(mock.Result(mock.ValkeyString("")))
+		c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "server")).Return(mock.Result(mock.ValkeyString(server)))
+		tg := &Target{seed: "127.0.0.1:26379", dial: func(_ valkey.ClientOption, addr string) (*conn, error) { return &conn{addr: addr, c: c}, nil }}
+		_, err := tg.discover(t.Context())
+		if want := "deployer: 127.0.0.1:26379 is a Sentinel: give the URL of a node it monitors"; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("discover from a Sentinel (%q): %v, want %q", server, err, want)
+		}
+	}
+}
