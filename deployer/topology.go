@@ -217,14 +217,36 @@ type replication struct {
 
 // parseReplication reads INFO replication: role, a replica's master_host/master_port,
 // and the slaveN:ip=...,port=... lines of the replicas attached to it.
+//
+// A replica announces its own address (replica-announce-ip), and its primary prints it as
+// is, line breaks included: a line INFO holds twice, or a replica line past
+// connected_slaves, was written by such an address, which would otherwise turn the primary
+// into a replica of a server of its choosing (role, master_host), or add replicas to dial
+// with the deployment's credentials. Such a reply is an error, never read.
 func parseReplication(text string) (replication, error) {
 	var r replication
 	var host, port string
+	seen := map[string]bool{}
+	replicas := -1 // connected_slaves, when told
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
 		if !ok || strings.HasPrefix(k, "#") {
 			continue
+		}
+		if seen[k] {
+			return replication{}, fmt.Errorf("deployer: INFO replication holds %s twice: a replica announces an address holding a line break (replica-announce-ip)?", k)
+		}
+		seen[k] = true
+		switch {
+		case k == "connected_slaves":
+			if n, err := strconv.Atoi(v); err == nil {
+				replicas = n
+			}
+		case strings.HasPrefix(k, "slave") && isDigits(k[len("slave"):]) && replicas >= 0:
+			if n, _ := strconv.Atoi(k[len("slave"):]); n >= replicas {
+				return replication{}, fmt.Errorf("deployer: INFO replication lists %s with connected_slaves:%d: a replica announces an address holding a line break (replica-announce-ip)?", k, replicas)
+			}
 		}
 		switch {
 		case k == "role":

@@ -135,6 +135,24 @@ func TestParseReplication(t *testing.T) {
 		{name: "unknown role", give: "role:sentinel\n", wantErr: `unknown role "sentinel"`},
 		{name: "replica without primary", give: "role:slave\n", wantErr: "without master_host"},
 		{name: "replica line without port", give: "role:master\nslave0:ip=127.0.0.1,state=online\n", wantErr: "slave0 has no ip or port"},
+		// What Valkey 8.0 prints when a replica's replica-announce-ip holds line breaks: it
+		// must not make the primary a replica of another server, nor add replicas.
+		{
+			name: "a replica's address rewrites the role",
+			give: "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=127.0.0.1,port=27201\r\nrole:slave\r\nmaster_host:127.0.0.1\r\n" +
+				"master_port:27201\r\nx,port=27102,state=wait_bgsave,offset=0,lag=0,type=replica\r\nreplicas_waiting_psync:0\r\n",
+			wantErr: "INFO replication holds role twice: a replica announces an address holding a line break",
+		},
+		{
+			name:    "a replica's address adds a replica",
+			give:    "role:master\nconnected_slaves:1\nslave0:ip=10.0.0.2,port=7002\nslave1:ip=6.6.6.6,port=1\nx,port=7002,state=online\n",
+			wantErr: "lists slave1 with connected_slaves:1",
+		},
+		{
+			name:    "a replica's address replaces another's",
+			give:    "role:master\nconnected_slaves:2\nslave0:ip=10.0.0.2,port=7002\nslave1:ip=6.6.6.6,port=1\nx,port=7002,state=online\nslave1:ip=10.0.0.3,port=7003\n",
+			wantErr: "holds slave1 twice",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/functions"
@@ -589,5 +591,53 @@ func TestPrimaryDown(t *testing.T) {
 	wantExit(t, r, exitError, "a call that writes, with the primary down")
 	if !strings.Contains(r.stderr, primary+" (the primary of "+s.Addr+", where the call writes)") {
 		t.Errorf("call: stderr %q does not name the primary it could not reach", r.stderr)
+	}
+}
+
+// TestInjectedReplicaAddress: a replica's announced address (replica-announce-ip) holding
+// line breaks writes lines of its own into its primary's INFO replication: here "role:slave"
+// and a master_host, which made rlfn take the primary for a replica of a decoy server, and
+// deploy there (with the URL's credentials) instead of to the deployment. Such a reply is
+// refused, naming the node, and nothing is deployed anywhere.
+func TestInjectedReplicaAddress(t *testing.T) {
+	set := testReleases(t)
+	primary, replica := standalone(t, harness.StartValkey)
+	decoy := harness.StartValkey(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vk := replica.Client(t)
+	evil := fmt.Sprintf("127.0.0.1,port=%d\r\nrole:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:%d\r\nx", decoy.Port, decoy.Port)
+	for _, cmd := range []valkey.Completed{
+		vk.B().ConfigSet().ParameterValue().ParameterValue("replica-announce-ip", evil).Build(),
+		vk.B().Arbitrary("REPLICAOF", "NO", "ONE").Build(),
+		vk.B().Arbitrary("REPLICAOF", "127.0.0.1", fmt.Sprint(primary.Port)).Build(),
+	} {
+		if err := vk.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc := primary.Client(t)
+	for {
+		info, err := harness.Info(ctx, pc, "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info["master_host"] != "" {
+			break // the injected lines are in
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	for _, cmd := range [][]string{{"status"}, {"deploy", "--yes"}} {
+		r := rlfnAt(t, set, primary.Addr, cmd...)
+		wantExit(t, r, exitError, strings.Join(cmd, " ")+" with a replica's address injecting lines")
+		if !strings.Contains(r.stderr, "holds role twice") || !strings.Contains(r.stderr, primary.Addr) {
+			t.Errorf("%v: stderr %q, want the reply refused, naming %s", cmd, r.stderr, primary.Addr)
+		}
+	}
+	for _, s := range []*harness.Server{primary, decoy} {
+		if code, err := harness.LibraryCode(ctx, s.Client(t), functions.Library); err != nil || code != "" {
+			t.Errorf("%s runs a library (%v): nothing was to be deployed", s.Addr, err)
+		}
 	}
 }
