@@ -110,6 +110,13 @@ var downFlags = map[string]string{
 	"noaddr":    "flagged noaddr: the cluster knows no address for it",
 }
 
+// injected is what a CLUSTER NODES reply that lists a node twice or a slot's owner twice
+// most likely holds: lines a node wrote through its announced address, which is printed as
+// is, line breaks included (the same holds for a replica's address in INFO replication).
+// Such a reply is refused: its lines would add nodes to dial with the deployment's
+// credentials and to deploy to.
+const injected = "a node announces an address holding a line break (cluster-announce-ip)?"
+
 // parseClusterNodes reads CLUSTER NODES into a Topology. A node's address comes from its
 // "ip:port@cport[,hostname]" field; an empty ip (a node that has not learned its own
 // address yet) is replaced by seedHost. Every node is listed: one flagged fail, pfail,
@@ -119,6 +126,7 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 	topo := Topology{Cluster: true}
 	var primaryIDs []string
 	byID := map[string]string{}
+	var owned [16384]bool
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(nil, 1<<20) // a node owning many slot ranges has a long line
 	for sc.Scan() {
@@ -134,6 +142,9 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 		addr, err := nodeAddr(f[1], seedHost)
 		if err != nil {
 			return Topology{}, err
+		}
+		if _, dup := byID[f[0]]; dup {
+			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES lists node %s twice: %s", f[0], injected)
 		}
 		n := Node{Addr: addr, ID: f[0]}
 		for _, fl := range strings.Split(f[2], ",") {
@@ -167,6 +178,16 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 			}
 			if errA != nil || errB != nil || b < a {
 				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
+			}
+			if b >= len(owned) {
+				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
+			}
+			for slot := a; slot <= b; slot++ {
+				if owned[slot] {
+					// One node's view has one owner per slot.
+					return Topology{}, fmt.Errorf("deployer: CLUSTER NODES gives slot %d two owners: %s", slot, injected)
+				}
+				owned[slot] = true
 			}
 			n.Slots += b - a + 1
 			topo.slots = append(topo.slots, slotRange{lo: a, hi: b, addr: addr})

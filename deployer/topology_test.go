@@ -81,6 +81,20 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 		{name: "no port", give: "c1 127.0.0.1@17001 master - 0 0 1 connected\n", wantErr: "has no port"},
 		{name: "bad slot", give: "c1 127.0.0.1:7001@17001 master - 0 0 1 connected 10-x\n", wantErr: "bad slot range"},
 		{name: "no role", give: "c1 127.0.0.1:7001@17001 myself - 0 0 1 connected\n", wantErr: "neither primary nor replica"},
+		{name: "slot past the last", give: "c1 127.0.0.1:7001@17001 master - 0 0 1 connected 0-16384\n", wantErr: "bad slot range"},
+		// A node's announced address with line breaks in it writes lines of its own (here,
+		// as Valkey 8.0 prints it, with a line claiming every slot): refused.
+		{
+			name: "a line claims another's slots",
+			give: "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\n" +
+				"r1 h:1 master - 0 0 0 c 0-16383\nX 6.6.6.6:7004@17004 slave c1 0 0 1 connected\n",
+			wantErr: "gives slot 0 two owners: a node announces an address holding a line break",
+		},
+		{
+			name:    "a node twice",
+			give:    "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\nc1 6.6.6.6:1@2 master - 0 0 1 connected\n",
+			wantErr: "lists node c1 twice",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
