@@ -505,6 +505,9 @@ func (r *run) await(ctx context.Context, n Node, code, version string) error {
 			if last == nil {
 				return nil
 			}
+			if forbidden(last) {
+				return last // no wait will change it
+			}
 		case <-ctx.Done():
 			if last == nil {
 				last = context.Cause(ctx)
@@ -525,6 +528,19 @@ func (r *run) await(ctx context.Context, n Node, code, version string) error {
 		case <-time.After(10 * time.Millisecond): // replication usually takes under a millisecond
 		}
 	}
+}
+
+// forbidden reports whether err is a node's refusal that waiting does not change: the user
+// may not run the command (NOPERM), or the node does not have it. A check that only finds
+// the code not there yet is waited on.
+func forbidden(err error) bool {
+	if !refused(err) {
+		return false
+	}
+	var ve *valkey.ValkeyError
+	errors.As(err, &ve)
+	msg := ve.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(strings.ToLower(msg), "unknown command")
 }
 
 // replicationHint asks a replica that did not verify in time what its replication is doing,

@@ -389,3 +389,30 @@ func TestCheckStaleEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyGivesUpOnRefusal: a check the node refuses for good (the user may not run
+// FCALL_RO, or the node has no such command) fails the verification at once: waiting out
+// --verify-timeout would change nothing. Each node is checked exactly once (gomock fails a
+// second call), within a window that would otherwise hold dozens of checks.
+func TestVerifyGivesUpOnRefusal(t *testing.T) {
+	for _, reply := range []string{
+		"NOPERM this user has no permissions to run the 'fcall_ro' command",
+		"ERR unknown command 'FCALL_RO', with args beginning with: 'rl_version' '0'",
+	} {
+		p1 := primary("127.0.0.1:7001")
+		c := mock.NewClient(gomock.NewController(t))
+		c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+			"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(r110.Code),
+		})))).Times(1)
+		c.EXPECT().Do(gomock.Any(), mock.Match("FCALL_RO", "rl_version", "0")).Return(mock.Result(mock.ValkeyError(reply))).Times(1)
+		tg := &Target{dial: func(_ valkey.ClientOption, addr string) (*conn, error) { return &conn{addr: addr, c: c}, nil }}
+		p := NewPlan([]Installed{on(p1, r100.Code)}, r110, false)
+		r := &run{t: tg, p: p, opts: Options{VerifyTimeout: 500 * time.Millisecond}.withDefaults(), began: time.Now(),
+			checks: make(chan struct{}, inspectParallelism), res: make([]NodeResult, 1), changed: make([]bool, 1)}
+		r.res[0] = NodeResult{Node: p1, From: "1.0.0", To: r110.Version, Outcome: OutcomeLoaded}
+		r.verify(t.Context())
+		if got := r.res[0]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), strings.TrimPrefix(reply, "ERR ")) {
+			t.Errorf("%q: %s, want failed with the refusal", reply, got)
+		}
+	}
+}
