@@ -144,7 +144,8 @@ func (p palette) bold(s string) string   { return p.paint("1", s) }
 // Go-quoted when one does not (a newline, a tab, an escape sequence, invalid UTF-8), so that
 // a hostile key, or a server's text (an address it announces, its version, its errors, the
 // code it runs), can neither break the table's rows nor send the terminal commands. Every
-// such string goes through it; --json keeps the exact bytes.
+// such string goes through it; --json keeps the text as it is (escaped as JSON escapes it;
+// only invalid UTF-8, which a JSON string cannot hold, becomes U+FFFD there).
 func printable(s string) string {
 	if prints(s, false) {
 		return s
