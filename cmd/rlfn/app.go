@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,16 @@ func New() *cli.App {
 				Value: defaultTimeout,
 			},
 			acceptFlag(),
+			// Not cli's own --version (App.Version), whose help would print the version, which
+			// changes with every build and release.
+			&cli.BoolFlag{Name: "version", Usage: "print rlfn's version and the library releases it embeds"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				_, err := fmt.Fprintln(c.App.Writer, "rlfn "+binaryVersion())
+				return err
+			}
+			return cli.ShowAppHelp(c)
 		},
 		Commands: []*cli.Command{
 			versionsCommand(),
@@ -87,6 +98,22 @@ func New() *cli.App {
 			releasesKey: versions.Embedded(),
 		},
 	}
+}
+
+// binaryVersion is what rlfn --version says: the module version rlfn was built from
+// ("(devel)" for a build from a work tree) and the library releases it embeds, which are
+// what it deploys.
+func binaryVersion() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	set := versions.Embedded()
+	names := make([]string, len(set))
+	for i, r := range set {
+		names[i] = r.Version
+	}
+	return v + " (library releases " + strings.Join(names, ", ") + ")"
 }
 
 // run executes args (args[0] is the program name) and returns the exit code.

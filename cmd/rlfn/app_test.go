@@ -101,6 +101,24 @@ func TestHelpGolden(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: rlfn --version says which rlfn it is and the releases it deploys, exit 0;
+// without a command and without it, rlfn shows its help.
+func TestVersionFlag(t *testing.T) {
+	r := rlfn(t, nil, "--version")
+	want := "rlfn "
+	if r.code != 0 || !strings.HasPrefix(r.stdout, want) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("rlfn --version: exit %d, stdout %q, stderr %q; want one line", r.code, r.stdout, r.stderr)
+	}
+	for _, rel := range versions.Embedded() {
+		if !strings.Contains(r.stdout, rel.Version) {
+			t.Errorf("rlfn --version: %q does not name release %s", r.stdout, rel.Version)
+		}
+	}
+	if r, help := rlfn(t, nil), rlfn(t, nil, "--help"); r.code != 0 || r.stdout != help.stdout {
+		t.Errorf("rlfn alone: exit %d, stdout %q; want the help", r.code, r.stdout)
+	}
+}
+
 // TestUsageErrors covers mistakes caught before any network call: each is one line naming
 // the cause, and exit code 1. The URL points at a port nothing listens on, so a command that
 // dialled would fail differently.
