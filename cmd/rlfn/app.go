@@ -69,7 +69,10 @@ func New() *cli.App {
 			&cli.BoolFlag{Name: "version", Usage: "print rlfn's version and the library releases it embeds"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.Bool("version") {
+			switch {
+			case c.NArg() > 0: // "rlfn -- bogus": permute leaves what follows "--" alone
+				return unknownCommand(c.App, c.Args().First())
+			case c.Bool("version"):
 				_, err := fmt.Fprintln(c.App.Writer, "rlfn "+binaryVersion())
 				return err
 			}

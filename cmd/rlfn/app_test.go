@@ -199,6 +199,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stat", "--json"}, `no command "stat"`},
 		{[]string{"help", "bogus"}, `no command "bogus"`},
 		{[]string{"help", "status", "deploy"}, "help takes one command"},
+		{[]string{"--", "bogus"}, `no command "bogus"`},
 		{[]string{"--timeout", "0s", "versions"}, "--timeout must be positive"},
 		// A global flag missing its value (an empty $URL in a script) names the flag.
 		{[]string{"deploy", "--url"}, "flag needs an argument: --url (see rlfn deploy --help)"},
