@@ -29,10 +29,17 @@ func dial(opt valkey.ClientOption, addr string) (*conn, error) {
 	}
 	c, err := valkey.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, &ConnectError{Err: err}
 	}
 	return &conn{addr: addr, c: c}, nil
 }
+
+// ConnectError is a failure to connect to a node (the dial, the TLS handshake, AUTH), as
+// opposed to a failure of a command on a connection: what the URL got wrong shows here.
+type ConnectError struct{ Err error }
+
+func (e *ConnectError) Error() string { return "connect: " + e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
 
 func (n *conn) close() { n.c.Close() }
 

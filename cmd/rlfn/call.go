@@ -124,7 +124,7 @@ func callAction(c *cli.Context) error {
 		if node != seed {
 			node += " (the primary of " + seed + ", where the call writes)"
 		}
-		return connectHint(opt, fmt.Errorf("%s: %w", node, err))
+		return connectHint(opt, fmt.Errorf("%s: %w", node, &deployer.ConnectError{Err: err}))
 	}
 	defer vk.Close()
 	// The command's --timeout bounds each call, not the client's 100ms default, which suits a

@@ -239,7 +239,7 @@ func TestTLSAndACL(t *testing.T) {
 		want   string
 	}{
 		{[]string{"--url", "redis://deployer:s3cret@" + s.Addr}, "does the port need TLS? then use rediss://"},
-		{[]string{"--url", "rediss://" + plain.Addr, "--tls-ca", caFile}, "no answer to the TLS handshake: is it a TLS port?"},
+		{[]string{"--url", "rediss://" + plain.Addr, "--tls-ca", caFile}, "no answer to the TLS handshake within --timeout: is it a TLS port?"},
 	} {
 		for _, cmd := range [][]string{{"status"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}} {
 			r := rlfn(t, set, append(append(tt.global, "--timeout", "1s"), cmd...)...)

@@ -102,15 +102,19 @@ func discover(ctx context.Context, c *cli.Context) (*deployer.Target, error) {
 // when it is the URL's: TLS spoken to a plain port waits for a handshake that never comes
 // (the server takes it for an unfinished command), plain text sent to a TLS port is cut
 // off, and a certificate the system does not know needs its CA.
+// Only a failure to connect gets one: a timeout or an EOF on a connection made says nothing
+// of the URL.
 func connectHint(opt valkey.ClientOption, err error) error {
 	var unknownCA x509.UnknownAuthorityError
+	var connecting *deployer.ConnectError
 	switch {
-	case err == nil:
-		return nil
+	case err == nil || !errors.As(err, &connecting):
+		return err
 	case opt.TLSConfig != nil && errors.As(err, &unknownCA):
 		return fmt.Errorf("%w (name the CA that signed it with --tls-ca or $%s)", err, tlsCAEnv)
 	case opt.TLSConfig != nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w (no answer to the TLS handshake: is it a TLS port? rediss:// and valkeys:// need one, redis:// is plain)", err)
+		// Not wrapped (%v): a longer --timeout would not help, and timedOut must not say so.
+		return fmt.Errorf("%v (no answer to the TLS handshake within --timeout: is it a TLS port? rediss:// and valkeys:// need one, redis:// is plain)", err)
 	case opt.TLSConfig == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
 		return fmt.Errorf("%w (the server hung up: does the port need TLS? then use rediss://)", err)
 	}
