@@ -263,7 +263,7 @@ func (t *Target) lockClient(p Plan, key string) (valkey.Client, Node, error) {
 	if topo.Cluster {
 		n, ok := topo.owner(keySlot(key))
 		if !ok {
-			return nil, Node{}, fmt.Errorf("deployer: lock %s: no primary serves its slot %d", key, keySlot(key))
+			return nil, Node{}, fmt.Errorf("deployer: lock %s: no primary serves its slot %d: is the cluster still being set up? Assign every slot first (CLUSTER ADDSLOTS, or valkey-cli --cluster create)", key, keySlot(key))
 		}
 		owner = n
 	} else {

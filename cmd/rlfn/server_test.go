@@ -641,3 +641,19 @@ func TestInjectedReplicaAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWithoutSlots: a cluster still being set up (a node with cluster mode on and no
+// slot assigned) has no node to hold the deploy's lock: deploy says so, and what to do, and
+// changes nothing.
+func TestClusterWithoutSlots(t *testing.T) {
+	set := testReleases(t)
+	s := harness.StartValkey(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-alone.conf")
+	r := rlfnAt(t, set, s.Addr, "deploy", "--yes")
+	wantExit(t, r, exitError, "deploy to a cluster without slots")
+	if !strings.Contains(r.stderr, "no primary serves its slot") || !strings.Contains(r.stderr, "Assign every slot first") {
+		t.Errorf("deploy to a cluster without slots: stderr %q, want the lock's slot unserved and what to do", r.stderr)
+	}
+	if code, err := harness.LibraryCode(t.Context(), s.Client(t), functions.Library); err != nil || code != "" {
+		t.Errorf("the node runs a library (%v) after a deploy that could not take its lock", err)
+	}
+}
