@@ -110,8 +110,8 @@ var downFlags = map[string]string{
 	"noaddr":    "flagged noaddr: the cluster knows no address for it",
 }
 
-// injected is what a CLUSTER NODES reply that lists a node twice or a slot's owner twice
-// most likely holds: lines a node wrote through its announced address, which is printed as
+// injected is what a CLUSTER NODES reply that lists a node twice, a slot's owner twice, or a
+// line cut short most likely holds: lines a node wrote through its announced address, which is printed as
 // is, line breaks included (the same holds for a replica's address in INFO replication).
 // Such a reply is refused: its lines would add nodes to dial with the deployment's
 // credentials and to deploy to.
@@ -137,7 +137,7 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 		// <id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong> <epoch> <link> <slot>...
 		f := strings.Fields(line)
 		if len(f) < 8 {
-			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES line has %d fields, want at least 8: %q", len(f), line)
+			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES line has %d fields, want at least 8: %q (%s)", len(f), line, injected)
 		}
 		addr, err := nodeAddr(f[1], seedHost)
 		if err != nil {
