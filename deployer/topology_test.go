@@ -80,8 +80,8 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 		{name: "short line", give: "c1 127.0.0.1:7001@17001 master\n", wantErr: "has 3 fields"},
 		// As Valkey 8.0 prints a node whose cluster-announce-ip holds a line break.
 		{
-			name: "a node's address cut by a line break",
-			give: "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\nr1 1.2.3.4\nX 6.6.6.6:1@2 master:7004@17004 slave c1 0 0 1 disconnected\n",
+			name:    "a node's address cut by a line break",
+			give:    "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\nr1 1.2.3.4\nX 6.6.6.6:1@2 master:7004@17004 slave c1 0 0 1 disconnected\n",
 			wantErr: `line has 2 fields, want at least 8: "r1 1.2.3.4" (a node announces an address holding a line break (cluster-announce-ip)?)`,
 		},
 		{name: "no port", give: "c1 127.0.0.1@17001 master - 0 0 1 connected\n", wantErr: "has no port"},
