@@ -77,6 +77,49 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 				{Addr: "127.0.0.1:7001", ID: "c1", Role: RoleReplica, Primary: "zz"},
 			},
 		},
+		// Real replies in transient states, as Valkey 8.0.1 and Redis 7.0.15 print them (IDs
+		// shortened): none may be refused, whatever checks the parser grows.
+		{
+			name: "Valkey 8.0 mid-migration, a MEET in its handshake, hostnames",
+			give: "cf43 127.0.0.1:7802@17802,host2.example master - 0 1795480421075 3 connected 10923-16383\n" +
+				"756b 127.0.0.1:7803@17803,host3.example slave cf43 0 1795480421075 3 connected\n" +
+				"a2b0 127.0.0.1:7850@17850 handshake - 0 0 0 disconnected\n" +
+				"5a95 127.0.0.1:7801@17801,host1.example master - 0 1795480421075 2 connected 5461-10922\n" +
+				"fd46 127.0.0.1:7800@17800,host0.example myself,master - 0 0 1 connected 0-5460 [0->-5a95]\n",
+			wantNodes: []Node{
+				{Addr: "127.0.0.1:7800", ID: "fd46", Role: RolePrimary, Slots: 5461},
+				{Addr: "127.0.0.1:7801", ID: "5a95", Role: RolePrimary, Slots: 5462},
+				{Addr: "127.0.0.1:7802", ID: "cf43", Role: RolePrimary, Slots: 5461},
+				{Addr: "127.0.0.1:7850", ID: "a2b0", Role: RolePrimary, Down: "still in the cluster handshake"},
+				{Addr: "127.0.0.1:7803", ID: "756b", Role: RoleReplica, Primary: "127.0.0.1:7802"},
+			},
+		},
+		{
+			name: "Redis 7.0 with a primary killed: pfail, its slots still its own, a slot moved by hand",
+			give: "aa20 127.0.0.1:7904@17904,host4.example slave b248 0 1795480425649 3 connected\n" +
+				"6887 127.0.0.1:7903@17903,host3.example master - 0 1795480425648 8 connected 0 5461-10922\n" +
+				"1b8c 127.0.0.1:7901@17901,host1.example slave 6887 0 1795480425649 8 connected\n" +
+				"ac80 127.0.0.1:7905@17905,host5.example myself,slave 8927 0 1795480425000 1 connected\n" +
+				"b248 127.0.0.1:7902@17902,host2.example master,fail? - 1795480424636 1795480424126 3 disconnected 10923-16383\n" +
+				"8927 127.0.0.1:7900@17900,host0.example master - 0 1795480425345 1 connected 1-5460\n",
+			wantNodes: []Node{
+				{Addr: "127.0.0.1:7900", ID: "8927", Role: RolePrimary, Slots: 5460},
+				{Addr: "127.0.0.1:7902", ID: "b248", Role: RolePrimary, Slots: 5461, Down: "flagged pfail (not answering the node asked)"},
+				{Addr: "127.0.0.1:7903", ID: "6887", Role: RolePrimary, Slots: 5463},
+				{Addr: "127.0.0.1:7901", ID: "1b8c", Role: RoleReplica, Primary: "127.0.0.1:7903"},
+				{Addr: "127.0.0.1:7904", ID: "aa20", Role: RoleReplica, Primary: "127.0.0.1:7902"},
+				{Addr: "127.0.0.1:7905", ID: "ac80", Role: RoleReplica, Primary: "127.0.0.1:7900"},
+			},
+		},
+		{
+			name: "Valkey 8.0 over IPv6",
+			give: "70af ::1:7950@17950 master - 0 1795480644072 1 connected 0-16383\n" +
+				"b79d ::1:7951@17951 myself,slave 70af 0 0 1 connected\n",
+			wantNodes: []Node{
+				{Addr: "[::1]:7950", ID: "70af", Role: RolePrimary, Slots: 16384},
+				{Addr: "[::1]:7951", ID: "b79d", Role: RoleReplica, Primary: "[::1]:7950"},
+			},
+		},
 		{name: "short line", give: "c1 127.0.0.1:7001@17001 master\n", wantErr: "has 3 fields"},
 		// As Valkey 8.0 prints a node whose cluster-announce-ip holds a line break.
 		{
@@ -150,6 +193,48 @@ func TestParseReplication(t *testing.T) {
 			name: "replica with a replica of its own",
 			give: "role:slave\nmaster_host:::1\nmaster_port:7001\nconnected_slaves:1\nslave0:ip=::1,port=7003,state=online,offset=1,lag=0\n",
 			want: replication{Role: RoleReplica, Primary: "[::1]:7001", Replicas: []string{"[::1]:7003"}},
+		},
+		// Real replies in transient states, as Valkey 8.0.1 and Redis 7.0.15 print them while
+		// replicas connect (a replica's RDB channel is listed on its own with dual-channel
+		// replication) and sync: none may be refused, whatever checks the parser grows.
+		{
+			name: "Valkey 8.0 primary, two replicas each listed twice (RDB and main channel)",
+			give: "# Replication\r\nrole:master\r\nconnected_slaves:4\r\n" +
+				"slave0:ip=127.0.0.1,port=7602,state=wait_bgsave,offset=0,lag=0,type=rdb-channel\r\n" +
+				"slave1:ip=127.0.0.1,port=7603,state=wait_bgsave,offset=0,lag=0,type=rdb-channel\r\n" +
+				"slave2:ip=127.0.0.1,port=7603,state=bg_transfer,offset=0,lag=0,type=main-channel\r\n" +
+				"slave3:ip=127.0.0.1,port=7602,state=bg_transfer,offset=0,lag=0,type=main-channel\r\n" +
+				"replicas_waiting_psync:0\r\nmaster_failover_state:no-failover\r\n" +
+				"master_replid:f7541e270767e507a8543654091abc00c58dabbf\r\nmaster_replid2:0000000000000000000000000000000000000000\r\n" +
+				"master_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:1\r\nrepl_backlog_size:10485760\r\n" +
+				"repl_backlog_first_byte_offset:1\r\nrepl_backlog_histlen:0\r\n",
+			// Discovery visits each address once.
+			want: replication{Role: RolePrimary, Replicas: []string{"127.0.0.1:7602", "127.0.0.1:7603", "127.0.0.1:7603", "127.0.0.1:7602"}},
+		},
+		{
+			name: "Valkey 8.0 primary over IPv6, a replica waiting for its sync",
+			give: "# Replication\r\nrole:master\r\nconnected_slaves:1\r\n" +
+				"slave0:ip=::1,port=7951,state=wait_bgsave,offset=0,lag=0,type=replica\r\nreplicas_waiting_psync:0\r\n",
+			want: replication{Role: RolePrimary, Replicas: []string{"[::1]:7951"}},
+		},
+		{
+			name: "Valkey 8.0 replica in its full sync",
+			give: "# Replication\r\nrole:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:7611\r\nmaster_link_status:down\r\n" +
+				"master_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:1\r\nslave_read_repl_offset:1\r\nslave_repl_offset:1\r\n" +
+				"replicas_repl_buffer_size:0\r\nreplicas_repl_buffer_peak:0\r\nmaster_sync_total_bytes:-1\r\nmaster_sync_read_bytes:0\r\n" +
+				"master_sync_left_bytes:-1\r\nmaster_sync_perc:-0.00\r\nmaster_sync_last_io_seconds_ago:0\r\n" +
+				"master_link_down_since_seconds:-1\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\n" +
+				"connected_slaves:0\r\nreplicas_waiting_psync:0\r\nmaster_failover_state:no-failover\r\n",
+			want: replication{Role: RoleReplica, Primary: "127.0.0.1:7611"},
+		},
+		{
+			name: "Redis 7.0 replica in its full sync",
+			give: "# Replication\r\nrole:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:7701\r\nmaster_link_status:down\r\n" +
+				"master_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:1\r\nslave_read_repl_offset:1\r\nslave_repl_offset:1\r\n" +
+				"master_sync_total_bytes:-1\r\nmaster_sync_read_bytes:0\r\nmaster_sync_left_bytes:-1\r\nmaster_sync_perc:-0.00\r\n" +
+				"master_sync_last_io_seconds_ago:0\r\nmaster_link_down_since_seconds:-1\r\nslave_priority:100\r\nslave_read_only:1\r\n" +
+				"replica_announced:1\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n",
+			want: replication{Role: RoleReplica, Primary: "127.0.0.1:7701"},
 		},
 		{name: "no role", give: "# Replication\nconnected_slaves:0\n", wantErr: "has no role"},
 		{name: "unknown role", give: "role:sentinel\n", wantErr: `unknown role "sentinel"`},
