@@ -83,8 +83,9 @@ func playgroundAction(c *cli.Context) error {
 
 	fmt.Fprintf(c.App.Writer, "rlfn playground: open http://%s/ (Ctrl-C stops it)\n", ln.Addr())
 	// Say at once what the page will say: the library is absent, or the server is not usable.
+	// The error holds what the server answered to rl_version: printable, as every server text.
 	if err := client.New(vk).Check(ctx); err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s\n", printable(oneLine(err.Error())))
 	}
 
 	select {

@@ -187,3 +187,37 @@ func TestPlaygroundServes(t *testing.T) {
 		t.Error("the page still answers after the command ended")
 	}
 }
+
+// TestPlaygroundHostileVersion: the warning playground prints when the library is not usable
+// quotes what the server answered to rl_version, so that its escape sequences do not reach
+// the terminal.
+func TestPlaygroundHostileVersion(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := "#!lua name=ratelimit\nredis.register_function{function_name='rl_version', callback=function() return '9.0.0\\27]0;owned\\7' end, flags={'no-writes'}}\n"
+	if err := vk.Do(ctx, vk.B().FunctionLoad().FunctionCode(code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	app := New()
+	var stdout, stderr syncBuffer
+	app.Writer, app.ErrWriter = &stdout, &stderr
+	done := make(chan int, 1)
+	go func() {
+		done <- runApp(ctx, app, []string{"rlfn", "--url", "redis://" + s.Addr, "playground", "--listen", "127.0.0.1:0"})
+	}()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), "\n") && time.Now().Before(deadline); {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d; stdout %q, stderr %q", code, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	got := stderr.String()
+	if strings.ContainsAny(got, "\x1b\x07") || !strings.Contains(got, `9.0.0\x1b]0;owned\a`) {
+		t.Errorf("stderr %q: want the server's version Go-quoted, no control character", got)
+	}
+}
