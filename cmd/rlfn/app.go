@@ -36,6 +36,10 @@ const (
 // errPending is returned by diff --exit-code when a deploy would change something.
 var errPending = errors.New("changes pending")
 
+// errVersionShown ends a command line holding --version once the version is printed: exit 0,
+// nothing else run.
+var errVersionShown = errors.New("version shown")
+
 // New builds the rlfn application. Its output goes to app.Writer (results) and app.ErrWriter
 // (progress, prompts, errors), which the caller sets.
 func New() *cli.App {
@@ -69,12 +73,8 @@ func New() *cli.App {
 			&cli.BoolFlag{Name: "version", Usage: "print rlfn's version and the library releases it embeds"},
 		},
 		Action: func(c *cli.Context) error {
-			switch {
-			case c.NArg() > 0: // "rlfn -- bogus": permute leaves what follows "--" alone
+			if c.NArg() > 0 { // "rlfn -- bogus": permute leaves what follows "--" alone
 				return unknownCommand(c.App, c.Args().First())
-			case c.Bool("version"):
-				_, err := fmt.Fprintln(c.App.Writer, "rlfn "+binaryVersion())
-				return err
 			}
 			return cli.ShowAppHelp(c)
 		},
@@ -87,6 +87,15 @@ func New() *cli.App {
 			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {
+			// --version wherever it is written, with a command too ("rlfn deploy --yes
+			// --version"), prints the version and runs nothing else: the command was not what
+			// was asked for, and would have run with the flag silently ignored.
+			if c.Bool("version") {
+				if _, err := fmt.Fprintln(c.App.Writer, "rlfn "+binaryVersion()); err != nil {
+					return err
+				}
+				return errVersionShown
+			}
 			if c.Duration("timeout") <= 0 {
 				return errors.New("--timeout must be positive")
 			}
@@ -146,7 +155,7 @@ func runApp(ctx context.Context, app *cli.App, args []string) int {
 		err = app.RunContext(ctx, args)
 	}
 	code := exitCode(err)
-	if err == nil || errors.Is(err, errPending) {
+	if err == nil || errors.Is(err, errPending) || errors.Is(err, errVersionShown) {
 		return code
 	}
 	msg := oneLine(err.Error()) + timedOut(app, err)
@@ -185,7 +194,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func exitCode(err error) int {
 	var refused *deployer.RefusedError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errVersionShown):
 		return exitOK
 	case errors.Is(err, errPending):
 		return exitPending

@@ -117,6 +117,20 @@ func TestVersionFlag(t *testing.T) {
 	if r, help := rlfn(t, nil), rlfn(t, nil, "--help"); r.code != 0 || r.stdout != help.stdout {
 		t.Errorf("rlfn alone: exit %d, stdout %q; want the help", r.code, r.stdout)
 	}
+	// With a command, wherever written, --version prints the same line and runs nothing: the
+	// URL names a port nothing listens on, so a command that ran would fail, and a deploy
+	// must not run with the flag ignored.
+	for _, args := range [][]string{
+		{"--version", "status"},
+		{"status", "--version"},
+		{"deploy", "--yes", "--version"},
+		{"status", "--json", "--version"},
+	} {
+		got := rlfn(t, nil, append([]string{"--url", "redis://127.0.0.1:1"}, args...)...)
+		if got.code != 0 || got.stdout != r.stdout || got.stderr != "" {
+			t.Errorf("rlfn %v: exit %d, stdout %q, stderr %q; want exit 0 and %q", args, got.code, got.stdout, got.stderr, r.stdout)
+		}
+	}
 }
 
 // TestUsageErrors covers mistakes caught before any network call: each is one line naming
