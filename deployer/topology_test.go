@@ -112,6 +112,17 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 			},
 		},
 		{
+			name: "Valkey 8.0 with a node replaced at its address: the old ID lingers, fail and noaddr",
+			give: "68a6 :0@0,host2.example master,fail,noaddr - 1795480736102 1795480735093 3 disconnected\n" +
+				"dd6d 127.0.0.1:8100@18100,host0.example myself,master - 0 0 1 connected 0-16383\n" +
+				"e9e5 127.0.0.1:8102@18102 master - 0 1795480914051 0 connected\n",
+			wantNodes: []Node{
+				{Addr: "127.0.0.1:0", ID: "68a6", Role: RolePrimary, Down: "flagged fail by the cluster"},
+				{Addr: "127.0.0.1:8100", ID: "dd6d", Role: RolePrimary, Slots: 16384},
+				{Addr: "127.0.0.1:8102", ID: "e9e5", Role: RolePrimary},
+			},
+		},
+		{
 			name: "Valkey 8.0 over IPv6",
 			give: "70af ::1:7950@17950 master - 0 1795480644072 1 connected 0-16383\n" +
 				"b79d ::1:7951@17951 myself,slave 70af 0 0 1 connected\n",
