@@ -51,7 +51,7 @@ func TestSlotOwner(t *testing.T) {
 		{16383, "127.0.0.1:7003", true},
 		{16384, "", false},
 	}
-	topo, err := parseClusterNodes(nodes, "127.0.0.1")
+	topo, err := parseClusterNodes(withIDs(nodes), "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestSlotOwner(t *testing.T) {
 	}
 	// A failed node still owns its slots as far as the cluster says: the owner is found,
 	// and is down (the lock then says so, rather than take another node's word for it).
-	topo, err = parseClusterNodes("a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n", "127.0.0.1")
+	topo, err = parseClusterNodes(withIDs("a5 127.0.0.1:7005@17005 master,fail - 0 0 5 connected 42\n"), "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

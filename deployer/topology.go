@@ -110,12 +110,31 @@ var downFlags = map[string]string{
 	"noaddr":    "flagged noaddr: the cluster knows no address for it",
 }
 
-// injected is what a CLUSTER NODES reply that lists a node twice, a slot's owner twice, or a
-// line cut short most likely holds: lines a node wrote through its announced address, which is printed as
-// is, line breaks included (the same holds for a replica's address in INFO replication).
-// Such a reply is refused: its lines would add nodes to dial with the deployment's
-// credentials and to deploy to.
+// injected is what a CLUSTER NODES reply that lists a node twice, a slot's owner twice, a
+// line cut short, or a node ID that is not one most likely holds: lines a node wrote through
+// its announced address, which is printed as is, line breaks included (the same holds for a
+// replica's address in INFO replication). Such a reply is refused: its lines would add nodes
+// to dial with the deployment's credentials and to deploy to.
+//
+// The node ID is what makes the refusal sure: every server prints at most 45 bytes of an
+// announced address (Valkey 8.0 and Redis 7.0 keep it in 46 with the NUL, in gossip and in
+// the node's own line), too few to finish the line it starts and to write a whole line of a
+// node with a real ID (40 hex digits) after it. Without that check, "1:1@2 slave c 0 0 1
+// c\nZ 6.6.6.6" made rlfn dial 6.6.6.6 as a replica.
 const injected = "a node announces an address holding a line break (cluster-announce-ip)?"
+
+// isNodeID reports whether s is a cluster node ID as servers make them: 40 hex digits.
+func isNodeID(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
 
 // parseClusterNodes reads CLUSTER NODES into a Topology. A node's address comes from its
 // "ip:port@cport[,hostname]" field; an empty ip (a node that has not learned its own
@@ -138,6 +157,12 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 		f := strings.Fields(line)
 		if len(f) < 8 {
 			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES line has %d fields, want at least 8: %q (%s)", len(f), line, injected)
+		}
+		if !isNodeID(f[0]) {
+			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES line starts with %q, not a node ID: %q (%s)", f[0], line, injected)
+		}
+		if f[3] != "-" && !isNodeID(f[3]) {
+			return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s replicates %q, not a node ID: %q (%s)", f[0], f[3], line, injected)
 		}
 		addr, err := nodeAddr(f[1], seedHost)
 		if err != nil {

@@ -1,15 +1,20 @@
 package deployer
 
 import (
+	"encoding/hex"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestParseClusterNodes(t *testing.T) {
+	// give names nodes short (c1, r1) for reading: withIDs makes them node IDs, as servers
+	// print them, in give and in wantNodes; raw gives are parsed as they are.
 	tests := []struct {
 		name      string
 		give      string
+		raw       bool
 		wantNodes []Node
 		wantErr   string
 	}{
@@ -136,7 +141,7 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 		{
 			name:    "a node's address cut by a line break",
 			give:    "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\nr1 1.2.3.4\nX 6.6.6.6:1@2 master:7004@17004 slave c1 0 0 1 disconnected\n",
-			wantErr: `line has 2 fields, want at least 8: "r1 1.2.3.4" (a node announces an address holding a line break (cluster-announce-ip)?)`,
+			wantErr: `line has 2 fields, want at least 8: "` + nodeID("r1") + ` 1.2.3.4" (a node announces an address holding a line break (cluster-announce-ip)?)`,
 		},
 		{name: "no port", give: "c1 127.0.0.1@17001 master - 0 0 1 connected\n", wantErr: "has no port"},
 		{name: "bad slot", give: "c1 127.0.0.1:7001@17001 master - 0 0 1 connected 10-x\n", wantErr: "bad slot range"},
@@ -153,12 +158,34 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 		{
 			name:    "a node twice",
 			give:    "c1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\nc1 6.6.6.6:1@2 master - 0 0 1 connected\n",
-			wantErr: "lists node c1 twice",
+			wantErr: "lists node " + nodeID("c1") + " twice",
+		},
+		// A node announcing an address holding a line break writes a whole line (as Valkey 8.0
+		// prints it, in the 45 bytes it keeps of an address): its ID, and the primary of the
+		// line it cuts short, are not node IDs.
+		{
+			name: "an injected line of a replica to dial",
+			raw:  true,
+			give: "dd6d8b42efb537b97c22b97afd6160ff9f4d263c 127.0.0.1:8100@18100 myself,master - 0 0 1 connected 0-16383\n" +
+				"e20240a69f01483b86961b9540744e8b9e461603 1:1@2 slave c 0 0 1 c\n" +
+				"Z 6.6.6.6:8105@18105,host5.example slave dd6d8b42efb537b97c22b97afd6160ff9f4d263c 1795481043212 1795481043108 1 disconnected\n",
+			wantErr: `node e20240a69f01483b86961b9540744e8b9e461603 replicates "c", not a node ID`,
+		},
+		{
+			name: "an injected line alone",
+			raw:  true,
+			give: "dd6d8b42efb537b97c22b97afd6160ff9f4d263c 127.0.0.1:8100@18100 myself,master - 0 0 1 connected 0-16383\n" +
+				"Z 6.6.6.6:8105@18105,host5.example slave dd6d8b42efb537b97c22b97afd6160ff9f4d263c 1795481043212 1795481043108 1 disconnected\n",
+			wantErr: `line starts with "Z", not a node ID`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			topo, err := parseClusterNodes(tt.give, "127.0.0.1")
+			give, want := tt.give, tt.wantNodes
+			if !tt.raw {
+				give, want = withIDs(give), wantIDs(want)
+			}
+			topo, err := parseClusterNodes(give, "127.0.0.1")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "deployer: ") {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -168,11 +195,51 @@ r1 127.0.0.1:7003@17003 replica c1 0 0 1 connected
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !topo.Cluster || !reflect.DeepEqual(topo.Nodes, tt.wantNodes) {
-				t.Errorf("nodes:\n got %+v\nwant %+v", topo.Nodes, tt.wantNodes)
+			if !topo.Cluster || !reflect.DeepEqual(topo.Nodes, want) {
+				t.Errorf("nodes:\n got %+v\nwant %+v", topo.Nodes, want)
 			}
 		})
 	}
+}
+
+// nodeID is the node ID a test's short name stands for: its hex, padded to 40 digits.
+func nodeID(name string) string {
+	h := hex.EncodeToString([]byte(name))
+	return h + strings.Repeat("0", 40-len(h))
+}
+
+// withIDs makes the short names of a CLUSTER NODES text (each line's first field, and its
+// fourth unless "-") node IDs.
+func withIDs(text string) string {
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		body, nl := strings.CutSuffix(line, "\n")
+		f := strings.Split(body, " ")
+		if f[0] != "" {
+			f[0] = nodeID(f[0])
+		}
+		if len(f) > 3 && f[3] != "-" {
+			f[3] = nodeID(f[3])
+		}
+		b.WriteString(strings.Join(f, " "))
+		if nl {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// wantIDs is nodes with their short names made node IDs, a primary named by its ID (one
+// missing from the view) included.
+func wantIDs(nodes []Node) []Node {
+	out := slices.Clone(nodes)
+	for i := range out {
+		out[i].ID = nodeID(out[i].ID)
+		if out[i].Primary != "" && !strings.Contains(out[i].Primary, ":") {
+			out[i].Primary = nodeID(out[i].Primary)
+		}
+	}
+	return out
 }
 
 func TestParseReplication(t *testing.T) {
