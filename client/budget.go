@@ -43,10 +43,37 @@ type budgets struct {
 type budgetShard struct {
 	mu        sync.RWMutex
 	m         map[string]*budget
-	n         atomic.Int32 // len(m), written under mu: a shard without budgets is not locked
 	nextSweep int64
-	recent    [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
-	_         [64]byte                // keeps the next shard's mutex off this one's slots' cache line
+	held      [recentSlots]uint16 // budgets in m by slot of recent (see budget.slot), under mu
+	// held's slots that are not 0, read without mu: a key whose slot holds no budget has
+	// none, and its call looks no further. In the spread case, where random arrivals make a
+	// few keys hot now and then, nearly every shard holds a budget; without this, nearly every
+	// call took its shard's read lock (two atomic adds on a cache line every core writes) and
+	// hashed its key again for the map, for nothing.
+	has    [recentSlots / 64]atomic.Uint64
+	recent [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
+	_      [64]byte                // keeps the next shard's mutex off this one's slots' cache line
+}
+
+// hold counts a budget added to sh.m at slot; sh.mu is held.
+func (sh *budgetShard) hold(slot uint16) {
+	if sh.held[slot]++; sh.held[slot] == 1 {
+		sh.has[slot/64].Or(1 << (slot % 64))
+	}
+}
+
+// drop forgets b, which sh.m holds at k; sh.mu and b.mu are held.
+func (sh *budgetShard) drop(k string, b *budget) {
+	b.dead = true
+	delete(sh.m, k)
+	if sh.held[b.slot]--; sh.held[b.slot] == 0 {
+		sh.has[b.slot/64].And(^uint64(1 << (b.slot % 64)))
+	}
+}
+
+// holds reports whether slot may hold a budget: a budget added meanwhile may not show yet.
+func (sh *budgetShard) holds(slot uint16) bool {
+	return sh.has[slot/64].Load()&(1<<(slot%64)) != 0
 }
 
 // recentSlots is the size of a shard's table of recent calls: 64 x 256 slots of 8 bytes, small
@@ -91,6 +118,7 @@ type budget struct {
 	mu   sync.Mutex
 	key  string // the caller's key and the limit, for the refunds
 	spec spec
+	slot uint16 // its key's slot of its shard's recent
 
 	dead     bool          // removed from its shard: a caller that finds it so looks again
 	fetching bool          // a call is taking a batch
@@ -152,53 +180,55 @@ func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
 // A key gets a budget once three of its calls came each within a quarter of maxAge of the one
 // before: most keys never do, and cost a slot of a table with no allocation, rather than a
 // budget (with its key, its timer) made and swept again for every call. now is the clock if
-// the caller read it, else 0: then get reads it only for a key without a budget.
-func (bs *budgets) get(sk []byte, key string, c call, now int64, clock func() int64) *budget {
+// the caller read it, else 0: then get reads it only for a key without a budget, and returns
+// it (else 0), for the call that then goes to the server.
+func (bs *budgets) get(sk []byte, key string, c call, now int64, clock func() int64) (*budget, int64) {
 	h := maphash.Bytes(bs.seed, sk)
 	sh := &bs.shards[h%budgetShards]
-	if sh.n.Load() > 0 {
+	slot := uint16((h / budgetShards) % recentSlots)
+	if sh.holds(slot) {
 		// a hot key's calls only read the map: they share the lock
 		sh.mu.RLock()
 		b := sh.m[string(sk)]
 		sh.mu.RUnlock()
 		if b != nil {
-			return b
+			return b, 0
 		}
 	}
-	// A budget made meanwhile, which the count did not show yet, is missed by this call only:
-	// it goes to the server, as without leased budgets.
+	// A budget made meanwhile, which holds did not show yet, is missed by this call only: it
+	// goes to the server, as without leased budgets.
 	if now == 0 {
 		// the clock only for a key without a budget: a hit reads it once, under its budget's lock
 		now = clock()
 	}
-	r := &sh.recent[(h/budgetShards)%recentSlots]
+	r := &sh.recent[slot]
 	w := r.w.Load()
 	ago, ok := r.since(w, h, now)
 	switch {
 	case !ok || int64(ago) > bs.maxAge/4:
 		r.w.Store(recentWord(h, now, false))
-		return nil
+		return nil, now
 	case w&1 == 0:
 		r.w.Store(recentWord(h, now, true))
-		return nil
+		return nil, now
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b := sh.m[string(sk)]; b != nil {
-		return b
+		return b, 0
 	}
 	r.w.Store(0)
 	if now >= sh.nextSweep {
 		bs.sweep(sh, now)
 	}
 	if len(sh.m) >= bs.perShard && !bs.evict(sh, now) {
-		return nil
+		return nil, now
 	}
 	// as if the last call had been a batch of one: the next one doubles (see nextBatch)
-	b := &budget{key: key, spec: c.spec, k: 1, fetched: now - int64(ago)}
+	b := &budget{key: key, spec: c.spec, slot: slot, k: 1, fetched: now - int64(ago)}
 	sh.m[string(sk)] = b
-	sh.n.Store(int32(len(sh.m)))
-	return b
+	sh.hold(slot)
+	return b, 0
 }
 
 // idle reports a budget that holds nothing and whose demand is forgotten: its next batch
@@ -213,12 +243,10 @@ func (bs *budgets) sweep(sh *budgetShard, now int64) {
 	for k, b := range sh.m {
 		b.mu.Lock()
 		if bs.idle(b, now) {
-			b.dead = true
-			delete(sh.m, k)
+			sh.drop(k, b)
 		}
 		b.mu.Unlock()
 	}
-	sh.n.Store(int32(len(sh.m)))
 	sh.nextSweep = now + sweepEvery
 }
 
@@ -230,9 +258,7 @@ func (bs *budgets) evict(sh *budgetShard, now int64) bool {
 		b.mu.Lock()
 		free := !b.fetching && b.units == 0
 		if free {
-			b.dead = true
-			delete(sh.m, k)
-			sh.n.Store(int32(len(sh.m)))
+			sh.drop(k, b)
 		}
 		b.mu.Unlock()
 		if free {
@@ -249,9 +275,9 @@ func (bs *budgets) evict(sh *budgetShard, now int64) bool {
 // else a batch from the server. now is the clock read by the caller, or 0.
 func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string, c call, now int64) (Result, error) {
 	bs := l.budgets
-	b := bs.get(sk, key, c, now, l.clock)
+	b, now := bs.get(sk, key, c, now, l.clock)
 	if b == nil {
-		return l.decide(ctx, opAllow, key, c)
+		return l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], now))
 	}
 	for {
 		b.mu.Lock()
@@ -261,8 +287,8 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 		switch {
 		case b.dead:
 			b.mu.Unlock()
-			if b = bs.get(sk, key, c, 0, l.clock); b == nil {
-				return l.decide(ctx, opAllow, key, c)
+			if b, now = bs.get(sk, key, c, 0, l.clock); b == nil {
+				return l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], now))
 			}
 			continue
 		case b.units >= c.cost && now < b.expires:

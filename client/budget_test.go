@@ -1,7 +1,9 @@
 package client
 
 import (
+	"hash/maphash"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -125,5 +127,71 @@ func TestRecentWord(t *testing.T) {
 				t.Errorf("quick bit of %#x, want %v", w, tt.quick)
 			}
 		})
+	}
+}
+
+// TestBudgetSlots checks that a call finds its key's budget through the shard's slots, which
+// tell a call not to look in the shard's map, and that a budget swept away frees its slot only
+// when no other budget holds it.
+func TestBudgetSlots(t *testing.T) {
+	const maxAge = int64(100 * time.Millisecond)
+	bs := newBudgets(64, time.Duration(maxAge))
+	c := call{spec: TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}.spec(), cost: 1}
+	where := func(sk string) (*budgetShard, uint16) {
+		h := maphash.Bytes(bs.seed, []byte(sk))
+		return &bs.shards[h%budgetShards], uint16((h / budgetShards) % recentSlots)
+	}
+	// two keys in one slot of one shard
+	first := "k0"
+	sh, slot := where(first)
+	var second string
+	for i := 1; second == ""; i++ {
+		if s, n := where("k" + strconv.Itoa(i)); s == sh && n == slot {
+			second = "k" + strconv.Itoa(i)
+		}
+	}
+	now := int64(time.Hour)
+	clock := func() int64 { return now }
+	hot := func(sk string) *budget {
+		t.Helper()
+		var b *budget
+		for range 3 { // three calls within a quarter of maxAge: the third makes the budget
+			now += int64(time.Millisecond)
+			b, _ = bs.get([]byte(sk), sk, c, 0, clock)
+		}
+		if b == nil {
+			t.Fatalf("%s: no budget after three quick calls", sk)
+		}
+		return b
+	}
+	b1 := hot(first)
+	if !sh.holds(slot) {
+		t.Fatal("the slot of a key with a budget does not hold one")
+	}
+	now += int64(time.Millisecond)
+	if got, _ := bs.get([]byte(first), first, c, 0, clock); got != b1 {
+		t.Fatalf("the next call found %p, want its budget %p", got, b1)
+	}
+	b2 := hot(second)
+	now += int64(time.Millisecond)
+	if got, _ := bs.get([]byte(second), second, c, 0, clock); got != b2 {
+		t.Fatalf("the second key's call found %p, want its budget %p", got, b2)
+	}
+
+	// the first key's budget busy, the second's idle: the sweep drops the second alone
+	b1.fetching = true
+	now += 2 * maxAge
+	sh.mu.Lock()
+	bs.sweep(sh, now)
+	sh.mu.Unlock()
+	if !b2.dead || b1.dead || !sh.holds(slot) {
+		t.Fatalf("after the first sweep: dead %v, %v (want false, true), slot held %v (want true)", b1.dead, b2.dead, sh.holds(slot))
+	}
+	b1.fetching = false
+	sh.mu.Lock()
+	bs.sweep(sh, now)
+	sh.mu.Unlock()
+	if !b1.dead || sh.holds(slot) {
+		t.Fatalf("after the second sweep: dead %v (want true), slot held %v (want false)", b1.dead, sh.holds(slot))
 	}
 }

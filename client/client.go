@@ -32,6 +32,7 @@ type Limiter struct {
 	tracer    trace.Tracer // nil without WithTracerProvider: no span
 	traceKeys bool
 	clock     func() int64
+	monoClock bool // clock is monotonicClock: a reading of it gives time.Since(clockBase)
 }
 
 // New returns a Limiter that sends its commands through vk. The caller owns vk: the Limiter
@@ -68,6 +69,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		instances: int64(o.instances),
 		breakers:  newBreakers(vk, o.breakerFailures, o.breakerCooldown),
 		clock:     o.clock,
+		monoClock: !o.fakeClock,
 	}
 	if o.policy == LocalFallback {
 		l.local = newLocalStore(o.localKeys)
@@ -94,6 +96,17 @@ var clockBase = time.Now()
 
 // monotonicClock is the default clock: Unix nanoseconds, advancing with the monotonic clock.
 func monotonicClock() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
+
+// prebuilt is what a call on sk's server key (sk[:n] of stateKey) has built already: the server
+// key, and time.Since(clockBase) from now, a reading of the Limiter's clock (0: none), when the
+// clock is monotonicClock.
+func (l *Limiter) prebuilt(sk []byte, now int64) built {
+	p := built{key: sk}
+	if l.monoClock && now != 0 {
+		p.mono = time.Duration(now - clockBase.UnixNano())
+	}
+	return p
+}
 
 // Allow takes one unit from key's limiter.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
@@ -151,7 +164,7 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	if leased {
 		res, err = l.allowLeased(ctx, sk, n, key, c, sent)
 	} else {
-		res, err = l.decide(ctx, opAllow, key, c)
+		res, err = l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], sent))
 	}
 	if d != nil && err == nil && !res.Allowed && !res.Local && !res.Cached {
 		d.put(sk, n, c.cost, sent, l.clock(), res)
@@ -223,6 +236,19 @@ func (l *Limiter) refund(ctx context.Context, key string, c call) (Result, error
 // decide asks the server unless the breaker is open, and turns a failure into the policy's
 // decision.
 func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) (Result, error) {
+	return l.decideBuilt(ctx, op, key, c, built{})
+}
+
+// built is what a caller of decideBuilt has computed already, so that the call does not
+// compute it again: leased budgets build the server key and read the clock for every call,
+// the spread case's cold keys included, and each costs about as much again.
+type built struct {
+	key  []byte        // key's server key (appendKey), nil if not built
+	mono time.Duration // time.Since(clockBase) when the call began, 0 if not read
+}
+
+// decideBuilt is decide with what the caller built already.
+func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c call, pre built) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -230,7 +256,7 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) 
 	if !pass {
 		return l.fail(ctx, op, key, c, kindCircuitOpen, ErrCircuitOpen)
 	}
-	res, err := l.server(ctx, op, key, c)
+	res, err := l.server(ctx, op, key, c, pre)
 	kind := l.settle(ctx, a, c.alg.id, op, res, err)
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
@@ -317,8 +343,8 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 }
 
 // server runs c on the server, within the deadline.
-func (l *Limiter) server(ctx context.Context, op operation, key string, c call) (Result, error) {
-	ctx, rel := l.withDeadline(ctx)
+func (l *Limiter) server(ctx context.Context, op operation, key string, c call, pre built) (Result, error) {
+	ctx, rel := l.withDeadline(ctx, pre.mono)
 	defer rel.release()
 	fn := c.alg.fn
 	switch op {
@@ -328,11 +354,11 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call) 
 		fn = c.alg.refund
 	}
 	reserve := op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
-	res, err := decode(fn, l.vk.Do(ctx, l.command(op == opPeek, fn, key, c, reserve)))
+	res, err := decode(fn, l.vk.Do(ctx, l.command(op == opPeek, fn, key, pre.key, c, reserve)))
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
 		// runs under FCALL as well (no-writes only permits FCALL_RO, it does not require it).
-		res, err = decode(fn, l.vk.Do(ctx, l.command(false, fn, key, c, reserve)))
+		res, err = decode(fn, l.vk.Do(ctx, l.command(false, fn, key, pre.key, c, reserve)))
 	}
 	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
 		// A 1.0 library has no such function, or takes no reserve.
@@ -488,14 +514,20 @@ func isNil(limit Limit) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// command builds FCALL (or FCALL_RO) fn 1 key args... [reserve]. A command is built for each
-// call and never reused, because valkey-go recycles it once Do returns; so it needs no Pin.
-func (l *Limiter) command(readOnly bool, fn, key string, c call, reserve bool) valkey.Completed {
+// command builds FCALL (or FCALL_RO) fn 1 key args... [reserve], with key's server key sk
+// when the caller built it already (else nil). A command is built for each call and never
+// reused, because valkey-go recycles it once Do returns; so it needs no Pin.
+func (l *Limiter) command(readOnly bool, fn, key string, sk []byte, c call, reserve bool) valkey.Completed {
 	// The key and every argument are written into one buffer and converted to one string that
 	// the arguments slice: one allocation per call rather than one per argument.
 	var b [192]byte
 	var e [8]int
-	buf := appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+	var buf []byte
+	if sk != nil {
+		buf = append(b[:0], sk...)
+	} else {
+		buf = appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+	}
 	ends := append(e[:0], len(buf))
 	buf, ends = c.appendArgs(buf, ends)
 	if reserve {

@@ -152,9 +152,12 @@ func (c *deadlineCtx) Err() error {
 // withDeadline returns ctx bounded by the Limiter's deadline: ctx itself when its own deadline
 // comes first. A call whose caller cancels ctx ends at once, with context.Canceled; a context
 // that cannot be canceled gets the cheap shared tick, a cancelable one a child canceled by the
-// tick. The returned release frees what the context holds once the call has ended.
-func (l *Limiter) withDeadline(ctx context.Context) (context.Context, release) {
-	now := time.Since(clockBase)
+// tick. The returned release frees what the context holds once the call has ended. now is
+// time.Since(clockBase) if the caller read it, else 0.
+func (l *Limiter) withDeadline(ctx context.Context, now time.Duration) (context.Context, release) {
+	if now <= 0 {
+		now = time.Since(clockBase)
+	}
 	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
 		return hiddenDeadline{ctx}, release{}
 	}

@@ -8,7 +8,7 @@ import (
 // WithClock replaces the Limiter's clock (Unix nanoseconds) in tests, so that the breaker's
 // cooldown and the local limiters' windows run on a fake clock.
 func WithClock(now func() int64) Option {
-	return func(o *options) { o.clock = now }
+	return func(o *options) { o.clock, o.fakeClock = now, true }
 }
 
 // LocalKeys is how many keys the Limiter's local fallback holds.

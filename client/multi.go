@@ -371,7 +371,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 // ResetAfter after the decision, and whether it alone would admit the cost), or the zero
 // Result where the peek failed: the decision stands.
 func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
-	ctx, rel := l.withDeadline(ctx)
+	ctx, rel := l.withDeadline(ctx, 0)
 	defer rel.release()
 	fn := "rl_multi"
 	if op == opPeek {
@@ -412,7 +412,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		cmds := make(valkey.Commands, 1, 1+len(cs))
 		cmds[0] = command(op == opPeek)
 		for i := range cs {
-			cmds = append(cmds, l.command(false, cs[i].alg.peek, key, cs[i], true))
+			cmds = append(cmds, l.command(false, cs[i].alg.peek, key, nil, cs[i], true))
 		}
 		replies := l.vk.DoMulti(ctx, cmds...)
 		res, idx, err = decodeN(fn, replies[0], 7)

@@ -96,6 +96,7 @@ type options struct {
 	tracerProvider  trace.TracerProvider
 	traceKeys       bool
 	clock           func() int64
+	fakeClock       bool // clock is WithClock's (tests), not monotonicClock
 	errs            []error
 }
 

@@ -374,6 +374,35 @@ func TestDeadline(t *testing.T) {
 			t.Fatalf("deadline %s after the call, want 80ms (shared timers round up by 1ms)", d)
 		}
 	})
+	// A cold key's call reuses the clock reading of the leased budgets and the denial cache
+	// for its deadline: not a test clock's, which is not the time.
+	for _, tc := range []struct {
+		name string
+		opts []client.Option
+	}{
+		{"leased budgets and a denial cache", nil},
+		{"the same with a test clock an hour ahead", []client.Option{client.WithClock(func() int64 {
+			return time.Now().Add(time.Hour).UnixNano()
+		})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vk := mock.NewClient(gomock.NewController(t))
+			var got time.Time
+			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
+				got, _ = client.CallDeadline(ctx)
+				return okReply
+			})
+			opts := append([]client.Option{client.WithDeadline(80 * time.Millisecond),
+				client.WithLeasedBudgets(16, time.Second), client.WithDenialCache(10)}, tc.opts...)
+			start := time.Now()
+			if _, err := client.New(vk, opts...).Allow(context.Background(), "k", bucket); err != nil {
+				t.Fatal(err)
+			}
+			if d := got.Sub(start); d < 80*time.Millisecond || d > 80*time.Millisecond+250*time.Millisecond {
+				t.Fatalf("deadline %s after the call, want 80ms (shared timers round up by 1ms)", d)
+			}
+		})
+	}
 	t.Run("an earlier deadline is kept", func(t *testing.T) {
 		vk := mock.NewClient(gomock.NewController(t))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
