@@ -44,22 +44,15 @@ type budgetShard struct {
 	mu        sync.RWMutex
 	m         map[string]*budget
 	nextSweep int64
-	held      [recentSlots]uint16 // budgets in m by slot of recent (see budget.slot), under mu
-	// held's slots that are not 0, read without mu: a key whose slot holds no budget has
-	// none, and its call looks no further. In the spread case, where random arrivals make a
-	// few keys hot now and then, nearly every shard holds a budget; without this, nearly every
-	// call took its shard's read lock (two atomic adds on a cache line every core writes) and
-	// hashed its key again for the map, for nothing.
-	has    [recentSlots / 64]atomic.Uint64
-	recent [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
-	_      [64]byte                // keeps the next shard's mutex off this one's slots' cache line
+	held      [recentSlots]uint16     // budgets in m by slot of recent (see budget.slot), under mu
+	recent    [recentSlots]recentCall // keys without a budget, by hash: two keys may share a slot
+	_         [64]byte                // keeps the next shard's mutex off this one's slots' cache line
 }
 
 // hold counts a budget added to sh.m at slot; sh.mu is held.
 func (sh *budgetShard) hold(slot uint16) {
-	if sh.held[slot]++; sh.held[slot] == 1 {
-		sh.has[slot/64].Or(1 << (slot % 64))
-	}
+	sh.held[slot]++
+	sh.recent[slot].w.Or(budgetBit)
 }
 
 // drop forgets b, which sh.m holds at k; sh.mu and b.mu are held.
@@ -67,13 +60,13 @@ func (sh *budgetShard) drop(k string, b *budget) {
 	b.dead = true
 	delete(sh.m, k)
 	if sh.held[b.slot]--; sh.held[b.slot] == 0 {
-		sh.has[b.slot/64].And(^uint64(1 << (b.slot % 64)))
+		sh.recent[b.slot].w.And(^uint64(budgetBit))
 	}
 }
 
-// holds reports whether slot may hold a budget: a budget added meanwhile may not show yet.
+// holds reports whether slot's word says it holds a budget (see budgetBit).
 func (sh *budgetShard) holds(slot uint16) bool {
-	return sh.has[slot/64].Load()&(1<<(slot%64)) != 0
+	return sh.recent[slot].w.Load()&budgetBit != 0
 }
 
 // recentSlots is the size of a shard's table of recent calls: 64 x 256 slots of 8 bytes, small
@@ -87,17 +80,31 @@ const recentSlots = 256
 // late, which changes how it is batched, never what the server admits.
 //
 // The word is the key's tag (the upper half of its hash; 0 for none) in its upper 32 bits, the
-// time of the call in units of recentUnit modulo 2^31 in the next 31 (wrapping every 36
+// time of the call in units of recentUnit modulo 2^30 in the next 30 (wrapping every 18
 // minutes: a key called again that much later may count as called quickly, a budget a call
-// early), and the bit that tells a call came quickly before it.
+// early), budgetBit, and the bit that tells a call came quickly before it.
 type recentCall struct{ w atomic.Uint64 }
+
+// budgetBit in a slot's word says that the slot holds a budget (held is not 0): only then does
+// a call look for its key's budget in the shard's map, under its read lock. In the spread case,
+// where random arrivals make a few keys hot now and then, nearly every shard holds a budget:
+// without the bit, nearly every call took its shard's read lock (two atomic adds on a cache line
+// both cores write) and hashed its key again for the map, for nothing; and the bit is in the
+// word that the call reads anyway, not a cache miss of its own.
+//
+// The calls that write the word without the lock keep the bit as they read it, so that it may
+// be lost, when a budget is added meanwhile, or come back, when the last is dropped meanwhile.
+// Lost, the budget's calls miss it and go to the server, as without leased budgets, until one of
+// them, quick again, finds it under the lock and sets the bit again; back, a call finds no budget
+// in the map, and clears it.
+const budgetBit = 2
 
 // recentUnit is the time unit of the table of recent calls: 1.024µs (a quarter of the smallest
 // maxAge is 244 of them).
 const recentUnit = 10 // bits
 
 func recentWord(h uint64, now int64, quick bool) uint64 {
-	w := h&^(1<<32-1) | uint64(uint32(now>>recentUnit))<<1&(1<<32-1)
+	w := h&^(1<<32-1) | uint64(uint32(now>>recentUnit))<<2&(1<<32-1)
 	if quick {
 		w |= 1
 	}
@@ -109,7 +116,7 @@ func (r *recentCall) since(w, h uint64, now int64) (time.Duration, bool) {
 	if w>>32 != h>>32 {
 		return 0, false
 	}
-	units := (uint32(now>>recentUnit)<<1 - uint32(w)&^1) >> 1
+	units := (uint32(now>>recentUnit)<<2 - uint32(w)&^3) >> 2
 	return time.Duration(units) << recentUnit, true
 }
 
@@ -186,38 +193,44 @@ func (bs *budgets) get(sk []byte, key string, c call, now int64, clock func() in
 	h := maphash.Bytes(bs.seed, sk)
 	sh := &bs.shards[h%budgetShards]
 	slot := uint16((h / budgetShards) % recentSlots)
-	if sh.holds(slot) {
+	r := &sh.recent[slot]
+	w := r.w.Load()
+	if w&budgetBit != 0 {
 		// a hot key's calls only read the map: they share the lock
 		sh.mu.RLock()
 		b := sh.m[string(sk)]
+		gone := b == nil && sh.held[slot] == 0
 		sh.mu.RUnlock()
 		if b != nil {
 			return b, 0
 		}
+		if gone {
+			r.w.And(^uint64(budgetBit))
+			w &^= budgetBit
+		}
 	}
-	// A budget made meanwhile, which holds did not show yet, is missed by this call only: it
+	// A budget made meanwhile, which the word did not show yet, is missed by this call only: it
 	// goes to the server, as without leased budgets.
 	if now == 0 {
 		// the clock only for a key without a budget: a hit reads it once, under its budget's lock
 		now = clock()
 	}
-	r := &sh.recent[slot]
-	w := r.w.Load()
 	ago, ok := r.since(w, h, now)
 	switch {
 	case !ok || int64(ago) > bs.maxAge/4:
-		r.w.Store(recentWord(h, now, false))
+		r.w.Store(recentWord(h, now, false) | w&budgetBit)
 		return nil, now
 	case w&1 == 0:
-		r.w.Store(recentWord(h, now, true))
+		r.w.Store(recentWord(h, now, true) | w&budgetBit)
 		return nil, now
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b := sh.m[string(sk)]; b != nil {
+		r.w.Or(budgetBit) // lost (see budgetBit)
 		return b, 0
 	}
-	r.w.Store(0)
+	r.w.Store(budgetBit) // the key's calls look for its budget from now on
 	if now >= sh.nextSweep {
 		bs.sweep(sh, now)
 	}

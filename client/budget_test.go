@@ -108,8 +108,8 @@ func TestRecentWord(t *testing.T) {
 		{"same key, same instant", h, base, base, false, true, 0},
 		{"same key, 1ms later", h, base, base + int64(time.Millisecond), true, true, time.Duration(int64(time.Millisecond) / unit * unit)},
 		{"another key in the slot", other, base, base + 5, false, false, 0},
-		// the time field wraps every 2^31 units: the difference still comes out right
-		{"across a wrap", h, (1<<31 - 3) * unit, (1<<31 + 7) * unit, false, true, time.Duration(10 * unit)},
+		// the time field wraps every 2^30 units: the difference still comes out right
+		{"across a wrap", h, (1<<30 - 3) * unit, (1<<30 + 7) * unit, false, true, time.Duration(10 * unit)},
 		{"empty slot", h, 0, base, false, false, 0},
 	}
 	for _, tt := range tests {
@@ -178,6 +178,13 @@ func TestBudgetSlots(t *testing.T) {
 		t.Fatalf("the second key's call found %p, want its budget %p", got, b2)
 	}
 
+	// a cold call's store lost the bit: the key's calls miss its budget until a quick one
+	// finds it under the lock
+	sh.recent[slot].w.And(^uint64(budgetBit))
+	if got := hot(first); got != b1 || !sh.holds(slot) {
+		t.Fatalf("after the bit was lost: found %p, want %p; slot held %v, want true", got, b1, sh.holds(slot))
+	}
+
 	// the first key's budget busy, the second's idle: the sweep drops the second alone
 	b1.fetching = true
 	now += 2 * maxAge
@@ -193,5 +200,12 @@ func TestBudgetSlots(t *testing.T) {
 	sh.mu.Unlock()
 	if !b1.dead || sh.holds(slot) {
 		t.Fatalf("after the second sweep: dead %v (want true), slot held %v (want false)", b1.dead, sh.holds(slot))
+	}
+
+	// a cold call's store brought the bit back: the next call finds no budget, and clears it
+	sh.recent[slot].w.Or(budgetBit)
+	now += int64(time.Millisecond)
+	if got, _ := bs.get([]byte(first), first, c, 0, clock); got != nil || sh.holds(slot) {
+		t.Fatalf("after the bit came back: found %p, want none; slot held %v, want false", got, sh.holds(slot))
 	}
 }
