@@ -121,3 +121,20 @@ func TestCancelableContextDeadline(t *testing.T) {
 	}
 	time.Sleep(40 * time.Millisecond)
 }
+
+// A cancelable context without a deadline of its own, a request's as a rule, costs a call
+// what watching its cancel needs and no more: context.WithCancelCause's context and cancel
+// function (and its Done channel, which valkey-go asks for and this mock does not), without a
+// wrapper around them. (Allocation counts, not times, so this holds on any machine.)
+func TestCancelableContextAllocations(t *testing.T) {
+	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
+	lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))})
+	allocs := func(ctx context.Context) float64 {
+		return testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if background, cancelable := allocs(context.Background()), allocs(ctx); cancelable > background+2 {
+		t.Errorf("%v allocations per call with a cancelable context, %v with context.Background: want at most 2 more", cancelable, background)
+	}
+}

@@ -354,11 +354,11 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call, 
 		fn = c.alg.refund
 	}
 	reserve := op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
-	res, err := decode(fn, l.vk.Do(ctx, l.command(op == opPeek, fn, key, pre.key, c, reserve)))
+	res, err := decode(fn, rel.result(l.vk.Do(ctx, l.command(op == opPeek, fn, key, pre.key, c, reserve))))
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
 		// runs under FCALL as well (no-writes only permits FCALL_RO, it does not require it).
-		res, err = decode(fn, l.vk.Do(ctx, l.command(false, fn, key, pre.key, c, reserve)))
+		res, err = decode(fn, rel.result(l.vk.Do(ctx, l.command(false, fn, key, pre.key, c, reserve))))
 	}
 	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
 		// A 1.0 library has no such function, or takes no reserve.

@@ -2,10 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // tickResolution is how much later than its deadline a call may be cut off: the calls whose
@@ -158,7 +161,8 @@ func (l *Limiter) withDeadline(ctx context.Context, now time.Duration) (context.
 	if now <= 0 {
 		now = time.Since(clockBase)
 	}
-	if d, ok := ctx.Deadline(); ok && d.Sub(clockBase) <= now+l.deadline {
+	d, hasDeadline := ctx.Deadline()
+	if hasDeadline && d.Sub(clockBase) <= now+l.deadline {
 		return hiddenDeadline{ctx}, release{}
 	}
 	t := l.deadlines.after(now, l.deadline)
@@ -166,7 +170,16 @@ func (l *Limiter) withDeadline(ctx context.Context, now time.Duration) (context.
 		// context.WithCancelCause and the tick's timer, rather than context.WithDeadline's
 		// timer of its own: 4 allocations instead of 6, and half the time.
 		cctx, cancel := context.WithCancelCause(ctx)
-		return cancelableCtx{cctx, t}, release{t: t, slot: t.watch(cancel), cancel: cancel}
+		rel := release{t: t, slot: t.watch(cancel), cancel: cancel}
+		if !hasDeadline {
+			// No deadline to hide (see hiddenDeadline): valkey-go gets the child itself, and
+			// the call one allocation less than with cancelableCtx (a request's context has
+			// none, as a rule). Its Err is then Canceled when the tick fires: result says it
+			// as the deadline's.
+			rel.bare = cctx
+			return cctx, rel
+		}
+		return cancelableCtx{cctx, t}, rel
 	}
 	if ctx == context.Background() || ctx == context.TODO() {
 		return t.bg, release{}
@@ -180,6 +193,21 @@ type release struct {
 	t      *tick
 	slot   int
 	cancel context.CancelCauseFunc
+	bare   context.Context // the context of the call, when it is cancel's child without a wrapper
+}
+
+// result is valkey-go's reply to a call on the context withDeadline returned: with the error
+// of a bare context that the tick canceled (context.Canceled) changed to
+// context.DeadlineExceeded, as cancelableCtx's Err says it, and as a caller's own cancel is
+// not.
+func (r release) result(res valkey.ValkeyResult) valkey.ValkeyResult {
+	if r.bare == nil {
+		return res
+	}
+	if err := res.Error(); err != nil && errors.Is(err, context.Canceled) && context.Cause(r.bare) == errTickDeadline {
+		return valkey.NewErrorResult(context.DeadlineExceeded)
+	}
+	return res
 }
 
 func (r release) release() {
@@ -198,9 +226,10 @@ type hiddenDeadline struct{ context.Context }
 
 func (hiddenDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// cancelableCtx is a cancelable caller's context for a call, canceled by the caller and by
-// its tick, whose deadline it hides from valkey-go as hiddenDeadline does. Its Err is
-// context.DeadlineExceeded once the tick has canceled it, as a deadline's.
+// cancelableCtx is a cancelable caller's context with a deadline later than the Limiter's,
+// for a call, canceled by the caller and by its tick, whose deadline it hides from valkey-go as
+// hiddenDeadline does. Its Err is context.DeadlineExceeded once the tick has canceled it, as a
+// deadline's.
 type cancelableCtx struct {
 	context.Context // context.WithCancelCause's child of the caller's
 	t               *tick

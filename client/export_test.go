@@ -21,7 +21,9 @@ func (l *Limiter) SlotsKnown() bool { return l.breakers.table.Load() != nil }
 var KeySlot = keySlot
 
 // CallDeadline is the deadline of a call's context as valkey-go gets it: a cancelable one
-// hides it from valkey-go (see hiddenDeadline), and this reads it anyway.
+// hides it from valkey-go (see hiddenDeadline), and this reads it anyway. A cancelable
+// caller's context without a deadline gets a bare child, which reports none: the tick cancels
+// it.
 func CallDeadline(ctx context.Context) (time.Time, bool) {
 	switch c := ctx.(type) {
 	case hiddenDeadline:

@@ -404,7 +404,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	var idx int64
 	var err error
 	if each == nil {
-		res, idx, err = decodeN(fn, l.vk.Do(ctx, command(op == opPeek)), 7)
+		res, idx, err = decodeN(fn, rel.result(l.vk.Do(ctx, command(op == opPeek))), 7)
 	} else {
 		// The peeks go behind the rl_multi on its connection, in one round trip: its slot's
 		// node runs them right after it. FCALL, not FCALL_RO: the primary's state, not a
@@ -415,16 +415,16 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 			cmds = append(cmds, l.command(false, cs[i].alg.peek, key, nil, cs[i], true))
 		}
 		replies := l.vk.DoMulti(ctx, cmds...)
-		res, idx, err = decodeN(fn, replies[0], 7)
+		res, idx, err = decodeN(fn, rel.result(replies[0]), 7)
 		for i := range cs {
-			if r, perr := decode(cs[i].alg.peek, replies[1+i]); perr == nil {
+			if r, perr := decode(cs[i].alg.peek, rel.result(replies[1+i])); perr == nil {
 				each[i] = r
 			}
 		}
 	}
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// as PeekN: a replica without the library yet; FCALL goes to the primary
-		res, idx, err = decodeN(fn, l.vk.Do(ctx, command(false)), 7)
+		res, idx, err = decodeN(fn, rel.result(l.vk.Do(ctx, command(false))), 7)
 	}
 	if err != nil {
 		if olderLibrary(err) {
