@@ -566,6 +566,11 @@ func syncHint(info string) string {
 	switch {
 	case infoField(info, "master_sync_in_progress") == "1":
 		return "it is still in a full sync from its primary: healthy but slow, it needs a longer verify timeout"
+	case infoField(info, "master_link_status") == "down" && infoField(info, "master_link_down_since_seconds") == "-1":
+		// -1: the link has never been up since the replica started. Valkey 8 reports its first
+		// full sync this way, with master_sync_in_progress 0 (dual-channel or not), and so
+		// does a replica that never reached its primary: which one, INFO does not tell.
+		return "its link to its primary has not been up since it started: its first full sync has not finished (it needs a longer verify timeout), or it cannot reach its primary"
 	case infoField(info, "master_link_status") == "down":
 		return "its link to its primary is down"
 	}

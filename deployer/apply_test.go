@@ -306,7 +306,10 @@ func TestVerifySaysWhyAReplicaIsLate(t *testing.T) {
 		name, info, want string
 	}{
 		{"full sync", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:1\r\n", "(it is still in a full sync from its primary: healthy but slow, it needs a longer verify timeout)"},
-		{"link down", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:0\r\n", "(its link to its primary is down)"},
+		{"link down", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:0\r\nmaster_link_down_since_seconds:12\r\n", "(its link to its primary is down)"},
+		// Valkey 8.0.1 during a new replica's first full sync, dual-channel or not
+		{"link never up", "# Replication\r\nrole:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:0\r\nmaster_link_down_since_seconds:-1\r\n",
+			"(its link to its primary has not been up since it started: its first full sync has not finished (it needs a longer verify timeout), or it cannot reach its primary)"},
 		{"link up: nothing to add", "# Replication\r\nrole:slave\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\n", "has other code after"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
