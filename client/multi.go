@@ -297,7 +297,8 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 }
 
 // after records in each[rule] (when each is not nil) the state a refund of the rule's admitted
-// call left: its Allowed stays, the limit admitted the call.
+// call left: it is Allowed, the limit admitted the call, even when each[rule] was not read (a
+// failed peek of its key's rl_multi): the refund has read it.
 func after(each []Result, rule int, refund Result, err error) {
 	if each == nil {
 		return
@@ -308,6 +309,7 @@ func after(each []Result, rule int, refund Result, err error) {
 	}
 	r := &each[rule]
 	r.Limit, r.Remaining, r.ResetAfter = refund.Limit, refund.Remaining, refund.ResetAfter
+	r.Allowed, r.RetryAfter, r.Rule = true, 0, rule
 	r.Local = r.Local || refund.Local
 }
 

@@ -555,3 +555,77 @@ func TestAllowAllEachByPolicy(t *testing.T) {
 		}
 	}
 }
+
+// scriptClient answers Do and DoMulti with functions of the commands.
+type scriptClient struct {
+	*mock.Client
+	do      func(cmd []string) valkey.ValkeyResult
+	doMulti func(cmds [][]string) []valkey.ValkeyResult
+}
+
+func (c scriptClient) Do(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	return c.do(cmd.Commands())
+}
+
+func (c scriptClient) DoMulti(_ context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+	all := make([][]string, len(cmds))
+	for i, cmd := range cmds {
+		all[i] = cmd.Commands()
+	}
+	return c.doMulti(all)
+}
+
+// AllowAllEach across keys, denied by one: a rule of another key's rl_multi whose peek failed
+// is still known after its refund, which read its state: it admitted (its key's rl_multi did),
+// and it is its own rule.
+func TestAllowAllEachRefundedAfterFailedPeek(t *testing.T) {
+	tb := client.TokenBucket{Capacity: 2, Rate: 1, Period: time.Hour}
+	fw := client.FixedWindow{Limit: 5, Window: time.Hour}
+	rules := []client.Rule{{Key: "a", Limit: tb}, {Key: "a", Limit: fw}, {Key: "b", Limit: fw}}
+	var mu sync.Mutex
+	var refunded []string
+	vk := scriptClient{
+		Client: mock.NewClient(nil),
+		do: func(cmd []string) valkey.ValkeyResult {
+			switch {
+			case cmd[1] == "rl_fixed_window" && cmd[3] == "rl:{b}:fixed_window":
+				return mock.Result(ints(0, 5, 0, 60_000, 60_000, 0)) // b denies
+			case cmd[1] == "rl_token_bucket_refund":
+				mu.Lock()
+				refunded = append(refunded, cmd[3])
+				mu.Unlock()
+				return mock.Result(ints(1, 2, 2, 0, 0, 0))
+			case cmd[1] == "rl_fixed_window_refund" && cmd[3] == "rl:{a}:fixed_window":
+				mu.Lock()
+				refunded = append(refunded, cmd[3])
+				mu.Unlock()
+				return mock.Result(ints(1, 5, 5, 0, 3_600_000, 0))
+			}
+			t.Errorf("unexpected command %q", cmd)
+			return mock.ErrorResult(errors.New("unexpected"))
+		},
+		doMulti: func(cmds [][]string) []valkey.ValkeyResult {
+			// a's rl_multi admits (the token bucket binding), the token bucket's peek reads
+			// it, the fixed window's fails
+			return []valkey.ValkeyResult{
+				mock.Result(ints(1, 2, 1, 0, 3_600_000, 0, 1)),
+				mock.Result(ints(1, 2, 1, 0, 3_600_000, 0)),
+				mock.ErrorResult(errors.New("connection reset")),
+			}
+		},
+	}
+	res, each, err := client.New(vk).AllowAllEach(context.Background(), rules, 1)
+	if err != nil || res.Allowed || res.Rule != 2 || len(each) != 3 || len(refunded) != 2 {
+		t.Fatalf("got %+v, %+v, %v, refunds of %q; want rule 2's denial, each rule, two refunds", res, each, err, refunded)
+	}
+	want := []client.Result{
+		{Allowed: true, Limit: 2, Remaining: 2, Rule: 0},
+		{Allowed: true, Limit: 5, Remaining: 5, ResetAfter: time.Hour, Rule: 1},
+		{Limit: 5, RetryAfter: time.Minute, ResetAfter: time.Minute, Rule: 2},
+	}
+	for i := range want {
+		if each[i] != want[i] {
+			t.Errorf("each[%d] = %+v, want %+v", i, each[i], want[i])
+		}
+	}
+}
