@@ -138,3 +138,44 @@ func TestCancelableContextAllocations(t *testing.T) {
 		t.Errorf("%v allocations per call with a cancelable context, %v with context.Background: want at most 2 more", cancelable, background)
 	}
 }
+
+// versionCheckClient answers every call with reply, and gives nodes for the version check
+// that follows an answer a 1.0 library would give.
+type versionCheckClient struct {
+	replyClient
+	nodes map[string]valkey.Client
+}
+
+func (c versionCheckClient) Nodes() map[string]valkey.Client { return c.nodes }
+
+// blockingNode never answers the version check: DoMulti returns when ctx is done.
+type blockingNode struct{ *mock.Client }
+
+func (blockingNode) DoMulti(ctx context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+	<-ctx.Done()
+	res := make([]valkey.ValkeyResult, len(cmds))
+	for i := range res {
+		res[i] = mock.ErrorResult(ctx.Err())
+	}
+	return res
+}
+
+// The version check after a call that a 1.0 library would have refused runs within the call's
+// deadline, and when no node answers by then, says so: the deadline, not a cancel, which the
+// caller did not make (a cancelable context without a deadline of its own, whose call the tick
+// ends).
+func TestVersionCheckDeadline(t *testing.T) {
+	tb := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}
+	vk := versionCheckClient{
+		replyClient{mock.NewClient(nil), mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"))},
+		map[string]valkey.Client{"10.0.0.1:6379": blockingNode{mock.NewClient(nil)}},
+	}
+	lim := client.New(vk, client.WithDeadline(50*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := lim.Allow(ctx, "k", tb)
+	var re *client.ReplyError
+	if !errors.As(err, &re) || !strings.Contains(re.Reason, context.DeadlineExceeded.Error()) || strings.Contains(re.Reason, "canceled") {
+		t.Fatalf("got %v, want a *ReplyError whose version check ran out of time (%v)", err, context.DeadlineExceeded)
+	}
+}

@@ -370,7 +370,7 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call, 
 		case reserve && c.alg != concurrencyAlg:
 			what += " reserve"
 		}
-		return Result{}, l.versionError(ctx, what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
+		return Result{}, l.versionError(rel.wrapped(ctx), what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
 	}
 	return res, err
 }

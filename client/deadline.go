@@ -210,6 +210,17 @@ func (r release) result(res valkey.ValkeyResult) valkey.ValkeyResult {
 	return res
 }
 
+// wrapped is ctx, the context withDeadline returned, as further calls of its caller get it: a
+// bare child wrapped as cancelableCtx, whose Err says DeadlineExceeded when the tick fired, so
+// that valkey-go returns that (see result). For the rare calls after a failed one, such as the
+// version check: the wrapper costs an allocation.
+func (r release) wrapped(ctx context.Context) context.Context {
+	if r.bare == nil {
+		return ctx
+	}
+	return cancelableCtx{r.bare, r.t}
+}
+
 func (r release) release() {
 	if r.cancel != nil {
 		r.t.unwatch(r.slot)

@@ -430,7 +430,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if err != nil {
 		if olderLibrary(err) {
-			err = l.versionError(ctx, fn, keys[0], err)
+			err = l.versionError(rel.wrapped(ctx), fn, keys[0], err)
 		}
 		return Result{}, 0, err
 	}
