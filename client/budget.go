@@ -424,6 +424,10 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 		}
 		if now < b.expires {
 			b.units += have
+		} else {
+			// aged out during the call: no longer handed out, and its timer, fired during
+			// the call, left them to this
+			stale += have
 		}
 	}
 	b.endFetch()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -490,5 +491,54 @@ func TestPolicyString(t *testing.T) {
 	}
 	if s := strings.Join(got, " "); s != "return_error fail_open fail_closed local_fallback Policy(4)" {
 		t.Errorf("got %s", s)
+	}
+}
+
+// Parked units that a batch's call takes with it, and gives back when the call fails, are
+// given back to the server when they aged out meanwhile: they are no longer handed out, and no
+// timer is left to refund them (the one that fired during the call left them to it).
+func TestLeasedUnitsAgedOutDuringFailedCall(t *testing.T) {
+	bucket := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second}
+	clock := newFakeClock()
+	var fail atomic.Bool
+	var refunded atomic.Int64
+	vk := scriptClient{
+		Client: mock.NewClient(nil),
+		do: func(cmd []string) valkey.ValkeyResult {
+			switch {
+			case cmd[1] == "rl_token_bucket_refund":
+				n, _ := strconv.ParseInt(cmd[7], 10, 64)
+				refunded.Add(n)
+				return mock.Result(ints(1, 100, 90, 0, 1000, 0))
+			case fail.Load():
+				// the call takes longer than the parked units' maxAge, then fails
+				clock.advance(time.Second)
+				return mock.ErrorResult(errors.New("connection reset"))
+			}
+			return mock.Result(ints(1, 100, 90, 0, 1000, 0))
+		},
+	}
+	lim := client.New(vk, client.WithClock(clock.now), client.WithLeasedBudgets(16, 100*time.Millisecond))
+	ctx := context.Background()
+	for i := 0; lim.Parked() == 0; i++ {
+		if i == 10 {
+			t.Fatal("no unit parked after 10 quick calls")
+		}
+		clock.advance(time.Millisecond)
+		if _, err := lim.Allow(ctx, "k", bucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parked := lim.Parked()
+	// a call of more than the parked units takes them and asks the server for the rest
+	fail.Store(true)
+	if _, err := lim.AllowN(ctx, "k", bucket, parked+1); err == nil {
+		t.Fatal("the failed call returned no error")
+	}
+	if err := lim.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := refunded.Load(); got != parked {
+		t.Fatalf("%d units refunded, want the %d parked units, aged out during the failed call", got, parked)
 	}
 }
