@@ -292,6 +292,15 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 	if b == nil {
 		return l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], now))
 	}
+	// A call that waits for another call's batch keeps the Limiter's deadline from its first
+	// wait: waited (nil until then) ends the waits, and a call of its own after them gets what
+	// is left of it (sctx), so that waiting and calling take one deadline at most together.
+	var waited *tick
+	sctx := ctx
+	timedOut := func() (Result, error) {
+		// as when a call of its own times out: the policy decides
+		return l.fail(ctx, opAllow, key, c, kindTimeout, replyErr(c.alg.fn, context.DeadlineExceeded))
+	}
 	for {
 		b.mu.Lock()
 		// read under the lock, never before: a batch must not be handed out past its expiry,
@@ -301,7 +310,10 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 		case b.dead:
 			b.mu.Unlock()
 			if b, now = bs.get(sk, key, c, 0, l.clock); b == nil {
-				return l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], now))
+				if waited != nil && waited.over() {
+					return timedOut()
+				}
+				return l.decideBuilt(sctx, opAllow, key, c, l.prebuilt(sk[:n], now))
 			}
 			continue
 		case b.units >= c.cost && now < b.expires:
@@ -317,7 +329,10 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			// A batch of one unit parks nothing: the key is cold or denied, and its calls go to
 			// the server side by side, as without leased budgets.
 			b.mu.Unlock()
-			return l.decide(ctx, opAllow, key, c)
+			if waited != nil && waited.over() {
+				return timedOut()
+			}
+			return l.decide(sctx, opAllow, key, c)
 		case b.fetching:
 			// One batch at a time per budget: the calls that come meanwhile wait for it, rather
 			// than each taking a batch of its own and parking more than maxBatch.
@@ -326,10 +341,18 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			}
 			wake := b.wake
 			b.mu.Unlock()
+			if waited == nil {
+				waited = l.deadlines.after(time.Since(clockBase), l.deadline)
+				var cancel context.CancelFunc
+				sctx, cancel = context.WithDeadline(ctx, waited.at)
+				defer cancel()
+			}
 			select {
 			case <-wake:
 			case <-ctx.Done():
 				return Result{}, ctx.Err()
+			case <-waited.done:
+				return timedOut()
 			}
 			if d := l.denials; d != nil {
 				// the batch was denied: its denial answers the calls that waited for it
@@ -340,9 +363,13 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			}
 			continue
 		}
+		if waited != nil && waited.over() {
+			b.mu.Unlock()
+			return timedOut()
+		}
 		b.fetching = true
 		b.mu.Unlock()
-		return l.fetch(ctx, b, c)
+		return l.fetch(sctx, b, c)
 	}
 }
 

@@ -93,6 +93,16 @@ func (t *tick) unwatch(slot int) {
 	t.mu.Unlock()
 }
 
+// over reports whether t has fired.
+func (t *tick) over() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // fire closes done and cancels the calls watched.
 func (t *tick) fire() {
 	close(t.done)

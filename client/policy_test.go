@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -540,5 +541,86 @@ func TestLeasedUnitsAgedOutDuringFailedCall(t *testing.T) {
 	}
 	if got := refunded.Load(); got != parked {
 		t.Fatalf("%d units refunded, want the %d parked units, aged out during the failed call", got, parked)
+	}
+}
+
+// slowBatches is a client whose calls hang until their context ends once block is set,
+// recording their deadlines and costs; before, they are admitted at once.
+type slowBatches struct {
+	*mock.Client
+	block     atomic.Bool
+	mu        sync.Mutex
+	deadlines []time.Time
+	costs     []string
+}
+
+func (c *slowBatches) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	args := cmd.Commands()
+	if c.block.Load() && args[1] == "rl_token_bucket" {
+		d, _ := client.CallDeadline(ctx)
+		c.mu.Lock()
+		c.deadlines = append(c.deadlines, d)
+		c.costs = append(c.costs, args[7])
+		c.mu.Unlock()
+		<-ctx.Done()
+		return mock.ErrorResult(ctx.Err())
+	}
+	return mock.Result(ints(1, 1000, 900, 0, 1000, 0))
+}
+
+// A call that waits for another call's batch keeps its deadline: when the batch fails and it
+// calls the server itself, that call gets what is left of the deadline, not a new one, so that
+// waiting and calling take one deadline together; then its policy decides, as when a call of
+// its own times out.
+func TestLeasedWaitKeepsTheDeadline(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	bucket := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Second}
+	vk := &slowBatches{Client: mock.NewClient(nil)}
+	lim := client.New(vk, client.WithDeadline(deadline), client.WithPolicy(client.FailOpen),
+		client.WithLeasedBudgets(64, time.Minute))
+	ctx := context.Background()
+	for i := 0; lim.Parked() == 0; i++ {
+		if i == 20 {
+			t.Fatal("no unit parked after 20 quick calls")
+		}
+		if _, err := lim.Allow(ctx, "k", bucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// use the parked units up, so that the next call takes a batch, which hangs
+	vk.block.Store(true)
+	if _, err := lim.AllowN(ctx, "k", bucket, lim.Parked()); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		lim.Allow(ctx, "k", bucket)
+	}()
+	for {
+		vk.mu.Lock()
+		n := len(vk.deadlines)
+		vk.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	r, err := lim.Allow(ctx, "k", bucket)
+	if err != nil || !r.Allowed || !r.Local {
+		t.Fatalf("the waiting call: %+v, %v; want FailOpen's admission", r, err)
+	}
+	<-first
+	vk.mu.Lock()
+	defer vk.mu.Unlock()
+	if len(vk.deadlines) != 2 || vk.costs[0] == "1" {
+		t.Fatalf("calls of costs %q, want 2: the first call's batch and the waiter's call after it failed", vk.costs)
+	}
+	// The waiter waited about 150ms: with a deadline of its own its call would end about 350ms
+	// after it began. The margin is for a late scheduling of the waiter's first wait.
+	if got := vk.deadlines[1].Sub(start); got > deadline+60*time.Millisecond {
+		t.Fatalf("the waiter's call has a deadline %s after the waiter began, want %s", got, deadline)
 	}
 }
