@@ -1,13 +1,8 @@
 package integration_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -74,59 +69,4 @@ func TestClientAllowAllEach(t *testing.T) {
 			t.Errorf("AllowAll: %+v, %v", r, err)
 		}
 	})
-}
-
-// AllowAll, PeekAll and a lease's Acquire and Release are spans, as Allow is.
-func TestTracesAllAndLeases(t *testing.T) {
-	tg := servers(t)[0]
-	ctx := ctx5s(t)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
-	key := keyFor(t)
-	perMinute := client.FixedWindow{Limit: 1, Window: time.Minute, Name: "per_minute"}
-	burst := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}
-	rules := []client.Rule{{Key: key, Limit: burst}, {Key: key, Limit: perMinute}}
-	roomInWindow(t, tg.c, 60_000, 2*time.Second)
-	lim := client.New(tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
-	if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
-		t.Fatalf("%+v, %v", r, err)
-	}
-	if r, err := lim.PeekAll(ctx, rules); err != nil || r.Allowed {
-		t.Fatalf("%+v, %v", r, err)
-	}
-	lease, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 2, Lease: time.Minute})
-	if err != nil || !r.Allowed {
-		t.Fatalf("%+v, %v", r, err)
-	}
-	if _, err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	spans := rec.Ended()
-	if len(spans) != 4 {
-		t.Fatalf("%d spans, want 4", len(spans))
-	}
-	for i, want := range []struct {
-		name, alg string
-		allowed   bool
-		remaining int64
-		rule      int64 // -1: none
-	}{
-		{"rlfn.allow_all", "fixed_window", true, 0, 1},
-		{"rlfn.peek_all", "fixed_window", false, 0, 1},
-		{"rlfn.acquire", "concurrency", true, 1, -1},
-		{"rlfn.release", "concurrency", true, 2, -1},
-	} {
-		a := map[attribute.Key]attribute.Value{}
-		for _, kv := range spans[i].Attributes() {
-			a[kv.Key] = kv.Value
-		}
-		rule, hasRule := a["rlfn.rule"]
-		if spans[i].Name() != want.name || a["rlfn.algorithm"].AsString() != want.alg ||
-			a["ratelimit.allowed"].AsBool() != want.allowed || a["ratelimit.remaining"].AsInt64() != want.remaining ||
-			a["ratelimit.key"].AsString() != key || hasRule != (want.rule >= 0) || (hasRule && rule.AsInt64() != want.rule) {
-			t.Errorf("span %d: %s %v; want %+v", i, spans[i].Name(), a, want)
-		}
-	}
 }

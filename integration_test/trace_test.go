@@ -17,9 +17,7 @@ import (
 func TestTraces(t *testing.T) {
 	tg := servers(t)[0]
 	ctx := ctx5s(t)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
+	rec, tp := recordSpans(t)
 	limit := client.FixedWindow{Limit: 1, Window: time.Minute, Name: "per_minute"}
 	key := keyFor(t)
 	roomInWindow(t, tg.c, 60_000, 2*time.Second)
@@ -48,13 +46,7 @@ func TestTraces(t *testing.T) {
 	if len(spans) != 5 {
 		t.Fatalf("%d spans, want 5", len(spans))
 	}
-	attrs := func(i int) map[attribute.Key]attribute.Value {
-		m := map[attribute.Key]attribute.Value{}
-		for _, kv := range spans[i].Attributes() {
-			m[kv.Key] = kv.Value
-		}
-		return m
-	}
+	attrs := func(i int) map[attribute.Key]attribute.Value { return spanAttrs(spans[i]) }
 	for i, want := range []struct {
 		name      string
 		allowed   bool
@@ -90,4 +82,71 @@ func TestTraces(t *testing.T) {
 			t.Errorf("span %d: retry_after_ms recorded %v on allowed %v", i, ok, want.allowed)
 		}
 	}
+}
+
+// AllowAll, PeekAll and a lease's Acquire and Release are spans, as Allow is.
+func TestTracesAllAndLeases(t *testing.T) {
+	tg := servers(t)[0]
+	ctx := ctx5s(t)
+	rec, tp := recordSpans(t)
+	key := keyFor(t)
+	perMinute := client.FixedWindow{Limit: 1, Window: time.Minute, Name: "per_minute"}
+	burst := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}
+	rules := []client.Rule{{Key: key, Limit: burst}, {Key: key, Limit: perMinute}}
+	roomInWindow(t, tg.c, 60_000, 2*time.Second)
+	lim := client.New(tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if r, err := lim.PeekAll(ctx, rules); err != nil || r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	lease, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 2, Lease: time.Minute})
+	if err != nil || !r.Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if _, err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	spans := rec.Ended()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 4", len(spans))
+	}
+	for i, want := range []struct {
+		name, alg string
+		allowed   bool
+		remaining int64
+		rule      int64 // -1: none
+	}{
+		{"rlfn.allow_all", "fixed_window", true, 0, 1},
+		{"rlfn.peek_all", "fixed_window", false, 0, 1},
+		{"rlfn.acquire", "concurrency", true, 1, -1},
+		{"rlfn.release", "concurrency", true, 2, -1},
+	} {
+		a := spanAttrs(spans[i])
+		rule, hasRule := a["rlfn.rule"]
+		if spans[i].Name() != want.name || a["rlfn.algorithm"].AsString() != want.alg ||
+			a["ratelimit.allowed"].AsBool() != want.allowed || a["ratelimit.remaining"].AsInt64() != want.remaining ||
+			a["ratelimit.key"].AsString() != key || hasRule != (want.rule >= 0) || (hasRule && rule.AsInt64() != want.rule) {
+			t.Errorf("span %d: %s %v; want %+v", i, spans[i].Name(), a, want)
+		}
+	}
+}
+
+// recordSpans is a tracer provider that keeps the spans it ends, shut down after the test.
+func recordSpans(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return rec, tp
+}
+
+// spanAttrs is a span's attributes by key.
+func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
 }
