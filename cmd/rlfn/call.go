@@ -41,7 +41,8 @@ func callCommand() *cli.Command {
 			"  --also SPEC   decide one more limit with the first, all or nothing (repeatable). SPEC\n" +
 			"                is ALGORITHM,field=value,...: the fields are the flags' names, and key=\n" +
 			"                (default: KEY); e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
-			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also.",
+			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
+			"                the rows (N) under it are the other limits, as the call left them.",
 		Flags: []cli.Flag{
 			&cli.Int64Flag{Name: "limit", Usage: "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)"},
 			&cli.DurationFlag{Name: "window", Usage: "window `DURATION` (fixed_window, sliding_log, sliding_window)"},
@@ -344,6 +345,14 @@ type callRow struct {
 	id   string // a lease's holder
 	rule int    // modeMulti: the 1-based index of the limit that decided
 	res  client.Result
+	each []ruleRow // modeMulti without --peek: every limit as the call left it, in rule order
+}
+
+// ruleRow is one limit of a decision on several, as the call left it (client.AllowAllEach).
+type ruleRow struct {
+	rule int // 1-based
+	key  string
+	res  client.Result
 }
 
 // do makes the call once.
@@ -383,7 +392,13 @@ func (p *callPlan) do(ctx context.Context, lim *client.Limiter) (callRow, error)
 		if p.peek {
 			row.res, err = lim.PeekAllN(ctx, p.rules, p.n)
 		} else {
-			row.res, err = lim.AllowAllN(ctx, p.rules, p.n)
+			var each []client.Result
+			row.res, each, err = lim.AllowAllEach(ctx, p.rules, p.n)
+			for i, r := range each {
+				if r.Limit != 0 { // 0: its state could not be read
+					row.each = append(row.each, ruleRow{i + 1, client.Key(p.prefix, p.rules[i].Key, p.rules[i].Limit), r})
+				}
+			}
 		}
 		r := p.rules[row.res.Rule]
 		row.key, row.rule = client.Key(p.prefix, r.Key, r.Limit), row.res.Rule+1
@@ -421,7 +436,8 @@ func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
 		o.t = newColumns(w, []int{key, len(printable(p.id)), 0, units, units},
 			"KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeMulti:
-		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))), key, 0, units, units},
+		// the other limits' rows are "(N)"
+		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))) + 2, key, 0, units, units},
 			"RULE", "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
 	default:
 		o.t = newColumns(w, []int{key, 0, units, units},
@@ -462,43 +478,85 @@ func (o *callOutput) add(row callRow) error {
 		}
 		cells = append([]string{key, id}, cells[1:6]...)
 	case modeMulti:
+		for _, e := range row.each {
+			if e.rule == row.rule {
+				// its own reset: the reply of one key's limits says the longest of theirs
+				cells[5] = human(e.res.ResetAfter)
+			}
+		}
 		cells = append([]string{strconv.Itoa(row.rule)}, cells...)
+		if err := o.t.row(cells...); err != nil {
+			return err
+		}
+		// then the call's other limits, as it left them
+		for _, e := range row.each {
+			if e.rule == row.rule {
+				continue
+			}
+			r := e.res
+			if err := o.t.row("("+strconv.Itoa(e.rule)+")", printable(e.key), yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10),
+				strconv.FormatInt(r.Remaining, 10), human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return o.t.row(cells...)
 }
 
 // callJSON is the library's reply in its own units: scripts compare it with FCALL's. Every
 // line of a mode has the same fields: id in each of a concurrency call's, rule in each of a
-// several-limit call's, neither elsewhere.
+// several-limit call's (and limits without --peek), none elsewhere.
 type callJSON struct {
-	Key          string  `json:"key"`
-	ID           *string `json:"id,omitempty"`   // concurrency: the lease holder; "" when a new holder was refused
-	Rule         *int    `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
-	Allowed      bool    `json:"allowed"`        // a release: whether the holder held a slot
-	Limit        int64   `json:"limit"`
-	Remaining    int64   `json:"remaining"`
-	RetryAfterMs int64   `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
-	ResetAfterMs int64   `json:"reset_after_ms"`
-	DelayMs      int64   `json:"delay_ms"`
+	Key          string      `json:"key"`
+	ID           *string     `json:"id,omitempty"`   // concurrency: the lease holder; "" when a new holder was refused
+	Rule         *int        `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
+	Allowed      bool        `json:"allowed"`        // a release: whether the holder held a slot
+	Limit        int64       `json:"limit"`
+	Remaining    int64       `json:"remaining"`
+	RetryAfterMs int64       `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
+	ResetAfterMs int64       `json:"reset_after_ms"`
+	DelayMs      int64       `json:"delay_ms"`
+	Limits       []limitJSON `json:"limits,omitempty"` // --also without --peek: every limit as the call left it
+}
+
+// limitJSON is one limit of a decision on several as the call left it: allowed tells whether
+// it admitted the cost, and retry_after_ms its own wait when it did not.
+type limitJSON struct {
+	Rule         int    `json:"rule"`
+	Key          string `json:"key"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
 }
 
 func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
-	retry := r.RetryAfter.Milliseconds()
-	if r.RetryAfter == client.Never {
-		retry = -1
-	}
 	j := callJSON{
 		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: retry, ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
+		RetryAfterMs: retryMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 	switch mode {
 	case modeAcquire, modeRelease:
 		j.ID = &row.id
 	case modeMulti:
 		j.Rule = &row.rule
+		for _, e := range row.each {
+			j.Limits = append(j.Limits, limitJSON{Rule: e.rule, Key: e.key, Allowed: e.res.Allowed, Limit: e.res.Limit,
+				Remaining: e.res.Remaining, RetryAfterMs: retryMs(e.res.RetryAfter), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
+		}
 	}
 	return j
+}
+
+// retryMs is a RetryAfter as the library says it: -1 for Never.
+func retryMs(d time.Duration) int64 {
+	if d == client.Never {
+		return -1
+	}
+	return d.Milliseconds()
 }
 
 func yesNo(b bool) string {

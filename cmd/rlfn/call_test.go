@@ -123,6 +123,29 @@ func TestCallModes(t *testing.T) {
 		if got[2].Key != "rl:{user:2}:token_bucket:burst" || got[2].Limit != 2 || got[2].RetryAfterMs <= 0 {
 			t.Errorf("the denied call %+v, want the burst limit's reply", got[2])
 		}
+		// every limit as each call left it: the log's own state, which the reply of one
+		// rl_multi does not hold
+		for i, want := range [][2]limitJSON{
+			{{Rule: 1, Key: "rl:{user:2}:sliding_log", Allowed: true, Limit: 5, Remaining: 4}, {Rule: 2, Key: "rl:{user:2}:token_bucket:burst", Allowed: true, Limit: 2, Remaining: 1}},
+			{{Rule: 1, Key: "rl:{user:2}:sliding_log", Allowed: true, Limit: 5, Remaining: 3}, {Rule: 2, Key: "rl:{user:2}:token_bucket:burst", Allowed: true, Limit: 2, Remaining: 0}},
+			{{Rule: 1, Key: "rl:{user:2}:sliding_log", Allowed: true, Limit: 5, Remaining: 3}, {Rule: 2, Key: "rl:{user:2}:token_bucket:burst", Allowed: false, Limit: 2, Remaining: 0}},
+		} {
+			l := got[i].Limits
+			if len(l) != 2 {
+				t.Fatalf("call %d: limits %+v, want 2", i+1, l)
+			}
+			for j := range l {
+				w := want[j]
+				if g := l[j]; g.Rule != w.Rule || g.Key != w.Key || g.Allowed != w.Allowed || g.Limit != w.Limit || g.Remaining != w.Remaining ||
+					g.ResetAfterMs <= 0 || (g.RetryAfterMs > 0) == g.Allowed {
+					t.Errorf("call %d, limit %d: %+v, want %+v", i+1, j+1, g, w)
+				}
+			}
+		}
+		r := rlfnAt(t, set, s.Addr, append([]string{"call"}, multi...)...)
+		if wantExit(t, r, exitOK, "a table"); !regexp.MustCompile(`(?m)^2 +rl:\{user:2\}:token_bucket:burst +no +2 +0 +.*\n\(1\) +rl:\{user:2\}:sliding_log +yes +5 +3 +0s `).MatchString(r.stdout) {
+			t.Errorf("multi table, the other limit under the one that decided:\n%s", r.stdout)
+		}
 		wantCalls(t, "hourly limit", calls(t, s.Addr, "sliding_log", "user:2", "--limit", "5", "--window", "1h", "--peek"), [3]int64{1, 3, 0})
 	})
 

@@ -241,8 +241,22 @@ func TestCallGolden(t *testing.T) {
 			{Key: "user:42", Limit: client.FixedWindow{Limit: 10, Window: time.Hour, Name: "hourly"}},
 			{Key: "global", Limit: bucket},
 		}}, []callRow{
-			{key: "rl:{user:42}:fixed_window:hourly", rule: 2, res: admitted},
-			{key: "rl:{global}:token_bucket", rule: 3, res: denied},
+			{key: "rl:{user:42}:fixed_window:hourly", rule: 2, res: admitted, each: []ruleRow{
+				{1, "rl:{user:42}:sliding_window", client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 90 * time.Second}},
+				// its own reset, which the table shows: the decision's is the longest of its key's
+				{2, "rl:{user:42}:fixed_window:hourly", client.Result{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 2 * time.Second}},
+				{3, "rl:{global}:token_bucket", client.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
+			}},
+			{key: "rl:{global}:token_bucket", rule: 3, res: denied, each: []ruleRow{
+				{1, "rl:{user:42}:sliding_window", client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 89 * time.Second}},
+				{3, "rl:{global}:token_bucket", client.Result{Limit: 10, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}},
+			}},
+		}},
+		{"multi-peek", &callPlan{mode: modeMulti, prefix: "rl:", key: "user:42", most: 10, peek: true, rules: []client.Rule{
+			{Key: "user:42", Limit: client.SlidingWindow{Limit: 5, Window: time.Minute}},
+			{Key: "global", Limit: bucket},
+		}}, []callRow{
+			{key: "rl:{global}:token_bucket", rule: 2, res: denied},
 		}},
 	} {
 		var table, lines bytes.Buffer
