@@ -154,12 +154,10 @@ func (c *deadlineCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	select {
-	case <-c.t.done:
+	if c.t.over() {
 		return context.DeadlineExceeded
-	default:
-		return nil
 	}
+	return nil
 }
 
 // withDeadline returns ctx bounded by the Limiter's deadline: ctx itself when its own deadline

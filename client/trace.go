@@ -85,11 +85,7 @@ func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Resul
 		attribute.Int64("ratelimit.limit", res.Limit),
 		attribute.String("rlfn.source", l.source(res)))
 	if !res.Allowed {
-		retry := res.RetryAfter.Milliseconds()
-		if res.RetryAfter == Never {
-			retry = -1 // as the library says it
-		}
-		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", retry))
+		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", res.RetryAfterMs()))
 	}
 	span.SetAttributes(attrs...)
 }

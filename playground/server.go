@@ -135,12 +135,8 @@ type Decision struct {
 }
 
 func decision(r client.Result, at float64) Decision {
-	retry := r.RetryAfter.Milliseconds()
-	if r.RetryAfter == client.Never {
-		retry = -1
-	}
 	return Decision{At: at, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: retry, ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
+		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
 }
 
 type errorBody struct {

@@ -466,10 +466,8 @@ func (o *callOutput) add(row callRow) error {
 	if o.t == nil {
 		return writeJSONLine(o.w, resultJSON(o.mode, row))
 	}
-	r := row.res
 	key := printable(row.key)
-	cells := []string{key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
-		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
+	cells := resultCells(key, row.res)
 	switch o.mode {
 	case modeAcquire, modeRelease:
 		id := printable(row.id)
@@ -493,9 +491,7 @@ func (o *callOutput) add(row callRow) error {
 			if e.rule == row.rule {
 				continue
 			}
-			r := e.res
-			if err := o.t.row("("+strconv.Itoa(e.rule)+")", printable(e.key), yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10),
-				strconv.FormatInt(r.Remaining, 10), human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)); err != nil {
+			if err := o.t.row(append([]string{"(" + strconv.Itoa(e.rule) + ")"}, resultCells(printable(e.key), e.res)...)...); err != nil {
 				return err
 			}
 		}
@@ -536,7 +532,7 @@ func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
 	j := callJSON{
 		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: retryMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
+		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 	switch mode {
 	case modeAcquire, modeRelease:
@@ -545,18 +541,17 @@ func resultJSON(mode callMode, row callRow) callJSON {
 		j.Rule = &row.rule
 		for _, e := range row.each {
 			j.Limits = append(j.Limits, limitJSON{Rule: e.rule, Key: e.key, Allowed: e.res.Allowed, Limit: e.res.Limit,
-				Remaining: e.res.Remaining, RetryAfterMs: retryMs(e.res.RetryAfter), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
+				Remaining: e.res.Remaining, RetryAfterMs: e.res.RetryAfterMs(), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
 		}
 	}
 	return j
 }
 
-// retryMs is a RetryAfter as the library says it: -1 for Never.
-func retryMs(d time.Duration) int64 {
-	if d == client.Never {
-		return -1
-	}
-	return d.Milliseconds()
+// resultCells are a Result's cells of a table row: KEY, ALLOWED, LIMIT, REMAINING, RETRY AFTER,
+// RESET AFTER, DELAY.
+func resultCells(key string, r client.Result) []string {
+	return []string{key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
+		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
 }
 
 func yesNo(b bool) string {
