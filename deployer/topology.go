@@ -123,6 +123,10 @@ var downFlags = map[string]string{
 // c\nZ 6.6.6.6" made rlfn dial 6.6.6.6 as a replica.
 const injected = "a node announces an address holding a line break (cluster-announce-ip)?"
 
+// injectedReplica is what an INFO replication reply that holds a line twice, or a replica line
+// past connected_slaves, most likely holds (see parseReplication).
+const injectedReplica = "a replica announces an address holding a line break (replica-announce-ip)?"
+
 // isNodeID reports whether s is a cluster node ID as servers make them: 40 hex digits.
 func isNodeID(s string) bool {
 	if len(s) != 40 {
@@ -201,10 +205,7 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 			if isRange {
 				b, errB = strconv.Atoi(hi)
 			}
-			if errA != nil || errB != nil || b < a {
-				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
-			}
-			if b >= len(owned) {
+			if errA != nil || errB != nil || b < a || b >= len(owned) {
 				return Topology{}, fmt.Errorf("deployer: CLUSTER NODES: node %s: bad slot range %q", n.ID, r)
 			}
 			for slot := a; slot <= b; slot++ {
@@ -281,7 +282,7 @@ func parseReplication(text string) (replication, error) {
 			continue
 		}
 		if seen[k] {
-			return replication{}, fmt.Errorf("deployer: INFO replication holds %s twice: a replica announces an address holding a line break (replica-announce-ip)?", k)
+			return replication{}, fmt.Errorf("deployer: INFO replication holds %s twice: %s", k, injectedReplica)
 		}
 		seen[k] = true
 		switch {
@@ -291,7 +292,7 @@ func parseReplication(text string) (replication, error) {
 			}
 		case strings.HasPrefix(k, "slave") && isDigits(k[len("slave"):]) && replicas >= 0:
 			if n, _ := strconv.Atoi(k[len("slave"):]); n >= replicas {
-				return replication{}, fmt.Errorf("deployer: INFO replication lists %s with connected_slaves:%d: a replica announces an address holding a line break (replica-announce-ip)?", k, replicas)
+				return replication{}, fmt.Errorf("deployer: INFO replication lists %s with connected_slaves:%d: %s", k, replicas, injectedReplica)
 			}
 		}
 		switch {
