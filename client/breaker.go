@@ -47,6 +47,27 @@ type breaker struct {
 	openedAt atomic.Int64 // when it last opened: stored before the state that reads it
 
 	mu sync.Mutex // serializes transitions
+
+	// old is set when the shard's node answered that its library is older than a call needs:
+	// calls that need more are decided by the policy without asking it again until old.until,
+	// a cooldown later, so that a node still on 1.0.0 costs one refused call and one version
+	// lookup a cooldown, not two round trips per decision, and a deploy is seen within one.
+	old atomic.Pointer[oldLibrary]
+}
+
+// oldLibrary is a breaker's memory of its node's library being too old.
+type oldLibrary struct {
+	err   *VersionError
+	until int64
+}
+
+// tooOld returns the error its node answered a call that needed a newer library, while it
+// still holds at now.
+func (b *breaker) tooOld(now func() int64) *VersionError {
+	if o := b.old.Load(); o != nil && now() < o.until {
+		return o.err
+	}
+	return nil
 }
 
 func newBreaker(threshold int, cooldown time.Duration) *breaker {

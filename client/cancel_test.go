@@ -82,7 +82,7 @@ func TestCancelableContextDeadline(t *testing.T) {
 	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lim := client.New(blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond))
+	lim := client.New(blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError))
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", limit)
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
@@ -170,7 +170,7 @@ func TestVersionCheckDeadline(t *testing.T) {
 		replyClient{mock.NewClient(nil), mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"))},
 		map[string]valkey.Client{"10.0.0.1:6379": blockingNode{mock.NewClient(nil)}},
 	}
-	lim := client.New(vk, client.WithDeadline(50*time.Millisecond))
+	lim := client.New(vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, err := lim.Allow(ctx, "k", tb)

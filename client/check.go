@@ -64,6 +64,39 @@ func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 	return errors.Join(errs...)
 }
 
+// CheckRules validates rules (as AllowAll would, keys included) and verifies that every primary
+// runs the library release they need (Needs): the check at start-up of a service whose limits
+// are known then, so that it learns of a node still on 1.0.0 before its first request. A
+// *LimitError or *KeyError is returned as it is; the nodes' errors as from CheckVersion.
+//
+// A decision never stops limiting for lack of a release: a node that cannot decide a limit
+// leaves it to the Policy, and one that cannot refund decides AllowAll's rules one at a time
+// (see AllowAllN). CheckRules says when that would happen.
+func (l *Limiter) CheckRules(ctx context.Context, rules ...Rule) error {
+	if _, err := l.groupRules(ctx, rules, 1); err != nil {
+		return err
+	}
+	return l.CheckVersion(ctx, Needs(rules...))
+}
+
+// Needs is the library release that decisions on rules need: Release11 when a limit has a
+// Reserve, or when there are several rules (one key's rules are one rl_multi call; several
+// keys' need refunds), else the first release, "1.0.0". A Concurrency limit needs Release11.
+func Needs(rules ...Rule) string {
+	if len(rules) > 1 {
+		return Release11
+	}
+	for _, r := range rules {
+		if r.Limit != nil && !isNil(r.Limit) && r.Limit.spec().params.reserve > 0 {
+			return Release11
+		}
+	}
+	return Release10
+}
+
+// Release10 is the first release of the library: every limiter and its peek.
+const Release10 = "1.0.0"
+
 // safely runs f, a node's part of a check, and turns its panic (a node client's bug) into the
 // node's error: a panic in a goroutine of the Limiter's own would end the service, and no
 // caller could recover it.

@@ -23,11 +23,13 @@ type Limiter struct {
 	deadline  time.Duration
 	deadlines deadlines
 	policy    Policy
+	maxKey    int // the longest key a call takes (WithMaxKeyLen)
 	instances int64
 	breakers  *breakers
 	local     *localStore  // LocalFallback only
 	budgets   *budgets     // WithLeasedBudgets only
 	denials   *denials     // WithDenialCache only
+	hints     *hints       // the order of decisions across keys (AllowAll)
 	metrics   *metrics     // nil without WithMeterProvider: nothing is recorded
 	tracer    trace.Tracer // nil without WithTracerProvider: no span
 	traceKeys bool
@@ -53,6 +55,8 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		breakerFailures: DefaultBreakerFailures,
 		breakerCooldown: DefaultBreakerCooldown,
 		localKeys:       DefaultLocalKeys,
+		maxKeyLen:       DefaultMaxKeyLen,
+		policy:          LocalFallback,
 		clock:           monotonicClock,
 	}
 	for _, opt := range opts {
@@ -66,8 +70,10 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		prefix:    string(appendEscaped(nil, o.prefix)),
 		deadline:  o.deadline,
 		policy:    o.policy,
+		maxKey:    o.maxKeyLen,
 		instances: int64(o.instances),
 		breakers:  newBreakers(vk, o.breakerFailures, o.breakerCooldown),
+		hints:     newHints(),
 		clock:     o.clock,
 		monoClock: !o.fakeClock,
 	}
@@ -120,7 +126,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // The call gives up at its deadline (WithDeadline), and when the server cannot decide, the
 // Limiter's Policy does.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := prepare(ctx, limit, n)
+	c, err := l.prepare(ctx, key, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -191,7 +197,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // The deadline, the circuit breaker and the Policy apply as to AllowN; a local peek consumes
 // nothing either.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := prepare(ctx, limit, n)
+	c, err := l.prepare(ctx, key, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -212,6 +218,9 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 // deadline, the breaker and the Policy apply as to AllowN (LocalFallback refunds the local
 // limiter; FailOpen and FailClosed refund nothing).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	if err := l.checkKey(key); err != nil {
+		return Result{}, err
+	}
 	if err := checkLimit(limit); err != nil {
 		return Result{}, err
 	}
@@ -252,12 +261,12 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	a, pass := l.begin(ctx, key)
-	if !pass {
-		return l.fail(ctx, op, key, c, kindCircuitOpen, ErrCircuitOpen)
+	a, kind, err := l.begin(ctx, key, needsRefunds(op, c))
+	if err != nil {
+		return l.fail(ctx, op, key, c, kind, err)
 	}
 	res, err := l.server(ctx, op, key, c, pre)
-	kind := l.settle(ctx, a, c.alg.id, op, res, err)
+	kind = l.settle(ctx, a, c.alg.id, op, res, err)
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
@@ -282,13 +291,19 @@ type attempt struct {
 	sent      int64     // when the call was sent, for drop
 }
 
-// begin lets a call on key through the breaker of key's node, or reports false while it is
-// open.
-func (l *Limiter) begin(ctx context.Context, key string) (attempt, bool) {
+// begin lets a call on key through the breaker of key's node, or returns why not: the breaker
+// is open, or the call needs a newer library (needsNewer) than the node answered it runs a
+// moment ago.
+func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attempt, errKind, error) {
 	br := l.breakerOf(key)
+	if needsNewer {
+		if err := br.tooOld(l.clock); err != nil {
+			return attempt{}, kindVersion, err
+		}
+	}
 	pass, probe := br.acquire(l.clock)
 	if !pass {
-		return attempt{}, false
+		return attempt{}, kindCircuitOpen, ErrCircuitOpen
 	}
 	if probe {
 		l.transition(ctx, halfOpen)
@@ -302,7 +317,13 @@ func (l *Limiter) begin(ctx context.Context, key string) (attempt, bool) {
 	if a.dropLocal = l.local != nil && l.local.used(); a.dropLocal {
 		a.sent = l.clock()
 	}
-	return a, true
+	return a, kindNone, nil
+}
+
+// needsRefunds reports whether c needs library 1.1.0 (Release11): a reserve, a refund, a
+// concurrency lease, or a call that must be refundable.
+func needsRefunds(op operation, c call) bool {
+	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0
 }
 
 // settle classifies a server call's outcome, moves the breaker and records the call.
@@ -313,6 +334,12 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 		kind = classify(ctx, err)
 	}
 	switch {
+	case kind == kindVersion:
+		var ve *VersionError
+		if errors.As(err, &ve) {
+			a.br.old.Store(&oldLibrary{err: ve, until: l.clock() + a.br.cooldown})
+		}
+		l.transition(ctx, a.br.success(probe))
 	case kind.unanswered():
 		s := a.br.failure(probe, l.clock())
 		if s == open {
@@ -377,6 +404,15 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call, 
 
 // fail applies the policy to a call the server could not decide.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
+	if kind == kindVersion && c.refundable && c.reserve == 0 {
+		// The node can decide this limit, only not refundably: AllowAll does (decideAcross),
+		// rather than the policy.
+		if ve := (*VersionError)(nil); errors.As(err, &ve) {
+			v := *ve
+			v.refundable = true
+			return Result{}, &v
+		}
+	}
 	l.countError(ctx, c.alg.id, op, kind)
 	if l.policy == ReturnError {
 		return Result{}, err
@@ -461,6 +497,9 @@ func classify(ctx context.Context, err error) errKind {
 	// replyErr wraps the server's error, and IsValkeyErr does not unwrap
 	var vke *valkey.ValkeyError
 	if errors.As(err, &vke) {
+		if vke.IsClusterDown() || vke.IsTryAgain() {
+			return kindClusterDown
+		}
 		return kindServer
 	}
 	return kindUnreachable
@@ -473,9 +512,12 @@ func b2i(b bool) int {
 	return 0
 }
 
-// prepare validates a limit and a cost, and makes the call, with the limit's reserve unless
-// ctx is Critical.
-func prepare(ctx context.Context, limit Limit, n int64) (call, error) {
+// prepare validates a key, a limit and a cost, and makes the call, with the limit's reserve
+// unless ctx is Critical.
+func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64) (call, error) {
+	if err := l.checkKey(key); err != nil {
+		return call{}, err
+	}
 	if err := checkLimit(limit); err != nil {
 		return call{}, err
 	}
@@ -485,6 +527,14 @@ func prepare(ctx context.Context, limit Limit, n int64) (call, error) {
 	c := call{spec: limit.spec(), cost: n}
 	c.judgeReserve(ctx)
 	return c, nil
+}
+
+// checkKey refuses an empty key and one longer than the Limiter takes.
+func (l *Limiter) checkKey(key string) error {
+	if len(key) == 0 || len(key) > l.maxKey {
+		return &KeyError{Len: len(key), Max: l.maxKey}
+	}
+	return nil
 }
 
 // checkLimit refuses a nil limit (or a nil pointer to one) and a limit the library would

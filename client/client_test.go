@@ -258,7 +258,7 @@ func TestReplies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(tt.give)
-			got, err := client.New(vk).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
+			got, err := client.New(vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
 			if tt.wantErr != nil {
 				if !tt.wantErr(err) {
 					t.Fatalf("got %v, %v; want another error", got, err)
@@ -306,7 +306,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), ro).Return(notFound),
 			vk.EXPECT().Do(gomock.Any(), rw).Return(notFound),
 		)
-		_, err := client.New(vk).Peek(context.Background(), "k", limit)
+		_, err := client.New(vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit)
 		if !errors.Is(err, client.ErrNotLoaded) || !strings.Contains(err.Error(), "rlfn deploy") {
 			t.Fatalf("got %v, want ErrNotLoaded telling to deploy", err)
 		}
@@ -319,7 +319,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 		} {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), ro).Return(give)
-			if _, err := client.New(vk).Peek(context.Background(), "k", limit); err == nil {
+			if _, err := client.New(vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit); err == nil {
 				t.Fatalf("%v: no error", give)
 			}
 		}

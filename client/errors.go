@@ -23,6 +23,23 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return "rlfn: " + e.Field + " " + e.Reason }
 
+// KeyError reports a key (the principal a call names) that the Limiter refuses before any
+// call: an empty one, most likely an identifier the caller failed to read, or one longer than
+// WithMaxKeyLen, which would cost the server its length in memory for every limiter of it
+// (for as long as the limiter lives: a sliding log's window). It is the caller's: no Policy
+// decides it, and client/httplimit answers it 400.
+type KeyError struct {
+	Len int // the key's length in bytes
+	Max int // the longest key the Limiter takes (WithMaxKeyLen)
+}
+
+func (e *KeyError) Error() string {
+	if e.Len == 0 {
+		return "rlfn: the key is empty: no principal to count the call against"
+	}
+	return fmt.Sprintf("rlfn: the key is %d bytes, longer than the %d WithMaxKeyLen allows (key a long identifier by a hash of it)", e.Len, e.Max)
+}
+
 // LibraryError is an RLERR reply: the library refused the call, before writing anything. With
 // limits this client has validated, it means the key holds something else than this limiter's
 // state (another type, or another algorithm's state).
@@ -46,8 +63,11 @@ func (e *ReplyError) Error() string {
 // VersionError reports a primary that runs no ratelimit library, one of a major version this
 // client does not speak, or one older than a call or CheckVersion needs (a 1.1 feature
 // against a node still running 1.0.0). It is errors.Is ErrNotLoaded when the library is
-// absent. Every Policy returns it as it is when the library is there but too old: a feature
-// that is not deployed yet is no outage to decide around (see CheckVersion).
+// absent. A call the node's library is too old for is decided by the Policy (only ReturnError
+// returns it): a limit must not turn into no limit because a deploy has not reached a node, or
+// was rolled back. The Limiter asks such a node again once a breaker cooldown has passed; until
+// then its calls that need more go to the Policy without a round trip. CheckRules and
+// CheckVersion find such nodes at start-up.
 type VersionError struct {
 	Node    string // the node's address
 	Version string // what its rl_version answered; empty when the library is absent
@@ -57,6 +77,10 @@ type VersionError struct {
 	// Function is, for a call, the function (or argument) that needs Want, e.g.
 	// "rl_concurrency" or "rl_token_bucket reserve"; empty from Check and CheckVersion.
 	Function string
+
+	// refundable: the call is one the node decides as it is, only not refundably (a rule of
+	// AllowAll across keys on a 1.0.0 node), which AllowAll decides without refunds.
+	refundable bool
 }
 
 func (e *VersionError) Error() string {

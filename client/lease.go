@@ -80,6 +80,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Leas
 // without a call: to renew or release a lease taken elsewhere (by another process, or by
 // rlfn call). Renew takes its slot if id holds none.
 func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
+	if err := l.checkKey(key); err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -54,19 +54,28 @@ const (
 	kindLibrary
 	kindVersion
 	kindCanceled
+	kindClusterDown
 	nKinds
 )
 
 var kindNames = [nKinds]string{"", "timeout", "unreachable", "circuit_open", "not_loaded",
-	"server_error", "reply_error", "library_error", "version", "canceled"}
+	"server_error", "reply_error", "library_error", "version", "canceled", "cluster_down"}
 
-// failure reports whether the server could not decide: the policy applies. A library error, a
-// library too old for the call, or a canceled call is the caller's.
-func (k errKind) failure() bool { return k >= kindTimeout && k <= kindReply }
+// failure reports whether the server could not decide: the policy applies. A library error (the
+// key holds other state) or a canceled call is the caller's. A library too old for the call is
+// not: the node cannot decide that limit, and no limit at all would be the worst answer.
+func (k errKind) failure() bool {
+	return k != kindNone && k != kindLibrary && k != kindCanceled
+}
 
-// unanswered reports a call the server did not answer: the breaker counts it. A server that
-// answers with an error is reachable, and costs a round trip to ask, not a deadline.
-func (k errKind) unanswered() bool { return k == kindTimeout || k == kindUnreachable }
+// unanswered reports a call the server did not decide and will not until its cluster moves:
+// the breaker counts it. A shard that is down (CLUSTERDOWN, in a cluster that requires full
+// coverage every shard says it while one is) or whose slot is moving (TRYAGAIN) is treated as
+// a dead one: its breaker opens and the slot table is read again. A server that answers with
+// another error is reachable, and costs a round trip to ask, not a deadline.
+func (k errKind) unanswered() bool {
+	return k == kindTimeout || k == kindUnreachable || k == kindClusterDown
+}
 
 type operation uint8
 

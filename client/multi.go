@@ -36,10 +36,15 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // different Keys (the login triple (IP, user), IP and user; a merchant's limit and a global
 // one) are decided side by side, each Key by one call, and when any denies or fails, the units
 // the others took are refunded: no limit ever admits more than it allows, though a concurrent
-// call may, rarely, see a unit that is about to be refunded. Refunds need library 1.1.0: a
-// node that still runs 1.0.0 refuses such a call before taking anything, with a *VersionError
-// naming the refund function. (Rules of a single Key need no refund: a single rule is then an
-// ordinary call, which a 1.0 library serves too.)
+// call may, rarely, see a unit that is about to be refunded. A Key whose limit said it would
+// deny the next call is asked first, alone, and its denial ends the decision: a refused request
+// costs the server no more calls than an admitted one.
+//
+// Refunds need library 1.1.0. A node that still runs 1.0.0 refuses a Key's single rule before
+// it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
+// a time, the first denial ending the decision: what such a Key took before another denied
+// stays taken (stricter for a while, never more permissive). Several rules of one Key (one
+// rl_multi) on a 1.0 node are decided by the Policy. No limit turns into no limit.
 //
 // Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
 // Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
@@ -92,6 +97,12 @@ type group struct {
 	res   Result
 	err   error
 	each  []Result // AllowAllEach: each call's own state, for a group of several calls
+	// decided: the group was sent (or its policy decided it). A decision across keys that a
+	// group denied leaves the groups after it undecided: they took nothing.
+	decided bool
+	// kept: its node cannot refund (library 1.0.0), so what it took stays taken when another
+	// group denies.
+	kept bool
 }
 
 // all decides rules (AllowAllN, PeekAllN), under a span of its own when traced; each, when
@@ -104,14 +115,15 @@ func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64, 
 }
 
 func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
-	groups, err := groupRules(ctx, rules, n)
+	groups, err := l.groupRules(ctx, rules, n)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if op == opAllow && len(groups) > 1 {
+	across := op == opAllow && len(groups) > 1
+	if across {
 		// The refunds that make several keys all or nothing exist from library 1.1.0: a key's
 		// single rule, which 1.0 would serve, must be refused there before it takes anything.
 		// (Several rules of a key are an rl_multi call, 1.1.0 already.)
@@ -122,6 +134,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		}
 	}
 	run := func(g *group) {
+		g.decided = true
 		var i int
 		if len(g.calls) == 1 {
 			g.res, g.err = l.decide(ctx, op, g.key, g.calls[0])
@@ -133,27 +146,25 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		}
 		g.res.Rule = g.rules[i]
 	}
-	if len(groups) == 1 {
-		run(&groups[0])
+	if !across {
+		l.runGroups(groups, nil, run)
 	} else {
-		var wg sync.WaitGroup
-		for i := range groups {
-			wg.Go(func() { run(&groups[i]) })
-		}
-		wg.Wait()
+		l.decideAcross(groups, n, run)
 	}
 	var firstErr error
 	firstRule := len(rules)
 	results := make([]Result, 0, len(groups))
 	for i := range groups {
 		g := &groups[i]
-		if g.err != nil {
+		switch {
+		case !g.decided:
+		case g.err != nil:
 			if g.rules[0] < firstRule {
 				firstErr, firstRule = g.err, g.rules[0]
 			}
-			continue
+		default:
+			results = append(results, g.res)
 		}
-		results = append(results, g.res)
 	}
 	var res Result
 	if firstErr == nil {
@@ -165,7 +176,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		for i := range groups {
 			g := &groups[i]
 			switch {
-			case g.err != nil:
+			case !g.decided || g.err != nil:
 			case len(g.calls) == 1:
 				each[g.rules[0]] = g.res
 			default:
@@ -204,8 +215,108 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 	return res, refundErr
 }
 
+// decideAcross decides the groups of a decision across keys, whose admitted groups are refunded
+// when another denies, in an order that spares the server those refunds:
+//
+//   - groups whose key's last answer said it would deny the next such call (see hints) go
+//     first, on their own: under an attack on one principal, its refusals cost one call, not
+//     one per key and a refund;
+//   - then the others, side by side, unless a first one denied or failed;
+//   - last, one at a time, the groups whose node cannot refund (library 1.0.0, found by a
+//     call refused before it took anything): each is decided by the node as 1.0 decides it,
+//     and the first denial ends the decision. What those took before a later denial stays
+//     taken (kept): stricter for a while, never more permissive, and no limit the node can
+//     decide is handed to the policy.
+func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
+	h := l.hints
+	now := l.clock()
+	keys := make([][]byte, len(groups)) // each group's hint key
+	var first []int
+	for i := range groups {
+		keys[i] = l.hintKey(&groups[i])
+		if h.denies(keys[i], now) {
+			first = append(first, i)
+		}
+	}
+	stopped := func() bool {
+		for i := range groups {
+			g := &groups[i]
+			if g.decided && !olderNode(g.err) && (g.err != nil || !g.res.Allowed) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(first) > 0 && len(first) < len(groups) {
+		l.runGroups(groups, first, run)
+		if !stopped() {
+			l.runGroups(groups, pending(groups), run)
+		}
+	} else {
+		l.runGroups(groups, nil, run)
+	}
+	var older []int
+	for i := range groups {
+		if g := &groups[i]; g.decided && olderNode(g.err) {
+			older = append(older, i)
+			g.decided, g.err, g.calls[0].refundable = false, nil, false
+		}
+	}
+	for _, i := range older {
+		if stopped() {
+			break
+		}
+		g := &groups[i]
+		run(g)
+		g.kept = true
+	}
+	now = l.clock()
+	for i := range groups {
+		if g := &groups[i]; g.decided && g.err == nil && !g.res.Local {
+			h.note(keys[i], g.res, n, now)
+		}
+	}
+}
+
+// runGroups runs the groups of idx (all of them when nil) side by side.
+func (l *Limiter) runGroups(groups []group, idx []int, run func(*group)) {
+	if idx == nil {
+		idx = make([]int, len(groups))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) == 1 {
+		run(&groups[idx[0]])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Go(func() { run(&groups[i]) })
+	}
+	wg.Wait()
+}
+
+// pending is the indexes of the groups not decided yet.
+func pending(groups []group) []int {
+	var idx []int
+	for i := range groups {
+		if !groups[i].decided {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// olderNode reports the error of a refundable call that a node refused only because its
+// library cannot refund (1.0.0): the call itself is one 1.0 decides.
+func olderNode(err error) bool {
+	var ve *VersionError
+	return errors.As(err, &ve) && ve.Version != "" && ve.refundable
+}
+
 // groupRules validates rules and groups them by Key, in the order of their first rule.
-func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
+func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 	if len(rules) == 0 {
 		return nil, &LimitError{Field: "rules", Reason: "must not be empty"}
 	}
@@ -215,6 +326,9 @@ func groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 	var groups []group
 	byKey := map[string]int{}
 	for i, r := range rules {
+		if err := l.checkKey(r.Key); err != nil {
+			return nil, err
+		}
 		if err := checkLimit(r.Limit); err != nil {
 			// which rule: several may have the same type (formatted only here: a valid rule
 			// costs no allocation for it)
@@ -261,7 +375,7 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 	var wg sync.WaitGroup
 	for i := range groups {
 		g := &groups[i]
-		if g.err != nil || !g.res.Allowed {
+		if !g.decided || g.kept || g.err != nil || !g.res.Allowed {
 			continue
 		}
 		for j, c := range g.calls {
@@ -347,12 +461,12 @@ func binding(results []Result) (Result, int) {
 // cannot, by the policy. It returns the binding Result and its index in cs. each, when not
 // nil, gets each call's own state (see serverMulti), or the policy's decision of it.
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
-	a, pass := l.begin(ctx, key)
-	if !pass {
-		return l.failMulti(ctx, op, key, cs, kindCircuitOpen, ErrCircuitOpen, each)
+	a, kind, err := l.begin(ctx, key, true)
+	if err != nil {
+		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
 	res, i, err := l.serverMulti(ctx, op, key, cs, each)
-	kind := l.settle(ctx, a, multiSubject, op, res, err)
+	kind = l.settle(ctx, a, multiSubject, op, res, err)
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
 			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())

@@ -19,16 +19,22 @@ const (
 	DefaultBreakerCooldown = time.Second
 	// DefaultLocalKeys is how many keys the local fallback holds state for, at most.
 	DefaultLocalKeys = 100_000
+	// DefaultMaxKeyLen is the longest key (in bytes) a call takes: room for an e-mail address
+	// or a URL behind a policy's name, and a bound on what one principal costs the server.
+	DefaultMaxKeyLen = 512
 )
 
 // Policy is what a call does when the server cannot decide it: the server is unreachable, the
-// call ran past its deadline, the circuit breaker is open, or the server answered with an
-// error that is not the caller's (ErrNotLoaded, LOADING, CLUSTERDOWN, OOM, NOPERM, a reply out
-// of contract...).
+// call ran past its deadline, the circuit breaker is open, the cluster is down (CLUSTERDOWN,
+// TRYAGAIN: as a dead shard), the node's library is older than the call needs (a *VersionError:
+// a reserve, a refund, a lease or rl_multi on a node still running 1.0.0), or the server
+// answered with an error that is not the caller's (ErrNotLoaded, LOADING, OOM, NOPERM, a reply
+// out of contract...).
 //
-// A *LimitError (refused before any call) and a *LibraryError (RLERR: the key holds other
-// state) are the caller's bugs: every policy returns them as they are. So does a call whose
-// context the caller canceled, or that was done before the call: nobody waits for its answer.
+// A *LimitError and a *KeyError (refused before any call) and a *LibraryError (RLERR: the key
+// holds other state) are the caller's bugs: every policy returns them as they are. So does a
+// call whose context the caller canceled, or that was done before the call: nobody waits for
+// its answer.
 //
 // ErrNotLoaded does fall under the policy: a server restarted without persistence comes back
 // without its functions, and a service must not go down until someone runs rlfn deploy.
@@ -40,10 +46,11 @@ type Policy uint8
 
 const (
 	// ReturnError returns the error (ErrCircuitOpen while the breaker is open), and leaves the
-	// decision to the caller. The default.
+	// decision to the caller.
 	ReturnError Policy = iota
 	// FailOpen admits: Allowed, Remaining = Limit - cost, as a fresh limiter would answer. A
-	// cost above the limit is still denied with RetryAfter = Never.
+	// cost above the limit is still denied with RetryAfter = Never. While the server cannot
+	// decide, the service runs with no limit at all: a choice to make knowingly.
 	FailOpen
 	// FailClosed denies: Remaining 0, RetryAfter (and ResetAfter) the time until the breaker
 	// probes the server again, or its cooldown when it is not open.
@@ -51,7 +58,9 @@ const (
 	// LocalFallback decides with an in-process limiter of the same algorithm, admitting a
 	// share of the limit: see WithInstances. Its Result.Limit is that share. A key's local
 	// state lasts until the server decides that key again, or until it expires: in a cluster
-	// with a shard down, the live shards' answers leave the dead shard's keys limited.
+	// with a shard down, the live shards' answers leave the dead shard's keys limited. The
+	// default: a rate limiter that stops limiting when its server does fails the service it
+	// protects exactly when that service is most likely under load.
 	LocalFallback
 )
 
@@ -89,6 +98,7 @@ type options struct {
 	breakerFailures int
 	breakerCooldown time.Duration
 	localKeys       int
+	maxKeyLen       int
 	meterProvider   metric.MeterProvider
 	leaseBatch      int64
 	leaseAge        time.Duration
@@ -122,7 +132,7 @@ func WithDeadline(d time.Duration) Option {
 	}
 }
 
-// WithPolicy sets what a call does when the server cannot decide it. Default: ReturnError.
+// WithPolicy sets what a call does when the server cannot decide it. Default: LocalFallback.
 func WithPolicy(p Policy) Option {
 	return func(o *options) {
 		if p > LocalFallback {
@@ -181,6 +191,20 @@ func WithLocalKeys(n int) Option {
 			o.invalid("WithLocalKeys", "must be at least 1, got %d", n)
 		}
 		o.localKeys = n
+	}
+}
+
+// WithMaxKeyLen sets the longest key (the principal, in bytes) a call takes, from 1 to
+// 1048576; a longer one is a *KeyError, sent nowhere. The server holds each limiter's key for
+// as long as its state lives (an hour for an hour's sliding log), once per algorithm and Name,
+// so a key read from a request header must not be as long as the header. To count by a long
+// identifier (a JWT, a URL), key by a hash of it (sha256, hex). Default: DefaultMaxKeyLen, 512.
+func WithMaxKeyLen(n int) Option {
+	return func(o *options) {
+		if n < 1 || n > 1<<20 {
+			o.invalid("WithMaxKeyLen", "must be from 1 to 1048576, got %d", n)
+		}
+		o.maxKeyLen = n
 	}
 }
 

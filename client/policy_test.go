@@ -119,7 +119,7 @@ func TestPolicies(t *testing.T) {
 		for _, f := range failures {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(f.give)
-			got, err := client.New(vk).Allow(context.Background(), "k", bucket)
+			got, err := client.New(vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", bucket)
 			if err == nil || got != (client.Result{}) {
 				t.Errorf("%s: got %+v, %v; want the error", f.name, got, err)
 			}
@@ -304,7 +304,7 @@ func TestOneDeadShardStaysLimited(t *testing.T) {
 func TestCanceledProbeLetsTheNextCallProbe(t *testing.T) {
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
-	lim := client.New(vk, client.WithBreaker(1, time.Second), client.WithClock(clock.now))
+	lim := client.New(vk, client.WithBreaker(1, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	ctx := context.Background()
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
@@ -346,7 +346,7 @@ func TestDeadline(t *testing.T) {
 		vk := mock.NewClient(gomock.NewController(t))
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(block)
 		start := time.Now()
-		_, err := client.New(vk, client.WithDeadline(50*time.Millisecond)).Allow(context.Background(), "k", bucket)
+		_, err := client.New(vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", bucket)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("got %v, want DeadlineExceeded", err)
@@ -519,7 +519,7 @@ func TestLeasedUnitsAgedOutDuringFailedCall(t *testing.T) {
 			return mock.Result(ints(1, 100, 90, 0, 1000, 0))
 		},
 	}
-	lim := client.New(vk, client.WithClock(clock.now), client.WithLeasedBudgets(16, 100*time.Millisecond))
+	lim := client.New(vk, client.WithClock(clock.now), client.WithLeasedBudgets(16, 100*time.Millisecond), client.WithPolicy(client.ReturnError))
 	ctx := context.Background()
 	for i := 0; lim.Parked() == 0; i++ {
 		if i == 10 {

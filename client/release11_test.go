@@ -224,7 +224,7 @@ func TestAllowAllErrorCompensates(t *testing.T) {
 		Return(mock.Result(mock.ValkeyError("NOPERM no")))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
 		Return(okReply)
-	if _, err := client.New(vk).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}); err == nil {
+	if _, err := client.New(vk, client.WithPolicy(client.ReturnError)).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}); err == nil {
 		t.Fatal("no error")
 	}
 }
@@ -255,8 +255,9 @@ func TestAllowAllRefusesBadRules(t *testing.T) {
 	}
 }
 
-// A 1.1 call answered as a 1.0 library answers it is a *VersionError naming the node, under
-// every policy; the node is the one that answers rl_version for the key.
+// A 1.1 call answered as a 1.0 library answers it is a *VersionError naming the node under
+// ReturnError; the node is the one that answers rl_version for the key. (The other policies
+// decide it: TestVersionErrorPolicy.)
 func TestVersionErrorOn10(t *testing.T) {
 	tb := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}
 	for _, tt := range []struct {
@@ -269,13 +270,13 @@ func TestVersionErrorOn10(t *testing.T) {
 	}{
 		{"reserve", "RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5",
 			func(ctx context.Context, lim *client.Limiter) error { _, err := lim.Allow(ctx, "k", tb); return err },
-			"rl_token_bucket reserve", client.FailOpen, "rl:{k}:token_bucket"},
+			"rl_token_bucket reserve", client.ReturnError, "rl:{k}:token_bucket"},
 		{"refund", "ERR Function not found",
 			func(ctx context.Context, lim *client.Limiter) error {
 				_, err := lim.Refund(ctx, "k", tb, 1)
 				return err
 			},
-			"rl_token_bucket_refund", client.LocalFallback, "rl:{k}:token_bucket"},
+			"rl_token_bucket_refund", client.ReturnError, "rl:{k}:token_bucket"},
 		{"acquire", "ERR Function not found",
 			func(ctx context.Context, lim *client.Limiter) error {
 				_, _, err := lim.Acquire(ctx, "k", client.Concurrency{Limit: 1, Lease: time.Second})
@@ -327,7 +328,7 @@ func TestAllowAllReportsFailedRefunds(t *testing.T) {
 				Return(tt.b)
 			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
 				Return(mock.ErrorResult(context.DeadlineExceeded))
-			res, err := client.New(vk).AllowAll(context.Background(), rules)
+			res, err := client.New(vk, client.WithPolicy(client.ReturnError)).AllowAll(context.Background(), rules)
 			var ce *client.CompensationError
 			if !errors.As(err, &ce) || len(ce.Rules) != 1 || ce.Rules[0] != 0 || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("got %v, want a *CompensationError for rule 0", err)
@@ -404,24 +405,45 @@ func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
 	}
 }
 
-// AllowAll across keys relies on refunds: against a 1.0 node, the single rule of a key is
-// refused before it takes anything (its reserve, even 0, is an argument 1.0 refuses), with a
-// *VersionError naming the refund, rather than admitted and never given back.
+// AllowAll across keys relies on refunds, which a 1.0 node lacks: the single rule of a key is
+// refused there before it takes anything (its reserve, even 0, is an argument 1.0 refuses), and
+// is then decided as 1.0 decides it, one key at a time, the first denial ending the decision:
+// the node never stops limiting. What a key took before a later key denied stays taken (no
+// refund exists): stricter, never more permissive. The node is asked for its version once a
+// cooldown: the next decision goes to 1.0's calls at once.
 func TestAllowAllAcrossKeysOn10(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	vk := mock.NewClient(ctrl)
 	l := client.SlidingLog{Limit: 1, Window: time.Minute}
 	on10 := mock.Result(mock.ValkeyError("RLERR rl_sliding_log takes 3 arguments (limit window_ms cost), got 4"))
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1", "0")).Return(on10)
-	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1", "0")).Return(on10)
+	// a and b go side by side: the first refused tells the node's version, and the other, when
+	// it comes after that, is not sent at all
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1", "0")).Return(on10).MaxTimes(1)
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1", "0")).Return(on10).MaxTimes(1)
 	node := mock.NewClient(ctrl)
 	node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
-		Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.0.0"))}).Times(2)
-	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node}).Times(2)
-	_, err := client.New(vk).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}})
-	var ve *client.VersionError
-	if !errors.As(err, &ve) || ve.Version != "1.0.0" || ve.Function != "rl_sliding_log_refund" {
-		t.Fatalf("got %v, want a *VersionError naming rl_sliding_log_refund", err)
+		Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.0.0"))}).MinTimes(1).MaxTimes(2)
+	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node}).MinTimes(1).MaxTimes(2)
+	// 1.0's own calls: a admits, b denies; a's unit is not refunded (no such function)
+	gomock.InOrder(
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1")).
+			Return(mock.Result(ints(1, 1, 0, 0, 60000, 0))),
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1")).
+			Return(mock.Result(ints(0, 1, 0, 5000, 60000, 0))),
+	)
+	lim := client.New(vk, client.WithPolicy(client.ReturnError))
+	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
+	res, err := lim.AllowAll(context.Background(), rules)
+	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Local {
+		t.Fatalf("%+v, %v; want b's denial, decided by the node", res, err)
+	}
+	// Within the cooldown, the node is known to run 1.0.0: no refused call, no lookup. a denies
+	// first, and b is never asked (it would take a unit nobody could give back).
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1")).
+		Return(mock.Result(ints(0, 1, 0, 59000, 59000, 0)))
+	res, err = lim.AllowAll(context.Background(), rules)
+	if err != nil || res.Allowed || res.Rule != 0 {
+		t.Fatalf("%+v, %v; want a's denial", res, err)
 	}
 }
 

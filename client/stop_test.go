@@ -1,0 +1,212 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"github.com/valkey-io/valkey-go/mock"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// A Limiter's default is to decide locally when the server cannot: a server gone must never be
+// a service served with no limit at all.
+func TestDefaultPolicyIsLocalFallback(t *testing.T) {
+	lim := client.New(replyClient{mock.NewClient(nil), mock.ErrorResult(errors.New("connection refused"))})
+	limit := client.FixedWindow{Limit: 3, Window: time.Hour}
+	admitted := 0
+	for range 10 {
+		res, err := lim.Allow(context.Background(), "k", limit)
+		if err != nil || !res.Local {
+			t.Fatalf("%+v, %v; want a local decision", res, err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d of 10 with the server gone, want the limit, 3", admitted)
+	}
+}
+
+// An empty key and one longer than WithMaxKeyLen are *KeyErrors, sent nowhere, whatever the
+// policy: they are the caller's.
+func TestKeyBounds(t *testing.T) {
+	sent := false
+	vk := scriptClient{Client: mock.NewClient(nil), do: func([]string) valkey.ValkeyResult {
+		sent = true
+		return okReply
+	}}
+	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
+	conc := client.Concurrency{Limit: 1, Lease: time.Second}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		opts []client.Option
+		key  string
+		want string // the error; empty: admitted
+	}{
+		{"empty", nil, "", "rlfn: the key is empty: no principal to count the call against"},
+		{"default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen), ""},
+		{"past the default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen+1),
+			"rlfn: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"a MiB", nil, strings.Repeat("k", 1<<20), "rlfn: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkk", ""},
+		{"past its own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkkk",
+			"rlfn: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
+				lim := client.New(vk, append(tt.opts, client.WithPolicy(p))...)
+				calls := map[string]func() error{
+					"Allow":  func() error { _, err := lim.Allow(ctx, tt.key, limit); return err },
+					"Peek":   func() error { _, err := lim.Peek(ctx, tt.key, limit); return err },
+					"Refund": func() error { _, err := lim.Refund(ctx, tt.key, limit, 1); return err },
+					"AllowAll": func() error {
+						_, err := lim.AllowAll(ctx, []client.Rule{{Key: "o", Limit: limit}, {Key: tt.key, Limit: limit}})
+						return err
+					},
+					"Lease": func() error { _, err := lim.Lease(tt.key, conc, "id"); return err },
+				}
+				for name, call := range calls {
+					sent = false
+					err := call()
+					var ke *client.KeyError
+					switch {
+					case tt.want == "" && errors.As(err, &ke):
+						t.Errorf("%s %s: %v", p, name, err)
+					case tt.want != "" && (!errors.As(err, &ke) || err.Error() != tt.want):
+						t.Errorf("%s %s: got %v, want %q", p, name, err, tt.want)
+					case tt.want != "" && sent:
+						t.Errorf("%s %s: a refused key was sent", p, name)
+					}
+				}
+			}
+		})
+	}
+	for _, n := range []int{0, -1, 1<<20 + 1} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Errorf("WithMaxKeyLen(%d) accepted", n)
+				}
+			}()
+			client.New(vk, client.WithMaxKeyLen(n))
+		}()
+	}
+}
+
+// A limit that needs library 1.1.0 on a node that runs 1.0.0 is decided by the Policy (the
+// local fallback by default), never left unlimited; the node is asked once a cooldown, not on
+// every call, and a deploy is seen after it.
+func TestOlderLibraryFallsBack(t *testing.T) {
+	clock := newFakeClock()
+	var mu sync.Mutex
+	version := "1.0.0"
+	var refused, lookups, served int
+	vk := scriptClient{
+		Client: mock.NewClient(nil),
+		do: func(cmd []string) valkey.ValkeyResult {
+			mu.Lock()
+			defer mu.Unlock()
+			if version == "1.0.0" {
+				refused++
+				return mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"))
+			}
+			served++
+			return mock.Result(ints(1, 10, 5, 0, 1000, 0))
+		},
+	}
+	node := scriptClient{Client: mock.NewClient(nil), doMulti: func([][]string) []valkey.ValkeyResult {
+		mu.Lock()
+		defer mu.Unlock()
+		lookups++
+		return []valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString(version))}
+	}}
+	nodes := nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}
+	lim := client.New(nodes, client.WithClock(clock.now))
+	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
+	ctx := context.Background()
+	admitted := 0
+	for range 20 {
+		res, err := lim.Allow(ctx, "k", limit)
+		if err != nil || !res.Local {
+			t.Fatalf("%+v, %v; want the local fallback's decision", res, err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 8 || refused != 1 || lookups != 1 {
+		t.Fatalf("admitted %d (want 8: capacity 10, reserve 2), %d calls refused and %d version lookups (want 1 each)", admitted, refused, lookups)
+	}
+	version = "1.1.0"
+	clock.advance(client.DefaultBreakerCooldown)
+	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Local || served != 1 {
+		t.Fatalf("%+v, %v after a deploy and a cooldown; want the server's decision", res, err)
+	}
+}
+
+// nodesClient is a scriptClient that knows nodes.
+type nodesClient struct {
+	scriptClient
+	nodes map[string]valkey.Client
+}
+
+func (c nodesClient) Nodes() map[string]valkey.Client { return c.nodes }
+
+// An attack on one principal behind a second limit of another key (per user and per IP) costs
+// the server no more calls per refused request than per admitted one: once the user's limit
+// said it would deny, it is asked first, alone, and its denial ends the decision, with no call
+// to the IP's limit and no refund of it.
+func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
+	var mu sync.Mutex
+	used := map[string]int64{}
+	calls := 0
+	vk := scriptClient{Client: mock.NewClient(nil), do: func(cmd []string) valkey.ValkeyResult {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		limit := int64(5)
+		if strings.Contains(cmd[3], "ip:") {
+			limit = 1000
+		}
+		switch cmd[1] {
+		case "rl_fixed_window_refund":
+			used[cmd[3]]--
+		case "rl_fixed_window":
+			if used[cmd[3]] >= limit {
+				return mock.Result(ints(0, limit, 0, 30_000, 30_000, 0))
+			}
+			used[cmd[3]]++
+		}
+		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
+	}}
+	lim := client.New(vk)
+	rules := []client.Rule{
+		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
+		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
+	}
+	for i := range 100 {
+		calls = 0
+		res, err := lim.AllowAll(context.Background(), rules)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case res.Allowed != (i < 5):
+			t.Fatalf("request %d: %+v", i+1, res)
+		case res.Allowed && calls != 2:
+			t.Fatalf("admitted request %d cost %d calls, want 2", i+1, calls)
+		case !res.Allowed && calls != 1:
+			t.Fatalf("refused request %d cost %d calls, want 1", i+1, calls)
+		}
+	}
+	if used["ip:10.0.0.1"] != 5 && used["rl:{ip:10.0.0.1}:fixed_window"] != 5 {
+		t.Errorf("the IP's limit counts %v, want the 5 admitted requests", used)
+	}
+}
