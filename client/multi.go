@@ -103,6 +103,9 @@ type group struct {
 	// kept: its node cannot refund (library 1.0.0), so what it took stays taken when another
 	// group denies.
 	kept bool
+	// peeked: not decided, but peeked for AllowAllEach: res and each are its state, which
+	// neither decides nor is refunded.
+	peeked bool
 }
 
 // all decides rules (AllowAllN, PeekAllN), under a span of its own when traced; each, when
@@ -146,10 +149,31 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		}
 		g.res.Rule = g.rules[i]
 	}
-	if !across {
-		l.runGroups(groups, nil, run)
-	} else {
+	switch {
+	case len(groups) == 1:
+		run(&groups[0])
+	case !across:
+		l.runGroups(groups, every(groups), run)
+	default:
 		l.decideAcross(groups, n, run)
+		if each != nil {
+			// A denial ended the decision before these groups were asked: a peek of each
+			// still tells its state, so that every limit can be reported, and the refusal
+			// costs the server no more calls than an admission (one per key).
+			l.runGroups(groups, pending(groups), func(g *group) {
+				g.peeked = true
+				var i int
+				if len(g.calls) == 1 {
+					c := g.calls[0]
+					c.refundable = false
+					g.res, g.err = l.decide(ctx, opPeek, g.key, c)
+				} else {
+					g.each = make([]Result, len(g.calls))
+					g.res, i, g.err = l.decideMulti(ctx, opPeek, g.key, g.calls, g.each)
+				}
+				g.res.Rule = g.rules[i]
+			})
+		}
 	}
 	var firstErr error
 	firstRule := len(rules)
@@ -176,7 +200,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		for i := range groups {
 			g := &groups[i]
 			switch {
-			case !g.decided || g.err != nil:
+			case !g.decided && !g.peeked || g.err != nil:
 			case len(g.calls) == 1:
 				each[g.rules[0]] = g.res
 			default:
@@ -253,7 +277,7 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 			l.runGroups(groups, pending(groups), run)
 		}
 	} else {
-		l.runGroups(groups, nil, run)
+		l.runGroups(groups, every(groups), run)
 	}
 	var older []int
 	for i := range groups {
@@ -278,13 +302,10 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	}
 }
 
-// runGroups runs the groups of idx (all of them when nil) side by side.
+// runGroups runs the groups of idx side by side.
 func (l *Limiter) runGroups(groups []group, idx []int, run func(*group)) {
-	if idx == nil {
-		idx = make([]int, len(groups))
-		for i := range idx {
-			idx[i] = i
-		}
+	if len(idx) == 0 {
+		return
 	}
 	if len(idx) == 1 {
 		run(&groups[idx[0]])
@@ -297,11 +318,20 @@ func (l *Limiter) runGroups(groups []group, idx []int, run func(*group)) {
 	wg.Wait()
 }
 
-// pending is the indexes of the groups not decided yet.
+// every is the indexes of all the groups.
+func every(groups []group) []int {
+	idx := make([]int, len(groups))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// pending is the indexes of the groups not decided (nor peeked) yet.
 func pending(groups []group) []int {
 	var idx []int
 	for i := range groups {
-		if !groups[i].decided {
+		if !groups[i].decided && !groups[i].peeked {
 			idx = append(idx, i)
 		}
 	}

@@ -177,6 +177,8 @@ func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 			limit = 1000
 		}
 		switch cmd[1] {
+		case "rl_fixed_window_peek":
+			return mock.Result(ints(b2i(used[cmd[3]] < limit), limit, limit-used[cmd[3]], 0, 30_000, 0))
 		case "rl_fixed_window_refund":
 			used[cmd[3]]--
 		case "rl_fixed_window":
@@ -206,7 +208,27 @@ func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 			t.Fatalf("refused request %d cost %d calls, want 1", i+1, calls)
 		}
 	}
-	if used["ip:10.0.0.1"] != 5 && used["rl:{ip:10.0.0.1}:fixed_window"] != 5 {
+	if used["rl:{ip:10.0.0.1}:fixed_window"] != 5 {
 		t.Errorf("the IP's limit counts %v, want the 5 admitted requests", used)
 	}
+	// AllowAllEach reports every limit: the key not asked is peeked, one call, so a refusal
+	// costs what an admission does.
+	calls = 0
+	res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
+	if err != nil || res.Allowed || res.Rule != 0 || calls != 2 {
+		t.Fatalf("%+v, %v, %d calls; want the user's denial in 2 calls", res, err, calls)
+	}
+	if each[0].Allowed || each[0].Limit != 5 || !each[1].Allowed || each[1].Limit != 1000 || each[1].Remaining != 995 {
+		t.Errorf("each %+v; want the user's denial and the IP's state", each)
+	}
+	if used["rl:{ip:10.0.0.1}:fixed_window"] != 5 {
+		t.Errorf("the peek took from the IP's limit: %v", used)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
