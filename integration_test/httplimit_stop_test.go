@@ -294,3 +294,41 @@ func TestHTTPStopAttackCost(t *testing.T) {
 		t.Errorf("a refused request costs the server %.2f calls, an admitted one %.2f: an attack is dearer than traffic", refused, admitted)
 	}
 }
+
+// With the server gone, no request is served unlimited by default: the client's default
+// policy (LocalFallback) decides it in-process, with the rate-limit headers; a limiter that
+// returns its errors (ReturnError) gets 503; only FailOpen serves with no limit.
+func TestHTTPStopServerGone(t *testing.T) {
+	s, vk := httpValkey(t)
+	limit := client.TokenBucket{Capacity: 10, Rate: 10, Period: time.Second}
+	policy := func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "api", Limit: limit} }
+	errs := make(chan error, 10)
+	onError := func(_ *http.Request, err error) { errs <- err }
+	local, _ := stopServer(t, client.New(vk, slowMachine), httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
+	closed, _ := stopServer(t, client.New(vk, slowMachine, client.WithPolicy(client.ReturnError)),
+		httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
+	open, _ := stopServer(t, client.New(vk, slowMachine, client.WithPolicy(client.ReturnError)),
+		httplimit.Options{Key: userKey, Policy: policy, OnError: onError, FailOpen: true})
+	user := strings.NewReplacer(":", "-", "/", "-").Replace(keyFor(t))
+	for _, srv := range []*httptest.Server{local, closed, open} {
+		if r := stopGet(t, srv.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
+			t.Fatalf("server up: %d %v", r.status, r.header)
+		}
+	}
+	if err := s.Stop(ctx5s(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	if r := stopGet(t, local.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
+		t.Errorf("server gone, LocalFallback: %d %v; want 200 decided in-process, with its headers", r.status, r.header)
+	}
+	if r := stopGet(t, closed.URL, "X-User: "+user); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "rate limiter unavailable") {
+		t.Errorf("server gone, ReturnError: %d %q; want 503", r.status, r.body)
+	}
+	if r := stopGet(t, open.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") != "" {
+		t.Errorf("server gone, ReturnError and FailOpen: %d %v; want 200 without rate-limit headers", r.status, r.header)
+	}
+	if n := len(errs); n != 2 {
+		t.Errorf("OnError called %d times, want twice (ReturnError's two middlewares)", n)
+	}
+}
