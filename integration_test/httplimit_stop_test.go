@@ -132,6 +132,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 	})
 
 	err := m.Check(ctx5s(t))
+	t.Logf("Check: %v", err)
 	var re *httplimit.ReleaseError
 	var ve *client.VersionError
 	if !errors.As(err, &re) || re.Release != client.Release11 || len(re.Policies) != 1 || re.Policies[0] != "api" ||

@@ -87,8 +87,8 @@ func Needs(p Policy) string {
 }
 
 // Check verifies that every primary of the Limiter's servers runs the library release each
-// of Options.Policies needs (Needs), or, without Policies, a library of the major version the
-// client speaks. Call it at start-up: a node that still runs 1.0.0 under a policy of several
+// of Options.Policies needs (Needs), or, without Policies that limit anything, a library of
+// the major version the client speaks. Call it at start-up: a node that still runs 1.0.0 under a policy of several
 // limits is found before the first request, not by a log line under load. It returns nil, or
 // a *ReleaseError per release some policies need and a node lacks, joined; ErrNoVersionChecker
 // when the Limiter cannot tell.
@@ -97,16 +97,19 @@ func (m *Middleware) Check(ctx context.Context) error {
 	if !ok {
 		return ErrNoVersionChecker
 	}
-	if len(m.policies) == 0 {
+	byRelease := map[string][]string{}
+	for _, p := range m.policies {
+		if p.Limit == nil && p.Concurrency == nil && len(p.Also) == 0 {
+			continue // a route without limits needs no library
+		}
+		rel := Needs(p)
+		byRelease[rel] = append(byRelease[rel], p.Name)
+	}
+	if len(byRelease) == 0 {
 		if err := vc.CheckVersion(ctx, ""); err != nil {
 			return fmt.Errorf("httplimit: check: %w", err)
 		}
 		return nil
-	}
-	byRelease := map[string][]string{}
-	for _, p := range m.policies {
-		rel := Needs(p)
-		byRelease[rel] = append(byRelease[rel], p.Name)
 	}
 	releases := make([]string, 0, len(byRelease))
 	for rel := range byRelease {

@@ -164,8 +164,9 @@ func TestCheck(t *testing.T) {
 		want     map[string][]string // release -> policies a *ReleaseError names
 	}{
 		{name: "no policies: the major version", version: "1.0.0", wantMins: []string{""}},
+		{name: "a route without limits: the major version", version: "1.0.0", policies: []Policy{{Name: "health"}}, wantMins: []string{""}},
 		{name: "1.1.0 runs everything", version: "1.1.0", policies: []Policy{one, two, lease}, wantMins: []string{"1.1.0"}},
-		{name: "1.0.0 under policies of one limit", version: "1.0.0", policies: []Policy{one, {Name: "other", Limit: hourly}}, wantMins: []string{"1.0.0"}},
+		{name: "1.0.0 under policies of one limit", version: "1.0.0", policies: []Policy{one, {Name: "health"}, {Name: "other", Limit: hourly}}, wantMins: []string{"1.0.0"}},
 		{name: "1.0.0 under several limits", version: "1.0.0", policies: []Policy{one, two, lease},
 			wantMins: []string{"1.1.0", "1.0.0"}, want: map[string][]string{"1.1.0": {"user-ip", "pay"}}},
 		{name: "no library", version: "", policies: []Policy{one, two},
