@@ -89,10 +89,55 @@
 //
 // # Failures
 //
-// The limiter's errors (server gone, deadline, a limit the library refuses) are passed to
-// Options.OnError and, by default, the request is served without rate-limit headers: the
-// limiter must not take the service down with it. Options.ErrorStatus answers them with a
-// status instead. A Options.Key error is the request's fault and is answered 400.
+// The middleware never serves a request with no limit unless told to. What it answers when a
+// request is left without a decision depends on why (each error also goes to Options.OnError,
+// by default a log line saying what is wrong, at most one a second per kind and per
+// misconfigured policy):
+//
+//   - The limiter could not decide: its server unreachable, its deadline passed, its circuit
+//     open, its library absent or too old. A *client.Limiter decides these itself under its
+//     default policy, client.LocalFallback (an in-process limiter with a share of each
+//     limit), so they reach the middleware only from a Limiter built with
+//     client.WithPolicy(client.ReturnError). Answered 503 Service Unavailable (a temporary
+//     condition: a client or a load balancer may retry), or Options.ErrorStatus.
+//     Options.FailOpen serves them instead, with no limit and no rate-limit headers: a choice
+//     to make knowingly.
+//   - A configuration mistake: a Policy the middleware refuses (*PolicyError: a Name with a
+//     space, EnforcePercent 101, a Rule without a Limit), a limit the client refuses
+//     (*client.LimitError: a TokenBucket of Capacity 0), a key holding another algorithm's
+//     state (*client.LibraryError), a Limiter that cannot decide the Policy (ErrNoMultiLimiter,
+//     ErrNoAcquirer). Answered 500 Internal Server Error, FailOpen or not: a limit that cannot
+//     be valid is a bug, which serving the route unlimited would hide. List the policies in
+//     Options.Policies and New refuses them at start-up instead.
+//   - A key the limits cannot count the request against: Options.Key's (or a Rule's) error
+//     or empty key, or one the Limiter refuses as too long (*client.KeyError). The client's
+//     fault: answered 400 Bad Request, the body saying "missing or unreadable key", "missing
+//     key" or "key too long".
+//
+// A decision across keys (Policy.Also) whose refunds failed comes with a
+// *client.CompensationError: its denial stands and is answered 429, and the error goes to
+// OnError.
+//
+// # Keys
+//
+// The key a limit counts a request against is the Policy's (or the Rule's) Name, ':' and the
+// principal from Options.Key (or Rule.Key); the client stores its state under
+// client.Key("rl:", "<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket. The server holds each key for as long as its limiter's
+// state lives (an hour for an hour's sliding log), so the client bounds it: at most
+// client.DefaultMaxKeyLen (512) bytes, name and ':' included, or what client.WithMaxKeyLen
+// sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
+// a long header) by a hash of it, e.g. hex.EncodeToString of its crypto/sha256 sum: 64 bytes,
+// the same for every request that carries it.
+//
+// # Start-up
+//
+// A service whose routes' limits are constants lists them in Options.Policies: New refuses
+// one that cannot be valid, with an *OptionError naming it, and Middleware.Check verifies
+// that every node runs the library release they need (Needs: client.Release11 for several
+// limits at once, a Concurrency or a Reserve). A node that runs an older release still
+// limits (the client decides each limit it can, one at a time, and its policy the rest), but
+// not all or nothing: Check's *ReleaseError says so before the first request, not a log line
+// under load.
 //
 // # Outbound
 //

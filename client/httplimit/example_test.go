@@ -1,6 +1,9 @@
 package httplimit_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -138,6 +141,72 @@ func Example_login() {
 	// login "198.51.100.7 alice"
 	// login-ip "198.51.100.7"
 	// login-user "alice"
+}
+
+// A service whose limits are constants lists them in Options.Policies: New refuses one that
+// cannot be valid, naming it, and Check tells at start-up whether every node runs the library
+// release they need, here 1.1.0 for a per-user and per-IP decision. Requests are keyed by a
+// hash of their bearer token: a token can be longer than the key the client takes.
+func Example_startup() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := httplimit.Policy{
+		Name:  "api",
+		Limit: client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
+		Also: []httplimit.Rule{{Name: "api-ip", Key: ips.Key,
+			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}},
+	}
+	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+		Key: func(r *http.Request) (string, error) {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || token == "" {
+				return "", errors.New("no bearer token")
+			}
+			sum := sha256.Sum256([]byte(token))
+			return hex.EncodeToString(sum[:]), nil
+		},
+		Policy:   func(*http.Request) httplimit.Policy { return api },
+		Policies: []httplimit.Policy{api},
+	})
+	if err != nil {
+		log.Fatal(err) // an *httplimit.OptionError naming the policy
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := limits.Check(ctx); err != nil {
+		// A node on 1.0.0 still limits, each limit on its own rather than all or nothing,
+		// until a deploy reaches it.
+		slog.Error("rate limits", "err", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
+}
+
+// The library release each policy needs: one limit runs on 1.0.0; several at once, a
+// concurrency lease or a reserve need 1.1.0.
+func ExampleNeeds() {
+	perUser := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
+	for _, p := range []httplimit.Policy{
+		{Name: "api", Limit: perUser},
+		{Name: "api-ip", Limit: perUser, Also: []httplimit.Rule{{Name: "ip", Key: httplimit.RemoteIP,
+			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}}},
+		{Name: "payments", Limit: perUser, Concurrency: &client.Concurrency{Limit: 20, Lease: 30 * time.Second}},
+	} {
+		fmt.Println(p.Name, httplimit.Needs(p))
+	}
+	// Output:
+	// api 1.0.0
+	// api-ip 1.1.0
+	// payments 1.1.0
 }
 
 // The client's address behind trusted proxies: only their header is read, the rightmost

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,36 +119,67 @@ type EachLimiter interface {
 
 var _ EachLimiter = (*client.Limiter)(nil)
 
-// ErrNoMultiLimiter is passed to Options.OnError when a Policy enforces several limits and the
-// Limiter cannot decide them at once (it does not implement MultiLimiter).
+// ErrNoMultiLimiter is passed to Options.OnError, and answered 500, when a Policy enforces
+// several limits and the Limiter cannot decide them at once (it does not implement
+// MultiLimiter). New refuses such a Policy in Options.Policies.
 var ErrNoMultiLimiter = errors.New("httplimit: Policy.Also needs a Limiter that implements MultiLimiter, such as *client.Limiter")
 
-// ErrNoAcquirer is passed to Options.OnError when a Policy has a Concurrency and the Limiter
-// cannot take leases (it does not implement Acquirer).
+// ErrNoAcquirer is passed to Options.OnError, and answered 500, when a Policy has a
+// Concurrency and the Limiter cannot take leases (it does not implement Acquirer). New refuses
+// such a Policy in Options.Policies.
 var ErrNoAcquirer = errors.New("httplimit: Policy.Concurrency needs a Limiter that implements Acquirer, such as *client.Limiter")
 
 // Options configures a Middleware. Key and Policy are required.
 type Options struct {
 	// Key returns the principal a request is counted against: a user ID, an API key, the
-	// client's IP (see RemoteIP). Any string is safe: the client escapes it. An error answers
-	// 400 Bad Request without a decision, because a request that cannot be attributed would
-	// otherwise be served unlimited. Required.
+	// client's IP (see RemoteIP). Any string is safe: the client escapes it. An error, or an
+	// empty key, answers 400 Bad Request without a decision ("missing or unreadable key",
+	// "missing key"), because a request that cannot be attributed would otherwise be served
+	// unlimited. The Limiter bounds the key it takes, the Policy's Name and ':' included
+	// (client.WithMaxKeyLen, client.DefaultMaxKeyLen bytes by default): a longer one is
+	// answered 400 "key too long". Key a long identifier by a hash of it. Required.
 	Key func(r *http.Request) (string, error)
 	// Policy returns the limit of a request: per route, per tier. Required.
 	Policy func(r *http.Request) Policy
+	// Policies are the policies Policy returns, when they are known at start-up (every route's
+	// limits are constants): New refuses one that cannot be valid (its Name, a Limit the client
+	// would refuse, a Rule without a Name or a Limit, EnforcePercent out of range, a Limiter
+	// that cannot serve it) with an *OptionError naming it, and Check verifies that every node
+	// runs the library release they need. Policy may return others; they are checked when a
+	// request meets them. Default (nil): none.
+	Policies []Policy
 	// MaxDelay is the longest a request admitted with a delay (a LeakyBucket in Shape mode) is
 	// held before the next handler runs; a longer delay is answered 429. Default (zero):
 	// DefaultMaxDelay, one second. A request whose context ends first is answered 503.
 	MaxDelay time.Duration
-	// ErrorStatus is the status answered when the limiter returns an error, from 400 to 599,
-	// e.g. http.StatusServiceUnavailable to fail closed. Default (zero): the request is served
-	// (fail open), without rate-limit headers.
+	// ErrorStatus is the status of a request the limiter could not decide (its server
+	// unreachable, its deadline passed, its circuit open, its library absent or too old), from
+	// 400 to 599. With a *client.Limiter only client.ReturnError leaves such a request to the
+	// middleware: its default, client.LocalFallback, decides it in-process. Default (zero):
+	// 503 Service Unavailable, because the condition is temporary and a client (or a load
+	// balancer) may retry; it never answers a configuration mistake (500) or a refused key
+	// (400).
 	ErrorStatus int
-	// OnError is called with each error of the limiter, before ErrorStatus applies; it must be
-	// safe for concurrent use. A request whose context ended during the decision (its client
-	// went away) is neither reported nor answered. Default (nil): the error is logged with slog.Default(), at most
-	// once a second (with a count of the errors not logged), so a dead server does not flood
-	// the log.
+	// FailOpen serves the requests the limiter could not decide (those ErrorStatus would
+	// answer) with no limit at all, and no rate-limit headers: a choice to make knowingly, since
+	// the service then runs unprotected exactly when its limiter's server is down, perhaps under
+	// the load it was to limit. A configuration mistake is still answered 500 and a refused key
+	// 400: a limit that cannot be valid is a bug to fix, not a reason to stop limiting. It
+	// cannot be set with ErrorStatus. Default: false.
+	FailOpen bool
+	// OnError is called with each error that leaves a request without a decision, before it is
+	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
+	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
+	// request so), a *PolicyError, ErrNoMultiLimiter and ErrNoAcquirer. It also gets a
+	// *client.CompensationError that comes with a denial, which is answered: the decision
+	// stands. A request whose context ended during the decision (its client went away) is
+	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
+	// and not reported.
+	//
+	// Default (nil): the error is logged with slog.Default(), saying what is wrong, at most
+	// once a second per kind of failure and, for a misconfigured route, per policy (with a
+	// count of the errors not logged), so a dead server does not flood the log and one route's
+	// mistake never hides another's.
 	//
 	// It also gets the errors of a Key that only limits in shadow need (the request is served),
 	// then wrapped in a *ShadowKeyError.
@@ -155,7 +187,7 @@ type Options struct {
 	// Reset is the form of X-RateLimit-Reset. Default (ResetUnix): a Unix time in seconds, as
 	// GitHub and X send it.
 	Reset ResetFormat
-	// ProblemJSON answers the responses the middleware writes itself (429, 400, 503) as RFC
+	// ProblemJSON answers the responses the middleware writes itself (429, 400, 500, 503) as RFC
 	// 9457 problem details, application/problem+json: a 429 of the ratelimit draft's
 	// quota-exceeded type, naming the violated policy. Default: false, the JSON body of the
 	// package documentation.
@@ -190,22 +222,32 @@ const MetricWouldDeny = "rlfn.httplimit.would_deny"
 
 // OptionError reports Options that cannot work, found by New.
 type OptionError struct {
-	Field  string // e.g. "Key"
+	Field  string // e.g. "Key", "Policies[2]"
 	Reason string // e.g. "is required"
+	Err    error  // what refused it, e.g. a *PolicyError for Policies; else nil
 }
 
 func (e *OptionError) Error() string { return "httplimit: Options." + e.Field + " " + e.Reason }
 
-// PolicyError reports a Policy the middleware refuses. It is passed to Options.OnError and
-// answered like a limiter error: a misconfigured route must not take the service down.
+// Unwrap returns the cause, so that errors.As finds a *PolicyError (and the
+// *client.LimitError in it).
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// PolicyError reports a Policy the middleware refuses. At request time it is passed to
+// Options.OnError and answered 500 (whatever FailOpen says): a limit that cannot be valid is a
+// bug, and serving the route with no limit would hide it. In Options.Policies, New refuses it.
 type PolicyError struct {
 	Name   string // the policy's (or the Rule's) Name
 	Reason string // e.g. "want letters, digits, '_', '.' or '-'"
+	Err    error  // the client's, when it refused a limit (a *client.LimitError); else nil
 }
 
 func (e *PolicyError) Error() string {
 	return fmt.Sprintf("httplimit: policy %q: %s", e.Name, e.Reason)
 }
+
+// Unwrap returns the client's error, so that errors.As finds a *client.LimitError.
+func (e *PolicyError) Unwrap() error { return e.Err }
 
 // ShadowKeyError is passed to Options.OnError when the Key of a limit in shadow fails: the
 // request is served, and that limit is not decided.
@@ -224,7 +266,8 @@ func (e *ShadowKeyError) Unwrap() error { return e.Err }
 type Middleware struct {
 	lim       Limiter
 	opts      Options
-	onError   func(r *http.Request, err error)
+	policies  []Policy            // Options.Policies, Names defaulted
+	log       *errorLog           // the default OnError
 	now       func() int64        // Unix nanoseconds
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
@@ -246,15 +289,26 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 		return nil, &OptionError{Field: "MaxDelay", Reason: "must not be negative, got " + opts.MaxDelay.String()}
 	case opts.ErrorStatus != 0 && (opts.ErrorStatus < 400 || opts.ErrorStatus > 599):
 		return nil, &OptionError{Field: "ErrorStatus", Reason: fmt.Sprintf("must be 0 or from 400 to 599, got %d", opts.ErrorStatus)}
+	case opts.ErrorStatus != 0 && opts.FailOpen:
+		return nil, &OptionError{Field: "ErrorStatus", Reason: fmt.Sprintf("%d cannot be set with FailOpen, which serves those requests", opts.ErrorStatus)}
 	case opts.Reset > ResetNone:
 		return nil, &OptionError{Field: "Reset", Reason: fmt.Sprintf("must be ResetUnix, ResetDelta or ResetNone, got %d", opts.Reset)}
 	}
 	if opts.MaxDelay == 0 {
 		opts.MaxDelay = DefaultMaxDelay
 	}
-	m := &Middleware{lim: lim, opts: opts, onError: opts.OnError}
-	if m.onError == nil {
-		m.onError = (&errorLog{every: time.Second}).log
+	if opts.ErrorStatus == 0 {
+		opts.ErrorStatus = http.StatusServiceUnavailable
+	}
+	m := &Middleware{lim: lim, opts: opts, log: &errorLog{every: time.Second}}
+	for i, p := range opts.Policies {
+		if p.Name == "" {
+			p.Name = DefaultPolicyName
+		}
+		if err := m.servable(p); err != nil {
+			return nil, &OptionError{Field: fmt.Sprintf("Policies[%d]", i), Reason: strings.TrimPrefix(err.Error(), "httplimit: "), Err: err}
+		}
+		m.policies = append(m.policies, p)
 	}
 	if opts.Now != nil {
 		m.now = func() int64 { return opts.Now().UnixNano() }
@@ -271,6 +325,42 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 		m.wouldDeny = c
 	}
 	return m, nil
+}
+
+// servable reports why the middleware could not serve p, a static policy, as a *PolicyError;
+// or ErrNoMultiLimiter, ErrNoAcquirer.
+func (m *Middleware) servable(p Policy) error {
+	if err := validPolicy(p); err != nil {
+		return err
+	}
+	// How many limits one decision takes: the enforced ones, the shadow ones, or every one
+	// when the whole route is in shadow for some keys.
+	var all, enforced int
+	if p.Limit != nil {
+		all++
+	}
+	all += len(p.Also)
+	if !p.Shadow {
+		if p.Limit != nil {
+			enforced++
+		}
+		for _, rule := range p.Also {
+			if !rule.Shadow {
+				enforced++
+			}
+		}
+	}
+	most := max(enforced, all-enforced)
+	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
+		most = all
+	}
+	if _, ok := m.lim.(MultiLimiter); !ok && most > 1 {
+		return ErrNoMultiLimiter
+	}
+	if _, ok := m.lim.(Acquirer); !ok && p.Concurrency != nil {
+		return ErrNoAcquirer
+	}
+	return nil
 }
 
 // Handler returns next behind the rate limit. Its signature makes m.Handler usable wherever a
@@ -291,18 +381,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p.Name = DefaultPolicyName
 	}
 	if err := checkPolicy(&p); err != nil {
-		m.failed(w, r, next, err)
+		m.failed(w, r, next, p.Name, err)
 		return
 	}
 	key, err := m.opts.Key(r)
+	if err == nil && key == "" {
+		// The Limiter would take "name:" as a key: every request without one would share it.
+		err = ErrEmptyKey
+	}
 	if err != nil {
 		if p.Shadow && p.Concurrency == nil {
 			// Nothing enforced needs the key: shadow limits never refuse.
-			m.onError(r, &ShadowKeyError{Policy: p.Name, Err: err})
+			m.report(r, shadowKey, p.Name, &ShadowKeyError{Policy: p.Name, Err: err})
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
+		m.badKey(w, keyBody(err))
 		return
 	}
 	ctx := r.Context()
@@ -322,20 +416,28 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	res, err := m.lim.Allow(ctx, key, p.Limit)
 	if err != nil {
-		m.limiterError(w, r, next, err)
+		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
 	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}}, nil)
 }
 
-// limiterError handles an error of the limiter's decision.
-func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+// keyBody is the body of the 400 answering a Key's error.
+func keyBody(err error) string {
+	if err == ErrEmptyKey {
+		return bodyMissingKey
+	}
+	return bodyUnreadableKey
+}
+
+// limiterError handles an error of the limiter's decision on policy.
+func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next http.Handler, policy string, err error) {
 	if r.Context().Err() != nil {
 		// The client went away (or the server is shutting down): nobody reads an answer,
 		// and the limiter did not fail.
 		return
 	}
-	m.failed(w, r, next, err)
+	m.failed(w, r, next, policy, err)
 }
 
 // decided answers a request its enforced limits decided on: quotas are those limits, the one
@@ -390,12 +492,15 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		k := key
 		if rule.Key != nil {
 			principal, err := rule.Key(r)
+			if err == nil && principal == "" {
+				err = ErrEmptyKey
+			}
 			switch {
 			case err != nil && (shadow || rule.Shadow):
-				m.onError(r, &ShadowKeyError{Policy: rule.Name, Err: err})
+				m.report(r, shadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
 				continue
 			case err != nil:
-				m.write(w, http.StatusBadRequest, body{Error: "bad request", RetryAfterMs: -1})
+				m.badKey(w, keyBody(err))
 				return
 			}
 			k = rule.Name + ":" + principal
@@ -428,8 +533,13 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	} else {
 		res, err = m.decide(ctx, enforcedRules)
 	}
-	if err != nil {
-		m.limiterError(w, r, next, err)
+	switch {
+	case decisionStands(err):
+		// A denial whose refunds failed: the refunded limits are stricter for a while, the
+		// denial is as true as any, and serving the request would admit what a limit refused.
+		m.report(r, notRefunded, p.Name, err)
+	case err != nil:
+		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
 	if res.Rule != 0 {
@@ -473,14 +583,20 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 		}
 	}()
 	res, err := m.decide(ctx, rules)
-	if err != nil {
-		m.onError(r, err)
+	name := quotas[0].name
+	if 0 <= res.Rule && res.Rule < len(quotas) {
+		name = quotas[res.Rule].name
+	}
+	switch {
+	case decisionStands(err):
+		m.report(r, notRefunded, name, err) // the denial stands, and is counted
+	case err != nil:
+		m.report(r, classify(err), name, err)
 		return
 	}
 	if res.Allowed {
 		return
 	}
-	name := quotas[res.Rule].name
 	if m.wouldDeny != nil {
 		m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
 	}
@@ -545,12 +661,12 @@ func maxLeak(quotas []quota) time.Duration {
 func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string) {
 	acq, ok := m.lim.(Acquirer)
 	if !ok {
-		m.failed(w, r, next, ErrNoAcquirer)
+		m.failed(w, r, next, p.Name, ErrNoAcquirer)
 		return
 	}
 	lease, res, err := acq.Acquire(ctx, key, *p.Concurrency)
 	if err != nil {
-		m.limiterError(w, r, next, err)
+		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
 	if !res.Allowed {
@@ -563,7 +679,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 	defer func() {
 		// The request's context may be over (the client went away): the slot is owed anyway.
 		if _, err := lease.Release(context.WithoutCancel(r.Context())); err != nil {
-			m.onError(r, err)
+			m.report(r, unavailable, p.Name, err)
 		}
 	}()
 	next.ServeHTTP(w, r)
@@ -583,16 +699,6 @@ func hold(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// failed handles a request the middleware could not decide on.
-func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
-	m.onError(r, err)
-	if m.opts.ErrorStatus == 0 {
-		next.ServeHTTP(w, r)
-		return
-	}
-	m.write(w, m.opts.ErrorStatus, body{Error: "rate limiter unavailable", RetryAfterMs: -1})
 }
 
 // deny answers 429; setHeaders has set Retry-After. A hidden quota's body names neither the
@@ -660,23 +766,4 @@ func coarseNanos() int64 {
 		}()
 	})
 	return coarse.nanos.Load() + int64(coarseTick)
-}
-
-// errorLog logs limiter errors, at most one per interval. Atomics rather than a mutex: with
-// the server gone, every request of the service comes through here.
-type errorLog struct {
-	every      time.Duration
-	last       atomic.Int64 // Unix nanoseconds of the last error logged; 0 before the first
-	suppressed atomic.Int64 // errors not logged since
-}
-
-func (l *errorLog) log(r *http.Request, err error) {
-	now := time.Now().UnixNano()
-	last := l.last.Load()
-	if last != 0 && now-last < int64(l.every) || !l.last.CompareAndSwap(last, now) {
-		l.suppressed.Add(1)
-		return
-	}
-	slog.Default().ErrorContext(r.Context(), "httplimit: no rate-limit decision", "err", err,
-		"path", r.URL.Path, "errors_not_logged", l.suppressed.Swap(0))
 }

@@ -118,6 +118,7 @@ func TestResponses(t *testing.T) {
 		policy    Policy
 		opts      Options
 		keyErr    error
+		keyNone   bool // Options.Key answers ""
 		wantCalls int
 		wantErr   bool // OnError was called
 		wantKeys  []string
@@ -171,37 +172,87 @@ func TestResponses(t *testing.T) {
 			wantCalls: 1,
 		},
 		{
-			name:      "limiter error, fail open by default",
+			name:      "limiter error, 503 by default",
 			giveErr:   errDown,
 			policy:    Policy{Name: "api", Limit: tokenBucket},
 			wantCalls: 1,
 			wantErr:   true,
 		},
 		{
-			name:      "limiter error, ErrorStatus 503",
+			name:      "limiter error, FailOpen: served",
 			giveErr:   errDown,
 			policy:    Policy{Name: "api", Limit: tokenBucket},
-			opts:      Options{ErrorStatus: http.StatusServiceUnavailable},
+			opts:      Options{FailOpen: true},
 			wantCalls: 1,
 			wantErr:   true,
 		},
 		{
-			name:      "limit refused by the client, ErrorStatus 500",
+			name:      "limiter error, ErrorStatus 429",
+			giveErr:   errDown,
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ErrorStatus: http.StatusTooManyRequests},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "limit refused by the client: 500",
 			giveErr:   &client.LimitError{Field: "TokenBucket.Rate", Reason: "must be from 1 to 999999999999999, got 0"},
 			policy:    Policy{Name: "api", Limit: client.TokenBucket{Capacity: 1, Period: time.Second}},
-			opts:      Options{ErrorStatus: http.StatusInternalServerError},
 			wantCalls: 1,
 			wantErr:   true,
 		},
 		{
-			name:    "bad policy name, fail open",
+			name:      "limit refused by the client, FailOpen: 500 all the same",
+			giveErr:   &client.LimitError{Field: "TokenBucket.Capacity", Reason: "must be from 1 to 999999999999999, got 0"},
+			policy:    Policy{Name: "api", Limit: client.TokenBucket{Rate: 1, Period: time.Second}},
+			opts:      Options{FailOpen: true},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "foreign state in the key, FailOpen: 500",
+			giveErr:   &client.LibraryError{Function: "rl_token_bucket", Message: "rl_token_bucket: key 'x' holds a string of 3 bytes"},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{FailOpen: true},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "key too long for the limiter: 400",
+			giveErr:   &client.KeyError{Len: 1 << 20, Max: client.DefaultMaxKeyLen},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{FailOpen: true},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:      "key too long for the limiter, problem+json",
+			giveErr:   &client.KeyError{Len: 1 << 20, Max: client.DefaultMaxKeyLen},
+			policy:    Policy{Name: "api", Limit: tokenBucket},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+			wantErr:   true,
+		},
+		{
+			name:    "bad policy name: 500",
 			policy:  Policy{Name: "a:b", Limit: tokenBucket},
+			wantErr: true,
+		},
+		{
+			name:    "bad policy name, FailOpen: 500 all the same",
+			policy:  Policy{Name: "my api", Limit: tokenBucket},
+			opts:    Options{FailOpen: true},
 			wantErr: true,
 		},
 		{
 			name:   "key error",
 			policy: Policy{Name: "api", Limit: tokenBucket},
 			keyErr: errors.New("no API key"),
+		},
+		{
+			name:    "empty key",
+			policy:  Policy{Name: "api", Limit: tokenBucket},
+			keyNone: true,
 		},
 		{
 			name:   "no limit",
@@ -299,15 +350,49 @@ func TestResponses(t *testing.T) {
 			wantErr: false,
 		},
 		{
-			name:    "several limits, two of one name, fail open",
+			name:    "several limits, a rule's empty key",
+			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("")}}},
+			wantErr: false,
+		},
+		{
+			name:    "several limits, two of one name: 500",
 			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}, {Name: "b", Limit: daily}}},
 			wantErr: true,
 		},
 		{
-			name:    "several limits, a rule without a limit, ErrorStatus 500",
+			name:    "several limits, a rule without a limit, FailOpen: 500",
 			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b"}}},
-			opts:    Options{ErrorStatus: http.StatusInternalServerError},
+			opts:    Options{FailOpen: true},
 			wantErr: true,
+		},
+		{
+			name:    "several limits, denied across keys, refunds failed: the denial stands",
+			give:    client.Result{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 1},
+			giveErr: &client.CompensationError{Rules: []int{0}, Err: fmt.Errorf("rules[0]: %w", errDown)},
+			giveEach: []client.Result{
+				{},
+				{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 1},
+			},
+			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
+			opts:      Options{FailOpen: true},
+			wantCalls: 2,
+			wantErr:   true,
+		},
+		{
+			name:       "several limits, hidden quota, refunds failed: the denial stands",
+			give:       client.Result{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Rule: 1},
+			giveErr:    &client.CompensationError{Rules: []int{0}, Err: fmt.Errorf("rules[0]: %w", errDown)},
+			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []Rule{{Name: "login-ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			wantCalls:  2,
+			wantErr:    true,
+			wantNoEach: true,
+		},
+		{
+			name:      "several limits, the decision failed and refunds too: 503",
+			giveErr:   errors.Join(errDown, &client.CompensationError{Rules: []int{0}, Err: fmt.Errorf("rules[0]: %w", errDown)}),
+			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
+			wantCalls: 2,
+			wantErr:   true,
 		},
 		{
 			name:      "hidden quota, allowed",
@@ -369,7 +454,7 @@ func TestResponses(t *testing.T) {
 			wantCalls: 1,
 		},
 		{
-			name:    "EnforcePercent 101, fail open",
+			name:    "EnforcePercent 101: 500",
 			policy:  Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 101},
 			wantErr: true,
 		},
@@ -384,7 +469,12 @@ func TestResponses(t *testing.T) {
 			}
 			var errs []error
 			opts := tt.opts
-			opts.Key = func(*http.Request) (string, error) { return "user:42", tt.keyErr }
+			opts.Key = func(*http.Request) (string, error) {
+				if tt.keyNone {
+					return "", nil
+				}
+				return "user:42", tt.keyErr
+			}
 			opts.Policy = func(*http.Request) Policy { return tt.policy }
 			opts.OnError = func(_ *http.Request, err error) { errs = append(errs, err) }
 			opts.Now = now
@@ -598,6 +688,7 @@ func TestNewRefusesOptions(t *testing.T) {
 		{"negative MaxDelay", &fake{}, Options{Key: key, Policy: policy, MaxDelay: -1}, "MaxDelay"},
 		{"ErrorStatus 200", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 200}, "ErrorStatus"},
 		{"ErrorStatus 600", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 600}, "ErrorStatus"},
+		{"ErrorStatus and FailOpen", &fake{}, Options{Key: key, Policy: policy, ErrorStatus: 503, FailOpen: true}, "ErrorStatus"},
 		{"Reset 3", &fake{}, Options{Key: key, Policy: policy, Reset: ResetNone + 1}, "Reset"},
 	}
 	for _, tt := range tests {
@@ -629,27 +720,80 @@ func TestRemoteIP(t *testing.T) {
 	}
 }
 
-// The default OnError logs the first error, holds back the next ones within the interval, and
-// reports how many it held back with the next error it logs.
-func TestErrorLogIsThrottled(t *testing.T) {
+// logTo makes slog.Default write text to a buffer for the test.
+func logTo(t *testing.T) *bytes.Buffer {
 	var buf bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	defer slog.SetDefault(prev)
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return &buf
+}
 
+// The default OnError logs the first error, holds back the next ones within the interval, and
+// reports how many it held back with the next error it logs.
+func TestErrorLogIsThrottled(t *testing.T) {
+	buf := logTo(t)
 	l := &errorLog{every: 50 * time.Millisecond}
 	r := httptest.NewRequest("GET", "/x", nil)
 	for range 3 {
-		l.log(r, errDown)
+		l.log(r, unavailable, "api", errDown)
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
-		t.Fatalf("%d lines logged for 3 errors within the interval, want 1:\n%s", n, &buf)
+		t.Fatalf("%d lines logged for 3 errors within the interval, want 1:\n%s", n, buf)
 	}
 	time.Sleep(60 * time.Millisecond)
-	l.log(r, errDown)
+	l.log(r, unavailable, "other", errDown)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[1], "errors_not_logged=2") || !strings.Contains(lines[1], "connection refused") {
 		t.Fatalf("after the interval: %q; want a second line with errors_not_logged=2", lines)
+	}
+}
+
+// A misconfigured route is logged with what is wrong, and a dead server's flood of errors or
+// another route's mistake does not hide it: each misconfigured policy has its own throttle.
+func TestErrorLogMisconfigured(t *testing.T) {
+	buf := logTo(t)
+	l := &errorLog{every: time.Hour}
+	r := httptest.NewRequest("GET", "/x", nil)
+	bad := &PolicyError{Name: "my api", Reason: nameReason}
+	zero := &client.LimitError{Field: "TokenBucket.Capacity", Reason: "must be from 1 to 999999999999999, got 0"}
+	for range 3 {
+		l.log(r, unavailable, "api", errDown)
+		l.log(r, misconfigured, "my api", bad)
+		l.log(r, misconfigured, "bucket", zero)
+		l.log(r, refusedKey, "api", &client.KeyError{Len: 1 << 20, Max: 512})
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{
+		"no rate-limit decision",
+		`rate limit misconfigured, answered 500" err="httplimit: policy \"my api\": want letters`,
+		`rate limit misconfigured, answered 500" err="rlfn: TokenBucket.Capacity must be from 1`,
+		`key refused, answered 400" err="rlfn: the key is 1048576 bytes`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s\nwant it to hold %s", i, lines[i], w)
+		}
+	}
+	if !strings.Contains(lines[2], "policy=bucket") {
+		t.Errorf("the log line does not name the policy: %s", lines[2])
+	}
+}
+
+// Past maxThrottles policies, every further one shares one throttle: made-up names do not grow
+// the log's memory without bound.
+func TestErrorLogThrottlesAreBounded(t *testing.T) {
+	buf := logTo(t)
+	l := &errorLog{every: time.Hour}
+	r := httptest.NewRequest("GET", "/x", nil)
+	for i := range 2 * maxThrottles {
+		l.log(r, misconfigured, fmt.Sprintf("p%d", i), errDown)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != maxThrottles+1 || l.n.Load() != maxThrottles+1 {
+		t.Errorf("%d lines, %d throttles; want %d of each", n, l.n.Load(), maxThrottles+1)
 	}
 }
 

@@ -246,21 +246,22 @@ func TestEnforced(t *testing.T) {
 	}
 }
 
-// Several enforced limits need a Limiter with AllowAll: without one, the route fails as a
-// limiter error does (open by default), with ErrNoMultiLimiter.
+// Several enforced limits need a Limiter with AllowAll: without one, the route is
+// misconfigured, answered 500 with ErrNoMultiLimiter, FailOpen or not.
 func TestNoMultiLimiter(t *testing.T) {
 	var errs []error
 	m := mustNew(t, &constant{admits}, Options{
 		Policy: func(*http.Request) Policy {
 			return Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}}}
 		},
-		OnError: func(_ *http.Request, err error) { errs = append(errs, err) },
+		OnError:  func(_ *http.Request, err error) { errs = append(errs, err) },
+		FailOpen: true,
 	})
 	served := false
 	rec := httptest.NewRecorder()
 	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if !served || len(errs) != 1 || errs[0] != ErrNoMultiLimiter {
-		t.Errorf("served %v, OnError %v; want served and ErrNoMultiLimiter", served, errs)
+	if served || rec.Code != http.StatusInternalServerError || len(errs) != 1 || errs[0] != ErrNoMultiLimiter {
+		t.Errorf("served %v, status %d, OnError %v; want 500 and ErrNoMultiLimiter", served, rec.Code, errs)
 	}
 }
 

@@ -59,8 +59,9 @@ type TransportOptions struct {
 // with no body or a GetBody to make it again. Each attempt is paced. It is safe for
 // concurrent use.
 //
-// The limiter's errors fail the request before it is sent, unless its Policy decides (a
-// *client.Limiter WithPolicy(client.FailOpen) sends it).
+// The limiter's errors fail the request before it is sent, unless its Policy decides: a
+// *client.Limiter's default, client.LocalFallback, paces it in-process while the server
+// cannot; client.FailOpen sends it unpaced.
 type Transport struct {
 	base http.RoundTripper
 	lim  Limiter
