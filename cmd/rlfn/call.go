@@ -44,23 +44,23 @@ func callCommand() *cli.Command {
 			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
 			"                the rows (N) under it are the other limits, as the call left them.",
 		Flags: []cli.Flag{
-			&cli.Int64Flag{Name: "limit", Usage: "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)"},
+			decimalFlag("limit", "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)", 0),
 			&cli.DurationFlag{Name: "window", Usage: "window `DURATION` (fixed_window, sliding_log, sliding_window)"},
-			&cli.Int64Flag{Name: "capacity", Usage: "bucket capacity `N` (token_bucket, leaky_bucket)"},
-			&cli.Int64Flag{Name: "rate", Usage: "`N` units refilled or leaked per period (token_bucket, leaky_bucket)"},
+			decimalFlag("capacity", "bucket capacity `N` (token_bucket, leaky_bucket)", 0),
+			decimalFlag("rate", "`N` units refilled or leaked per period (token_bucket, leaky_bucket)", 0),
 			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
 			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: "police"},
 			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
 			&cli.StringFlag{Name: "id", Usage: "concurrency: the lease holder `ID` (1 to 128 bytes) to take, renew or --release"},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
-			&cli.Int64Flag{Name: "reserve", Usage: "leave `N` units (slots) to critical callers: admitted only if N are left after the call"},
+			decimalFlag("reserve", "leave `N` units (slots) to critical callers: admitted only if N are left after the call", 0),
 			&cli.BoolFlag{Name: "critical", Usage: "call as a critical caller, who may use the reserve"},
 			&cli.StringFlag{Name: "name", Usage: "limit `NAME`, for a second limit of one algorithm on one KEY (as the client's Name)"},
-			&cli.Int64Flag{Name: "cost", Usage: "`N` units the call takes", Value: 1},
-			&cli.Int64Flag{Name: "refund", Usage: "give `N` units back instead of taking --cost"},
+			decimalFlag("cost", "`N` units the call takes", 1),
+			decimalFlag("refund", "give `N` units back instead of taking --cost", 0),
 			&cli.GenericFlag{Name: "also", Usage: "decide one more limit `SPEC` with the first, all or nothing (repeatable)", Value: &alsoFlag{}},
 			&cli.BoolFlag{Name: "peek", Usage: "only check, consuming nothing (FCALL_RO, which a replica may serve)"},
-			&cli.IntFlag{Name: "repeat", Usage: "make the call `N` times", Value: 1},
+			decimalFlag("repeat", "make the call `N` times", 1),
 			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's WithPrefix", Value: client.DefaultPrefix},
 			jsonFlag(),
 		},
@@ -99,7 +99,7 @@ func callAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	repeat := c.Int("repeat")
+	repeat := decimalValue(c, "repeat")
 	opt, err := clientOption(c)
 	if err != nil {
 		return err
@@ -237,11 +237,11 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 	if err != nil {
 		return nil, usageError(c, err.Error())
 	}
-	if c.Int("repeat") < 1 {
+	if decimalValue(c, "repeat") < 1 {
 		return nil, usageError(c, "--repeat must be at least 1")
 	}
 	p := &callPlan{
-		prefix: c.String("prefix"), key: c.Args().Get(1), n: c.Int64("cost"),
+		prefix: c.String("prefix"), key: c.Args().Get(1), n: decimalValue(c, "cost"),
 		peek: c.Bool("peek"), critical: c.Bool("critical"), id: c.String("id"),
 	}
 	also := *c.Generic("also").(*alsoFlag)
@@ -295,7 +295,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if f := given("cost", "peek", "reserve", "critical", "also"); f != "" {
 			return nil, conflict(f, "--refund")
 		}
-		p.mode, p.n = modeRefund, c.Int64("refund")
+		p.mode, p.n = modeRefund, decimalValue(c, "refund")
 		if p.n < 0 || p.n > maxInt {
 			return nil, usageError(c, fmt.Sprintf("--refund must be 0 to %d", int64(maxInt)))
 		}

@@ -306,3 +306,19 @@ func fcallROCalls(t *testing.T, s *harness.Server) int {
 	n, _ := strconv.Atoi(m[1])
 	return n
 }
+
+// TestCallDecimal: a number with a leading zero is decimal on the command line as in the
+// library: --limit 010 decides with a limit of ten, not eight (Go's octal), and so do
+// --cost, --repeat and --also's fields.
+func TestCallDecimal(t *testing.T) {
+	s := harness.StartValkey(t)
+	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
+	got := calls(t, s.Addr, "fixed_window", "k", "--limit", "010", "--window", "1m", "--cost", "02", "--repeat", "02")
+	if len(got) != 2 || got[0].Limit != 10 || got[0].Remaining != 8 || got[1].Remaining != 6 {
+		t.Errorf("--limit 010 --cost 02 --repeat 02 = %+v, want two calls of a limit of 10 taking 2 each", got)
+	}
+	got = calls(t, s.Addr, "fixed_window", "k2", "--limit", "5", "--window", "1m", "--also", "token_bucket,capacity=010,rate=01,period=1h")
+	if len(got) != 1 || len(got[0].Limits) != 2 || got[0].Limits[1].Limit != 10 {
+		t.Errorf("--also capacity=010 = %+v, want a second limit of capacity 10", got)
+	}
+}

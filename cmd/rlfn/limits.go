@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -123,9 +122,9 @@ func (s *limitSpec) concurrency() client.Concurrency {
 func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 	s := &limitSpec{
 		algorithm: algorithm, set: map[string]bool{},
-		limit: c.Int64("limit"), window: c.Duration("window"),
-		capacity: c.Int64("capacity"), rate: c.Int64("rate"), period: c.Duration("period"), mode: c.String("mode"),
-		lease: c.Duration("lease"), reserve: c.Int64("reserve"), name: c.String("name"),
+		limit: decimalValue(c, "limit"), window: c.Duration("window"),
+		capacity: decimalValue(c, "capacity"), rate: decimalValue(c, "rate"), period: c.Duration("period"), mode: c.String("mode"),
+		lease: c.Duration("lease"), reserve: decimalValue(c, "reserve"), name: c.String("name"),
 		field: func(f string) string { return "--" + f },
 	}
 	for _, f := range limitFields {
@@ -153,7 +152,9 @@ func parseSpec(text string) (*limitSpec, error) {
 		var err error
 		switch {
 		case numbers[f] != nil:
-			*numbers[f], err = strconv.ParseInt(v, 10, 64)
+			if *numbers[f], err = parseDecimal(v); err != nil {
+				return nil, fmt.Errorf("%s %v", s.field(f), err) // e.g. limit= "0x10" is not a decimal integer
+			}
 		case durations[f] != nil:
 			*durations[f], err = time.ParseDuration(v)
 		case f == "mode":
