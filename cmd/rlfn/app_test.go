@@ -197,6 +197,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=0s"}, "--also fixed_window,limit=1,window=0s: window= must be at least 1ms, got 0s"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,key=,limit=1,window=1s"}, "key= is empty"},
 		{append([]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s"}, manyAlso(16)...), "--also fixed_window,name=16,limit=1,window=1s: more than 16 limits for key k"},
+		// --policy takes httplimit's names, which hold no ':' (the key would be ambiguous)
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--policy", "my api"}, `call: --policy "my api": httplimit names hold letters, digits, '_', '.' and '-' only`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--policy", "a:b"}, `--policy "a:b": httplimit names hold letters`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--policy", ""}, "--policy is empty: give the Name of the httplimit Policy (or Rule)"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,policy=a b,limit=1,window=1h"}, `policy= "a b": httplimit names hold letters`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,policy=a,policy=b,limit=1,window=1h"}, "policy given twice"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--policy", "api", "--also", "fixed_window,limit=1,window=1h"}, "is the limiter of rule 1 (rl:{api:k}:fixed_window): give one a name"},
 		{[]string{"status", "--bogus"}, "flag provided but not defined: -bogus (see rlfn status --help)"},
 		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus (see rlfn --help)"},
 		{[]string{"--url", "http://127.0.0.1:1", "status"}, "scheme"},

@@ -30,6 +30,9 @@ func callCommand() *cli.Command {
 			"(--limit slots, --lease).\n" +
 			"KEY is the principal (user:42); the server key is composed as the Go client composes it,\n" +
 			"<prefix>{<key>}:<algorithm>[:<name>], so the call reads and changes the state a service sees.\n" +
+			"A service on client/httplimit scopes each policy's state by its name: the client's key is\n" +
+			"<policy>:<principal>. --policy NAME composes it so, e.g. --policy api alice reaches the state\n" +
+			"the middleware's Policy{Name: \"api\"} keeps for alice, rl:{api:alice}:<algorithm>.\n" +
 			"Durations use Go syntax: 500ms, 1s, 1m, 1h.\n" +
 			"\n" +
 			"With library 1.1.0:\n" +
@@ -39,8 +42,10 @@ func callCommand() *cli.Command {
 			"  concurrency   take a slot for a new holder (its ID is printed), or with --id take or\n" +
 			"                renew that holder's slot; --release --id frees it\n" +
 			"  --also SPEC   decide one more limit with the first, all or nothing (repeatable). SPEC\n" +
-			"                is ALGORITHM,field=value,...: the fields are the flags' names, and key=\n" +
-			"                (default: KEY); e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
+			"                is ALGORITHM,field=value,...: the fields are the flags' names, key=\n" +
+			"                (default: KEY) and policy= (default: --policy; a Rule of httplimit's\n" +
+			"                Policy.Also keys its state by its own Name, e.g. policy=login-ip,key=192.0.2.7);\n" +
+			"                e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
 			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
 			"                the rows (N) under it are the other limits, as the call left them.",
 		Flags: []cli.Flag{
@@ -62,6 +67,7 @@ func callCommand() *cli.Command {
 			&cli.BoolFlag{Name: "peek", Usage: "only check, consuming nothing (FCALL_RO, which a replica may serve)"},
 			decimalFlag("repeat", "make the call `N` times", 1),
 			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's WithPrefix", Value: client.DefaultPrefix},
+			&cli.StringFlag{Name: "policy", Usage: "address the state of httplimit's policy `NAME`: the client's key is NAME:KEY, as the middleware composes it"},
 			jsonFlag(),
 		},
 		Action: callAction,
@@ -240,8 +246,15 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 	if decimalValue(c, "repeat") < 1 {
 		return nil, usageError(c, "--repeat must be at least 1")
 	}
+	key := c.Args().Get(1)
+	if c.IsSet("policy") {
+		if err := checkPolicyName(c.String("policy")); err != nil {
+			return nil, usageError(c, "--policy "+err.Error())
+		}
+		key = policyKey(c.String("policy"), key)
+	}
 	p := &callPlan{
-		prefix: c.String("prefix"), key: c.Args().Get(1), n: decimalValue(c, "cost"),
+		prefix: c.String("prefix"), key: key, n: decimalValue(c, "cost"),
 		peek: c.Bool("peek"), critical: c.Bool("critical"), id: c.String("id"),
 	}
 	also := *c.Generic("also").(*alsoFlag)
@@ -315,9 +328,15 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, err))
 		}
-		r := client.Rule{Key: p.key, Limit: s.build()}
+		r := client.Rule{Key: c.Args().Get(1), Limit: s.build()}
 		if s.key != "" {
 			r.Key = s.key
+		}
+		switch {
+		case s.set["policy"]:
+			r.Key = policyKey(s.policy, r.Key)
+		case c.IsSet("policy"):
+			r.Key = policyKey(c.String("policy"), r.Key)
 		}
 		if err := r.Limit.Validate(); err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, s.explain(err)))
