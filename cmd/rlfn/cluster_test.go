@@ -546,3 +546,127 @@ func TestFullCoverage(t *testing.T) {
 		t.Errorf("status as a user that cannot read CONFIG does not warn of the six nodes:\n%s", r.stdout)
 	}
 }
+
+// TestFailedOverPrimary: after a failover the dead ex-primary stays in every node's view,
+// flagged fail with no slots: status exits 1 and every deploy is refused until it is
+// restarted or forgotten. Both say so, with its ID: in the table, the JSON and stderr. Each
+// remedy is then followed as written: restarted, it rejoins as a replica of its old shard
+// and status exits 0; stopped again and forgotten by every other node, status exits 0
+// without it.
+func TestFailedOverPrimary(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	c := harness.StartCluster(t, 3, 1)
+	set := testReleases(t)
+	victim, promoted := c.Primaries[0], c.ReplicasOf(c.Primaries[0])[0]
+	seed := c.Primaries[1]
+	wantExit(t, rlfnAt(t, set, seed.Addr, "deploy", "--yes"), exitOK, "deploy")
+	if err := victim.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFailedOver(t, seed, victim)
+
+	remedy := "; it is a primary that owns no slots (most often one whose replica took over in a failover): restart it with its nodes.conf " +
+		"and it rejoins (as a replica of its old shard after a failover), or if it is gone for good remove it with CLUSTER FORGET " +
+		victim.NodeID + " on every other node within 60s (valkey-cli --cluster call " + seed.Addr + " CLUSTER FORGET " + victim.NodeID + ")"
+	r := rlfnAt(t, set, seed.Addr, "status")
+	wantExit(t, r, exitError, "status with a failed-over primary")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(victim.Addr) + ` +primary +0 +- +unreachable: flagged fail by the cluster` + regexp.QuoteMeta(remedy) + `$`).MatchString(r.stdout) {
+		t.Errorf("status does not say what to do with %s:\n%s", victim.Addr, r.stdout)
+	}
+	if want := "rlfn: " + victim.Addr + ": unreachable: flagged fail by the cluster" + remedy + "\n"; r.stderr != want {
+		t.Errorf("status stderr\n%q, want\n%q", r.stderr, want)
+	}
+	r = rlfnAt(t, set, seed.Addr, "status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if i := slices.IndexFunc(rows, func(row statusRow) bool { return row.Addr == victim.Addr }); i < 0 || rows[i].Error != "flagged fail by the cluster"+remedy {
+		t.Errorf("status --json = %+v, want %s's error to say what to do", rows, victim.Addr)
+	}
+	r = rlfnAt(t, set, seed.Addr, "deploy", "--yes", "--to", "1.0.0", "--force")
+	wantExit(t, r, exitError, "forced deploy with a failed-over primary")
+	if !strings.Contains(r.stdout, "unreachable: flagged fail by the cluster"+remedy) {
+		t.Errorf("forced deploy does not say what to do with %s:\n%s", victim.Addr, r.stdout)
+	}
+	r = rlfnAt(t, set, seed.Addr, "deploy", "--yes")
+	wantExit(t, r, exitRefused, "deploy with a failed-over primary")
+	if !strings.Contains(r.stderr, victim.Addr+" is unreachable (flagged fail by the cluster"+remedy+")") {
+		t.Errorf("deploy refusal %q does not say what to do with %s", r.stderr, victim.Addr)
+	}
+
+	// Restarted, it rejoins as a replica of the replica that took over.
+	if err := victim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, set, seed, exitOK)
+	if row := statusOf(t, set, seed.Addr)[victim.Addr]; row.Role != "replica" || row.Primary != promoted.Addr {
+		t.Errorf("restarted, %s is %+v, want a replica of %s", victim.Addr, row, promoted.Addr)
+	}
+
+	// Gone for good: stopped, then forgotten by every other node.
+	if err := victim.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFlagged(t, seed, victim, "fail")
+	r = rlfnAt(t, set, seed.Addr, "status")
+	wantExit(t, r, exitError, "status with a replica flagged fail")
+	if !strings.Contains(r.stderr, "; it is a replica: restart it with its nodes.conf and it rejoins, or if it is gone for good remove it with CLUSTER FORGET "+victim.NodeID) {
+		t.Errorf("status stderr %q does not say what to do with the replica %s", r.stderr, victim.Addr)
+	}
+	for _, s := range c.Nodes() {
+		if s == victim {
+			continue
+		}
+		vk := s.Client(t)
+		if err := vk.Do(context.Background(), vk.B().ClusterForget().NodeId(victim.NodeID).Build()).Error(); err != nil {
+			t.Fatalf("CLUSTER FORGET on %s: %v", s.Addr, err)
+		}
+	}
+	st := statusOf(t, set, seed.Addr)
+	if _, ok := st[victim.Addr]; ok || len(st) != 5 {
+		t.Errorf("status after CLUSTER FORGET on every node = %v, want the 5 others", st)
+	}
+}
+
+// waitFailedOver waits up to 30s for seen's CLUSTER NODES to show node as a primary flagged
+// fail that owns no slots: its replica has taken them over.
+func waitFailedOver(t *testing.T, seen, node *harness.Server) {
+	t.Helper()
+	vk := seen.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text, err := vk.Do(context.Background(), vk.B().ClusterNodes().Build()).ToString()
+		for line := range strings.Lines(text) {
+			if f := strings.Fields(line); err == nil && len(f) == 8 && strings.HasPrefix(f[1], node.Addr+"@") && f[2] == "master,fail" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not a failed primary without slots in %s's view after 30s (%v):\n%s", node.Addr, seen.Addr, err, text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitStatus waits up to 30s for status from seen to exit code (a restarted node takes a
+// moment to be seen as live by every node).
+func waitStatus(t *testing.T, set versions.Set, seen *harness.Server, code int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := rlfnAt(t, set, seen.Addr, "status")
+		if r.code == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status from %s: exit %d after 30s, want %d\n%s%s", seen.Addr, r.code, code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

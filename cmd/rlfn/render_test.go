@@ -35,8 +35,9 @@ var (
 	fixtureSet = versions.Set{{Version: "1.0.0", Code: code100}, {Version: "1.1.0", Code: code110}}
 	to         = fixtureSet[1]
 
-	// p5 is flagged fail by the cluster, p6 answers without Functions; r3 does not answer.
-	p5 = deployer.Node{Addr: "127.0.0.1:7008", ID: "a8", Role: deployer.RolePrimary, Down: "flagged fail by the cluster"}
+	// p5 is flagged fail by the cluster with no slots (a failed-over primary, as Discover
+	// describes it), p6 answers without Functions; r3 does not answer.
+	p5 = deployer.Node{Addr: "127.0.0.1:7008", ID: "a8", Role: deployer.RolePrimary, Down: "flagged fail by the cluster; it is a primary that owns no slots (most often one whose replica took over in a failover): restart it with its nodes.conf and it rejoins (as a replica of its old shard after a failover), or if it is gone for good remove it with CLUSTER FORGET a8 on every other node within 60s (valkey-cli --cluster call 127.0.0.1:7001 CLUSTER FORGET a8)"}
 	p6 = deployer.Node{Addr: "127.0.0.1:7009", ID: "a9", Role: deployer.RolePrimary}
 
 	fixtureInstalled = []deployer.Installed{
