@@ -141,7 +141,12 @@ func TestUsageErrors(t *testing.T) {
 		give []string
 		want string
 	}{
-		{[]string{"call", "token_bucket"}, "call: needs ALGORITHM and KEY"},
+		{[]string{"call"}, "call: needs ALGORITHM and KEY"},
+		{[]string{"call", "token_bucket"}, "call: needs KEY after ALGORITHM token_bucket"},
+		{[]string{"call", "fixed_window", "k", "extra", "--limit", "5", "--window", "1s"}, `call: takes ALGORITHM and KEY only; extra argument "extra" after KEY "k"`},
+		{[]string{"call", "token_bucket", "user", "42", "--capacity", "5", "--rate", "1", "--period", "1s"}, `call: takes ALGORITHM and KEY only; extra argument "42" after KEY "user"`},
+		{[]string{"call", "fixed_window", "user", "42", "limit", "--window", "1s"}, `call: takes ALGORITHM and KEY only; extra arguments "42" "limit" after KEY "user"`},
+		{[]string{"call", "fixed_window", "", "--limit", "5", "--window", "1s"}, `call: KEY is missing: the second argument is "" (an unset variable?)`},
 		{[]string{"call", "bogus", "k"}, `unknown algorithm "bogus"`},
 		{[]string{"call", "token_bucket", "k", "--capacity", "10", "--rate", "1"}, "token_bucket needs --period"},
 		{[]string{"call", "fixed_window", "k", "--limit", "10", "--window", "1s", "--rate", "1"}, "--rate does not apply to fixed_window"},
@@ -155,7 +160,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "fixed_window", "k", "--limit", "1", "--window", "1s", "--repeat", "x"}, `--repeat "x" is not a decimal integer`},
 		{[]string{"--timeout", "5", "status"}, `--timeout "5": missing unit in duration "5"; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h (see rlfn --help)`},
 		{[]string{"status", "--timeout", "5"}, `--timeout "5": missing unit in duration "5"`},
-		{[]string{"call", "fixed_window", "", "--limit", "1", "--window", "1s"}, "call: KEY is empty (see rlfn call --help)"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--reserve", "6"}, "--reserve must be from 0 to 5, got 6"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--cost", "-1"}, "--cost must be 0 to 999999999999999"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--lease", "1s"}, "--lease does not apply to fixed_window"},

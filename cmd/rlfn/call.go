@@ -231,13 +231,24 @@ func (e *placedError) Unwrap() error { return e.err }
 // newCallPlan reads and checks the command line: every mistake is reported before dialling,
 // whatever the state of the server. (The client validates a limit exactly as the library does.)
 func newCallPlan(c *cli.Context) (*callPlan, error) {
-	if c.NArg() != 2 {
+	switch args := c.Args().Slice(); {
+	case len(args) == 0:
 		return nil, usageError(c, "needs ALGORITHM and KEY")
-	}
-	if c.Args().Get(1) == "" {
+	case len(args) == 1:
+		return nil, usageError(c, fmt.Sprintf("needs KEY after ALGORITHM %s", printable(args[0])))
+	case len(args) > 2:
+		// Most often a flag's value split in two, or a flag without its dashes.
+		extra := make([]string, len(args)-2)
+		for i, a := range args[2:] {
+			extra[i] = strconv.Quote(a)
+		}
+		return nil, usageError(c, fmt.Sprintf("takes ALGORITHM and KEY only; extra %s %s after KEY %s",
+			map[bool]string{true: "argument", false: "arguments"}[len(extra) == 1], strings.Join(extra, " "), strconv.Quote(args[1])))
+	case args[1] == "":
 		// An unset variable in a script ("$USER_ID"): the call would decide, on a key that
-		// no service uses, and seem to work. --also's key= is refused empty as well.
-		return nil, usageError(c, "KEY is empty")
+		// no service uses, and seem to work. The client refuses an empty key too, and
+		// --also's key= is refused empty as well.
+		return nil, usageError(c, `KEY is missing: the second argument is "" (an unset variable?)`)
 	}
 	spec, err := flagSpec(c, c.Args().Get(0))
 	if err != nil {
