@@ -72,6 +72,19 @@ func (n *conn) clusterNodes(ctx context.Context) (string, error) {
 	return s, nil
 }
 
+// config reads one setting with CONFIG GET.
+func (n *conn) config(ctx context.Context, name string) (string, error) {
+	m, err := n.c.Do(ctx, n.c.B().ConfigGet().Parameter(name).Build()).AsStrMap()
+	if err != nil {
+		return "", fmt.Errorf("CONFIG GET %s: %w", name, err)
+	}
+	v, ok := m[name]
+	if !ok {
+		return "", fmt.Errorf("CONFIG GET %s: not in the reply", name)
+	}
+	return v, nil
+}
+
 // libraryCode returns the ratelimit library's code on this node and its engine, "" when
 // it has none.
 func (n *conn) libraryCode(ctx context.Context) (code, engine string, err error) {

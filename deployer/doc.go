@@ -42,4 +42,6 @@
 // users are per node: create the user on every node, replicas included. Inspect also asks
 // FUNCTION STATS, to tell a server built without the Lua engine; these rules refuse it, which
 // Inspect takes as "not told" (such a server then fails the deploy's load, and is restored).
+// Coverage asks CONFIG GET cluster-require-full-coverage, which they refuse too (CONFIG GET
+// reads every setting, passwords included): it then warns that the setting could not be read.
 package deployer

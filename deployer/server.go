@@ -90,10 +90,15 @@ const (
 	// WarnReplicaLagging: a replica runs other code than its primary, which a deploy does
 	// not load (Plan.Lagging); a deploy ends with it OutcomeLagging unless it catches up.
 	WarnReplicaLagging = "replica-lagging"
+	// WarnFullCoverage: a cluster node has cluster-require-full-coverage yes (Valkey's and
+	// Redis's default), or would not say (CONFIG refused): while any shard has no primary,
+	// it answers every call CLUSTERDOWN, so one dead shard stops rate limiting on all of
+	// them (Target.Coverage).
+	WarnFullCoverage = "full-coverage"
 )
 
 // WarningIDs are every Warning.ID there is.
-var WarningIDs = []string{WarnLuaSecurity, WarnLockRelease, WarnReplicaLagging}
+var WarningIDs = []string{WarnLuaSecurity, WarnLockRelease, WarnReplicaLagging, WarnFullCoverage}
 
 // Warning is a problem that does not stop a deploy, but that people should act on.
 type Warning struct {

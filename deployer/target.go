@@ -137,6 +137,9 @@ func (t *Target) discoverCluster(ctx context.Context, seed *conn) (Topology, err
 	if err != nil {
 		return Topology{}, fmt.Errorf("%w (from %s)", err, t.seed)
 	}
+	for i := range topo.Nodes {
+		topo.Nodes[i].Down += remedy(topo.Nodes[i], t.seed)
+	}
 	return topo, nil
 }
 

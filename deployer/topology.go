@@ -237,6 +237,29 @@ func parseClusterNodes(text, seedHost string) (Topology, error) {
 	return topo, nil
 }
 
+// remedy says what to do about a node the cluster flags fail and that serves no slots,
+// after its Down; "" for any other node. Such a node stays in every node's view until it
+// is restarted or forgotten, and until then status cannot read it and every deploy is
+// refused: most often a primary whose replica took its slots over in a failover. Restarted
+// with its nodes.conf, it rejoins (a failed-over primary as a replica of its old shard);
+// gone for good, every node must forget it within 60 seconds, or those that still know it
+// teach it back to the others by gossip. valkey-cli --cluster call sends the FORGET to every
+// node it reaches (its del-node refuses a node it cannot reach); the node's own replicas
+// refuse to forget their primary, and a failed-over one has none. via is a node to send it
+// from (the URL's).
+func remedy(n Node, via string) string {
+	if n.Down != downFlags["fail"] || (n.Role == RolePrimary && n.Slots > 0) {
+		return "" // pfail may pass; a primary with slots is an outage its replica may end
+	}
+	what := "a replica"
+	if n.Role == RolePrimary {
+		what = "a primary that owns no slots (most often one whose replica took over in a failover)"
+	}
+	return fmt.Sprintf("; it is %s: restart it with its nodes.conf and it rejoins%s, or if it is gone for good remove it with "+
+		"CLUSTER FORGET %s on every other node within 60s (valkey-cli --cluster call %s CLUSTER FORGET %s)",
+		what, map[Role]string{RolePrimary: " (as a replica of its old shard after a failover)"}[n.Role], n.ID, via, n.ID)
+}
+
 // nodeAddr turns CLUSTER NODES' "ip:port@cport[,hostname]" into host:port.
 func nodeAddr(field, seedHost string) (string, error) {
 	hp, _, _ := strings.Cut(field, ",")

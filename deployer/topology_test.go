@@ -374,3 +374,33 @@ func TestSortNodes(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestRemedy: a node the cluster flags fail that serves no slots (a failed-over primary, a
+// replica) is told what to do with, by its ID; a primary that still owns slots, a pfail and
+// a live node are not.
+func TestRemedy(t *testing.T) {
+	id := "65a04fb74cbcc54e577b51e317d402efdb3d1d59"
+	fail := downFlags["fail"]
+	for _, tt := range []struct {
+		give Node
+		want []string // nil: no remedy
+	}{
+		{Node{ID: id, Role: RolePrimary, Down: fail}, []string{
+			"; it is a primary that owns no slots (most often one whose replica took over in a failover): restart it with its nodes.conf and it rejoins (as a replica of its old shard after a failover), or if it is gone for good remove it with CLUSTER FORGET " + id + " on every other node within 60s (valkey-cli --cluster call 127.0.0.1:7000 CLUSTER FORGET " + id + ")"}},
+		{Node{ID: id, Role: RoleReplica, Primary: "127.0.0.1:7001", Down: fail}, []string{"; it is a replica: restart it with its nodes.conf and it rejoins, or ", "CLUSTER FORGET " + id}},
+		{Node{ID: id, Role: RolePrimary, Slots: 5461, Down: fail}, nil},
+		{Node{ID: id, Role: RolePrimary, Down: downFlags["fail?"]}, nil},
+		{Node{ID: id, Role: RolePrimary, Down: downFlags["handshake"]}, nil},
+		{Node{ID: id, Role: RolePrimary}, nil},
+	} {
+		got := remedy(tt.give, "127.0.0.1:7000")
+		if (got == "") != (tt.want == nil) {
+			t.Errorf("remedy(%+v) = %q, want %q", tt.give, got, tt.want)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("remedy(%+v) = %q, want it to say %q", tt.give, got, w)
+			}
+		}
+	}
+}

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/throwaway.sh
-primary=$(free_port 16379)
+primary=$(port RLFN_DEMO_PORT 16379)
 serve "$primary" --repl-diskless-sync-delay 0
 replica=$(free_port $((primary + 1)))
 serve "$replica" --replicaof 127.0.0.1 "$primary"
@@ -48,4 +48,12 @@ echo
 echo "A bad limit is refused before anything is sent (exit code 1):"
 if "$work/rlfn" call token_bucket user:42 --capacity 3 --rate 0 --period 1s; then exit 1; fi
 echo
-echo "To watch the six limiters decide in a browser: make playground (a throwaway Valkey, the library, the page on a free loopback port from 8080, until Ctrl-C)."
+echo "The demo removes its servers as it ends. To run a Valkey of your own, deploy the library on it and"
+echo "open the playground, where the six limiters decide in a browser (Ctrl-C stops the page):"
+echo
+echo "  docker run -d --name rlfn-valkey --network host $image valkey-server --bind 127.0.0.1 --port 6379 --save ''"
+echo "  go run ./cmd/rlfn --url redis://127.0.0.1:6379 deploy --yes --accept-warning lua-security"
+echo "  go run ./cmd/rlfn --url redis://127.0.0.1:6379 playground"
+echo "  docker rm -f rlfn-valkey   # when done"
+echo
+echo "Or all in one, on free loopback ports: make playground (RLFN_DEMO_PORT and RLFN_PLAYGROUND_PORT choose them)."

@@ -1,6 +1,11 @@
 # Sourced by demo.sh and playground.sh: rlfn built into a temporary folder ($work/rlfn), and
 # throwaway Valkey servers on free loopback ports, removed with that folder when the script
 # exits. Needs the rlfn/valkey:8.0 image (make images) and Go.
+#
+# Ports (environment or make variables, e.g. make demo RLFN_DEMO_PORT=17000):
+#   RLFN_DEMO_PORT        the throwaway Valkey's port (make demo's replica takes the next free
+#                         one); default: the first free port from 16379
+#   RLFN_PLAYGROUND_PORT  make playground's page; default: the first free port from 8080
 
 image=${RLFN_VALKEY_IMAGE:-rlfn/valkey:8.0}
 work=$(mktemp -d)
@@ -17,6 +22,24 @@ free_port() {
   local port=$1
   while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
   echo "$port"
+}
+# port VAR DEFAULT prints the port $VAR names, which must be free (a port asked for is that
+# port, or an error, never another one), or without $VAR the first free one from DEFAULT.
+port() {
+  local name=$1 want=${!1:-}
+  if [ -z "$want" ]; then
+    free_port "$2"
+    return
+  fi
+  if ! [[ $want =~ ^[0-9]+$ ]] || [ "$want" -lt 1 ] || [ "$want" -gt 65535 ]; then
+    echo "error: $name=$want is not a port (1 to 65535)" >&2
+    return 1
+  fi
+  if (exec 3<>"/dev/tcp/127.0.0.1/$want") 2>/dev/null; then
+    echo "error: $name=$want: something already listens on 127.0.0.1:$want; choose another port, or unset $name for a free one" >&2
+    return 1
+  fi
+  echo "$want"
 }
 # serve PORT [ARGS...] starts a Valkey on PORT. Host networking, bound to loopback: nothing
 # leaves the machine.

@@ -226,29 +226,34 @@ func usageErrorHandler(c *cli.Context, err error, _ bool) error {
 }
 
 // invalidValue is the flag package's error for a value its flag cannot parse, which says
-// no more than "parse error".
-var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): parse error$`)
+// no more than "parse error" for a duration, and repeats the value for a decimal.
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
 
-// badValue says what is wrong with a duration or a number a flag could not parse, and how to
-// write one; other errors are returned as they are.
+// badValue says what is wrong with a duration a flag could not parse, and how to write one;
+// other errors are returned as they are (an integer flag's, a decimal, says what is wrong).
 func badValue(flags []cli.Flag, err error) error {
 	m := invalidValue.FindStringSubmatch(err.Error())
 	if m == nil {
 		return err
 	}
-	value, flag := m[1], "--"+m[2]
+	value, flag, why := m[1], "--"+m[2], m[3]
 	if v, uerr := strconv.Unquote(`"` + value + `"`); uerr == nil {
 		value = v
 	}
-	switch lookup(flags, flag).(type) {
+	switch f := lookup(flags, flag).(type) {
+	case *cli.GenericFlag:
+		if _, ok := f.Value.(*decimal); ok {
+			return fmt.Errorf("%s %s", flag, why) // e.g. --limit "0x10" is not a decimal integer
+		}
 	case *cli.DurationFlag:
-		why := "not a duration"
+		if why != "parse error" {
+			return err
+		}
+		why = "not a duration"
 		if _, perr := time.ParseDuration(value); perr != nil {
 			why = strings.TrimPrefix(perr.Error(), "time: ")
 		}
 		return fmt.Errorf("%s %q: %s; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h", flag, value, why)
-	case *cli.IntFlag, *cli.Int64Flag:
-		return fmt.Errorf("%s %q is not a whole number", flag, value)
 	}
 	return err
 }

@@ -30,6 +30,9 @@ func callCommand() *cli.Command {
 			"(--limit slots, --lease).\n" +
 			"KEY is the principal (user:42); the server key is composed as the Go client composes it,\n" +
 			"<prefix>{<key>}:<algorithm>[:<name>], so the call reads and changes the state a service sees.\n" +
+			"A service on client/httplimit scopes each policy's state by its name: the client's key is\n" +
+			"<policy>:<principal>. --policy NAME composes it so, e.g. --policy api alice reaches the state\n" +
+			"the middleware's Policy{Name: \"api\"} keeps for alice, rl:{api:alice}:<algorithm>.\n" +
 			"Durations use Go syntax: 500ms, 1s, 1m, 1h.\n" +
 			"\n" +
 			"With library 1.1.0:\n" +
@@ -39,29 +42,32 @@ func callCommand() *cli.Command {
 			"  concurrency   take a slot for a new holder (its ID is printed), or with --id take or\n" +
 			"                renew that holder's slot; --release --id frees it\n" +
 			"  --also SPEC   decide one more limit with the first, all or nothing (repeatable). SPEC\n" +
-			"                is ALGORITHM,field=value,...: the fields are the flags' names, and key=\n" +
-			"                (default: KEY); e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
+			"                is ALGORITHM,field=value,...: the fields are the flags' names, key=\n" +
+			"                (default: KEY) and policy= (default: --policy; a Rule of httplimit's\n" +
+			"                Policy.Also keys its state by its own Name, e.g. policy=login-ip,key=192.0.2.7);\n" +
+			"                e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
 			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
 			"                the rows (N) under it are the other limits, as the call left them.",
 		Flags: []cli.Flag{
-			&cli.Int64Flag{Name: "limit", Usage: "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)"},
+			decimalFlag("limit", "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)", 0),
 			&cli.DurationFlag{Name: "window", Usage: "window `DURATION` (fixed_window, sliding_log, sliding_window)"},
-			&cli.Int64Flag{Name: "capacity", Usage: "bucket capacity `N` (token_bucket, leaky_bucket)"},
-			&cli.Int64Flag{Name: "rate", Usage: "`N` units refilled or leaked per period (token_bucket, leaky_bucket)"},
+			decimalFlag("capacity", "bucket capacity `N` (token_bucket, leaky_bucket)", 0),
+			decimalFlag("rate", "`N` units refilled or leaked per period (token_bucket, leaky_bucket)", 0),
 			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
 			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: "police"},
 			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
 			&cli.StringFlag{Name: "id", Usage: "concurrency: the lease holder `ID` (1 to 128 bytes) to take, renew or --release"},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
-			&cli.Int64Flag{Name: "reserve", Usage: "leave `N` units (slots) to critical callers: admitted only if N are left after the call"},
+			decimalFlag("reserve", "leave `N` units (slots) to critical callers: admitted only if N are left after the call", 0),
 			&cli.BoolFlag{Name: "critical", Usage: "call as a critical caller, who may use the reserve"},
 			&cli.StringFlag{Name: "name", Usage: "limit `NAME`, for a second limit of one algorithm on one KEY (as the client's Name)"},
-			&cli.Int64Flag{Name: "cost", Usage: "`N` units the call takes", Value: 1},
-			&cli.Int64Flag{Name: "refund", Usage: "give `N` units back instead of taking --cost"},
+			decimalFlag("cost", "`N` units the call takes", 1),
+			decimalFlag("refund", "give `N` units back instead of taking --cost", 0),
 			&cli.GenericFlag{Name: "also", Usage: "decide one more limit `SPEC` with the first, all or nothing (repeatable)", Value: &alsoFlag{}},
 			&cli.BoolFlag{Name: "peek", Usage: "only check, consuming nothing (FCALL_RO, which a replica may serve)"},
-			&cli.IntFlag{Name: "repeat", Usage: "make the call `N` times", Value: 1},
+			decimalFlag("repeat", "make the call `N` times", 1),
 			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's WithPrefix", Value: client.DefaultPrefix},
+			&cli.StringFlag{Name: "policy", Usage: "address the state of httplimit's policy `NAME`: the client's key is NAME:KEY, as the middleware composes it"},
 			jsonFlag(),
 		},
 		Action: callAction,
@@ -99,7 +105,7 @@ func callAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	repeat := c.Int("repeat")
+	repeat := decimalValue(c, "repeat")
 	opt, err := clientOption(c)
 	if err != nil {
 		return err
@@ -225,23 +231,41 @@ func (e *placedError) Unwrap() error { return e.err }
 // newCallPlan reads and checks the command line: every mistake is reported before dialling,
 // whatever the state of the server. (The client validates a limit exactly as the library does.)
 func newCallPlan(c *cli.Context) (*callPlan, error) {
-	if c.NArg() != 2 {
+	switch args := c.Args().Slice(); {
+	case len(args) == 0:
 		return nil, usageError(c, "needs ALGORITHM and KEY")
-	}
-	if c.Args().Get(1) == "" {
+	case len(args) == 1:
+		return nil, usageError(c, fmt.Sprintf("needs KEY after ALGORITHM %s", printable(args[0])))
+	case len(args) > 2:
+		// Most often a flag's value split in two, or a flag without its dashes.
+		extra := make([]string, len(args)-2)
+		for i, a := range args[2:] {
+			extra[i] = strconv.Quote(a)
+		}
+		return nil, usageError(c, fmt.Sprintf("takes ALGORITHM and KEY only; extra %s %s after KEY %s",
+			map[bool]string{true: "argument", false: "arguments"}[len(extra) == 1], strings.Join(extra, " "), strconv.Quote(args[1])))
+	case args[1] == "":
 		// An unset variable in a script ("$USER_ID"): the call would decide, on a key that
-		// no service uses, and seem to work. --also's key= is refused empty as well.
-		return nil, usageError(c, "KEY is empty")
+		// no service uses, and seem to work. The client refuses an empty key too, and
+		// --also's key= is refused empty as well.
+		return nil, usageError(c, `KEY is missing: the second argument is "" (an unset variable?)`)
 	}
 	spec, err := flagSpec(c, c.Args().Get(0))
 	if err != nil {
 		return nil, usageError(c, err.Error())
 	}
-	if c.Int("repeat") < 1 {
+	if decimalValue(c, "repeat") < 1 {
 		return nil, usageError(c, "--repeat must be at least 1")
 	}
+	key := c.Args().Get(1)
+	if c.IsSet("policy") {
+		if err := checkPolicyName(c.String("policy")); err != nil {
+			return nil, usageError(c, "--policy "+err.Error())
+		}
+		key = policyKey(c.String("policy"), key)
+	}
 	p := &callPlan{
-		prefix: c.String("prefix"), key: c.Args().Get(1), n: c.Int64("cost"),
+		prefix: c.String("prefix"), key: key, n: decimalValue(c, "cost"),
 		peek: c.Bool("peek"), critical: c.Bool("critical"), id: c.String("id"),
 	}
 	also := *c.Generic("also").(*alsoFlag)
@@ -295,7 +319,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if f := given("cost", "peek", "reserve", "critical", "also"); f != "" {
 			return nil, conflict(f, "--refund")
 		}
-		p.mode, p.n = modeRefund, c.Int64("refund")
+		p.mode, p.n = modeRefund, decimalValue(c, "refund")
 		if p.n < 0 || p.n > maxInt {
 			return nil, usageError(c, fmt.Sprintf("--refund must be 0 to %d", int64(maxInt)))
 		}
@@ -315,9 +339,15 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, err))
 		}
-		r := client.Rule{Key: p.key, Limit: s.build()}
+		r := client.Rule{Key: c.Args().Get(1), Limit: s.build()}
 		if s.key != "" {
 			r.Key = s.key
+		}
+		switch {
+		case s.set["policy"]:
+			r.Key = policyKey(s.policy, r.Key)
+		case c.IsSet("policy"):
+			r.Key = policyKey(c.String("policy"), r.Key)
 		}
 		if err := r.Limit.Validate(); err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, s.explain(err)))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/client/httplimit"
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/versions"
 )
@@ -305,4 +309,77 @@ func fcallROCalls(t *testing.T, s *harness.Server) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// TestCallDecimal: a number with a leading zero is decimal on the command line as in the
+// library: --limit 010 decides with a limit of ten, not eight (Go's octal), and so do
+// --cost, --repeat and --also's fields.
+func TestCallDecimal(t *testing.T) {
+	s := harness.StartValkey(t)
+	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
+	got := calls(t, s.Addr, "fixed_window", "k", "--limit", "010", "--window", "1m", "--cost", "02", "--repeat", "02")
+	if len(got) != 2 || got[0].Limit != 10 || got[0].Remaining != 8 || got[1].Remaining != 6 {
+		t.Errorf("--limit 010 --cost 02 --repeat 02 = %+v, want two calls of a limit of 10 taking 2 each", got)
+	}
+	got = calls(t, s.Addr, "fixed_window", "k2", "--limit", "5", "--window", "1m", "--also", "token_bucket,capacity=010,rate=01,period=1h")
+	if len(got) != 1 || len(got[0].Limits) != 2 || got[0].Limits[1].Limit != 10 {
+		t.Errorf("--also capacity=010 = %+v, want a second limit of capacity 10", got)
+	}
+}
+
+// TestCallPolicy: --policy reaches the state an httplimit middleware keeps: requests served
+// through a Policy named "api" (and its Rule "per-ip", keyed by the client's address) are
+// seen by rlfn call --policy api (and --policy per-ip, or policy= in --also), and by no call
+// without it, which reads another key in another slot.
+func TestCallPolicy(t *testing.T) {
+	s := harness.StartValkey(t)
+	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
+	vk := s.Client(t)
+	mw, err := httplimit.New(client.New(vk), httplimit.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+		Policy: func(*http.Request) httplimit.Policy {
+			return httplimit.Policy{
+				Name:  "api",
+				Limit: client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour},
+				Also: []httplimit.Rule{{
+					Name:  "per-ip",
+					Key:   func(*http.Request) (string, error) { return "192.0.2.7", nil },
+					Limit: client.FixedWindow{Limit: 10, Window: time.Hour},
+				}},
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 2 {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("request through the middleware: %d %s", rec.Code, rec.Body)
+		}
+	}
+
+	bucket := []string{"token_bucket", "alice", "--capacity", "5", "--rate", "1", "--period", "1h", "--peek"}
+	got := calls(t, s.Addr, append(bucket, "--policy", "api")...)
+	if len(got) != 1 || got[0].Key != "rl:{api:alice}:token_bucket" || got[0].Remaining != 3 {
+		t.Errorf("call --policy api = %+v, want rl:{api:alice}:token_bucket with 2 of 5 taken by the middleware", got)
+	}
+	if got := calls(t, s.Addr, bucket...); got[0].Remaining != 5 {
+		t.Errorf("call without --policy = %+v, want a fresh bucket: the middleware's key is another", got)
+	}
+	got = calls(t, s.Addr, "fixed_window", "192.0.2.7", "--policy", "per-ip", "--limit", "10", "--window", "1h", "--peek")
+	if len(got) != 1 || got[0].Key != "rl:{per-ip:192.0.2.7}:fixed_window" || got[0].Remaining != 8 {
+		t.Errorf("call --policy per-ip = %+v, want rl:{per-ip:192.0.2.7}:fixed_window with 2 of 10 taken", got)
+	}
+	// The route's decision, as the middleware makes it: its Rule's key with policy=.
+	got = calls(t, s.Addr, "token_bucket", "alice", "--policy", "api", "--capacity", "5", "--rate", "1", "--period", "1h",
+		"--also", "fixed_window,policy=per-ip,key=192.0.2.7,limit=10,window=1h")
+	if len(got) != 1 || len(got[0].Limits) != 2 || got[0].Limits[0].Key != "rl:{api:alice}:token_bucket" || got[0].Limits[0].Remaining != 2 ||
+		got[0].Limits[1].Key != "rl:{per-ip:192.0.2.7}:fixed_window" || got[0].Limits[1].Remaining != 7 {
+		t.Errorf("call --policy api --also policy=per-ip = %+v, want both of the middleware's limits, one more unit taken of each", got)
+	}
 }

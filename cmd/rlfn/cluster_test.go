@@ -114,12 +114,20 @@ func TestCluster(t *testing.T) {
 	r = rlfnAt(t, set, seed, "status")
 	wantExit(t, r, exitOK, "status during a partial rollout")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")[1:]
-	// Under the table, the warning our images earn, once for all six nodes.
-	if warning := lines[len(lines)-1]; !strings.HasPrefix(warning, "Warning: ") || strings.Count(warning, ", 127.0.0.1:") != 5 ||
+	// Under the table, the warnings our images and the harness's clusters earn (the Lua fixes,
+	// cluster-require-full-coverage), each once for all six nodes.
+	if len(lines) != 8 {
+		t.Fatalf("status: %d lines under the header, want 6 nodes and 2 warnings:\n%s", len(lines), r.stdout)
+	}
+	if warning := lines[6]; !strings.HasPrefix(warning, "Warning: ") || strings.Count(warning, ", 127.0.0.1:") != 5 ||
 		!strings.Contains(warning, ": Valkey 8.0.1 lacks known Lua security fixes") {
 		t.Errorf("status warning line %q, want one for the six nodes", warning)
 	}
-	for _, line := range lines[:len(lines)-1] {
+	if warning := lines[7]; !strings.HasPrefix(warning, "Warning: ") || strings.Count(warning, ", 127.0.0.1:") != 5 ||
+		!strings.HasSuffix(warning, "[full-coverage]") {
+		t.Errorf("status warning line %q, want one for the six nodes", warning)
+	}
+	for _, line := range lines[:6] {
 		addr, _, _ := strings.Cut(line, " ")
 		want := "1.0.0 +behind$"
 		if upgraded[addr] {
@@ -456,5 +464,209 @@ func waitFlagged(t *testing.T, seen, node *harness.Server, flag string) {
 			t.Fatalf("%s not flagged %s by %s after 30s (%v):\n%s", node.Addr, flag, seen.Addr, err, text)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFullCoverage: status points out every cluster node that would answer CLUSTERDOWN to
+// every call while one shard has no primary (cluster-require-full-coverage yes, the default),
+// and every node that would not say (an ACL user without CONFIG): one warning line naming
+// the nodes, on each node's row in JSON, and exit 4 until the setting is no or the warning is
+// accepted. A standalone server has nothing to warn of.
+func TestFullCoverage(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	set := testReleases(t)
+	lua := []string{"--accept-warning", "lua-security"} // not full-coverage
+	status := func(url string, args ...string) result {
+		t.Helper()
+		return rlfn(t, set, append(append([]string{"--url", url}, lua...), append([]string{"status"}, args...)...)...)
+	}
+	single := harness.StartValkey(t)
+	wantExit(t, status("redis://"+single.Addr), exitOK, "status of a standalone server")
+
+	c := harness.StartCluster(t, 3, 1)
+	url := "redis://" + c.Primaries[0].Addr
+	r := status(url)
+	wantExit(t, r, exitWarnings, "status of a cluster with the default cluster-require-full-coverage")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if w := lines[len(lines)-1]; !strings.HasPrefix(w, "Warning: ") || strings.Count(w, "127.0.0.1:") != 6 ||
+		!strings.Contains(w, ": cluster-require-full-coverage is yes: ") || !strings.HasSuffix(w, " [full-coverage]") {
+		t.Errorf("status warning %q, want one line naming the six nodes", w)
+	}
+	if want := "rlfn: 1 warning not accepted (full-coverage): review, then pass --accept-warning full-coverage"; !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("status stderr %q, want %q...", r.stderr, want)
+	}
+	wantExit(t, rlfn(t, set, "--url", url, "--accept-warning", "lua-security,full-coverage", "status"), exitOK, "status accepting full-coverage")
+	// deploy and diff are not about the service's availability: they do not ask.
+	wantExit(t, rlfn(t, set, append([]string{"--url", url}, append(lua, "deploy", "--yes")...)...), exitOK, "deploy to a cluster with the default cluster-require-full-coverage")
+
+	// Every node but one replica set as recommended: only that replica is named.
+	left := c.Replicas[0]
+	for _, s := range c.Nodes() {
+		if s == left {
+			continue
+		}
+		vk := s.Client(t)
+		if err := vk.Do(context.Background(), vk.B().ConfigSet().ParameterValue().ParameterValue("cluster-require-full-coverage", "no").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = status(url, "--json")
+	wantExit(t, r, exitWarnings, "status --json with one replica left at yes")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	for _, row := range rows {
+		var ids []string
+		for _, w := range row.Warnings {
+			ids = append(ids, w.ID)
+		}
+		if got, want := slices.Contains(ids, "full-coverage"), row.Addr == left.Addr; got != want {
+			t.Errorf("status --json: %s warnings %v, want full-coverage %v", row.Addr, ids, want)
+		}
+	}
+	vk := left.Client(t)
+	if err := vk.Do(context.Background(), vk.B().ConfigSet().ParameterValue().ParameterValue("cluster-require-full-coverage", "no").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, status(url), exitOK, "status with cluster-require-full-coverage no everywhere")
+
+	// A deploy-only ACL user may not read settings: each node is warned of as unreadable,
+	// never passed over.
+	acl := append([]string{"deployer", "on", ">s3cret"}, deployer.ACLRules...)
+	for _, s := range c.Nodes() {
+		vk := s.Client(t)
+		if err := vk.Do(context.Background(), vk.B().AclSetuser().Username(acl[0]).Rule(acl[1:]...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = status("redis://deployer:s3cret@" + c.Primaries[0].Addr)
+	wantExit(t, r, exitWarnings, "status as a user that cannot read CONFIG")
+	if !regexp.MustCompile(`(?m)^Warning: (127\.0\.0\.1:\d+, ){5}127\.0\.0\.1:\d+: cluster-require-full-coverage could not be read \(CONFIG GET cluster-require-full-coverage: NOPERM .*\): if it is yes, the default, .* \[full-coverage\]$`).MatchString(r.stdout) {
+		t.Errorf("status as a user that cannot read CONFIG does not warn of the six nodes:\n%s", r.stdout)
+	}
+}
+
+// TestFailedOverPrimary: after a failover the dead ex-primary stays in every node's view,
+// flagged fail with no slots: status exits 1 and every deploy is refused until it is
+// restarted or forgotten. Both say so, with its ID: in the table, the JSON and stderr. Each
+// remedy is then followed as written: restarted, it rejoins as a replica of its old shard
+// and status exits 0; stopped again and forgotten by every other node, status exits 0
+// without it.
+func TestFailedOverPrimary(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	c := harness.StartCluster(t, 3, 1)
+	set := testReleases(t)
+	victim, promoted := c.Primaries[0], c.ReplicasOf(c.Primaries[0])[0]
+	seed := c.Primaries[1]
+	wantExit(t, rlfnAt(t, set, seed.Addr, "deploy", "--yes"), exitOK, "deploy")
+	if err := victim.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFailedOver(t, seed, victim)
+
+	remedy := "; it is a primary that owns no slots (most often one whose replica took over in a failover): restart it with its nodes.conf " +
+		"and it rejoins (as a replica of its old shard after a failover), or if it is gone for good remove it with CLUSTER FORGET " +
+		victim.NodeID + " on every other node within 60s (valkey-cli --cluster call " + seed.Addr + " CLUSTER FORGET " + victim.NodeID + ")"
+	r := rlfnAt(t, set, seed.Addr, "status")
+	wantExit(t, r, exitError, "status with a failed-over primary")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(victim.Addr) + ` +primary +0 +- +unreachable: flagged fail by the cluster` + regexp.QuoteMeta(remedy) + `$`).MatchString(r.stdout) {
+		t.Errorf("status does not say what to do with %s:\n%s", victim.Addr, r.stdout)
+	}
+	if want := "rlfn: " + victim.Addr + ": unreachable: flagged fail by the cluster" + remedy + "\n"; r.stderr != want {
+		t.Errorf("status stderr\n%q, want\n%q", r.stderr, want)
+	}
+	r = rlfnAt(t, set, seed.Addr, "status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if i := slices.IndexFunc(rows, func(row statusRow) bool { return row.Addr == victim.Addr }); i < 0 || rows[i].Error != "flagged fail by the cluster"+remedy {
+		t.Errorf("status --json = %+v, want %s's error to say what to do", rows, victim.Addr)
+	}
+	r = rlfnAt(t, set, seed.Addr, "deploy", "--yes", "--to", "1.0.0", "--force")
+	wantExit(t, r, exitError, "forced deploy with a failed-over primary")
+	if !strings.Contains(r.stdout, "unreachable: flagged fail by the cluster"+remedy) {
+		t.Errorf("forced deploy does not say what to do with %s:\n%s", victim.Addr, r.stdout)
+	}
+	r = rlfnAt(t, set, seed.Addr, "deploy", "--yes")
+	wantExit(t, r, exitRefused, "deploy with a failed-over primary")
+	if !strings.Contains(r.stderr, victim.Addr+" is unreachable (flagged fail by the cluster"+remedy+")") {
+		t.Errorf("deploy refusal %q does not say what to do with %s", r.stderr, victim.Addr)
+	}
+
+	// Restarted, it rejoins as a replica of the replica that took over.
+	if err := victim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, set, seed, exitOK)
+	if row := statusOf(t, set, seed.Addr)[victim.Addr]; row.Role != "replica" || row.Primary != promoted.Addr {
+		t.Errorf("restarted, %s is %+v, want a replica of %s", victim.Addr, row, promoted.Addr)
+	}
+
+	// Gone for good: stopped, then forgotten by every other node.
+	if err := victim.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFlagged(t, seed, victim, "fail")
+	r = rlfnAt(t, set, seed.Addr, "status")
+	wantExit(t, r, exitError, "status with a replica flagged fail")
+	if !strings.Contains(r.stderr, "; it is a replica: restart it with its nodes.conf and it rejoins, or if it is gone for good remove it with CLUSTER FORGET "+victim.NodeID) {
+		t.Errorf("status stderr %q does not say what to do with the replica %s", r.stderr, victim.Addr)
+	}
+	for _, s := range c.Nodes() {
+		if s == victim {
+			continue
+		}
+		vk := s.Client(t)
+		if err := vk.Do(context.Background(), vk.B().ClusterForget().NodeId(victim.NodeID).Build()).Error(); err != nil {
+			t.Fatalf("CLUSTER FORGET on %s: %v", s.Addr, err)
+		}
+	}
+	st := statusOf(t, set, seed.Addr)
+	if _, ok := st[victim.Addr]; ok || len(st) != 5 {
+		t.Errorf("status after CLUSTER FORGET on every node = %v, want the 5 others", st)
+	}
+}
+
+// waitFailedOver waits up to 30s for seen's CLUSTER NODES to show node as a primary flagged
+// fail that owns no slots: its replica has taken them over.
+func waitFailedOver(t *testing.T, seen, node *harness.Server) {
+	t.Helper()
+	vk := seen.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text, err := vk.Do(context.Background(), vk.B().ClusterNodes().Build()).ToString()
+		for line := range strings.Lines(text) {
+			if f := strings.Fields(line); err == nil && len(f) == 8 && strings.HasPrefix(f[1], node.Addr+"@") && f[2] == "master,fail" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not a failed primary without slots in %s's view after 30s (%v):\n%s", node.Addr, seen.Addr, err, text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitStatus waits up to 30s for status from seen to exit code (a restarted node takes a
+// moment to be seen as live by every node).
+func waitStatus(t *testing.T, set versions.Set, seen *harness.Server, code int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := rlfnAt(t, set, seen.Addr, "status")
+		if r.code == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status from %s: exit %d after 30s, want %d\n%s%s", seen.Addr, r.code, code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

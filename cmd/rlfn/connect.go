@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -110,6 +112,8 @@ func connectHint(opt valkey.ClientOption, err error) error {
 	switch {
 	case err == nil || !errors.As(err, &connecting):
 		return err
+	case unknownReply.MatchString(err.Error()):
+		return fmt.Errorf("%w (%s)", err, notServer(err.Error()))
 	case opt.TLSConfig != nil && errors.As(err, &unknownCA):
 		return fmt.Errorf("%w (name the CA that signed it with --tls-ca or $%s)", err, tlsCAEnv)
 	case opt.TLSConfig != nil && errors.Is(err, context.DeadlineExceeded):
@@ -119,4 +123,21 @@ func connectHint(opt valkey.ClientOption, err error) error {
 		return fmt.Errorf("%w (the server hung up: does the port need TLS? then use rediss://)", err)
 	}
 	return err
+}
+
+// unknownReply is valkey-go's error for a reply whose first byte is no RESP type: whatever
+// answered the handshake is not a Valkey or Redis server.
+var unknownReply = regexp.MustCompile(`received unknown message type: (\d+)`)
+
+// notServer says what most likely answered, from the first byte of its reply (valkey-go
+// gives its code): "received unknown message type: 72" alone sends people looking for a
+// protocol bug, when the URL names an HTTP port.
+func notServer(msg string) string {
+	code, _ := strconv.Atoi(unknownReply.FindStringSubmatch(msg)[1])
+	first := fmt.Sprintf("%q", rune(code))
+	switch code {
+	case 'H', '<': // "HTTP/1.1 400 Bad Request", or a page of HTML
+		return "not a Valkey or Redis server: an HTTP server answered (its reply starts with " + first + "); is the URL's port the server's?"
+	}
+	return "not a Valkey or Redis server: its reply starts with " + first + ", which is no RESP reply; is the URL's port the server's?"
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -76,4 +79,51 @@ func TestClientOption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNotAServer: a URL naming a port where something else listens (an HTTP server, most
+// often) says so, rather than valkey-go's "received unknown message type: 72".
+func TestNotAServer(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler()) // on 127.0.0.1
+	defer web.Close()
+	for _, tt := range []struct {
+		name string
+		addr string
+		want string
+	}{
+		{"net/http", strings.TrimPrefix(web.URL, "http://"), `not a Valkey or Redis server: an HTTP server answered (its reply starts with 'H'); is the URL's port the server's?`},
+		{"a page", replying(t, "<html><body>Error</body></html>"), `an HTTP server answered (its reply starts with '<')`},
+		{"ssh", replying(t, "SSH-2.0-OpenSSH_9.2\r\n"), `not a Valkey or Redis server: its reply starts with 'S', which is no RESP reply`},
+	} {
+		for _, cmd := range [][]string{{"status"}, {"deploy", "--yes"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s"}, {"call", "fixed_window", "k", "--limit", "1", "--window", "1s", "--peek"}} {
+			r := rlfn(t, nil, append([]string{"--url", "redis://" + tt.addr, "--timeout", "5s"}, cmd...)...)
+			if r.code != exitError || !strings.Contains(r.stderr, tt.addr) || !strings.Contains(r.stderr, tt.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("%s: %v: exit %d, stderr %q; want one line saying %q", tt.name, cmd, r.code, r.stderr, tt.want)
+			}
+		}
+	}
+}
+
+// replying listens on 127.0.0.1 and answers every connection with reply, then closes it.
+func replying(t *testing.T, reply string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Read(make([]byte, 512))
+				_, _ = c.Write([]byte(reply))
+			}()
+		}
+	}()
+	return l.Addr().String()
 }

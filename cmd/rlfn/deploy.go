@@ -35,7 +35,7 @@ func deployCommand() *cli.Command {
 			&cli.BoolFlag{Name: "yes", Usage: "deploy without asking (required when there is no terminal)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "show the plan, change nothing"},
 			&cli.BoolFlag{Name: "force", Usage: "override the safety checks: overwrite drifted code, downgrade, change major version, leave unreachable nodes out"},
-			&cli.GenericFlag{Name: "parallel", Usage: "load on `N` primaries at once", Value: &decimal{n: 4}},
+			decimalFlag("parallel", "load on `N` primaries at once", 4),
 			&cli.DurationFlag{Name: "verify-timeout", Usage: "wait up to `DURATION` for every node to answer the new version", Value: 10 * time.Second},
 			jsonFlag(),
 		},
@@ -47,7 +47,7 @@ func deployAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usageError(c, "takes no arguments")
 	}
-	parallel := c.Generic("parallel").(*decimal).n
+	parallel := decimalValue(c, "parallel")
 	if parallel < 1 {
 		return usageError(c, "--parallel must be at least 1")
 	}
@@ -115,7 +115,7 @@ func deployAction(c *cli.Context) error {
 		cancel()
 		ctx, cancel = commandContext(c)
 	}
-	opts := deployer.Options{Parallelism: parallel, VerifyTimeout: c.Duration("verify-timeout")}
+	opts := deployer.Options{Parallelism: int(parallel), VerifyTimeout: c.Duration("verify-timeout")}
 	if isTerminal(c.App.ErrWriter) {
 		opts.Progress = progress(c, colours(c.App.ErrWriter))
 	}

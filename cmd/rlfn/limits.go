@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +28,7 @@ type limitSpec struct {
 	lease     time.Duration
 	reserve   int64
 	name      string
+	policy    string // an --also spec's policy=, set["policy"] when given
 	// field names a field in messages: "--limit" for a flag, "limit=" in an --also spec.
 	field func(string) string
 }
@@ -123,9 +123,9 @@ func (s *limitSpec) concurrency() client.Concurrency {
 func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 	s := &limitSpec{
 		algorithm: algorithm, set: map[string]bool{},
-		limit: c.Int64("limit"), window: c.Duration("window"),
-		capacity: c.Int64("capacity"), rate: c.Int64("rate"), period: c.Duration("period"), mode: c.String("mode"),
-		lease: c.Duration("lease"), reserve: c.Int64("reserve"), name: c.String("name"),
+		limit: decimalValue(c, "limit"), window: c.Duration("window"),
+		capacity: decimalValue(c, "capacity"), rate: decimalValue(c, "rate"), period: c.Duration("period"), mode: c.String("mode"),
+		lease: c.Duration("lease"), reserve: decimalValue(c, "reserve"), name: c.String("name"),
 		field: func(f string) string { return "--" + f },
 	}
 	for _, f := range limitFields {
@@ -135,8 +135,9 @@ func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 }
 
 // parseSpec reads an --also spec, ALGORITHM,field=value,...: the fields are call's flags
-// (limit, window, capacity, rate, period, mode, reserve, name) and key, the principal (default:
-// the call's KEY). A value cannot hold a comma.
+// (limit, window, capacity, rate, period, mode, reserve, name), key, the principal (default:
+// the call's KEY), and policy, the httplimit name that scopes it (default: the call's
+// --policy). A value cannot hold a comma.
 func parseSpec(text string) (*limitSpec, error) {
 	parts := strings.Split(text, ",")
 	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, mode: "police", field: func(f string) string { return f + "=" }}
@@ -153,7 +154,9 @@ func parseSpec(text string) (*limitSpec, error) {
 		var err error
 		switch {
 		case numbers[f] != nil:
-			*numbers[f], err = strconv.ParseInt(v, 10, 64)
+			if *numbers[f], err = parseDecimal(v); err != nil {
+				return nil, fmt.Errorf("%s %v", s.field(f), err) // e.g. limit= "0x10" is not a decimal integer
+			}
 		case durations[f] != nil:
 			*durations[f], err = time.ParseDuration(v)
 		case f == "mode":
@@ -166,8 +169,17 @@ func parseSpec(text string) (*limitSpec, error) {
 			}
 			s.key = v
 			continue
+		case f == "policy":
+			if s.set[f] {
+				return nil, fmt.Errorf("policy given twice")
+			}
+			if err := checkPolicyName(v); err != nil {
+				return nil, fmt.Errorf("policy= %v", err)
+			}
+			s.policy, s.set[f] = v, true
+			continue
 		default:
-			return nil, fmt.Errorf("unknown field %q: limit, window, capacity, rate, period, mode, reserve, name or key", f)
+			return nil, fmt.Errorf("unknown field %q: limit, window, capacity, rate, period, mode, reserve, name, key or policy", f)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("invalid value %q for %s", v, s.field(f))
@@ -188,3 +200,23 @@ type alsoFlag []string
 
 func (a *alsoFlag) Set(v string) error { *a = append(*a, v); return nil }
 func (a *alsoFlag) String() string     { return strings.Join(*a, " ") }
+
+// policyKey is the key httplimit passes the client for a policy (or a Rule of Policy.Also)
+// named name and a principal: "<name>:<principal>". Its names hold no ':', so the split is
+// unambiguous.
+func policyKey(name, principal string) string { return name + ":" + principal }
+
+// checkPolicyName applies httplimit's rule for a Policy's or a Rule's Name, so that a name the
+// middleware refuses (and so never writes state under) is not looked up either.
+func checkPolicyName(name string) error {
+	if name == "" {
+		return errors.New("is empty: give the Name of the httplimit Policy (or Rule)")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("%q: httplimit names hold letters, digits, '_', '.' and '-' only", name)
+		}
+	}
+	return nil
+}

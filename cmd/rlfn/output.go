@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,19 +21,43 @@ func jsonFlag() cli.Flag {
 }
 
 // decimal is a flag's integer written in decimal only, as the library reads its numbers:
-// "010" is ten, "0x10" an error (cli's IntFlag reads both as Go literals: 8 and 16).
-type decimal struct{ n int }
+// "010" is ten, "0x10" an error (cli's IntFlag and Int64Flag read both as Go literals: 8
+// and 16, so that --limit 010 decided with a limit of 8). Every integer flag is one, and
+// --also's fields are read by parseDecimal too.
+type decimal struct{ n int64 }
 
 func (d *decimal) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 0)
+	n, err := parseDecimal(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a decimal integer", s)
+		return err
 	}
-	d.n = int(n)
+	d.n = n
 	return nil
 }
 
-func (d *decimal) String() string { return strconv.Itoa(d.n) }
+func (d *decimal) String() string { return strconv.FormatInt(d.n, 10) }
+
+// parseDecimal reads a decimal integer: a leading zero is a decimal digit like any other
+// ("010" is ten, as the library's tonumber reads it), and nothing else is a number (no 0x,
+// 0o, 0b, no underscores, no exponent).
+func parseDecimal(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%q is out of range", s)
+		}
+		return 0, fmt.Errorf("%q is not a decimal integer", s)
+	}
+	return n, nil
+}
+
+// decimalFlag is an integer flag read by parseDecimal.
+func decimalFlag(name, usage string, value int64) *cli.GenericFlag {
+	return &cli.GenericFlag{Name: name, Usage: usage, Value: &decimal{n: value}}
+}
+
+// decimalValue is the value of a decimalFlag.
+func decimalValue(c *cli.Context, name string) int64 { return c.Generic(name).(*decimal).n }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -60,25 +60,7 @@ func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) erro
 // renderWarnings prints one line per warning, the same warning on several nodes (a cluster
 // of one server version) once with their addresses.
 func renderWarnings(w io.Writer, p palette, ws []deployer.Warning) {
-	type group struct {
-		w     deployer.Warning
-		addrs []string
-	}
-	var groups []*group
-	byText := map[[2]string]*group{}
-	for _, warning := range ws {
-		k := [2]string{warning.ID, warning.Text}
-		g, ok := byText[k]
-		if !ok {
-			g = &group{w: warning}
-			byText[k] = g
-			groups = append(groups, g)
-		}
-		if warning.Addr != "" {
-			g.addrs = append(g.addrs, warning.Addr)
-		}
-	}
-	for _, g := range groups {
+	for _, g := range groupWarnings(ws) {
 		g.w.Addr = printableList(g.addrs)
 		g.w.Text = printable(g.w.Text)
 		fmt.Fprintf(w, "%s: %s\n", p.yellow("Warning"), g.w)

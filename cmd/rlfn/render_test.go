@@ -35,8 +35,9 @@ var (
 	fixtureSet = versions.Set{{Version: "1.0.0", Code: code100}, {Version: "1.1.0", Code: code110}}
 	to         = fixtureSet[1]
 
-	// p5 is flagged fail by the cluster, p6 answers without Functions; r3 does not answer.
-	p5 = deployer.Node{Addr: "127.0.0.1:7008", ID: "a8", Role: deployer.RolePrimary, Down: "flagged fail by the cluster"}
+	// p5 is flagged fail by the cluster with no slots (a failed-over primary, as Discover
+	// describes it), p6 answers without Functions; r3 does not answer.
+	p5 = deployer.Node{Addr: "127.0.0.1:7008", ID: "a8", Role: deployer.RolePrimary, Down: "flagged fail by the cluster; it is a primary that owns no slots (most often one whose replica took over in a failover): restart it with its nodes.conf and it rejoins (as a replica of its old shard after a failover), or if it is gone for good remove it with CLUSTER FORGET a8 on every other node within 60s (valkey-cli --cluster call 127.0.0.1:7001 CLUSTER FORGET a8)"}
 	p6 = deployer.Node{Addr: "127.0.0.1:7009", ID: "a9", Role: deployer.RolePrimary}
 
 	fixtureInstalled = []deployer.Installed{
@@ -50,8 +51,9 @@ var (
 		identify(r2, code110),
 		{Node: r3, Unreachable: errors.New("dial tcp 127.0.0.1:7006: connect: connection refused")},
 	}
-	fixturePlan   = deployer.NewPlan(fixtureInstalled, to, false)
-	fixtureStatus = statusRows(fixturePlan)
+	fixturePlan = deployer.NewPlan(fixtureInstalled, to, false)
+	// status also asks every cluster node for cluster-require-full-coverage (Target.Coverage)
+	fixtureStatus = statusRows(deployer.NewPlan(withCoverage(fixtureInstalled), to, false))
 
 	fixtureReport = deployer.Report{To: "1.1.0", Duration: 412 * time.Millisecond, Nodes: []deployer.NodeResult{
 		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
@@ -104,6 +106,20 @@ func onRedis70(in deployer.Installed) deployer.Installed {
 	in.Warnings = []deployer.Warning{{ID: deployer.WarnLuaSecurity, Addr: in.Node.Addr,
 		Text: "Redis 7.0.15 lacks known Lua security fixes (CVE-2025-49844 and others): upgrade to Redis 7.2.11, 7.4.6, 8.0.4, 8.2.2 or later"}}
 	return in
+}
+
+// withCoverage is installed as status sees it: p1, p2 and r1 left at the servers' default
+// cluster-require-full-coverage yes, p3 not letting it be read.
+func withCoverage(installed []deployer.Installed) []deployer.Installed {
+	out := slices.Clone(installed)
+	yes := "cluster-require-full-coverage is yes: while any shard has no primary (a failover's first seconds, or for good) this node answers CLUSTERDOWN to every call, and rate limiting stops on every shard; set it to no on every node (CONFIG SET cluster-require-full-coverage no, and CONFIG REWRITE or the config file, so that a restart keeps it)"
+	withWarnings(out, []deployer.Warning{
+		{ID: deployer.WarnFullCoverage, Addr: p1.Addr, Text: yes},
+		{ID: deployer.WarnFullCoverage, Addr: p2.Addr, Text: yes},
+		{ID: deployer.WarnFullCoverage, Addr: p3.Addr, Text: "cluster-require-full-coverage could not be read (CONFIG GET cluster-require-full-coverage: NOPERM User deployer has no permissions to run the 'config|get' command): if it is yes, the default, this node answers CLUSTERDOWN to every call while any shard has no primary, and rate limiting stops on every shard; make sure it is no"},
+		{ID: deployer.WarnFullCoverage, Addr: r1.Addr, Text: yes},
+	})
+	return out
 }
 
 func identify(n deployer.Node, code string) deployer.Installed {

@@ -46,10 +46,11 @@ func standalone(t *testing.T, start func(testing.TB, ...string) *harness.Server)
 	return primary, replica
 }
 
-// acceptOurs accepts the one warning every server of the tests' images earns (Valkey 8.0.1
-// and Redis 7.0.15 both predate the Lua security fixes), so that a test's exit codes say
-// what it tests; TestSecurityWarning runs without it and expects exit 4.
-var acceptOurs = []string{"--accept-warning", "lua-security"}
+// acceptOurs accepts the warnings every server of the tests' images earns (Valkey 8.0.1
+// and Redis 7.0.15 both predate the Lua security fixes) and every harness cluster (which
+// keeps the servers' cluster-require-full-coverage yes), so that a test's exit codes say
+// what it tests; TestSecurityWarning and TestFullCoverage run without them and expect exit 4.
+var acceptOurs = []string{"--accept-warning", "lua-security,full-coverage"}
 
 // rlfnAt runs rlfn against the server at addr, with acceptOurs.
 func rlfnAt(t *testing.T, set versions.Set, addr string, args ...string) result {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,7 +22,9 @@ func statusCommand() *cli.Command {
 			"(down as the cluster says, or not answering) is unreachable, and one that answers but\n" +
 			"cannot run Functions is unsupported: status then exits 1. Every node the server knows\n" +
 			"of is a row. Warnings (a server missing Lua security fixes, a replica that does not follow\n" +
-			"its primary) make it exit 4 unless --accept-warning names them.",
+			"its primary, a cluster node that stops answering everywhere when one shard has no primary:\n" +
+			"cluster-require-full-coverage yes, or not readable) make it exit 4 unless --accept-warning\n" +
+			"names them.",
 		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -39,6 +42,9 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			// Only status asks: the setting is the service's availability, not a deploy's
+			// safety, and must not change what diff or deploy exit with.
+			withWarnings(installed, t.Coverage(ctx))
 			plan := deployer.NewPlan(installed, set.Latest(), false)
 			rows := statusRows(plan)
 			if c.Bool("json") {
@@ -117,4 +123,16 @@ func unread(rows []statusRow) error {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", r.Addr, r.State, why))
 	}
 	return errors.Join(errs...)
+}
+
+// withWarnings adds each warning to the node it names, in place.
+func withWarnings(installed []deployer.Installed, ws []deployer.Warning) {
+	for _, w := range ws {
+		for i := range installed {
+			if installed[i].Node.Addr == w.Addr {
+				// A copy: the Installed's slice may be shared.
+				installed[i].Warnings = append(slices.Clip(installed[i].Warnings), w)
+			}
+		}
+	}
 }

@@ -55,7 +55,7 @@ func accepted(c *cli.Context) (map[string]bool, error) {
 // exit 4, so that CI notices them without taking the command for failed.
 type warningsError struct {
 	ids []string // the kinds not accepted, each once
-	n   int
+	n   int      // the warnings not accepted as printed: one about six nodes is one
 }
 
 func (e *warningsError) Error() string {
@@ -69,14 +69,19 @@ func unaccepted(c *cli.Context, warnings []deployer.Warning) error {
 	if err != nil {
 		return err
 	}
+	return notAccepted(ok, warnings)
+}
+
+// notAccepted is nil when ok accepts every warning's ID, else a *warningsError.
+func notAccepted(ok map[string]bool, warnings []deployer.Warning) error {
 	e := &warningsError{}
-	for _, w := range warnings {
-		if ok[w.ID] {
+	for _, g := range groupWarnings(warnings) {
+		if ok[g.w.ID] {
 			continue
 		}
 		e.n++
-		if !slices.Contains(e.ids, w.ID) {
-			e.ids = append(e.ids, w.ID)
+		if !slices.Contains(e.ids, g.w.ID) {
+			e.ids = append(e.ids, g.w.ID)
 		}
 	}
 	if e.n == 0 {
@@ -106,4 +111,30 @@ func warningsJSON(ws []deployer.Warning) []warningJSON {
 		out[i] = warningJSON{ID: w.ID, Addr: w.Addr, Text: w.Text}
 	}
 	return out
+}
+
+// warningGroup is one warning as printed: the same kind and text on several nodes (a cluster
+// of one server version) is one line naming them all, and counts once.
+type warningGroup struct {
+	w     deployer.Warning
+	addrs []string
+}
+
+// groupWarnings gathers ws by kind and text, in the order first seen.
+func groupWarnings(ws []deployer.Warning) []*warningGroup {
+	var groups []*warningGroup
+	byText := map[[2]string]*warningGroup{}
+	for _, w := range ws {
+		k := [2]string{w.ID, w.Text}
+		g, ok := byText[k]
+		if !ok {
+			g = &warningGroup{w: w}
+			byText[k] = g
+			groups = append(groups, g)
+		}
+		if w.Addr != "" {
+			g.addrs = append(g.addrs, w.Addr)
+		}
+	}
+	return groups
 }
