@@ -137,7 +137,10 @@ func callAction(c *cli.Context) error {
 	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
 	// service's hot path rather than a person across a slow link; errors are returned, never
 	// replaced by a fallback decision (the client's default policy).
-	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")))
+	// ReturnError: call shows what the server answers; a local decision would hide a node that
+	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
+	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
+		client.WithPolicy(client.ReturnError))
 
 	// Each row is printed as its call returns: --repeat may be a billion.
 	out := newCallOutput(c.App.Writer, plan, c.Bool("json"))
