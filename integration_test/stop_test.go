@@ -377,7 +377,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 	// judge counts the calls of a round, reports the figures and checks every call was decided
 	// and no key admitted more than its limit from the server or locally.
 	judge := func(t *testing.T, name string, workers []*stopWorker, victim int) (healthyLocal int) {
-		calls, unlimited, deadLocal, mixed := 0, 0, 0, 0
+		calls, unlimited, healthyUnlimited, deadLocal, mixed := 0, 0, 0, 0, 0
 		var firstUnlimited string
 		for _, w := range workers {
 			type count struct{ server, local int }
@@ -393,6 +393,9 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				case c.err != nil:
 					if unlimited++; unlimited == 1 {
 						firstUnlimited = fmt.Sprintf("shard %d: %v", w.shard, c.err)
+					}
+					if w.shard != victim {
+						healthyUnlimited++
 					}
 				case c.res.Local:
 					if w.shard == victim {
@@ -420,9 +423,9 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("%s: %d calls, %d served unlimited (an error: a fail-open service serves it with no limit), "+
-			"%d decided locally on the healthy shards and %d on the dead one; %d keys decided both by the server and locally",
-			name, calls, unlimited, healthyLocal, deadLocal, mixed)
+		t.Logf("%s: %d calls; served unlimited (an error: a fail-open service serves it with no limit): %d on the healthy shards, "+
+			"%d on the dead one; decided locally: %d on the healthy shards, %d on the dead one; %d keys decided both by the server and locally",
+			name, calls, healthyUnlimited, unlimited-healthyUnlimited, healthyLocal, deadLocal, mixed)
 		if unlimited > 0 {
 			t.Errorf("%d of %d calls were not decided (served unlimited), the first: %s", unlimited, calls, firstUnlimited)
 		}
