@@ -229,8 +229,11 @@ func TestClientAllowAllCrossPrincipal(t *testing.T) {
 	})
 }
 
-// Against a node running 1.0.0, each 1.1 feature is a *VersionError naming it, under every
-// policy, and 1.0 calls keep working.
+// Against a node running 1.0.0, a call that needs a 1.1 feature is left to the policy:
+// ReturnError returns a *VersionError naming the node and the feature, FailOpen admits and the
+// local fallback decides, both locally; the node is asked once, not again on every call until a
+// breaker cooldown has passed. 1.0 calls keep being decided by the node, and so is AllowAll
+// across keys, one key at a time with 1.0's own calls, never with no limit.
 func TestClientVersionErrorOn10(t *testing.T) {
 	old, ok := versions.Embedded().Find("1.0.0")
 	if !ok {
@@ -250,38 +253,72 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			}
 			reserved := tb
 			reserved.Reserve = 1
-			calls := map[string]func() error{
-				"rl_token_bucket reserve": func() error { _, err := lim.Allow(ctx, k, reserved); return err },
-				"rl_token_bucket_refund":  func() error { _, err := lim.Refund(ctx, k, tb, 1); return err },
-				"rl_concurrency": func() error {
-					_, _, err := lim.Acquire(ctx, k, client.Concurrency{Limit: 1, Lease: time.Second})
-					return err
-				},
-				"rl_multi": func() error {
-					_, err := lim.AllowAll(ctx, []client.Rule{{Key: k, Limit: tb}, {Key: k, Limit: client.FixedWindow{Limit: 1, Window: time.Second}}})
-					return err
-				},
+			// in this order: the first is the one the node refuses, the others are decided
+			// from the breaker's memory of it
+			calls := []struct {
+				what string
+				call func() (client.Result, error)
+			}{
+				{"rl_token_bucket reserve", func() (client.Result, error) { return lim.Allow(ctx, k, reserved) }},
+				{"rl_token_bucket_refund", func() (client.Result, error) { return lim.Refund(ctx, k, tb, 1) }},
+				{"rl_concurrency", func() (client.Result, error) {
+					_, r, err := lim.Acquire(ctx, k+":conc", client.Concurrency{Limit: 1, Lease: time.Second})
+					return r, err
+				}},
+				{"rl_multi", func() (client.Result, error) {
+					return lim.AllowAll(ctx, []client.Rule{{Key: k, Limit: tb}, {Key: k, Limit: client.FixedWindow{Limit: 1, Window: time.Second}}})
+				}},
 			}
-			for what, call := range calls {
-				err := call()
+			fcalls := commandCalls(t, vk, "fcall").Calls
+			for _, c := range calls {
+				r, err := c.call()
 				var ve *client.VersionError
-				if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 || ve.Function != what {
-					t.Errorf("%s: got %v, want a *VersionError naming %s", what, err, s.Addr)
+				switch p {
+				case client.ReturnError:
+					if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 || ve.Function != c.what {
+						t.Errorf("%s: got %v, want a *VersionError naming %s and %s", c.what, err, s.Addr, c.what)
+					}
+				case client.FailOpen:
+					if err != nil || !r.Local || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+						t.Errorf("%s: %+v, %v; want admitted locally", c.what, r, err)
+					}
+				case client.LocalFallback:
+					if err != nil || !r.Local || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+						t.Errorf("%s: %+v, %v; want decided (here admitted) locally", c.what, r, err)
+					}
 				}
 			}
-			// AllowAll across keys relies on refunds: 1.0 refuses it before taking anything.
+			// the reserve reached the node (refused there, before it took anything); the others
+			// were decided without a round trip
+			if n := commandCalls(t, vk, "fcall").Calls - fcalls; n != 1 {
+				t.Errorf("the node ran %d FCALL for %d calls that need 1.1.0, want 1", n, len(calls))
+			}
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Local || r.Remaining != 4 {
+				t.Errorf("the calls the node could not decide took from its token bucket: %+v, %v", r, err)
+			}
+
+			// AllowAll across keys: 1.0 cannot refund, so each key is decided by the node with
+			// 1.0's own call, one after the other.
 			other := client.SlidingLog{Limit: 1, Window: time.Minute}
-			_, err := lim.AllowAll(ctx, []client.Rule{{Key: k, Limit: tb}, {Key: k + ":other", Limit: other}})
-			if ve := (*client.VersionError)(nil); !errors.As(err, &ve) || ve.Node != s.Addr || ve.Function != "rl_token_bucket_refund" {
-				t.Errorf("AllowAll across keys: got %v, want a *VersionError naming rl_token_bucket_refund", err)
+			across := []client.Rule{{Key: k, Limit: tb}, {Key: k + ":other", Limit: other}}
+			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Local {
+				t.Errorf("AllowAll across keys: %+v, %v; want admitted by the node", r, err)
 			}
-			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 4 {
-				t.Errorf("AllowAll across keys took from the token bucket: %+v, %v", r, err)
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 3 {
+				t.Errorf("AllowAll across keys: the token bucket %+v, %v; want 3 remaining", r, err)
 			}
-			if r, err := lim.Peek(ctx, k+":other", other); err != nil || r.Remaining != 1 {
-				t.Errorf("AllowAll across keys took from the sliding log: %+v, %v", r, err)
+			if r, err := lim.Peek(ctx, k+":other", other); err != nil || r.Remaining != 0 {
+				t.Errorf("AllowAll across keys: the sliding log %+v, %v; want 0 remaining", r, err)
 			}
-			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed {
+			// the sliding log denies the next: by the node, and the token bucket's unit, if
+			// it took one first, stays taken (stricter, never more permissive)
+			if r, err := lim.AllowAll(ctx, across); err != nil || r.Allowed || r.Local || r.Rule != 1 {
+				t.Errorf("AllowAll across keys over the log's limit: %+v, %v; want denied by the node, rule 1", r, err)
+			}
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining > 3 || r.Remaining < 2 {
+				t.Errorf("after a denial across keys: the token bucket %+v, %v; want 3 or 2 remaining", r, err)
+			}
+			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed || r.Local {
 				t.Errorf("a critical call sends no reserve, so 1.0 serves it: %+v, %v", r, err)
 			}
 		})

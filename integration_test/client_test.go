@@ -218,10 +218,11 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 	}
 }
 
-// A server without the library answers ErrNotLoaded, which says what to do.
+// A server without the library answers ErrNotLoaded, which says what to do: returned as it is
+// by ReturnError (the default policy, LocalFallback, decides such calls locally).
 func TestClientNotLoaded(t *testing.T) {
 	s := harness.StartValkey(t)
-	lim := client.New(s.Client(t), slowMachine)
+	lim := client.New(s.Client(t), slowMachine, client.WithPolicy(client.ReturnError))
 	ctx := ctx5s(t)
 	limit := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}
 	for name, call := range map[string]func() (client.Result, error){
@@ -307,7 +308,8 @@ func TestClientCheck(t *testing.T) {
 }
 
 // Keys with braces, colons, percent signs and backslashes are principals of their own: none
-// reaches another's state, and each hashes to the slot of its own escaped key.
+// reaches another's state, and each hashes to the slot of its own escaped key. The empty key
+// names no principal: it is a *KeyError, and nothing is written for it.
 func TestClientHostileKeys(t *testing.T) {
 	keys := []struct{ give, tag string }{
 		{"x", "x"}, {"{x}", "%7Bx%7D"}, {"a", "a"}, {"b", "b"}, {"a}b", "a%7Db"}, {"{a}b", "%7Ba%7Db"},
@@ -329,6 +331,16 @@ func TestClientHostileKeys(t *testing.T) {
 			for _, l := range limits {
 				for _, k := range keys {
 					r, err := lim.Allow(ctx, k.give, l)
+					if k.give == "" {
+						var ke *client.KeyError
+						if !errors.As(err, &ke) || ke.Len != 0 {
+							t.Errorf("round %d, the empty key, %T: %+v, %v; want a *KeyError", round+1, l, r, err)
+						}
+						if n, err := do(t, tg.c, tg.c.B().Exists().Key(client.Key(prefix, k.give, l)).Build()).AsInt64(); err != nil || n != 0 {
+							t.Errorf("the empty key, %T: its state key exists (%d, %v)", l, n, err)
+						}
+						continue
+					}
 					if err != nil || r.Allowed != want {
 						t.Errorf("round %d, %q, %T: %+v, %v; want allowed=%v", round+1, k.give, l, r, err, want)
 					}

@@ -293,17 +293,18 @@ func TestHTTPShape(t *testing.T) {
 	}
 }
 
-// With the server gone, the middleware serves requests without rate-limit headers by default,
-// or answers ErrorStatus; once the server is back (and the library redeployed), decisions and
-// headers return.
+// With the server gone and a Limiter that returns the error (ReturnError), the middleware
+// serves requests without rate-limit headers by default, or answers ErrorStatus; once the
+// server is back (and the library redeployed), decisions and headers return.
 func TestHTTPServerGone(t *testing.T) {
 	s, vk := httpValkey(t)
 	limit := client.TokenBucket{Capacity: 10, Rate: 10, Period: time.Second}
 	policy := func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "api", Limit: limit} }
 	var errs sync.Map
 	onError := func(r *http.Request, err error) { errs.Store(r.URL.Path, err) }
-	open := limitedServer(t, client.New(vk, slowMachine), httplimit.Options{Policy: policy, OnError: onError}, nil)
-	closed := limitedServer(t, client.New(vk, slowMachine), httplimit.Options{Policy: policy, OnError: onError,
+	returnError := client.WithPolicy(client.ReturnError)
+	open := limitedServer(t, client.New(vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError}, nil)
+	closed := limitedServer(t, client.New(vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError,
 		ErrorStatus: http.StatusServiceUnavailable}, nil)
 	key := keyFor(t)
 

@@ -185,7 +185,8 @@ func serviceCalls(t *testing.T, tg *target) error {
 	if err != nil {
 		return err
 	}
-	lim := client.New(vk, slowMachine)
+	// ReturnError: a call the server refuses must fail here, not be decided locally
+	lim := client.New(vk, slowMachine, client.WithPolicy(client.ReturnError))
 	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
 		return fmt.Errorf("CheckVersion: %w", err)
 	}
@@ -317,8 +318,9 @@ func refused(t *testing.T, tg *target) {
 			t.Errorf("%s as %s: %v; want NOPERM", name, svcUser, err)
 		}
 	}
-	// The client names the refusal: a Limiter whose prefix is outside rl:* gets it back.
-	_, err = client.New(vk, slowMachine, client.WithPrefix("other:")).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
+	// The client names the refusal: a Limiter whose prefix is outside rl:* gets it back (with
+	// ReturnError: the default policy decides a refused call locally).
+	_, err = client.New(vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Allow with the prefix other: as %s: %v; want NOPERM", svcUser, err)
 	}
