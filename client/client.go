@@ -263,6 +263,9 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	}
 	a, kind, err := l.begin(ctx, key, needsRefunds(op, c))
 	if err != nil {
+		if kind == kindVersion {
+			err = forCall(err, c.needs(op))
+		}
 		return l.fail(ctx, op, key, c, kind, err)
 	}
 	res, err := l.server(ctx, op, key, c, pre)
@@ -373,14 +376,8 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 func (l *Limiter) server(ctx context.Context, op operation, key string, c call, pre built) (Result, error) {
 	ctx, rel := l.withDeadline(ctx, pre.mono)
 	defer rel.release()
-	fn := c.alg.fn
-	switch op {
-	case opPeek:
-		fn = c.alg.peek
-	case opRefund, opRelease:
-		fn = c.alg.refund
-	}
-	reserve := op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
+	fn := c.function(op)
+	reserve := c.sendsReserve(op)
 	res, err := decode(fn, rel.result(l.vk.Do(ctx, l.command(op == opPeek, fn, key, pre.key, c, reserve))))
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
@@ -390,23 +387,59 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call, 
 	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
 		// A 1.0 library has no such function, or takes no reserve.
 		var b [128]byte
-		what := fn
-		switch {
-		case c.refundable:
-			what = c.alg.refund // what the call relies on
-		case reserve && c.alg != concurrencyAlg:
-			what += " reserve"
-		}
-		return Result{}, l.versionError(rel.wrapped(ctx), what, string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
+		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
 	}
 	return res, err
 }
 
+// function is the library function c runs for op.
+func (c *call) function(op operation) string {
+	switch op {
+	case opPeek:
+		return c.alg.peek
+	case opRefund, opRelease:
+		return c.alg.refund
+	}
+	return c.alg.fn
+}
+
+// sendsReserve reports whether c's command for op ends with the reserve argument: a limit with
+// one, and a call that must be refundable (so that a 1.0 library refuses it before it takes
+// anything).
+func (c *call) sendsReserve(op operation) bool {
+	return op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
+}
+
+// needs names what of library 1.1.0 c relies on for op, for a *VersionError: the function, its
+// reserve argument, or the refund that AllowAll may have to make.
+func (c *call) needs(op operation) string {
+	switch {
+	case c.refundable:
+		return c.alg.refund
+	case c.sendsReserve(op) && c.alg != concurrencyAlg:
+		return c.function(op) + " reserve"
+	}
+	return c.function(op)
+}
+
+// forCall is the *VersionError a breaker remembered (another call's) as the error of a call
+// that needs what.
+func forCall(err error, what string) error {
+	ve, ok := err.(*VersionError)
+	if !ok || ve.Function == what {
+		return err
+	}
+	v := *ve
+	v.Function = what
+	return &v
+}
+
 // fail applies the policy to a call the server could not decide.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
-	if kind == kindVersion && c.refundable && c.reserve == 0 {
+	if kind == kindVersion && c.refundable && c.reserve == 0 && l.policy != ReturnError {
 		// The node can decide this limit, only not refundably: AllowAll does (decideAcross),
-		// rather than the policy.
+		// rather than the policy. (ReturnError wants the error: the decision would not be
+		// all or nothing as asked.)
 		if ve := (*VersionError)(nil); errors.As(err, &ve) {
 			v := *ve
 			v.refundable = true

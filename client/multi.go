@@ -44,7 +44,8 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
 // a time, the first denial ending the decision: what such a Key took before another denied
 // stays taken (stricter for a while, never more permissive). Several rules of one Key (one
-// rl_multi) on a 1.0 node are decided by the Policy. No limit turns into no limit.
+// rl_multi) on a 1.0 node are decided by the Policy. No limit turns into no limit. Under
+// ReturnError, the call returns the node's *VersionError instead, with nothing taken.
 //
 // Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
 // Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
@@ -493,6 +494,9 @@ func binding(results []Result) (Result, int) {
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	a, kind, err := l.begin(ctx, key, true)
 	if err != nil {
+		if kind == kindVersion {
+			err = forCall(err, multiFunction(op))
+		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
 	res, i, err := l.serverMulti(ctx, op, key, cs, each)
@@ -519,10 +523,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	ctx, rel := l.withDeadline(ctx, 0)
 	defer rel.release()
-	fn := "rl_multi"
-	if op == opPeek {
-		fn = "rl_multi_peek"
-	}
+	fn := multiFunction(op)
 	keys := make([]string, len(cs))
 	var args []string
 	var ends [8]int
@@ -582,6 +583,14 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, len(cs))}
 	}
 	return res, int(idx - 1), nil
+}
+
+// multiFunction is the function of rl_multi for op.
+func multiFunction(op operation) string {
+	if op == opPeek {
+		return "rl_multi_peek"
+	}
+	return "rl_multi"
 }
 
 // failMulti applies the policy to one key's calls the server could not decide: each is

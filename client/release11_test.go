@@ -431,7 +431,7 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1")).
 			Return(mock.Result(ints(0, 1, 0, 5000, 60000, 0))),
 	)
-	lim := client.New(vk, client.WithPolicy(client.ReturnError))
+	lim := client.New(vk)
 	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
 	res, err := lim.AllowAll(context.Background(), rules)
 	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Local {

@@ -298,9 +298,20 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			}
 
 			// AllowAll across keys: 1.0 cannot refund, so each key is decided by the node with
-			// 1.0's own call, one after the other.
+			// 1.0's own call, one after the other; ReturnError wants the error instead (the
+			// decision would not be all or nothing), with nothing taken.
 			other := client.SlidingLog{Limit: 1, Window: time.Minute}
 			across := []client.Rule{{Key: k, Limit: tb}, {Key: k + ":other", Limit: other}}
+			if p == client.ReturnError {
+				var ve *client.VersionError
+				if _, err := lim.AllowAll(ctx, across); !errors.As(err, &ve) || ve.Function != "rl_token_bucket_refund" && ve.Function != "rl_sliding_log_refund" {
+					t.Errorf("AllowAll across keys: %v; want a *VersionError naming a refund", err)
+				}
+				if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 4 {
+					t.Errorf("AllowAll across keys under ReturnError took from the token bucket: %+v, %v", r, err)
+				}
+				return
+			}
 			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Local {
 				t.Errorf("AllowAll across keys: %+v, %v; want admitted by the node", r, err)
 			}

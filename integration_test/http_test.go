@@ -294,7 +294,8 @@ func TestHTTPShape(t *testing.T) {
 }
 
 // With the server gone and a Limiter that returns the error (ReturnError), the middleware
-// serves requests without rate-limit headers by default, or answers ErrorStatus; once the
+// serves requests without rate-limit headers when it was told to (FailOpen), or answers
+// ErrorStatus; once the
 // server is back (and the library redeployed), decisions and headers return.
 func TestHTTPServerGone(t *testing.T) {
 	s, vk := httpValkey(t)
@@ -303,7 +304,7 @@ func TestHTTPServerGone(t *testing.T) {
 	var errs sync.Map
 	onError := func(r *http.Request, err error) { errs.Store(r.URL.Path, err) }
 	returnError := client.WithPolicy(client.ReturnError)
-	open := limitedServer(t, client.New(vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError}, nil)
+	open := limitedServer(t, client.New(vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError, FailOpen: true}, nil)
 	closed := limitedServer(t, client.New(vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError,
 		ErrorStatus: http.StatusServiceUnavailable}, nil)
 	key := keyFor(t)

@@ -87,15 +87,6 @@ func perUserPerIP(t *testing.T, name string, user, ip client.Limit) httplimit.Po
 	return httplimit.Policy{Name: name, Limit: user, Also: []httplimit.Rule{{Name: name + "-ip", Key: ips.Key, Limit: ip}}}
 }
 
-func dbsize(t *testing.T, c valkey.Client) int64 {
-	t.Helper()
-	n, err := c.Do(ctx5s(t), c.B().Dbsize().Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func usedMemory(t *testing.T, c valkey.Client) int64 {
 	t.Helper()
 	info, err := harness.Info(ctx5s(t), c, "memory")
