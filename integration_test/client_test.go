@@ -439,7 +439,13 @@ func BenchmarkClientAllow(b *testing.B) {
 	}
 }
 
-// slowMachine replaces the client's 100ms default deadline in tests of what the server
-// decides: a test machine running other suites at once can take longer than that, and a
-// deadline is tested on its own (client_failure_test.go).
-var slowMachine = client.WithDeadline(5 * time.Second)
+// slowMachine is for tests of what the server decides. It replaces the client's 100ms default
+// deadline: a test machine running other suites at once can take longer than that, and a
+// deadline is tested on its own (client_failure_test.go). And it returns every error
+// (ReturnError) rather than the default local fallback's decision, which would let such a test
+// pass with the server failing; a test of a policy names it after slowMachine, which wins.
+var slowMachine = both(client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
+
+// both is an option applying a, then b. (O is client.Option, whose argument type is the
+// client's own: inferred, never named.)
+func both[O ~func(T), T any](a, b O) O { return func(o T) { a(o); b(o) } }

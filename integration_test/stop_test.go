@@ -60,6 +60,10 @@ func emptyServer(t *testing.T) valkey.Client {
 	return vk
 }
 
+// asShipped is slowMachine's deadline with the client's default policy: for the tests of what
+// a service gets by default.
+var asShipped = client.WithDeadline(5 * time.Second)
+
 func dbsize(t *testing.T, vk valkey.Client) int64 {
 	t.Helper()
 	n, err := do(t, vk, vk.B().Dbsize().Build()).AsInt64()
@@ -114,7 +118,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	}
 
 	t.Run("per user and per IP", func(t *testing.T) {
-		lim := client.New(vk, slowMachine)
+		lim := client.New(vk, asShipped)
 		k := keyFor(t)
 		const requests = 20
 		admitted, unlimited := allow(lim, requests, func(int) []client.Rule { return perUserAndIP(k) })
@@ -134,7 +138,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("one IP, many users", func(t *testing.T) {
-		lim := client.New(vk, slowMachine)
+		lim := client.New(vk, asShipped)
 		k := keyFor(t)
 		few := client.SlidingLog{Limit: 3, Window: time.Hour, Name: "ip"}
 		const requests = 10
@@ -147,7 +151,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("a reserve", func(t *testing.T) {
-		lim := client.New(vk, slowMachine)
+		lim := client.New(vk, asShipped)
 		k := keyFor(t)
 		reserved := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 		admitted := 0
@@ -166,7 +170,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("CheckRules", func(t *testing.T) {
-		lim := client.New(vk, slowMachine)
+		lim := client.New(vk, asShipped)
 		k := keyFor(t)
 		var ve *client.VersionError
 		if err := lim.CheckRules(ctx, perUserAndIP(k)...); !errors.As(err, &ve) ||
@@ -180,7 +184,7 @@ func TestStopReleaseSkew(t *testing.T) {
 
 	t.Run("rollback", func(t *testing.T) {
 		loadCode(t, vk, v11.Code)
-		lim := client.New(vk, slowMachine)
+		lim := client.New(vk, asShipped)
 		k := keyFor(t)
 		admitted, _ := allow(lim, 3, func(int) []client.Rule { return perUserAndIP(k) })
 		if admitted != 3 {
@@ -579,7 +583,7 @@ func TestStopLongKey(t *testing.T) {
 		t.Errorf("used_memory grew by %d bytes after calls with 1 MiB keys", after-before)
 	}
 
-	lim := client.New(vk, slowMachine)
+	lim := client.New(vk, asShipped)
 	long := strings.Repeat("k", client.DefaultMaxKeyLen)
 	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Local {
 		t.Errorf("a key of %d bytes: %+v, %v; want admitted by the server", len(long), r, err)
@@ -600,7 +604,7 @@ func TestStopLongKey(t *testing.T) {
 func TestStopDenialCost(t *testing.T) {
 	vk := emptyServer(t)
 	ctx := ctx5s(t)
-	lim := client.New(vk, slowMachine)
+	lim := client.New(vk, asShipped)
 	user := client.SlidingLog{Limit: 5, Window: time.Minute}
 	ip := client.SlidingLog{Limit: 1000, Window: time.Minute, Name: "ip"}
 	k := keyFor(t)

@@ -36,7 +36,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	requireVersion(t, cl, "1.0.0")
 
 	vk := cl.Client(t, false)
-	lim := client.New(vk, client.WithDeadline(time.Second)) // ReturnError: any failure is an error here
+	lim := client.New(vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
 	held := holdState(t, cl, vk)
 	before := fcalls(t, cl)
 
@@ -316,7 +316,7 @@ func holdState(t *testing.T, cl *harness.Cluster, vk valkey.Client) *heldState {
 	const shapePrefix = "rl:shape:"
 	lims := map[string]*client.Limiter{}
 	for _, prefix := range []string{client.DefaultPrefix, shapePrefix} {
-		lims[prefix] = client.New(vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second))
+		lims[prefix] = client.New(vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
 	}
 	h := &heldState{}
 	for _, principals := range perShard {
