@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -40,37 +39,6 @@ func stopServer(t *testing.T, lim httplimit.Limiter, opts httplimit.Options) (*h
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, m
-}
-
-type stopResponse struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// stopGet makes one GET of url with headers, as "Name: value" pairs.
-func stopGet(t *testing.T, url string, headers ...string) stopResponse {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range headers {
-		k, v, _ := strings.Cut(h, ": ")
-		req.Header.Add(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stopResponse{resp.StatusCode, resp.Header, string(b)}
 }
 
 // userKey keys requests by their X-User header.
@@ -136,7 +104,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 	served, refused := 0, 0
 	for i := range requests {
 		ip := "198.51.100." + strconv.Itoa(1+i%3) // three addresses, one user
-		r := stopGet(t, srv.URL, "X-User: "+user, "X-Forwarded-For: "+ip)
+		r := send(t, http.MethodGet, srv.URL, "", "X-User: "+user, "X-Forwarded-For: "+ip)
 		if r.header.Get("RateLimit-Policy") == "" {
 			t.Errorf("request %d: %d %q without a decision (no rate-limit headers)", i+1, r.status, r.body)
 		}
@@ -181,7 +149,7 @@ func TestHTTPStopMisconfigured(t *testing.T) {
 		srv, _ := stopServer(t, client.New(vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, FailOpen: failOpen})
 		for _, path := range []string{"/space", "/zero"} {
 			for i := range 3 {
-				r := stopGet(t, srv.URL+path, "X-User: alice")
+				r := send(t, http.MethodGet, srv.URL+path, "", "X-User: alice")
 				if r.status != http.StatusInternalServerError || !strings.Contains(r.body, "rate limit misconfigured") {
 					t.Errorf("FailOpen %v, %s, request %d: %d %q; want 500", failOpen, path, i+1, r.status, r.body)
 				}
@@ -228,7 +196,7 @@ func TestHTTPStopHugeKey(t *testing.T) {
 	before := usedMemory(t, vk)
 	for _, path := range []string{"/one", "/pair"} {
 		for i := range 10 {
-			r := stopGet(t, srv.URL+path, "X-User: "+huge, "X-Forwarded-For: 198.51.100.1")
+			r := send(t, http.MethodGet, srv.URL+path, "", "X-User: "+huge, "X-Forwarded-For: 198.51.100.1")
 			if r.status != http.StatusBadRequest || r.body != `{"error":"key too long"}`+"\n" {
 				t.Fatalf("%s, request %d: %d %q; want 400 key too long", path, i+1, r.status, r.body)
 			}
@@ -241,7 +209,7 @@ func TestHTTPStopHugeKey(t *testing.T) {
 	if after := usedMemory(t, vk); after-before > 256<<10 {
 		t.Errorf("used_memory went from %d to %d bytes", before, after)
 	}
-	if r := stopGet(t, srv.URL+"/pair", "X-User: bob", "X-Forwarded-For: 198.51.100.1"); r.status != http.StatusOK {
+	if r := send(t, http.MethodGet, srv.URL+"/pair", "", "X-User: bob", "X-Forwarded-For: 198.51.100.1"); r.status != http.StatusOK {
 		t.Errorf("a short key: %d %q", r.status, r.body)
 	}
 }
@@ -272,7 +240,7 @@ func TestHTTPStopAttackCost(t *testing.T) {
 		start := calls()
 		for i := range n {
 			// the attacker rotates addresses, each under its per-IP limit
-			r := stopGet(t, srv.URL, "X-User: "+victim, "X-Forwarded-For: 203.0.113."+strconv.Itoa(1+i%200))
+			r := send(t, http.MethodGet, srv.URL, "", "X-User: "+victim, "X-Forwarded-For: 203.0.113."+strconv.Itoa(1+i%200))
 			if r.status != want {
 				t.Fatalf("request %d: %d %q, want %d", i+1, r.status, r.body, want)
 			}
@@ -303,7 +271,7 @@ func TestHTTPStopServerGone(t *testing.T) {
 		httplimit.Options{Key: userKey, Policy: policy, OnError: onError, FailOpen: true})
 	user := strings.NewReplacer(":", "-", "/", "-").Replace(keyFor(t))
 	for _, srv := range []*httptest.Server{local, closed, open} {
-		if r := stopGet(t, srv.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
+		if r := send(t, http.MethodGet, srv.URL, "", "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
 			t.Fatalf("server up: %d %v", r.status, r.header)
 		}
 	}
@@ -311,13 +279,13 @@ func TestHTTPStopServerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if r := stopGet(t, local.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
+	if r := send(t, http.MethodGet, local.URL, "", "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") == "" {
 		t.Errorf("server gone, LocalFallback: %d %v; want 200 decided in-process, with its headers", r.status, r.header)
 	}
-	if r := stopGet(t, closed.URL, "X-User: "+user); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "rate limiter unavailable") {
+	if r := send(t, http.MethodGet, closed.URL, "", "X-User: "+user); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "rate limiter unavailable") {
 		t.Errorf("server gone, ReturnError: %d %q; want 503", r.status, r.body)
 	}
-	if r := stopGet(t, open.URL, "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") != "" {
+	if r := send(t, http.MethodGet, open.URL, "", "X-User: "+user); r.status != http.StatusOK || r.header.Get("RateLimit") != "" {
 		t.Errorf("server gone, ReturnError and FailOpen: %d %v; want 200 without rate-limit headers", r.status, r.header)
 	}
 	if n := len(errs); n != 2 {
