@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -191,6 +192,10 @@ func towardPrimary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientO
 // to the primary of the key's slot (a peek perhaps to one of its replicas; a peek is not
 // discovered, so only its key is named); several keys name no key.
 func (p *callPlan) where(err error, opt valkey.ClientOption, topo deployer.Topology) error {
+	if ke := (*client.KeyError)(nil); errors.As(err, &ke) {
+		// refused before any call: no node to name, and the key may be a megabyte
+		return err
+	}
 	text := err.Error()
 	var node, key string
 	if keys := p.keys(); len(keys) == 1 && !strings.Contains(text, keys[0]) {

@@ -383,3 +383,20 @@ func TestCallPolicy(t *testing.T) {
 		t.Errorf("call --policy api --also policy=per-ip = %+v, want both of the middleware's limits, one more unit taken of each", got)
 	}
 }
+
+// A key longer than a service's Limiter takes is refused as the client refuses it, before any
+// call, in one short line: the key itself (perhaps a megabyte) is not echoed.
+func TestCallLongKey(t *testing.T) {
+	s := harness.StartValkey(t)
+	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
+	long := strings.Repeat("k", 1<<20)
+	r := rlfnAt(t, testReleases(t), s.Addr, "call", "fixed_window", long, "--limit", "10", "--window", "1m")
+	wantExit(t, r, exitError, "a 1 MiB key")
+	want := "rlfn: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)\n"
+	if r.stderr != want {
+		t.Errorf("stderr %.200q, want %q", r.stderr, want)
+	}
+	if n, err := s.Client(t).Do(t.Context(), s.Client(t).B().Dbsize().Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("DBSIZE %d, %v: want nothing written", n, err)
+	}
+}
