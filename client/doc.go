@@ -6,10 +6,12 @@
 // Every call has a deadline (WithDeadline, 100ms by default). A circuit breaker (WithBreaker)
 // opens after consecutive failures, so that a dead server costs no network attempt per call,
 // and lets one call probe it after a cooldown. What a call the server cannot decide returns is
-// the Limiter's Policy: the error (ReturnError, the default), an admission (FailOpen), a
-// denial (FailClosed), or the decision of an in-process limiter of the same algorithm
-// admitting a share of the limit (LocalFallback, WithInstances). Decisions made in-process
-// have Result.Local set and err == nil.
+// the Limiter's Policy: the decision of an in-process limiter of the same algorithm admitting a
+// share of the limit (LocalFallback, WithInstances, the default), a denial (FailClosed), an
+// admission (FailOpen: no limit while the server is gone), or the error (ReturnError).
+// Decisions made in-process have Result.Local set and err == nil. A node whose library is too
+// old for a call (a reserve, a refund, a lease on 1.0.0) and a cluster that answers
+// CLUSTERDOWN are among what the policy decides: a limit never turns into no limit by default.
 //
 // # Leased budgets
 //

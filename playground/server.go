@@ -66,9 +66,8 @@ func New(vk valkey.Client, opts Options) *Server {
 	}
 	s := &Server{
 		vk: vk,
-		// ReturnError (the default policy): the page shows what the server did, never a
-		// decision the client made up without it.
-		// ReturnError: the page shows the server's decisions, and its errors as errors.
+		// ReturnError: the page shows what the server did, never a decision the client made
+		// up without it.
 		lim: client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
 			client.WithPolicy(client.ReturnError)),
 		opts: opts,
