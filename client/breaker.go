@@ -49,9 +49,10 @@ type breaker struct {
 	mu sync.Mutex // serializes transitions
 
 	// old is set when the shard's node answered that its library is older than a call needs:
-	// calls that need more are decided by the policy without asking it again until old.until,
-	// a cooldown later, so that a node still on 1.0.0 costs one refused call and one version
-	// lookup a cooldown, not two round trips per decision, and a deploy is seen within one.
+	// calls that need more are decided by the policy without asking it, but for one call a
+	// cooldown (as the breaker's probe), so that a node still on 1.0.0 costs one refused call
+	// and one version lookup a cooldown, not two round trips per decision (and one each per
+	// call in flight when it is first found), and a deploy is seen within a cooldown.
 	old atomic.Pointer[oldLibrary]
 }
 
@@ -61,13 +62,27 @@ type oldLibrary struct {
 	until int64
 }
 
-// tooOld returns the error its node answered a call that needed a newer library, while it
-// still holds at now.
-func (b *breaker) tooOld(now func() int64) *VersionError {
-	if o := b.old.Load(); o != nil && now() < o.until {
+// tooOld returns the error its node answered a call that needed a newer library, unless that
+// was a cooldown ago or more: then one call, the first to get here, goes to the node again
+// (the memory moves a cooldown on for the others), and nil lets it.
+func (b *breaker) tooOld(now int64) *VersionError {
+	o := b.old.Load()
+	switch {
+	case o == nil:
+		return nil
+	case now < o.until:
 		return o.err
+	case b.old.CompareAndSwap(o, &oldLibrary{err: o.err, until: now + b.cooldown}):
+		return nil
 	}
-	return nil
+	return o.err
+}
+
+// forgetOld forgets that the node's library was too old: a call that needed more succeeded.
+func (b *breaker) forgetOld() {
+	if b.old.Load() != nil {
+		b.old.Store(nil)
+	}
 }
 
 func newBreaker(threshold int, cooldown time.Duration) *breaker {

@@ -81,7 +81,8 @@ func (l *Limiter) CheckRules(ctx context.Context, rules ...Rule) error {
 
 // Needs is the library release that decisions on rules need: Release11 when a limit has a
 // Reserve, or when there are several rules (one key's rules are one rl_multi call; several
-// keys' need refunds), else the first release, "1.0.0". A Concurrency limit needs Release11.
+// keys' need refunds), else the first release, Release10. (Acquire, Refund and a Concurrency
+// limit need Release11 too.)
 func Needs(rules ...Rule) string {
 	if len(rules) > 1 {
 		return Release11

@@ -261,15 +261,19 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	a, kind, err := l.begin(ctx, key, needsRefunds(op, c))
+	newer := needsRefunds(op, c)
+	a, kind, err := l.begin(ctx, key, newer)
 	if err != nil {
-		if kind == kindVersion {
-			err = forCall(err, c.needs(op))
+		if kind == kindVersion && l.policy == ReturnError {
+			err = forCall(err, c.needs(op)) // the caller reads it: its own need, not another call's
 		}
 		return l.fail(ctx, op, key, c, kind, err)
 	}
 	res, err := l.server(ctx, op, key, c, pre)
 	kind = l.settle(ctx, a, c.alg.id, op, res, err)
+	if kind == kindNone && newer {
+		a.br.forgetOld()
+	}
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
@@ -299,8 +303,8 @@ type attempt struct {
 // moment ago.
 func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attempt, errKind, error) {
 	br := l.breakerOf(key)
-	if needsNewer {
-		if err := br.tooOld(l.clock); err != nil {
+	if needsNewer && br.old.Load() != nil {
+		if err := br.tooOld(l.clock()); err != nil {
 			return attempt{}, kindVersion, err
 		}
 	}
@@ -436,15 +440,11 @@ func forCall(err error, what string) error {
 
 // fail applies the policy to a call the server could not decide.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
-	if kind == kindVersion && c.refundable && c.reserve == 0 && l.policy != ReturnError {
-		// The node can decide this limit, only not refundably: AllowAll does (decideAcross),
-		// rather than the policy. (ReturnError wants the error: the decision would not be
-		// all or nothing as asked.)
-		if ve := (*VersionError)(nil); errors.As(err, &ve) {
-			v := *ve
-			v.refundable = true
-			return Result{}, &v
-		}
+	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && l.policy != ReturnError {
+		// The node can decide this limit, only not refundably: AllowAll does (decideAcross,
+		// olderNode), rather than the policy. (ReturnError wants the error: the decision
+		// would not be all or nothing as asked.)
+		return Result{}, err
 	}
 	l.countError(ctx, c.alg.id, op, kind)
 	if l.policy == ReturnError {

@@ -77,10 +77,6 @@ type VersionError struct {
 	// Function is, for a call, the function (or argument) that needs Want, e.g.
 	// "rl_concurrency" or "rl_token_bucket reserve"; empty from Check and CheckVersion.
 	Function string
-
-	// refundable: the call is one the node decides as it is, only not refundably (a rule of
-	// AllowAll across keys on a 1.0.0 node), which AllowAll decides without refunds.
-	refundable bool
 }
 
 func (e *VersionError) Error() string {

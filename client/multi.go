@@ -37,8 +37,9 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // one) are decided side by side, each Key by one call, and when any denies or fails, the units
 // the others took are refunded: no limit ever admits more than it allows, though a concurrent
 // call may, rarely, see a unit that is about to be refunded. A Key whose limit said it would
-// deny the next call is asked first, alone, and its denial ends the decision: a refused request
-// costs the server no more calls than an admitted one.
+// deny the next call is asked first, alone, and its denial ends the decision; the other Keys are
+// then peeked (FCALL_RO), for the longest RetryAfter: a refused request costs the server no
+// more calls than an admitted one, and takes nothing to refund.
 //
 // Refunds need library 1.1.0. A node that still runs 1.0.0 refuses a Key's single rule before
 // it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
@@ -105,8 +106,9 @@ type group struct {
 	// group denies.
 	kept bool
 	// peeked: not decided, but peeked for AllowAllEach: res and each are its state, which
-	// neither decides nor is refunded.
+	// is not refunded.
 	peeked bool
+	hinted bool // its key's last answer said it would deny (decideAcross)
 }
 
 // all decides rules (AllowAllN, PeekAllN), under a span of its own when traced; each, when
@@ -154,27 +156,29 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 	case len(groups) == 1:
 		run(&groups[0])
 	case !across:
-		l.runGroups(groups, every(groups), run)
+		l.runGroups(groups, anyGroup, run)
 	default:
 		l.decideAcross(groups, n, run)
-		if each != nil {
-			// A denial ended the decision before these groups were asked: a peek of each
-			// still tells its state, so that every limit can be reported, and the refusal
-			// costs the server no more calls than an admission (one per key).
-			l.runGroups(groups, pending(groups), func(g *group) {
-				g.peeked = true
-				var i int
-				if len(g.calls) == 1 {
-					c := g.calls[0]
-					c.refundable = false
-					g.res, g.err = l.decide(ctx, opPeek, g.key, c)
-				} else {
+		// A denial ended the decision before these groups were asked: a peek of each tells
+		// whether it would have denied too, and how long for, so that RetryAfter is the
+		// longest wait as ever (a client told too short a wait comes back to be refused
+		// again), and AllowAllEach reports every limit. The refusal costs the server one
+		// call per key, as an admission does.
+		l.runGroups(groups, anyGroup, func(g *group) {
+			g.peeked = true
+			var i int
+			if len(g.calls) == 1 {
+				c := g.calls[0]
+				c.refundable = false
+				g.res, g.err = l.decide(ctx, opPeek, g.key, c)
+			} else {
+				if each != nil {
 					g.each = make([]Result, len(g.calls))
-					g.res, i, g.err = l.decideMulti(ctx, opPeek, g.key, g.calls, g.each)
 				}
-				g.res.Rule = g.rules[i]
-			})
-		}
+				g.res, i, g.err = l.decideMulti(ctx, opPeek, g.key, g.calls, g.each)
+			}
+			g.res.Rule = g.rules[i]
+		})
 	}
 	var firstErr error
 	firstRule := len(rules)
@@ -182,6 +186,10 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 	for i := range groups {
 		g := &groups[i]
 		switch {
+		case g.peeked && g.err == nil:
+			// A denial ended the decision before this key was asked: what its peek says
+			// counts for the denial's RetryAfter (the longest wait) and ResetAfter.
+			results = append(results, g.res)
 		case !g.decided:
 		case g.err != nil:
 			if g.rules[0] < firstRule {
@@ -247,54 +255,57 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 //     first, on their own: under an attack on one principal, its refusals cost one call, not
 //     one per key and a refund;
 //   - then the others, side by side, unless a first one denied or failed;
-//   - last, one at a time, the groups whose node cannot refund (library 1.0.0, found by a
-//     call refused before it took anything): each is decided by the node as 1.0 decides it,
-//     and the first denial ends the decision. What those took before a later denial stays
-//     taken (kept): stricter for a while, never more permissive, and no limit the node can
-//     decide is handed to the policy.
+//   - a group whose node cannot refund (library 1.0.0, found by a call refused before it took
+//     anything) is decided by the node as 1.0 decides it, one such group at a time (hinted
+//     ones first, right after their phase), and the first denial ends the decision. What
+//     those took before a later denial stays taken (kept): stricter for a while, never more
+//     permissive, and no limit the node can decide is handed to the policy.
 func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	h := l.hints
 	now := l.clock()
 	keys := make([][]byte, len(groups)) // each group's hint key
-	var first []int
+	hinted := 0
 	for i := range groups {
 		keys[i] = l.hintKey(&groups[i])
-		if h.denies(keys[i], now) {
-			first = append(first, i)
+		if groups[i].hinted = h.denies(keys[i], now); groups[i].hinted {
+			hinted++
 		}
 	}
 	stopped := func() bool {
 		for i := range groups {
 			g := &groups[i]
-			if g.decided && !olderNode(g.err) && (g.err != nil || !g.res.Allowed) {
+			if g.decided && !l.olderNode(g) && (g.err != nil || !g.res.Allowed) {
 				return true
 			}
 		}
 		return false
 	}
-	if len(first) > 0 && len(first) < len(groups) {
-		l.runGroups(groups, first, run)
+	// asOld decides, one at a time, the groups of the phase that a node refused for want of
+	// refunds, until one denies or fails.
+	asOld := func(phase func(*group) bool) {
+		for i := range groups {
+			g := &groups[i]
+			if !phase(g) || !g.decided || !l.olderNode(g) {
+				continue
+			}
+			g.decided, g.err, g.calls[0].refundable = false, nil, false
+			if !stopped() {
+				run(g)
+				g.kept = true
+			}
+		}
+	}
+	isHinted := func(g *group) bool { return g.hinted }
+	if hinted > 0 && hinted < len(groups) {
+		l.runGroups(groups, isHinted, run)
+		asOld(isHinted)
 		if !stopped() {
-			l.runGroups(groups, pending(groups), run)
+			l.runGroups(groups, func(g *group) bool { return !g.hinted }, run)
 		}
 	} else {
-		l.runGroups(groups, every(groups), run)
+		l.runGroups(groups, anyGroup, run)
 	}
-	var older []int
-	for i := range groups {
-		if g := &groups[i]; g.decided && olderNode(g.err) {
-			older = append(older, i)
-			g.decided, g.err, g.calls[0].refundable = false, nil, false
-		}
-	}
-	for _, i := range older {
-		if stopped() {
-			break
-		}
-		g := &groups[i]
-		run(g)
-		g.kept = true
-	}
+	asOld(anyGroup)
 	now = l.clock()
 	for i := range groups {
 		if g := &groups[i]; g.decided && g.err == nil && !g.res.Local {
@@ -303,47 +314,27 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	}
 }
 
-// runGroups runs the groups of idx side by side.
-func (l *Limiter) runGroups(groups []group, idx []int, run func(*group)) {
-	if len(idx) == 0 {
-		return
-	}
-	if len(idx) == 1 {
-		run(&groups[idx[0]])
-		return
-	}
+// runGroups runs side by side the groups that which selects, of those not decided (nor peeked)
+// yet.
+func (l *Limiter) runGroups(groups []group, which func(*group) bool, run func(*group)) {
 	var wg sync.WaitGroup
-	for _, i := range idx {
-		wg.Go(func() { run(&groups[i]) })
+	for i := range groups {
+		if g := &groups[i]; !g.decided && !g.peeked && which(g) {
+			wg.Go(func() { run(g) })
+		}
 	}
 	wg.Wait()
 }
 
-// every is the indexes of all the groups.
-func every(groups []group) []int {
-	idx := make([]int, len(groups))
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
-}
+func anyGroup(*group) bool { return true }
 
-// pending is the indexes of the groups not decided (nor peeked) yet.
-func pending(groups []group) []int {
-	var idx []int
-	for i := range groups {
-		if !groups[i].decided && !groups[i].peeked {
-			idx = append(idx, i)
-		}
-	}
-	return idx
-}
-
-// olderNode reports the error of a refundable call that a node refused only because its
-// library cannot refund (1.0.0): the call itself is one 1.0 decides.
-func olderNode(err error) bool {
+// olderNode reports a group that a node refused only because its library cannot refund
+// (1.0.0): its single call is one 1.0 decides (no reserve), marked refundable by AllowAll, and
+// the policy is not ReturnError (which returns the error: see fail).
+func (l *Limiter) olderNode(g *group) bool {
 	var ve *VersionError
-	return errors.As(err, &ve) && ve.Version != "" && ve.refundable
+	return l.policy != ReturnError && len(g.calls) == 1 && g.calls[0].refundable &&
+		g.calls[0].reserve == 0 && errors.As(g.err, &ve) && ve.Version != ""
 }
 
 // groupRules validates rules and groups them by Key, in the order of their first rule.
@@ -419,6 +410,7 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 					after(each, g.rules[j], l.policyResult(opRefund, g.key, c), nil)
 				}
 			default:
+				c.refundable = false // a refund is the policy's when the server cannot make it
 				wg.Go(func() {
 					r, err := l.decide(ctx, opRefund, g.key, c)
 					after(each, g.rules[j], r, err)
@@ -494,13 +486,16 @@ func binding(results []Result) (Result, int) {
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	a, kind, err := l.begin(ctx, key, true)
 	if err != nil {
-		if kind == kindVersion {
+		if kind == kindVersion && l.policy == ReturnError {
 			err = forCall(err, multiFunction(op))
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
 	res, i, err := l.serverMulti(ctx, op, key, cs, each)
 	kind = l.settle(ctx, a, multiSubject, op, res, err)
+	if kind == kindNone {
+		a.br.forgetOld()
+	}
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
 			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())

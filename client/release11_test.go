@@ -441,6 +441,9 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 	// first, and b is never asked (it would take a unit nobody could give back).
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{a}:sliding_log", "1", "60000", "1")).
 		Return(mock.Result(ints(0, 1, 0, 59000, 59000, 0)))
+	// b is peeked, for the longest wait
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL_RO", "rl_sliding_log_peek", "1", "rl:{b}:sliding_log", "1", "60000", "1")).
+		Return(mock.Result(ints(0, 1, 0, 4000, 59000, 0)))
 	res, err = lim.AllowAll(context.Background(), rules)
 	if err != nil || res.Allowed || res.Rule != 0 {
 		t.Fatalf("%+v, %v; want a's denial", res, err)

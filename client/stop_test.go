@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +38,9 @@ func TestDefaultPolicyIsLocalFallback(t *testing.T) {
 // An empty key and one longer than WithMaxKeyLen are *KeyErrors, sent nowhere, whatever the
 // policy: they are the caller's.
 func TestKeyBounds(t *testing.T) {
-	sent := false
+	var sent atomic.Bool // AllowAll's keys are decided side by side
 	vk := scriptClient{Client: mock.NewClient(nil), do: func([]string) valkey.ValkeyResult {
-		sent = true
+		sent.Store(true)
 		return okReply
 	}}
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
@@ -74,7 +75,7 @@ func TestKeyBounds(t *testing.T) {
 					"Lease": func() error { _, err := lim.Lease(tt.key, conc, "id"); return err },
 				}
 				for name, call := range calls {
-					sent = false
+					sent.Store(false)
 					err := call()
 					var ke *client.KeyError
 					switch {
@@ -82,7 +83,7 @@ func TestKeyBounds(t *testing.T) {
 						t.Errorf("%s %s: %v", p, name, err)
 					case tt.want != "" && (!errors.As(err, &ke) || err.Error() != tt.want):
 						t.Errorf("%s %s: got %v, want %q", p, name, err, tt.want)
-					case tt.want != "" && sent:
+					case tt.want != "" && sent.Load():
 						t.Errorf("%s %s: a refused key was sent", p, name)
 					}
 				}
@@ -162,8 +163,8 @@ func (c nodesClient) Nodes() map[string]valkey.Client { return c.nodes }
 
 // An attack on one principal behind a second limit of another key (per user and per IP) costs
 // the server no more calls per refused request than per admitted one: once the user's limit
-// said it would deny, it is asked first, alone, and its denial ends the decision, with no call
-// to the IP's limit and no refund of it.
+// said it would deny, it is asked first, alone, and its denial ends the decision; the IP's limit
+// is only peeked (for the longest RetryAfter), never taken from and refunded.
 func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 	var mu sync.Mutex
 	used := map[string]int64{}
@@ -204,15 +205,14 @@ func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 			t.Fatalf("request %d: %+v", i+1, res)
 		case res.Allowed && calls != 2:
 			t.Fatalf("admitted request %d cost %d calls, want 2", i+1, calls)
-		case !res.Allowed && calls != 1:
-			t.Fatalf("refused request %d cost %d calls, want 1", i+1, calls)
+		case !res.Allowed && calls != 2:
+			t.Fatalf("refused request %d cost %d calls, want 2 (the user's, and a peek of the IP's)", i+1, calls)
 		}
 	}
 	if used["rl:{ip:10.0.0.1}:fixed_window"] != 5 {
 		t.Errorf("the IP's limit counts %v, want the 5 admitted requests", used)
 	}
-	// AllowAllEach reports every limit: the key not asked is peeked, one call, so a refusal
-	// costs what an admission does.
+	// AllowAllEach reports every limit: the key not asked is the peek's.
 	calls = 0
 	res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
 	if err != nil || res.Allowed || res.Rule != 0 || calls != 2 {
@@ -231,4 +231,154 @@ func b2i(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// A key asked first on its own (it denied last time) ends the decision with its denial, but the
+// other keys are peeked: when one of them denies too, with a longer wait, RetryAfter is that
+// one's, as when every key is asked (a client told too short a wait comes back too early).
+func TestHintKeepsTheLongestRetryAfter(t *testing.T) {
+	var ipDenies atomic.Bool
+	vk := scriptClient{Client: mock.NewClient(nil), do: func(cmd []string) valkey.ValkeyResult {
+		switch {
+		case strings.Contains(cmd[3], "user:"):
+			return mock.Result(ints(0, 5, 0, 1_000, 1_000, 0))
+		case cmd[1] == "rl_fixed_window_refund":
+			return mock.Result(ints(1, 1000, 1000, 0, 30_000, 0))
+		case ipDenies.Load():
+			return mock.Result(ints(0, 1000, 0, 30_000, 30_000, 0))
+		}
+		return mock.Result(ints(1, 1000, 999, 0, 30_000, 0))
+	}}
+	lim := client.New(vk)
+	rules := []client.Rule{
+		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Second}},
+		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
+	}
+	ctx := context.Background()
+	if _, err := lim.AllowAll(ctx, rules); err != nil { // the user's denial leaves a hint
+		t.Fatal(err)
+	}
+	ipDenies.Store(true)
+	res, err := lim.AllowAll(ctx, rules)
+	if err != nil || res.Allowed || res.RetryAfter != 30*time.Second || res.Rule != 1 {
+		t.Errorf("%+v, %v; want rule 1's denial, 30s: both deny, the IP's wait is the longest", res, err)
+	}
+}
+
+// On a 1.0.0 node the keys are decided one at a time, a key that denied last time first: an
+// attack on one user behind a per-IP limit (the IP's rule first) never takes, and keeps, a unit
+// of the IP's limit per refused request, which would exhaust it for every user of the IP.
+func TestOlderNodeDecidesTheHintedKeyFirst(t *testing.T) {
+	var mu sync.Mutex
+	used := map[string]int64{}
+	vk := scriptClient{Client: mock.NewClient(nil), do: func(cmd []string) valkey.ValkeyResult {
+		mu.Lock()
+		defer mu.Unlock()
+		if cmd[0] == "FCALL" && len(cmd) > 7 { // a reserve argument: 1.0.0 refuses it
+			return mock.Result(mock.ValkeyError("RLERR rl_fixed_window takes 3 arguments (limit window_ms cost), got 4"))
+		}
+		limit := int64(1000)
+		if strings.Contains(cmd[3], "user:") {
+			limit = 5
+		}
+		if cmd[1] == "rl_fixed_window_peek" {
+			return mock.Result(ints(b2i(used[cmd[3]] < limit), limit, limit-used[cmd[3]], 0, 30_000, 0))
+		}
+		if used[cmd[3]] >= limit {
+			return mock.Result(ints(0, limit, 0, 30_000, 30_000, 0))
+		}
+		used[cmd[3]]++
+		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
+	}}
+	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	rules := []client.Rule{
+		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
+		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
+	}
+	for i := range 100 {
+		res, err := lim.AllowAll(context.Background(), rules)
+		if err != nil || res.Local || res.Allowed != (i < 5) {
+			t.Fatalf("request %d: %+v, %v", i+1, res, err)
+		}
+	}
+	if n := used["rl:{ip:10.0.0.1}:fixed_window"]; n != 5 {
+		t.Errorf("the IP's limit counts %d units for 5 admitted requests: refused ones kept theirs", n)
+	}
+}
+
+// on10 answers a version lookup as a node running 1.0.0 does.
+var on10 = scriptClient{Client: mock.NewClient(nil), doMulti: func([][]string) []valkey.ValkeyResult {
+	return []valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.0.0"))}
+}}
+
+// Once a node is known to run 1.0.0, one call a cooldown goes to it again (the probe), not
+// every call in flight when the cooldown ends; a call that needs 1.1.0 and succeeds forgets it.
+func TestOlderNodeProbedOnce(t *testing.T) {
+	clock := newFakeClock()
+	var sent, lookups atomic.Int64
+	var upgraded atomic.Bool
+	vk := scriptClient{Client: mock.NewClient(nil), do: func([]string) valkey.ValkeyResult {
+		sent.Add(1)
+		if upgraded.Load() {
+			return mock.Result(ints(1, 10, 5, 0, 1000, 0))
+		}
+		time.Sleep(time.Millisecond)
+		return mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"))
+	}}
+	node := scriptClient{Client: mock.NewClient(nil), doMulti: func(c [][]string) []valkey.ValkeyResult {
+		lookups.Add(1)
+		return on10.doMulti(c)
+	}}
+	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(clock.now))
+	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "k", limit); err != nil || !r.Local {
+		t.Fatalf("%+v, %v; want a local decision", r, err)
+	}
+	clock.advance(client.DefaultBreakerCooldown)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() { _, _ = lim.Allow(ctx, "k", limit) })
+	}
+	wg.Wait()
+	if sent.Load() != 2 || lookups.Load() != 2 {
+		t.Errorf("%d calls sent and %d version lookups, want 2 each: the first, and one probe a cooldown later", sent.Load(), lookups.Load())
+	}
+	// the memory holds for the others: a local decision allocates nothing more for it
+	var boxed client.Limit = limit // a struct made an interface at each call would allocate
+	if n := testing.AllocsPerRun(100, func() { _, _ = lim.Allow(ctx, "k", boxed) }); n != 0 {
+		t.Errorf("%v allocations per local decision of a known 1.0.0 node, want 0", n)
+	}
+	upgraded.Store(true)
+	clock.advance(client.DefaultBreakerCooldown)
+	for range 3 {
+		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Local {
+			t.Fatalf("%+v, %v after the upgrade; want the server's decision", r, err)
+		}
+	}
+}
+
+// A refund AllowAll owes on a key whose shard is remembered as running 1.0.0 (here, before a
+// cluster's slot table is read, every key shares one breaker) goes to the policy, as every
+// refund does: it is not handed back as an error.
+func TestRefundOwedUnderOlderNodeMemory(t *testing.T) {
+	vk := scriptClient{Client: mock.NewClient(nil), do: func(cmd []string) valkey.ValkeyResult {
+		switch {
+		case strings.Contains(cmd[3], "{b}") && len(cmd) > 7:
+			return mock.Result(mock.ValkeyError("RLERR rl_fixed_window takes 3 arguments (limit window_ms cost), got 4"))
+		case strings.Contains(cmd[3], "{b}") && cmd[0] == "FCALL_RO":
+			return mock.Result(ints(0, 5, 0, 1000, 1000, 0))
+		case strings.Contains(cmd[3], "{b}"):
+			return mock.Result(ints(0, 5, 0, 1000, 1000, 0)) // b, on 1.0, denies
+		}
+		return mock.Result(ints(1, 5, 4, 0, 1000, 0)) // a, on 1.1, admits (and is refunded)
+	}}
+	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	fw := client.FixedWindow{Limit: 5, Window: time.Second}
+	for range 3 {
+		res, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: fw}})
+		if err != nil || res.Allowed || res.Rule != 1 {
+			t.Fatalf("%+v, %v; want b's denial and no error", res, err)
+		}
+	}
 }

@@ -32,6 +32,11 @@ const (
 	notRefunded
 	// shadowKey: the key of a shadow limit failed; the request is served (logged only).
 	shadowKey
+	// shadowFailed: a shadow decision failed; the request was served (logged only).
+	shadowFailed
+	// unreleased: a lease's release failed after the request; the lease expires by itself
+	// (logged only).
+	unreleased
 )
 
 // ErrEmptyKey is the error of a Key (Options.Key or a Rule's) that returned "": no principal
@@ -140,6 +145,8 @@ var logMessages = [...]string{
 	refusedKey:    "httplimit: key refused, answered 400",
 	notRefunded:   "httplimit: decision answered, but refunds it owed failed",
 	shadowKey:     "httplimit: key of a shadow limit failed, request served",
+	shadowFailed:  "httplimit: shadow decision failed, request served",
+	unreleased:    "httplimit: lease not released, it expires at its end",
 }
 
 // maxThrottles bounds the throttles of an errorLog: policy names come from the service's code,

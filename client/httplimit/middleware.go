@@ -591,7 +591,7 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 	case decisionStands(err):
 		m.report(r, notRefunded, name, err) // the denial stands, and is counted
 	case err != nil:
-		m.report(r, classify(err), name, err)
+		m.report(r, shadowFailed, name, err) // the request is served: its kind's words would lie
 		return
 	}
 	if res.Allowed {
@@ -679,7 +679,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 	defer func() {
 		// The request's context may be over (the client went away): the slot is owed anyway.
 		if _, err := lease.Release(context.WithoutCancel(r.Context())); err != nil {
-			m.report(r, unavailable, p.Name, err)
+			m.report(r, unreleased, p.Name, err)
 		}
 	}()
 	next.ServeHTTP(w, r)
