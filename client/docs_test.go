@@ -1,0 +1,87 @@
+package client_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// The examples in this file exist for docs/: each is copied verbatim into a page, and
+// TestDocsExamples fails when a page and its example part.
+
+// A concurrency lease caps how many of one principal's jobs run at once. Every lease
+// expires unless renewed, so a holder that crashes never keeps its slot.
+func ExampleLimiter_Acquire() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+	ctx := context.Background()
+
+	reports := client.Concurrency{Limit: 2, Lease: 30 * time.Second}
+	lease, res, err := lim.Acquire(ctx, "tenant:7", reports)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("2 reports already running, retry in %s\n", res.RetryAfter)
+		return
+	}
+	defer lease.Release(ctx) // runs even when ctx is over: the slot is owed
+
+	// A job longer than the lease renews it before it runs out.
+	if _, err := lease.Renew(ctx); err != nil {
+		log.Print(err)
+	}
+}
+
+// A critical caller may use the units a limit's Reserve keeps from everyone else.
+func ExampleCritical() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+
+	limit := client.TokenBucket{Capacity: 100, Rate: 50, Period: time.Second, Reserve: 20}
+	ctx := context.Background()
+	batch, err := lim.Allow(ctx, "shop:7", limit) // admitted only while 20 tokens stay
+	if err != nil {
+		log.Fatal(err)
+	}
+	checkout, err := lim.Allow(client.Critical(ctx), "shop:7", limit) // may take the last 20
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(batch.Allowed, checkout.Allowed)
+}
+
+// A key is at most WithMaxKeyLen bytes (512 by default): count by a long identifier (a
+// token, a URL) through a hash of it.
+func Example_longKey() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim := client.New(vk)
+
+	token := "eyJhbGciOiJIUzI1NiJ9.a-long-bearer-token.signature"
+	sum := sha256.Sum256([]byte(token))
+	limit := client.FixedWindow{Limit: 1000, Window: time.Hour}
+	res, err := lim.Allow(context.Background(), "tok:"+hex.EncodeToString(sum[:]), limit)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Allowed)
+}
