@@ -143,15 +143,15 @@ func ExampleWithTracerProvider() {
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", nil))
 }
 
-// With ReturnError, the default, the caller sees why the server did not decide, and
-// ErrCircuitOpen while the breaker spares the server.
+// With ReturnError (the default is LocalFallback), the caller sees why the server did not
+// decide, and ErrCircuitOpen while the breaker spares the server: it decides itself.
 func ExampleErrCircuitOpen() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim := client.New(vk, client.WithPolicy(client.ReturnError))
 
 	_, err = lim.Allow(context.Background(), "user:42", client.FixedWindow{Limit: 10, Window: time.Second})
 	switch {

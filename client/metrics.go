@@ -27,10 +27,10 @@ const (
 	// rlfn.algorithm: aged out, after a denial, or by Close.
 	MetricLeasedRefunded = "rlfn.client.leased.refunded"
 	// MetricErrors counts the errors calls met ({error}), returned or decided by a policy, by
-	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, circuit_open,
-	// not_loaded, server_error, reply_error, library_error, version (a 1.1 feature on an older
-	// library) or canceled. Limits refused before
-	// any call (*LimitError) are not counted.
+	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, cluster_down
+	// (CLUSTERDOWN, TRYAGAIN), circuit_open, not_loaded, server_error, reply_error,
+	// library_error, version (a 1.1 feature on an older library) or canceled. Limits and keys
+	// refused before any call (*LimitError, *KeyError) are not counted.
 	MetricErrors = "rlfn.client.errors"
 	// MetricDuration is the latency of the calls sent to the server, in seconds, by
 	// rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).
