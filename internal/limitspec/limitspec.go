@@ -177,16 +177,22 @@ func Fields() []Field {
 	return append(all, Shared...)
 }
 
-// Takes reports whether a takes the field named name (Shared ones included).
-func (a Algorithm) Takes(name string) bool {
+// Field is a's field named name, Shared ones included.
+func (a Algorithm) Field(name string) (Field, bool) {
 	for _, fs := range [][]Field{a.Fields, Shared} {
 		for _, f := range fs {
 			if f.Name == name {
-				return true
+				return f, true
 			}
 		}
 	}
-	return false
+	return Field{}, false
+}
+
+// Takes reports whether a takes the field named name (Shared ones included).
+func (a Algorithm) Takes(name string) bool {
+	_, ok := a.Field(name)
+	return ok
 }
 
 // Leases reports whether a is concurrency: its calls take leases, and it has no client.Limit
