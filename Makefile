@@ -24,8 +24,8 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-unit: ## tests that need no server
-	$(GO) test -count=1 ./functions/... ./versions/... ./deployer/...
+unit: ## every test that needs no server, in seconds (those that need one skip under -short)
+	$(GO) test -short -count=1 ./...
 
 playground: images ## a throwaway Valkey, the library loaded, and the playground page until Ctrl-C
 	bash scripts/playground.sh

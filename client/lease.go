@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -87,7 +88,7 @@ func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
 		return nil, err
 	}
 	if len(id) < 1 || len(id) > MaxLeaseID {
-		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to 128 bytes"}
+		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to " + strconv.Itoa(MaxLeaseID) + " bytes"}
 	}
 	return &Lease{lim: l, key: key, limit: c, id: id}, nil
 }

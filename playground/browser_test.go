@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,23 @@ func TestBrowser(t *testing.T) {
 		chromedp.KeyEvent("\r"),
 		waitText("token_bucket-admitted", "5"),
 		chromedp.SetValue(chromedp.ID("token_bucket-burst-n"), "10"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The forms' bounds are the ones the server sent with the cards (the client's, as the
+	// library's): a sliding log's limit stops at 100000, and the page says so without a call.
+	bounds, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`['fixed_window-limit', 'sliding_log-limit', 'token_bucket-periodMs']
+		.map(id => document.getElementById(id).min + '..' + document.getElementById(id).max)`))
+	if want := []string{"1..999999999999999", "1..100000", "1..100000000000"}; err != nil || !slices.Equal(bounds, want) {
+		t.Errorf("the forms' bounds are %q (%v), want %q", bounds, err, want)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("sliding_log-limit"), "100001"),
+		chromedp.Click(chromedp.ID("sliding_log-send")),
+		waitText("sliding_log-error", "Limit must be a whole number from 1 to 100000."),
+		chromedp.SetValue(chromedp.ID("sliding_log-limit"), "5"),
 	)
 	if err != nil {
 		t.Fatal(err)

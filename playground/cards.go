@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
 // Prefix starts every key the playground writes: client.Key(Prefix, card, limit), nothing
@@ -31,37 +32,41 @@ const (
 // Cards lists every card, in the page's order.
 var Cards = []Card{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyPolice, LeakyShape}
 
-// windowed reports whether the card is configured by a limit per window (else by a bucket).
-func (c Card) windowed() bool {
-	return c == FixedWindow || c == SlidingLog || c == SlidingWindow
+func (c Card) valid() bool {
+	_, ok := cardLimits[c]
+	return ok
 }
 
-func (c Card) valid() bool {
-	for _, k := range Cards {
-		if c == k {
-			return true
-		}
-	}
-	return false
+// cardLimit is the algorithm of a card in the tools' table and, for a leaky bucket, the mode
+// the card fixes (its form has no mode).
+type cardLimit struct {
+	alg  limitspec.Algorithm
+	mode client.Mode
 }
+
+var cardLimits = func() map[Card]cardLimit {
+	alg := func(name string) limitspec.Algorithm {
+		a, ok := limitspec.Lookup(name)
+		if !ok {
+			panic("playground: no algorithm " + name)
+		}
+		return a
+	}
+	return map[Card]cardLimit{
+		FixedWindow:   {alg: alg("fixed_window")},
+		SlidingLog:    {alg: alg("sliding_log")},
+		SlidingWindow: {alg: alg("sliding_window")},
+		TokenBucket:   {alg: alg("token_bucket")},
+		LeakyPolice:   {alg: alg("leaky_bucket"), mode: client.Police},
+		LeakyShape:    {alg: alg("leaky_bucket"), mode: client.Shape},
+	}
+}()
 
 // Key is the server key of the card's limiter: client.Key(Prefix, card, limit). The numbers
 // of a limit are not part of a key, so it depends on the card alone.
-func (c Card) Key() string { return client.Key(Prefix, string(c), c.zero()) }
-
-// zero is a limit of the card's algorithm, whatever its numbers: enough to name its key.
-func (c Card) zero() client.Limit {
-	switch c {
-	case FixedWindow:
-		return client.FixedWindow{}
-	case SlidingLog:
-		return client.SlidingLog{}
-	case SlidingWindow:
-		return client.SlidingWindow{}
-	case TokenBucket:
-		return client.TokenBucket{}
-	}
-	return client.LeakyBucket{}
+func (c Card) Key() string {
+	cl := cardLimits[c]
+	return client.Key(Prefix, string(c), cl.alg.Limit(limitspec.Values{Mode: cl.mode}))
 }
 
 // Params are the numbers a card's form edits: Limit and WindowMs for the window cards,
@@ -73,6 +78,26 @@ type Params struct {
 	Capacity int64 `json:"capacity,omitempty"`
 	Rate     int64 `json:"rate,omitempty"`
 	PeriodMs int64 `json:"periodMs,omitempty"`
+}
+
+// param is one number of Params: its field in the tools' table, and its name in the API (a
+// duration's in milliseconds, windowMs).
+type param struct {
+	field string
+	json  string
+	v     *int64
+}
+
+// params are p's numbers, in the order the API checks them; their json names are Params'
+// tags (TestParamNames).
+func (p *Params) params() []param {
+	return []param{
+		{"limit", "limit", &p.Limit},
+		{"window", "windowMs", &p.WindowMs},
+		{"capacity", "capacity", &p.Capacity},
+		{"rate", "rate", &p.Rate},
+		{"period", "periodMs", &p.PeriodMs},
+	}
 }
 
 // Defaults are the numbers the page starts with: small enough that a burst of 10 shows
@@ -95,10 +120,6 @@ type RequestError struct {
 
 func (e *RequestError) Error() string { return e.Field + " " + e.Reason }
 
-// maxDurationMs is the library's longest window or period; checked before the milliseconds
-// become a time.Duration, which a larger number would overflow into a valid-looking one.
-const maxDurationMs = 100000000000
-
 // parseCard reads a card's name.
 func parseCard(s string) (Card, error) {
 	c := Card(s)
@@ -116,67 +137,61 @@ func parseCard(s string) (Card, error) {
 // A number that belongs to the other kind of card is refused rather than ignored: the page
 // never sends one, and a caller who does has a mistake to see.
 func limitOf(c Card, p Params) (client.Limit, error) {
-	var l client.Limit
-	if c.windowed() {
-		if err := absent(p.Capacity, "params.capacity", c); err != nil {
-			return nil, err
-		}
-		if err := absent(p.Rate, "params.rate", c); err != nil {
-			return nil, err
-		}
-		if err := absent(p.PeriodMs, "params.periodMs", c); err != nil {
-			return nil, err
-		}
-		w, err := duration("params.windowMs", p.WindowMs)
-		if err != nil {
-			return nil, err
-		}
-		switch c {
-		case FixedWindow:
-			l = client.FixedWindow{Limit: p.Limit, Window: w}
-		case SlidingLog:
-			l = client.SlidingLog{Limit: p.Limit, Window: w}
-		default:
-			l = client.SlidingWindow{Limit: p.Limit, Window: w}
-		}
-	} else {
-		if err := absent(p.Limit, "params.limit", c); err != nil {
-			return nil, err
-		}
-		if err := absent(p.WindowMs, "params.windowMs", c); err != nil {
-			return nil, err
-		}
-		per, err := duration("params.periodMs", p.PeriodMs)
-		if err != nil {
-			return nil, err
-		}
-		switch c {
-		case TokenBucket:
-			l = client.TokenBucket{Capacity: p.Capacity, Rate: p.Rate, Period: per}
-		case LeakyPolice:
-			l = client.LeakyBucket{Capacity: p.Capacity, Rate: p.Rate, Period: per, Mode: client.Police}
-		default:
-			l = client.LeakyBucket{Capacity: p.Capacity, Rate: p.Rate, Period: per, Mode: client.Shape}
+	cl := cardLimits[c]
+	ps := p.params()
+	for _, q := range ps {
+		if !cl.alg.Takes(q.field) && *q.v != 0 {
+			return nil, &RequestError{Field: "params." + q.json, Reason: "does not apply to " + string(c)}
 		}
 	}
+	v := limitspec.Values{Mode: cl.mode}
+	for _, q := range ps {
+		f, ok := cl.alg.Field(q.field)
+		switch {
+		case !ok:
+		case f.Kind == limitspec.Duration:
+			// Checked before the milliseconds become a time.Duration, which a larger number
+			// would overflow into a valid-looking one.
+			if *q.v < f.Min || *q.v > f.Max {
+				return nil, &RequestError{Field: "params." + q.json, Reason: fmt.Sprintf("must be from %d to %d, got %d", f.Min, f.Max, *q.v)}
+			}
+			*v.Duration(f.Name) = time.Duration(*q.v) * time.Millisecond
+		default:
+			*v.Count(f.Name) = *q.v
+		}
+	}
+	l := cl.alg.Limit(v)
 	if err := l.Validate(); err != nil {
 		return nil, &RequestError{Field: "params", Reason: strings.TrimPrefix(err.Error(), "rlfn: ")}
 	}
 	return l, nil
 }
 
-func absent(v int64, field string, c Card) error {
-	if v != 0 {
-		return &RequestError{Field: field, Reason: "does not apply to " + string(c)}
-	}
-	return nil
+// formField is one number of a card's form, as the page draws it: its API name, its label,
+// and the bounds of the tools' table (the client's), so that the page checks what the server
+// will without a second copy of them.
+type formField struct {
+	Name  string `json:"name"`
+	Label string `json:"label"`
+	Min   int64  `json:"min"`
+	Max   int64  `json:"max"`
 }
 
-func duration(field string, ms int64) (time.Duration, error) {
-	if ms < 1 || ms > maxDurationMs {
-		return 0, &RequestError{Field: field, Reason: fmt.Sprintf("must be from 1 to %d, got %d", maxDurationMs, ms)}
+// form is the numbers of c's form, in the form's order.
+func (c Card) form() []formField {
+	var fs []formField
+	for _, q := range (&Params{}).params() {
+		f, ok := cardLimits[c].alg.Field(q.field)
+		if !ok {
+			continue
+		}
+		label := strings.ToUpper(f.Name[:1]) + f.Name[1:]
+		if f.Kind == limitspec.Duration {
+			label += " (ms)"
+		}
+		fs = append(fs, formField{Name: q.json, Label: label, Min: f.Min, Max: f.Max})
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return fs
 }
 
 // MaxBurst is the most requests one Burst sends: enough to empty any limit worth watching,

@@ -1,13 +1,20 @@
 package playground
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
+
+// maxDurationMs is the library's longest window or period (MAX_DURATION_MS), as the API's
+// messages say it.
+const maxDurationMs = 100000000000
 
 func TestLimitOf(t *testing.T) {
 	for _, c := range []struct {
@@ -105,6 +112,67 @@ func TestCheckBurst(t *testing.T) {
 	}{{-1, false}, {0, false}, {1, true}, {MaxBurst, true}, {MaxBurst + 1, false}} {
 		if err := checkBurst(c.give); (err == nil) != c.ok {
 			t.Errorf("checkBurst(%d) = %v", c.give, err)
+		}
+	}
+}
+
+// TestParamNames: each of Params' numbers is named as its JSON tag says, and is a field of the
+// tools' table.
+func TestParamNames(t *testing.T) {
+	var p Params
+	raw, _ := json.Marshal(Params{Limit: 1, WindowMs: 1, Capacity: 1, Rate: 1, PeriodMs: 1})
+	var tags map[string]int64
+	if err := json.Unmarshal(raw, &tags); err != nil {
+		t.Fatal(err)
+	}
+	ps := p.params()
+	if len(ps) != len(tags) {
+		t.Errorf("params() has %d numbers, Params %d", len(ps), len(tags))
+	}
+	fields := map[string]bool{}
+	for _, f := range limitspec.Fields() {
+		fields[f.Name] = true
+	}
+	for _, q := range ps {
+		if _, ok := tags[q.json]; !ok {
+			t.Errorf("param %s: Params has no tag %q", q.field, q.json)
+		}
+		if !fields[q.field] {
+			t.Errorf("param %s is no field of the table", q.field)
+		}
+	}
+}
+
+// TestForm: what the page is told to draw for each card, with the library's bounds; the
+// defaults fill exactly the form.
+func TestForm(t *testing.T) {
+	const maxInt = 999999999999999
+	window := []formField{{"limit", "Limit", 1, maxInt}, {"windowMs", "Window (ms)", 1, maxDurationMs}}
+	bucket := []formField{{"capacity", "Capacity", 1, maxInt}, {"rate", "Rate", 1, maxInt}, {"periodMs", "Period (ms)", 1, maxDurationMs}}
+	want := map[Card][]formField{
+		FixedWindow:   window,
+		SlidingLog:    {{"limit", "Limit", 1, 100000}, {"windowMs", "Window (ms)", 1, maxDurationMs}},
+		SlidingWindow: window,
+		TokenBucket:   bucket,
+		LeakyPolice:   bucket,
+		LeakyShape:    bucket,
+	}
+	for _, c := range Cards {
+		got := c.form()
+		if !slices.Equal(got, want[c]) {
+			t.Errorf("%s: form %v, want %v", c, got, want[c])
+		}
+		raw, _ := json.Marshal(Defaults[c])
+		var defaults map[string]int64
+		_ = json.Unmarshal(raw, &defaults)
+		for _, f := range got {
+			if defaults[f.Name] == 0 {
+				t.Errorf("%s: no default for %s", c, f.Name)
+			}
+			delete(defaults, f.Name)
+		}
+		if len(defaults) != 0 {
+			t.Errorf("%s: defaults outside the form: %v", c, defaults)
 		}
 	}
 }

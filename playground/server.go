@@ -148,9 +148,10 @@ type errorBody struct {
 }
 
 type cardInfo struct {
-	ID       Card   `json:"id"`
-	Key      string `json:"key"`
-	Defaults Params `json:"defaults"`
+	ID       Card        `json:"id"`
+	Key      string      `json:"key"`
+	Defaults Params      `json:"defaults"`
+	Fields   []formField `json:"fields"` // the form's numbers and their bounds
 }
 
 type statusBody struct {
@@ -175,7 +176,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	body := statusBody{Deploy: s.opts.Deploy, Server: s.opts.Server, Prefix: Prefix}
 	for _, c := range Cards {
-		body.Cards = append(body.Cards, cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c]})
+		body.Cards = append(body.Cards, cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c], Fields: c.form()})
 	}
 	clk, err := s.clock(ctx)
 	if err == nil {

@@ -14,10 +14,8 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
-
-// maxInt is the library's largest number (a cost, a refund).
-const maxInt = 999999999999999
 
 // callCommand is built afresh for each app: cli.App.Setup writes into its commands.
 func callCommand() *cli.Command {
@@ -55,9 +53,9 @@ func callCommand() *cli.Command {
 			decimalFlag("capacity", "bucket capacity `N` (token_bucket, leaky_bucket)", 0),
 			decimalFlag("rate", "`N` units refilled or leaked per period (token_bucket, leaky_bucket)", 0),
 			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
-			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: "police"},
+			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: limitspec.Modes[0].String()},
 			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
-			&cli.StringFlag{Name: "id", Usage: "concurrency: the lease holder `ID` (1 to 128 bytes) to take, renew or --release"},
+			&cli.StringFlag{Name: "id", Usage: fmt.Sprintf("concurrency: the lease holder `ID` (1 to %d bytes) to take, renew or --release", client.MaxLeaseID)},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
 			decimalFlag("reserve", "leave `N` units (slots) to critical callers: admitted only if N are left after the call", 0),
 			&cli.BoolFlag{Name: "critical", Usage: "call as a critical caller, who may use the reserve"},
@@ -293,11 +291,11 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		return ""
 	}
 	switch {
-	case spec.algorithm == "concurrency":
+	case spec.alg.Leases():
 		if f := given("cost", "refund", "peek", "also"); f != "" {
-			return nil, conflict(f, "concurrency")
+			return nil, conflict(f, spec.algorithm)
 		}
-		p.mode, p.conc, p.most = modeAcquire, spec.concurrency(), spec.limit
+		p.mode, p.conc, p.most = modeAcquire, spec.concurrency(), spec.most()
 		if c.Bool("release") {
 			p.mode = modeRelease
 			if p.id == "" {
@@ -318,7 +316,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		return nil, conflict(given("id", "release"), spec.algorithm)
 	}
 
-	p.limit, p.most = spec.build(), max(spec.limit, spec.capacity)
+	p.limit, p.most = spec.build(), spec.most()
 	if err := p.limit.Validate(); err != nil {
 		return nil, usageError(c, spec.explain(err).Error())
 	}
@@ -328,12 +326,12 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			return nil, conflict(f, "--refund")
 		}
 		p.mode, p.n = modeRefund, decimalValue(c, "refund")
-		if p.n < 0 || p.n > maxInt {
-			return nil, usageError(c, fmt.Sprintf("--refund must be 0 to %d", int64(maxInt)))
+		if p.n < 0 || p.n > limitspec.MaxUnits {
+			return nil, usageError(c, fmt.Sprintf("--refund must be 0 to %d", limitspec.MaxUnits))
 		}
 		return p, nil
-	case p.n < 0 || p.n > maxInt:
-		return nil, usageError(c, fmt.Sprintf("--cost must be 0 to %d", int64(maxInt)))
+	case p.n < 0 || p.n > limitspec.MaxUnits:
+		return nil, usageError(c, fmt.Sprintf("--cost must be 0 to %d", limitspec.MaxUnits))
 	case len(also) == 0:
 		return p, nil
 	}
@@ -369,7 +367,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			return nil, usageError(c, fmt.Sprintf("--also %s: more than %d limits for key %s", text, maxRulesPerKey, r.Key))
 		}
 		p.rules = append(p.rules, r)
-		p.most = max(p.most, s.limit, s.capacity)
+		p.most = max(p.most, s.most())
 	}
 	return p, nil
 }

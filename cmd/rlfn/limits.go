@@ -4,78 +4,84 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
 // limitSpec is one limit as a command line gives it: call's ALGORITHM and flags, or one --also
-// spec. Every algorithm's knowledge of the CLI is in algorithmFields and build.
+// spec. The algorithms, their fields and how the fields make a limit are limitspec's table;
+// this is the command line's wording of it.
 type limitSpec struct {
 	algorithm string
-	key       string          // an --also spec's key=; "" is the call's KEY
-	set       map[string]bool // the fields given
-	limit     int64
-	window    time.Duration
-	capacity  int64
-	rate      int64
-	period    time.Duration
+	alg       limitspec.Algorithm // checked: the algorithm's entry
+	key       string              // an --also spec's key=; "" is the call's KEY
+	set       map[string]bool     // the fields given
+	values    limitspec.Values    // the numbers; the mode is parsed from mode by check
 	mode      string
-	lease     time.Duration
-	reserve   int64
-	name      string
 	policy    string // an --also spec's policy=, set["policy"] when given
 	// field names a field in messages: "--limit" for a flag, "limit=" in an --also spec.
 	field func(string) string
 }
 
-// algorithmFields is what each algorithm takes, in the order of its messages; reserve and name
-// apply to every algorithm, and mode has a default.
-var algorithmFields = map[string][]string{
-	"fixed_window":   {"limit", "window"},
-	"sliding_log":    {"limit", "window"},
-	"sliding_window": {"limit", "window"},
-	"token_bucket":   {"capacity", "rate", "period"},
-	"leaky_bucket":   {"capacity", "rate", "period", "mode"},
-	"concurrency":    {"limit", "lease"},
+// or lists words as a sentence does: "a, b or c".
+func or(words ...string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-const algorithmList = "fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or concurrency"
-
-// limitFields is every field, in the order they are checked.
-var limitFields = []string{"limit", "window", "capacity", "rate", "period", "mode", "lease", "reserve", "name"}
+// modeNames are a leaky bucket's modes as the command line names them: police or shape.
+func modeNames() []string {
+	var names []string
+	for _, m := range limitspec.Modes {
+		names = append(names, m.String())
+	}
+	return names
+}
 
 // check refuses an unknown algorithm, a field the algorithm does not take (so that a typo is not
 // silently ignored) and a missing one.
 func (s *limitSpec) check() error {
 	s.algorithm = strings.ReplaceAll(s.algorithm, "-", "_")
-	want, ok := algorithmFields[s.algorithm]
+	alg, ok := limitspec.Lookup(s.algorithm)
 	if !ok {
-		return fmt.Errorf("unknown algorithm %q: %s", s.algorithm, algorithmList)
+		return fmt.Errorf("unknown algorithm %q: %s", s.algorithm, or(limitspec.Names()...))
 	}
-	for _, f := range limitFields {
-		if s.set[f] && !slices.Contains(want, f) && f != "reserve" && f != "name" {
-			return fmt.Errorf("%s does not apply to %s", s.field(f), s.algorithm)
+	s.alg = alg
+	for _, f := range limitspec.Fields() {
+		if s.set[f.Name] && !alg.Takes(f.Name) {
+			return fmt.Errorf("%s does not apply to %s", s.field(f.Name), s.algorithm)
 		}
 	}
-	for _, f := range want {
-		if f != "mode" && !s.set[f] {
-			return fmt.Errorf("%s needs %s", s.algorithm, s.field(f))
+	for _, f := range alg.Fields {
+		if f.Kind != limitspec.Mode && !s.set[f.Name] {
+			return fmt.Errorf("%s needs %s", s.algorithm, s.field(f.Name))
 		}
 	}
-	if s.mode != "police" && s.mode != "shape" {
-		return fmt.Errorf("%s is police or shape, not %q", s.field("mode"), s.mode)
+	if s.values.Mode, ok = limitspec.ParseMode(s.mode); !ok {
+		return fmt.Errorf("%s is %s, not %q", s.field("mode"), or(modeNames()...), s.mode)
 	}
 	return nil
 }
 
 // clientField is a limit's field as the client names it in a *client.LimitError: Window, or
-// FixedWindow.Window.
-var clientField = regexp.MustCompile(`\b(?:[A-Z][A-Za-z]*\.)?(Limit|Window|Capacity|Rate|Period|Mode|Lease|Reserve)\b`)
+// FixedWindow.Window. Its names are the table's fields that Validate judges, capitalised as the
+// Go fields are.
+var clientField = func() *regexp.Regexp {
+	var names []string
+	for _, f := range limitspec.Fields() {
+		if f.Kind != limitspec.Text {
+			names = append(names, strings.ToUpper(f.Name[:1])+f.Name[1:])
+		}
+	}
+	return regexp.MustCompile(`\b(?:[A-Z][A-Za-z]*\.)?(` + strings.Join(names, "|") + `)\b`)
+}()
 
 // explain words a limit the client refuses in the command line's terms, "--reserve must be
 // from 0 to 5, got 6" ("reserve=" in an --also spec), rather than in the Go fields'.
@@ -96,40 +102,35 @@ func (s *limitSpec) explain(err error) error {
 
 // build is the checked spec's limit; not for concurrency (see concurrency).
 func (s *limitSpec) build() client.Limit {
-	switch s.algorithm {
-	case "fixed_window":
-		return client.FixedWindow{Limit: s.limit, Window: s.window, Reserve: s.reserve, Name: s.name}
-	case "sliding_log":
-		return client.SlidingLog{Limit: s.limit, Window: s.window, Reserve: s.reserve, Name: s.name}
-	case "sliding_window":
-		return client.SlidingWindow{Limit: s.limit, Window: s.window, Reserve: s.reserve, Name: s.name}
-	case "token_bucket":
-		return client.TokenBucket{Capacity: s.capacity, Rate: s.rate, Period: s.period, Reserve: s.reserve, Name: s.name}
-	case "leaky_bucket":
-		mode := client.Police
-		if s.mode == "shape" {
-			mode = client.Shape
-		}
-		return client.LeakyBucket{Capacity: s.capacity, Rate: s.rate, Period: s.period, Mode: mode, Reserve: s.reserve, Name: s.name}
+	if l := s.alg.Limit(s.values); l != nil {
+		return l
 	}
-	panic("build: " + s.algorithm) // check refused it
+	panic("build: " + s.algorithm) // newCallPlan and parseSpec take concurrency apart
 }
 
-func (s *limitSpec) concurrency() client.Concurrency {
-	return client.Concurrency{Limit: s.limit, Lease: s.lease, Reserve: s.reserve, Name: s.name}
-}
+func (s *limitSpec) concurrency() client.Concurrency { return limitspec.Concurrency(s.values) }
+
+// most is the limit or capacity of the spec: no Result.Limit or Remaining is wider.
+func (s *limitSpec) most() int64 { return max(s.values.Limit, s.values.Capacity) }
 
 // flagSpec is the limit of call's ALGORITHM and flags, checked.
 func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 	s := &limitSpec{
 		algorithm: algorithm, set: map[string]bool{},
-		limit: decimalValue(c, "limit"), window: c.Duration("window"),
-		capacity: decimalValue(c, "capacity"), rate: decimalValue(c, "rate"), period: c.Duration("period"), mode: c.String("mode"),
-		lease: c.Duration("lease"), reserve: decimalValue(c, "reserve"), name: c.String("name"),
 		field: func(f string) string { return "--" + f },
 	}
-	for _, f := range limitFields {
-		s.set[f] = c.IsSet(f)
+	for _, f := range limitspec.Fields() {
+		s.set[f.Name] = c.IsSet(f.Name)
+		switch f.Kind {
+		case limitspec.Count:
+			*s.values.Count(f.Name) = decimalValue(c, f.Name)
+		case limitspec.Duration:
+			*s.values.Duration(f.Name) = c.Duration(f.Name)
+		case limitspec.Mode:
+			s.mode = c.String(f.Name)
+		case limitspec.Text:
+			s.values.Name = c.String(f.Name)
+		}
 	}
 	return s, s.check()
 }
@@ -140,9 +141,7 @@ func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 // --policy). A value cannot hold a comma.
 func parseSpec(text string) (*limitSpec, error) {
 	parts := strings.Split(text, ",")
-	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, mode: "police", field: func(f string) string { return f + "=" }}
-	numbers := map[string]*int64{"limit": &s.limit, "capacity": &s.capacity, "rate": &s.rate, "reserve": &s.reserve}
-	durations := map[string]*time.Duration{"window": &s.window, "period": &s.period, "lease": &s.lease}
+	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, mode: limitspec.Modes[0].String(), field: func(f string) string { return f + "=" }}
 	for _, p := range parts[1:] {
 		f, v, ok := strings.Cut(p, "=")
 		if !ok {
@@ -152,17 +151,17 @@ func parseSpec(text string) (*limitSpec, error) {
 			return nil, fmt.Errorf("%s given twice", f)
 		}
 		var err error
-		switch {
-		case numbers[f] != nil:
-			if *numbers[f], err = parseDecimal(v); err != nil {
+		switch n, d := s.values.Count(f), s.values.Duration(f); {
+		case n != nil:
+			if *n, err = parseDecimal(v); err != nil {
 				return nil, fmt.Errorf("%s %v", s.field(f), err) // e.g. limit= "0x10" is not a decimal integer
 			}
-		case durations[f] != nil:
-			*durations[f], err = time.ParseDuration(v)
+		case d != nil:
+			*d, err = time.ParseDuration(v)
 		case f == "mode":
 			s.mode = v
 		case f == "name":
-			s.name = v
+			s.values.Name = v
 		case f == "key":
 			if v == "" {
 				return nil, fmt.Errorf("key= is empty")
@@ -179,7 +178,7 @@ func parseSpec(text string) (*limitSpec, error) {
 			s.policy, s.set[f] = v, true
 			continue
 		default:
-			return nil, fmt.Errorf("unknown field %q: limit, window, capacity, rate, period, mode, reserve, name, key or policy", f)
+			return nil, fmt.Errorf("unknown field %q: %s", f, or(append(alsoFields(), "key", "policy")...))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("invalid value %q for %s", v, s.field(f))
@@ -189,10 +188,25 @@ func parseSpec(text string) (*limitSpec, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if s.algorithm == "concurrency" {
-		return nil, fmt.Errorf("concurrency leases are not part of a decision on several limits")
+	if s.alg.Leases() {
+		return nil, fmt.Errorf("%s leases are not part of a decision on several limits", s.algorithm)
 	}
 	return s, nil
+}
+
+// alsoFields are the fields of the algorithms an --also spec can name (not concurrency's),
+// and the shared ones.
+func alsoFields() []string {
+	var names []string
+	for _, f := range limitspec.Fields() {
+		for _, a := range limitspec.Algorithms {
+			if !a.Leases() && a.Takes(f.Name) {
+				names = append(names, f.Name)
+				break
+			}
+		}
+	}
+	return names
 }
 
 // alsoFlag collects the repeated --also specs as given; they are parsed with the call's KEY.

@@ -5,6 +5,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -54,9 +55,13 @@ func init() {
 // Require ends the test unless Docker is reachable and every image (default:
 // ValkeyImage and RedisImage) is present locally. It skips the test, or fails
 // it when CI=true, so a CI run can never pass by silently skipping. StartValkey,
-// StartRedis and StartCluster call it themselves.
+// StartRedis and StartCluster call it themselves. Under go test -short it skips
+// the test, CI or not (see ErrShort).
 func Require(t testing.TB, images ...string) {
 	t.Helper()
+	if short() {
+		t.Skip(ErrShort)
+	}
 	if len(images) == 0 {
 		images = []string{ValkeyImage(), RedisImage()}
 	}
@@ -68,9 +73,13 @@ func Require(t testing.TB, images ...string) {
 }
 
 // Unavailable ends a test that could not get what it needs (a server, an image): it skips,
-// or fails when CI is set true, so a CI run can never pass by silently skipping.
+// or fails when CI is set true, so a CI run can never pass by silently skipping. Under
+// go test -short it skips, CI or not: the servers were not asked for (see ErrShort).
 func Unavailable(t testing.TB, what string, err error) {
 	t.Helper()
+	if short() {
+		t.Skipf("%s: %v", what, ErrShort)
+	}
 	if inCI() {
 		t.Fatalf("%s: %v (CI=true: failing instead of skipping)", what, err)
 	}
@@ -81,6 +90,16 @@ func Unavailable(t testing.TB, what string, err error) {
 // unreachable or the image is missing. For callers without a test (TestMain);
 // tests call Require.
 func Available(image string) error { return checkImage(image) }
+
+// ErrShort is why no server is started under go test -short: -short asks for the tests that
+// need none (make unit), so a test that needs one is skipped by choice, not for want of a
+// server, and skips even when CI=true. A TestMain that shares servers gets it from NewValkey,
+// NewRedis and NewCluster, and its tests skip through Unavailable.
+var ErrShort = errors.New("needs a server: skipped under go test -short (run it without -short, as make test does)")
+
+// short reports whether the test binary runs with -short. Before the flags are parsed (a
+// TestMain before m.Run) it cannot know, and says no.
+func short() bool { return flag.Parsed() && testing.Short() }
 
 func inCI() bool {
 	ci, _ := strconv.ParseBool(os.Getenv("CI"))
@@ -115,6 +134,9 @@ func docker() (*testcontainers.DockerClient, error) {
 // because no registry is reachable: a missing image would otherwise surface as
 // an obscure pull failure.
 func checkImage(image string) error {
+	if short() {
+		return ErrShort
+	}
 	imagesMu.Lock()
 	defer imagesMu.Unlock()
 	if err, ok := images[image]; ok {

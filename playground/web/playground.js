@@ -5,43 +5,39 @@
 
 const SPAN_MS = 10000; // the timeline shows the last 10 seconds
 const SVG_NS = 'http://www.w3.org/2000/svg';
-const MAX_INT = 999999999999999;
-const MAX_MS = 100000000000;
 // The most marks a card keeps: bursts of 100 as fast as the server answers, or a shaping queue
 // whose delays keep its marks on screen for hours, must not grow the page's memory and redraw
 // time without end. The counts still sum up every decision.
 const MAX_MARKS = 2000;
 
+// A card's words and how its timeline is drawn. Its numbers (their names, labels and bounds)
+// come from the server with the card (status.cards[].fields): the library's bounds, as the
+// client checks them, are never written here.
 const INFO = {
   fixed_window: {
-    title: 'Fixed window', kind: 'window', edges: true,
+    title: 'Fixed window', edges: true,
     blurb: 'At most Limit per window, windows aligned to the clock. One counter: cheap, but up to twice the limit passes around an edge.',
   },
   sliding_log: {
-    title: 'Sliding log', kind: 'window', maxLimit: 100000,
+    title: 'Sliding log',
     blurb: 'At most Limit in any span of Window, exactly: one log entry per request, so memory grows with the limit.',
   },
   sliding_window: {
-    title: 'Sliding window', kind: 'window', edges: true,
+    title: 'Sliding window', edges: true,
     blurb: "The previous window's count, weighted by how much of it the span still covers, plus the current one: close to exact, constant memory.",
   },
   token_bucket: {
-    title: 'Token bucket', kind: 'bucket',
+    title: 'Token bucket',
     blurb: 'Bursts up to Capacity at once, then Rate per Period as tokens refill, continuously.',
   },
   leaky_police: {
-    title: 'Leaky bucket · police', kind: 'bucket',
+    title: 'Leaky bucket · police',
     blurb: 'A queue of Capacity that leaks Rate per Period: admits what fits now, rejects the overflow at once.',
   },
   leaky_shape: {
-    title: 'Leaky bucket · shape', kind: 'bucket', shaped: true,
+    title: 'Leaky bucket · shape', shaped: true,
     blurb: 'The same bucket, admitting with a delay: requests leave evenly spaced, and are rejected only when the queue is full.',
   },
-};
-
-const FIELDS = {
-  window: [['limit', 'Limit', 1, MAX_INT], ['windowMs', 'Window (ms)', 1, MAX_MS]],
-  bucket: [['capacity', 'Capacity', 1, MAX_INT], ['rate', 'Rate', 1, MAX_INT], ['periodMs', 'Period (ms)', 1, MAX_MS]],
 };
 
 const cards = new Map();
@@ -133,7 +129,7 @@ function buildCard(info) {
 
   const fieldBox = node.querySelector('.fields');
   const inputs = {};
-  for (const [name, label, min, max] of fields(meta)) {
+  for (const { name, label, min, max } of info.fields) {
     const l = document.createElement('label');
     l.append(label);
     const input = document.createElement('input');
@@ -159,7 +155,7 @@ function buildCard(info) {
   node.querySelector('.error').id = id + '-error';
 
   const card = {
-    id, meta, node, inputs, burstN, decisions: [], edge: null, busy: false, inBoundary: false,
+    id, meta, fields: info.fields, node, inputs, burstN, decisions: [], edge: null, busy: false, inBoundary: false,
     counts: { admitted: 0, denied: 0, shaped: 0 }, remaining: null, windowMs: info.defaults.windowMs || null,
     svg: node.querySelector('.timeline'),
     error: node.querySelector('.error'),
@@ -187,7 +183,7 @@ function buildCard(info) {
 // number in range. The server checks everything again: this only saves a round trip.
 function params(card) {
   const p = {};
-  for (const [name, label, min, max] of fields(card.meta)) {
+  for (const { name, label, min, max } of card.fields) {
     const v = Number(card.inputs[name].value);
     if (card.inputs[name].value.trim() === '' || !Number.isSafeInteger(v) || v < min || v > max) {
       showError(card, label + ' must be a whole number from ' + min + ' to ' + max + '.');
@@ -198,12 +194,6 @@ function params(card) {
   }
   if (p.windowMs) card.windowMs = p.windowMs;
   return p;
-}
-
-// fields are a card's editable numbers: [name, label, min, max].
-function fields(meta) {
-  return FIELDS[meta.kind].map(([name, label, min, max]) =>
-    [name, label, min, name === 'limit' && meta.maxLimit ? meta.maxLimit : max]);
 }
 
 // showBusy says why a press does nothing: the card is waiting for the playground. The note

@@ -1,0 +1,245 @@
+// Package limitspec is the library's algorithms as rlfn's tools take them: one table from an
+// algorithm's name and fields (the flags and --also specs of rlfn call, the forms of the
+// playground) to a client limit, with each field's bounds.
+//
+// The bounds are the client's: they are read off its Validate, which applies the library's
+// bounds, rather than written again here, so that the client stays the one place that
+// declares them and a tool cannot drift from what the client (and so the library) accepts.
+package limitspec
+
+import (
+	"math"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// Kind is what a field holds.
+type Kind uint8
+
+const (
+	Count    Kind = iota // a whole number of units: a limit, a capacity, a rate, a reserve
+	Duration             // a whole number of milliseconds: a window, a period, a lease
+	Mode                 // a leaky bucket's mode, by its name (see ParseMode)
+	Text                 // a limit's Name
+)
+
+// Field is one field of a limit, named as the tools name it: rlfn call's --limit and limit=,
+// the playground's limit (its durations in milliseconds: windowMs).
+type Field struct {
+	Name string
+	Kind Kind
+	// Min and Max are the widest range the client's Validate accepts for the field, for some
+	// value of the other fields: a Count's units, a Duration's milliseconds; zero for a Mode or
+	// a Text. Validate still judges the limit as a whole (a reserve up to the limit, a sliding
+	// window's Limit * Window below 2^53).
+	Min, Max int64
+}
+
+// Algorithm is one of the library's algorithms as the tools take it.
+type Algorithm struct {
+	Name string // as the library and the client's keys name it: fixed_window
+	// Fields are the fields it takes, in the order of the tools' messages; every algorithm
+	// takes Shared too. Each one but a Mode (police by default) must be given.
+	Fields []Field
+	// limit builds its client limit; nil for concurrency, which is no client.Limit: its calls
+	// take leases (see Concurrency).
+	limit func(Values) client.Limit
+}
+
+// The library's bounds, read off the client's Validate: the largest value it accepts with
+// every other field at its least.
+var (
+	// MaxUnits is the largest number of units the library takes: a limit, a capacity, a
+	// rate, a reserve, a cost or a refund.
+	MaxUnits = largest(func(n int64) bool {
+		return client.FixedWindow{Limit: n, Window: time.Millisecond}.Validate() == nil
+	}, math.MaxInt64)
+	// maxLog is a sliding log's largest limit: the server keeps an entry per unit.
+	maxLog = largest(func(n int64) bool {
+		return client.SlidingLog{Limit: n, Window: time.Millisecond}.Validate() == nil
+	}, math.MaxInt64)
+	// maxMs is the longest window, period or lease in milliseconds; the search stops where
+	// milliseconds would overflow a time.Duration.
+	maxMs = largest(func(ms int64) bool {
+		return client.FixedWindow{Limit: 1, Window: time.Duration(ms) * time.Millisecond}.Validate() == nil
+	}, math.MaxInt64/int64(time.Millisecond))
+)
+
+// The fields, each declared once for every algorithm that takes it.
+var (
+	limit    = Field{Name: "limit", Kind: Count, Min: 1, Max: MaxUnits}
+	logLimit = Field{Name: "limit", Kind: Count, Min: 1, Max: maxLog}
+	window   = Field{Name: "window", Kind: Duration, Min: 1, Max: maxMs}
+	capacity = Field{Name: "capacity", Kind: Count, Min: 1, Max: MaxUnits}
+	rate     = Field{Name: "rate", Kind: Count, Min: 1, Max: MaxUnits}
+	period   = Field{Name: "period", Kind: Duration, Min: 1, Max: maxMs}
+	mode     = Field{Name: "mode", Kind: Mode}
+	lease    = Field{Name: "lease", Kind: Duration, Min: 1, Max: maxMs}
+)
+
+// Shared are the fields every algorithm takes, optional: the units kept for critical callers
+// (up to the limit), and the name that tells two limits of one algorithm apart.
+var Shared = []Field{
+	{Name: "reserve", Kind: Count, Min: 0, Max: MaxUnits},
+	{Name: "name", Kind: Text},
+}
+
+// Algorithms are the library's algorithms, in the order the tools list them.
+var Algorithms = []Algorithm{
+	{"fixed_window", []Field{limit, window}, func(v Values) client.Limit {
+		return client.FixedWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	}},
+	{"sliding_log", []Field{logLimit, window}, func(v Values) client.Limit {
+		return client.SlidingLog{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	}},
+	{"sliding_window", []Field{limit, window}, func(v Values) client.Limit {
+		return client.SlidingWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	}},
+	{"token_bucket", []Field{capacity, rate, period}, func(v Values) client.Limit {
+		return client.TokenBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Reserve: v.Reserve, Name: v.Name}
+	}},
+	{"leaky_bucket", []Field{capacity, rate, period, mode}, func(v Values) client.Limit {
+		return client.LeakyBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Mode: v.Mode, Reserve: v.Reserve, Name: v.Name}
+	}},
+	{"concurrency", []Field{limit, lease}, nil},
+}
+
+// Values are a limit's fields as given; each algorithm reads its own.
+type Values struct {
+	Limit, Capacity, Rate, Reserve int64
+	Window, Period, Lease          time.Duration
+	Mode                           client.Mode
+	Name                           string
+}
+
+// Count is the Count field named name, for a tool that reads fields by name; nil if there is
+// none.
+func (v *Values) Count(name string) *int64 {
+	switch name {
+	case limit.Name:
+		return &v.Limit
+	case capacity.Name:
+		return &v.Capacity
+	case rate.Name:
+		return &v.Rate
+	case Shared[0].Name:
+		return &v.Reserve
+	}
+	return nil
+}
+
+// Duration is the Duration field named name; nil if there is none.
+func (v *Values) Duration(name string) *time.Duration {
+	switch name {
+	case window.Name:
+		return &v.Window
+	case period.Name:
+		return &v.Period
+	case lease.Name:
+		return &v.Lease
+	}
+	return nil
+}
+
+// Lookup is the algorithm named name.
+func Lookup(name string) (Algorithm, bool) {
+	for _, a := range Algorithms {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Algorithm{}, false
+}
+
+// Names are the algorithms' names, in order.
+func Names() []string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = a.Name
+	}
+	return names
+}
+
+// Fields is every field, in the order the tools check them: each algorithm's as they first
+// appear, then Shared.
+func Fields() []Field {
+	var all []Field
+	seen := map[string]bool{}
+	for _, a := range Algorithms {
+		for _, f := range a.Fields {
+			if !seen[f.Name] {
+				seen[f.Name] = true
+				all = append(all, f)
+			}
+		}
+	}
+	return append(all, Shared...)
+}
+
+// Field is a's field named name, Shared ones included.
+func (a Algorithm) Field(name string) (Field, bool) {
+	for _, fs := range [][]Field{a.Fields, Shared} {
+		for _, f := range fs {
+			if f.Name == name {
+				return f, true
+			}
+		}
+	}
+	return Field{}, false
+}
+
+// Takes reports whether a takes the field named name (Shared ones included).
+func (a Algorithm) Takes(name string) bool {
+	_, ok := a.Field(name)
+	return ok
+}
+
+// Leases reports whether a is concurrency: its calls take leases, and it has no client.Limit
+// (see Concurrency).
+func (a Algorithm) Leases() bool { return a.limit == nil }
+
+// Limit is a's limit with v's fields, not validated; nil for an algorithm that Leases.
+func (a Algorithm) Limit(v Values) client.Limit {
+	if a.limit == nil {
+		return nil
+	}
+	return a.limit(v)
+}
+
+// Concurrency is the concurrency limit with v's fields, not validated.
+func Concurrency(v Values) client.Concurrency {
+	return client.Concurrency{Limit: v.Limit, Lease: v.Lease, Reserve: v.Reserve, Name: v.Name}
+}
+
+// Modes are a leaky bucket's modes, the default first.
+var Modes = []client.Mode{client.Police, client.Shape}
+
+// ParseMode is the mode named s, as client.Mode's String names it: police or shape.
+func ParseMode(s string) (client.Mode, bool) {
+	for _, m := range Modes {
+		if m.String() == s {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+// largest is the largest n in [1, hi] for which valid holds, valid holding from 1 up to it and
+// from there on no more. It panics if valid(1) is false: the client's bounds changed shape,
+// and the table must be looked at again.
+func largest(valid func(int64) bool, hi int64) int64 {
+	if !valid(1) {
+		panic("limitspec: the client refuses 1")
+	}
+	lo := int64(1) // valid(lo) holds
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if valid(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}

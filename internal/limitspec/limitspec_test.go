@@ -1,0 +1,171 @@
+package limitspec
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/functions"
+)
+
+// luaConst is a numeric constant the library declares: local NAME = 123.
+func luaConst(t *testing.T, name string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^local ` + name + ` = (\d+)`).FindStringSubmatch(functions.Source)
+	if m == nil {
+		t.Fatalf("functions/ratelimit.lua declares no %s", name)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestBoundsAreTheLibrarys: the bounds read off the client's Validate are the ones the library
+// declares, so that a tool refuses what the server would, and nothing else.
+func TestBoundsAreTheLibrarys(t *testing.T) {
+	for _, c := range []struct {
+		lua  string
+		got  int64
+		what string
+	}{
+		{"MAX_INT", MaxUnits, "MaxUnits"},
+		{"MAX_LOG", maxLog, "a sliding log's limit"},
+		{"MAX_DURATION_MS", maxMs, "a duration in ms"},
+		{"MAX_ID", client.MaxLeaseID, "client.MaxLeaseID"},
+	} {
+		if want := luaConst(t, c.lua); c.got != want {
+			t.Errorf("%s = %d, want the library's %s = %d", c.what, c.got, c.lua, want)
+		}
+	}
+}
+
+func TestLargest(t *testing.T) {
+	for _, c := range []struct{ max, hi int64 }{{1, 1}, {1, 100}, {7, 100}, {99, 100}, {100, 100}, {1 << 40, 1 << 62}} {
+		if got := largest(func(n int64) bool { return n <= c.max }, c.hi); got != c.max {
+			t.Errorf("largest(n <= %d, %d) = %d", c.max, c.hi, got)
+		}
+	}
+}
+
+// TestTable: every algorithm builds the client limit of its name, every field has a place in
+// Values, and each field's bounds are what Validate accepts (and refuses) around them.
+func TestTable(t *testing.T) {
+	v := Values{Limit: 3, Capacity: 4, Rate: 5, Reserve: 1, Window: time.Second, Period: 2 * time.Second,
+		Lease: 3 * time.Second, Mode: client.Shape, Name: "n"}
+	want := map[string]any{
+		"fixed_window":   client.FixedWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
+		"sliding_log":    client.SlidingLog{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
+		"sliding_window": client.SlidingWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
+		"token_bucket":   client.TokenBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Reserve: 1, Name: "n"},
+		"leaky_bucket":   client.LeakyBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Mode: client.Shape, Reserve: 1, Name: "n"},
+		"concurrency":    client.Concurrency{Limit: 3, Lease: 3 * time.Second, Reserve: 1, Name: "n"},
+	}
+	if len(Algorithms) != len(want) {
+		t.Errorf("%d algorithms, want %d", len(Algorithms), len(want))
+	}
+	for _, a := range Algorithms {
+		var got any = a.Limit(v)
+		if a.Leases() {
+			got = Concurrency(v)
+		}
+		if got != want[a.Name] {
+			t.Errorf("%s: %#v, want %#v", a.Name, got, want[a.Name])
+		}
+		if l, ok := got.(client.Limit); ok && !strings.HasSuffix(client.Key("", "k", l), ":"+a.Name+":n") {
+			t.Errorf("%s: its limit's key is %q", a.Name, client.Key("", "k", l))
+		}
+		if b, ok := Lookup(a.Name); !ok || b.Name != a.Name {
+			t.Errorf("Lookup(%q) = %v, %v", a.Name, b.Name, ok)
+		}
+		for _, f := range append(a.Fields, Shared...) {
+			if !a.Takes(f.Name) {
+				t.Errorf("%s does not take its field %s", a.Name, f.Name)
+			}
+			checkBounds(t, a, v, f)
+		}
+	}
+	if _, ok := Lookup("leaky-bucket"); ok {
+		t.Error(`Lookup("leaky-bucket") found one`)
+	}
+}
+
+// checkBounds: Validate accepts f at Min and at Max, with the other fields at values that let
+// it, and refuses it just outside them.
+func checkBounds(t *testing.T, a Algorithm, base Values, f Field) {
+	t.Helper()
+	var set func(v *Values, n int64)
+	switch f.Kind {
+	case Count:
+		if base.Count(f.Name) == nil {
+			t.Fatalf("%s: Values has no count %s", a.Name, f.Name)
+		}
+		set = func(v *Values, n int64) { *v.Count(f.Name) = n }
+	case Duration:
+		if base.Duration(f.Name) == nil {
+			t.Fatalf("%s: Values has no duration %s", a.Name, f.Name)
+		}
+		set = func(v *Values, n int64) { *v.Duration(f.Name) = time.Duration(n) * time.Millisecond }
+	default:
+		if f.Min != 0 || f.Max != 0 {
+			t.Errorf("%s: %s has bounds", a.Name, f.Name)
+		}
+		return
+	}
+	validate := func(n int64) error {
+		// the widest other fields: a bucket of rate 1000 per ms is one tick per unit
+		v := Values{Limit: 1, Capacity: 1, Rate: 1000, Window: time.Millisecond, Period: time.Millisecond, Lease: time.Millisecond}
+		if f.Name == "reserve" {
+			v.Limit, v.Capacity = f.Max, f.Max
+			if a.Name == "sliding_log" {
+				v.Limit = maxLog
+			}
+		}
+		set(&v, n)
+		if a.Leases() {
+			return Concurrency(v).Validate()
+		}
+		return a.Limit(v).Validate()
+	}
+	if f.Name == "reserve" && a.Name == "sliding_log" {
+		f.Max = maxLog // the reserve is at most the limit
+	}
+	for _, c := range []struct {
+		n  int64
+		ok bool
+	}{{f.Min, true}, {f.Max, true}, {f.Min - 1, false}, {f.Max + 1, false}} {
+		if err := validate(c.n); (err == nil) != c.ok {
+			t.Errorf("%s: %s = %d: Validate says %v", a.Name, f.Name, c.n, err)
+		}
+	}
+}
+
+// TestFields: every field once, in the order the tools check them.
+func TestFields(t *testing.T) {
+	var names []string
+	for _, f := range Fields() {
+		names = append(names, f.Name)
+	}
+	if got, want := strings.Join(names, " "), "limit window capacity rate period mode lease reserve name"; got != want {
+		t.Errorf("Fields() = %s, want %s", got, want)
+	}
+	if got := strings.Join(Names(), " "); got != "fixed_window sliding_log sliding_window token_bucket leaky_bucket concurrency" {
+		t.Errorf("Names() = %s", got)
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, c := range []struct {
+		give string
+		want client.Mode
+		ok   bool
+	}{{"police", client.Police, true}, {"shape", client.Shape, true}, {"Shape", 0, false}, {"", 0, false}, {"drip", 0, false}} {
+		if got, ok := ParseMode(c.give); got != c.want || ok != c.ok {
+			t.Errorf("ParseMode(%q) = %v, %v", c.give, got, ok)
+		}
+	}
+}
