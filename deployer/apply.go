@@ -43,21 +43,24 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Phases of Event, in the order a deploy goes through them.
+// Phase is a step of a deploy an Event reports. Its value is what a progress display shows.
+type Phase string
+
+// Phases, in the order a deploy goes through them.
 const (
-	PhaseLock    = "lock"    // the lock was taken (Node: where it lives), or not (Err)
-	PhaseInspect = "inspect" // the target was re-read to check the plan is not stale
-	PhaseLoad    = "load"    // FUNCTION LOAD REPLACE on a primary
-	PhaseVerify  = "verify"  // a node answered the new version (or did not in time)
-	PhaseRestore = "restore" // a changed node was put back as it was
-	PhaseUnlock  = "unlock"  // the lock was released
-	PhaseDone    = "done"    // the deploy is over; Err is Apply's error
+	PhaseLock    Phase = "lock"    // the lock was taken (Node: where it lives), or not (Err)
+	PhaseInspect Phase = "inspect" // the target was re-read to check the plan is not stale
+	PhaseLoad    Phase = "load"    // FUNCTION LOAD REPLACE on a primary
+	PhaseVerify  Phase = "verify"  // a node answered the new version (or did not in time)
+	PhaseRestore Phase = "restore" // a changed node was put back as it was
+	PhaseUnlock  Phase = "unlock"  // the lock was released
+	PhaseDone    Phase = "done"    // the deploy is over; Err is Apply's error
 )
 
 // Event is one step of a running deploy, for progress display.
 type Event struct {
 	Node  Node
-	Phase string
+	Phase Phase
 	Err   error
 }
 

@@ -69,7 +69,7 @@ func refusalText(s Step) string {
 	case RefusalUnreachable:
 		return "is unreachable (" + errText(s.Unreachable) + ")"
 	}
-	return "is refused: " + s.Refusal
+	return "is refused: " + string(s.Refusal)
 }
 
 // NodeError is a failure on one node. It is the cause a PartialError carries when a node

@@ -35,7 +35,7 @@ type want struct {
 	state   State
 	from    string
 	action  Action
-	refusal string
+	refusal Refusal
 	reason  string // checked when set
 }
 

@@ -122,7 +122,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 
 	for _, to := range []struct {
 		release versions.Release
-		refusal string
+		refusal deployer.Refusal
 	}{{v100, deployer.RefusalDowngrade}, {v200, deployer.RefusalMajor}} {
 		before := snapshot(t, cl.Nodes())
 		p := plan(t, tg, to.release, false)
@@ -237,7 +237,7 @@ func TestRefusingPrimary(t *testing.T) {
 		LockKey:     lockKey,
 		Progress: func(e deployer.Event) {
 			if e.Phase == deployer.PhaseRestore || e.Phase == deployer.PhaseLoad {
-				events = append(events, e.Phase+" "+e.Node.Addr)
+				events = append(events, string(e.Phase)+" "+e.Node.Addr)
 			}
 		},
 	})
@@ -266,7 +266,7 @@ func TestRefusingPrimary(t *testing.T) {
 	requireOutcomes(t, rep, want)
 	restored := 0
 	for _, e := range events {
-		if strings.HasPrefix(e, deployer.PhaseRestore+" ") {
+		if strings.HasPrefix(e, string(deployer.PhaseRestore)+" ") {
 			restored++
 		}
 	}

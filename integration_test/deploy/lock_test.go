@@ -195,7 +195,7 @@ func TestCancelled(t *testing.T) {
 			rep, err := tg.Apply(ctx, plan(t, tg, v110, false), deployer.Options{
 				Parallelism: tt.parallelism,
 				Progress: func(e deployer.Event) {
-					phases = append(phases, e.Phase+" "+e.Node.Addr)
+					phases = append(phases, string(e.Phase)+" "+e.Node.Addr)
 					if e.Phase == deployer.PhaseLoad {
 						cancel()
 					}
