@@ -117,8 +117,8 @@ func (r *run) report() Report {
 
 // Apply carries out a plan made from this target:
 //
-//  1. refuse a plan with no nodes (ErrNoNodes), with an unsupported node (UnsupportedError,
-//     forced or not), or with refused steps (RefusedError); a forced plan's unreachable
+//  1. refuse the plan as Plan.Check does: no nodes (ErrNoNodes), an unsupported node
+//     (UnsupportedError, forced or not), refused steps (RefusedError); a forced plan's unreachable
 //     nodes are OutcomeLeftOut and never touched (see Report.LeftOut); a plan with nothing
 //     pending returns at once, every other node unchanged;
 //  2. take the lock (see the package doc), or return ErrLocked;
@@ -170,14 +170,8 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		}
 		r.emit(Event{Phase: PhaseDone, Err: err})
 	}()
-	if len(p.Steps) == 0 {
-		return r.report(), ErrNoNodes
-	}
-	if unsupported := p.Unsupported(); len(unsupported) > 0 {
-		return r.report(), &UnsupportedError{Steps: unsupported}
-	}
-	if refused := p.Refused(); len(refused) > 0 {
-		return r.report(), &RefusedError{Steps: refused}
+	if err := p.Check(); err != nil {
+		return r.report(), err
 	}
 	if !p.Pending() {
 		r.awaitLagging(ctx)

@@ -184,6 +184,24 @@ func (p Plan) Refused() []Step {
 	return out
 }
 
+// Check is what Apply refuses a plan for before it touches any node, in this order:
+// ErrNoNodes for a plan without nodes, an *UnsupportedError when a node cannot run
+// Functions (forced or not: forcing does not help), a *RefusedError when a step trips a
+// safety check and the plan is not forced; nil when Apply may go ahead. Apply calls it
+// first, and a dry run can call it to refuse exactly what the deploy would.
+func (p Plan) Check() error {
+	if len(p.Steps) == 0 {
+		return ErrNoNodes
+	}
+	if unsupported := p.Unsupported(); len(unsupported) > 0 {
+		return &UnsupportedError{Steps: unsupported}
+	}
+	if refused := p.Refused(); len(refused) > 0 {
+		return &RefusedError{Steps: refused}
+	}
+	return nil
+}
+
 // NewPlan decides, for every inspected node, what deploying `to` does:
 //   - a primary not already running `to` is loaded (ActionLoad), a primary running it is
 //     left alone;
