@@ -419,3 +419,42 @@ func TestVerifyGivesUpOnRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyReportOnce: Apply returns one report, made when the run is over: a failed load
+// is restored, the lock's release then fails, and the report Apply returns and the one its
+// PartialError carries are the same, the release's warning and RolledBack included.
+func TestApplyReportOnce(t *testing.T) {
+	p1 := primary("127.0.0.1:7001")
+	c := mock.NewClient(gomock.NewController(t))
+	eval := func(cmd []string) bool { return len(cmd) > 3 && cmd[0] == "EVAL" && cmd[3] == LockKey }
+	set := func(cmd []string) bool { return len(cmd) > 1 && cmd[0] == "SET" && cmd[1] == LockKey }
+	c.EXPECT().Do(gomock.Any(), mock.MatchFn(set, "SET lock")).Return(mock.Result(mock.ValkeyString("OK")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "cluster")).Return(mock.Result(mock.ValkeyString("# Cluster\r\ncluster_enabled:0\r\n")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+		"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(r100.Code),
+	}))))
+	c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r110.Code)).Return(mock.Result(mock.ValkeyError("OOM command not allowed when used memory > 'maxmemory'.")))
+	c.EXPECT().Do(gomock.Any(), mock.MatchFn(eval, "EVAL release")).Return(mock.Result(mock.ValkeyError("NOPERM this user has no permissions to run the 'del' command")))
+	tg := &Target{seed: p1.Addr, dial: func(_ valkey.ClientOption, addr string) (*conn, error) { return &conn{addr: addr, c: c}, nil }}
+
+	var phases []Phase
+	rep, err := tg.Apply(t.Context(), NewPlan([]Installed{on(p1, r100.Code)}, r110, false), Options{Progress: func(e Event) { phases = append(phases, e.Phase) }})
+	var pe *PartialError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Apply: %v, want a PartialError", err)
+	}
+	if len(rep.Warnings) != 1 || rep.Warnings[0].ID != WarnLockRelease || !strings.Contains(rep.Warnings[0].Text, "NOPERM") {
+		t.Errorf("warnings %v, want the lock's release", rep.Warnings)
+	}
+	if !rep.RolledBack || len(rep.Nodes) != 1 || rep.Nodes[0].Outcome != OutcomeFailed {
+		t.Errorf("report %+v, want rolled back, the primary failed", rep)
+	}
+	if fmt.Sprintf("%+v", pe.Report) != fmt.Sprintf("%+v", rep) {
+		t.Errorf("the PartialError's report differs from Apply's:\n%+v\n%+v", pe.Report, rep)
+	}
+	want := []Phase{PhaseLock, PhaseInspect, PhaseLoad, PhaseUnlock, PhaseDone}
+	if fmt.Sprint(phases) != fmt.Sprint(want) {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+}
