@@ -103,12 +103,12 @@ func TestApplyWithoutServer(t *testing.T) {
 					want = tt.wantNodes[i]
 				}
 				if n.Outcome != want {
-					t.Errorf("%s, want %s", n, want)
+					t.Errorf("%s is %s (%v), want %s", n.Node.Addr, n.Outcome, n.Err, want)
 				}
 			}
 			for _, n := range rep.LeftOut() {
 				if n.Outcome != OutcomeLeftOut {
-					t.Errorf("LeftOut() has %s", n)
+					t.Errorf("LeftOut() has %s, %s", n.Node.Addr, n.Outcome)
 				}
 			}
 			if got, want := len(rep.LeftOut()), countOutcome(tt.wantNodes, OutcomeLeftOut); got != want {
@@ -251,7 +251,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 			}
 			for _, n := range r.res {
 				if n.Outcome != want[n.Node.Addr] {
-					t.Errorf("%s, want %s", n, want[n.Node.Addr])
+					t.Errorf("%s is %s (%v), want %s", n.Node.Addr, n.Outcome, n.Err, want[n.Node.Addr])
 				}
 			}
 			// The report shows what the failover made of them: r1 a primary, and p1, when
@@ -262,7 +262,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 			}
 			for _, n := range r.res {
 				if n.RoleAfter != wantRole[n.Node.Addr] {
-					t.Errorf("%s: role after %q, want %q", n, n.RoleAfter, wantRole[n.Node.Addr])
+					t.Errorf("%s: role after %q, want %q", n.Node.Addr, n.RoleAfter, wantRole[n.Node.Addr])
 				}
 			}
 		})
@@ -292,7 +292,7 @@ func TestLoadRefusedReadOnly(t *testing.T) {
 		r.load(t.Context())
 		got := r.res[0]
 		if got.Outcome != OutcomeFailed || got.RoleAfter != tt.want || got.Role() != tt.role || r.changed[0] {
-			t.Errorf("%q: %s, role after %q, changed %v; want failed, %q, unchanged", tt.reply, got, got.RoleAfter, r.changed[0], tt.want)
+			t.Errorf("%q: %s, role after %q, changed %v; want failed, %q, unchanged", tt.reply, got.Outcome, got.RoleAfter, r.changed[0], tt.want)
 		}
 	}
 }
@@ -337,10 +337,10 @@ func TestVerifySaysWhyAReplicaIsLate(t *testing.T) {
 			}
 			r.verify(t.Context())
 			if got := r.res[1]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), tt.want) {
-				t.Errorf("replica: %s, want failed saying %q", got, tt.want)
+				t.Errorf("replica: %s (%v), want failed saying %q", got.Outcome, got.Err, tt.want)
 			}
 			if got := r.res[0]; got.Outcome != OutcomeLoaded {
-				t.Errorf("primary: %s, want loaded", got)
+				t.Errorf("primary: %s (%v), want loaded", got.Outcome, got.Err)
 			}
 		})
 	}
@@ -415,7 +415,7 @@ func TestVerifyGivesUpOnRefusal(t *testing.T) {
 		r.res[0] = NodeResult{Node: p1, From: "1.0.0", To: r110.Version, Outcome: OutcomeLoaded}
 		r.verify(t.Context())
 		if got := r.res[0]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), strings.TrimPrefix(reply, "ERR ")) {
-			t.Errorf("%q: %s, want failed with the refusal", reply, got)
+			t.Errorf("%q: %s (%v), want failed with the refusal", reply, got.Outcome, got.Err)
 		}
 	}
 }

@@ -217,7 +217,7 @@ func TestCancelled(t *testing.T) {
 				switch n.Outcome {
 				case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 				default:
-					t.Errorf("after a cancel: %s", n)
+					t.Errorf("after a cancel: %+v", n)
 				}
 			}
 			if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
