@@ -43,21 +43,24 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Phases of Event, in the order a deploy goes through them.
+// Phase is a step of a deploy an Event reports. Its value is what a progress display shows.
+type Phase string
+
+// Phases, in the order a deploy goes through them.
 const (
-	PhaseLock    = "lock"    // the lock was taken (Node: where it lives), or not (Err)
-	PhaseInspect = "inspect" // the target was re-read to check the plan is not stale
-	PhaseLoad    = "load"    // FUNCTION LOAD REPLACE on a primary
-	PhaseVerify  = "verify"  // a node answered the new version (or did not in time)
-	PhaseRestore = "restore" // a changed node was put back as it was
-	PhaseUnlock  = "unlock"  // the lock was released
-	PhaseDone    = "done"    // the deploy is over; Err is Apply's error
+	PhaseLock    Phase = "lock"    // the lock was taken (Node: where it lives), or not (Err)
+	PhaseInspect Phase = "inspect" // the target was re-read to check the plan is not stale
+	PhaseLoad    Phase = "load"    // FUNCTION LOAD REPLACE on a primary
+	PhaseVerify  Phase = "verify"  // a node answered the new version (or did not in time)
+	PhaseRestore Phase = "restore" // a changed node was put back as it was
+	PhaseUnlock  Phase = "unlock"  // the lock was released
+	PhaseDone    Phase = "done"    // the deploy is over; Err is Apply's error
 )
 
 // Event is one step of a running deploy, for progress display.
 type Event struct {
 	Node  Node
-	Phase string
+	Phase Phase
 	Err   error
 }
 
@@ -68,12 +71,41 @@ type run struct {
 	opts  Options
 	began time.Time
 
-	checks  chan struct{} // bounds the nodes await checks at once
-	emitMu  sync.Mutex    // serialises calls to Progress
-	mu      sync.Mutex    // guards res, changed and failed
-	res     []NodeResult
-	changed []bool // primaries this run may have changed (a load that succeeded or whose fate is unknown)
-	failed  error  // the first failure
+	checks   chan struct{} // bounds the nodes await checks at once
+	emitMu   sync.Mutex    // serialises calls to Progress
+	mu       sync.Mutex    // guards res, changed, failed, restored and warnings
+	res      []NodeResult
+	changed  []bool    // primaries this run may have changed (a load that succeeded or whose fate is unknown)
+	failed   error     // the first failure
+	restored bool      // the run failed and restore ran
+	warnings []Warning // Report.Warnings
+}
+
+// newRun records every node as unchanged, but those a forced plan leaves out: an unreachable
+// node, and a replica behind that its unreachable primary keeps from receiving anything.
+func newRun(t *Target, p Plan, opts Options) *run {
+	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now(), checks: make(chan struct{}, inspectParallelism)}
+	r.res = make([]NodeResult, len(p.Steps))
+	r.changed = make([]bool, len(p.Steps))
+	byAddr := make(map[string]int, len(p.Steps))
+	for i, s := range p.Steps {
+		byAddr[s.Node.Addr] = i
+	}
+	for i, s := range p.Steps {
+		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
+		if !p.Force {
+			continue
+		}
+		if s.State == StateUnreachable {
+			// Never touched from here on: not loaded, verified, re-read nor dialled.
+			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("unreachable: %w", s.Unreachable)
+		} else if root, ok := rootPrimary(p.Steps, byAddr, i); ok && s.Node.Role == RoleReplica &&
+			s.State != StateCurrent && p.Steps[root].State == StateUnreachable {
+			// Its primary is left out, so nothing reaches it: left out as well, not lagging.
+			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("its primary %s is unreachable", p.Steps[root].Node.Addr)
+		}
+	}
+	return r
 }
 
 func (r *run) emit(e Event) {
@@ -106,18 +138,21 @@ func (r *run) failure() error {
 	return r.failed
 }
 
+// report is what the run did so far: Apply makes it once, when the run is over.
 func (r *run) report() Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Report{To: r.p.To.Version, Nodes: slices.Clone(r.res), Duration: time.Since(r.began)}
+	rep := Report{To: r.p.To.Version, Nodes: slices.Clone(r.res), Duration: time.Since(r.began), Warnings: slices.Clone(r.warnings)}
+	rep.RolledBack = r.restored && len(rep.NotRestored()) == 0
+	return rep
 }
 
 // Apply carries out a plan made from this target:
 //
-//  1. refuse a plan with no nodes (ErrNoNodes), with an unsupported node (UnsupportedError,
-//     forced or not), or with refused steps (RefusedError); a forced plan's unreachable
-//     nodes are OutcomeLeftOut and never touched (see Report.LeftOut); a plan with nothing
-//     pending returns at once, every other node unchanged;
+//  1. refuse the plan as Plan.Check does: no nodes (ErrNoNodes), an unsupported node
+//     (UnsupportedError, forced or not), refused steps (RefusedError); a forced plan's
+//     unreachable nodes are OutcomeLeftOut and never touched (see Report.LeftOut); a plan
+//     with nothing pending returns at once, every other node unchanged;
 //  2. take the lock (see the package doc), or return ErrLocked;
 //  3. discover and inspect again, and return ErrStalePlan if any node joined, left,
 //     changed role or runs other code than the plan saw (nodes a forced plan leaves out
@@ -134,85 +169,58 @@ func (r *run) report() Report {
 //
 // A replica that receives nothing (its primary already runs the release) yet runs other
 // code is given Options.VerifyTimeout to catch up (the same window as step 5's, not one
-// after it), also when nothing is pending; one that
-// does not is OutcomeLagging. A deploy that left nodes out (forced past unreachable nodes,
-// and their replicas) or found a lagging replica returns a *PartialError whose cause is
-// ErrNotDeployed, even when nothing else failed: Apply returns nil only when every node the
-// plan knows of runs the release at the end. The Report is returned with every error.
-func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, err error) {
-	r := &run{t: t, p: p, opts: opts.withDefaults(), began: time.Now(), checks: make(chan struct{}, inspectParallelism)}
-	r.res = make([]NodeResult, len(p.Steps))
-	r.changed = make([]bool, len(p.Steps))
-	byAddr := make(map[string]int, len(p.Steps))
-	for i, s := range p.Steps {
-		byAddr[s.Node.Addr] = i
+// after it), also when nothing is pending; one that does not is OutcomeLagging. A deploy
+// that left nodes out (forced past unreachable nodes, and their replicas) or found a
+// lagging replica returns a *PartialError whose cause is ErrNotDeployed, even when nothing
+// else failed: Apply returns nil only when every node the plan knows of runs the release at
+// the end. The Report is returned with every error, made once the lock is released (its
+// Warnings hold a failed release); a *PartialError carries the same Report.
+func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (Report, error) {
+	r := newRun(t, p, opts)
+	err := r.deploy(ctx)
+	// The run is over, the lock released: the report is made once, and the error carries
+	// the same one.
+	rep := r.report()
+	switch {
+	case r.restored:
+		err = &PartialError{Report: rep, Err: err}
+	case err == nil && len(rep.NotDeployed()) > 0:
+		// It failed nowhere, but a node does not run the release: not a success.
+		err = &PartialError{Report: rep, Err: ErrNotDeployed}
 	}
-	for i, s := range p.Steps {
-		r.res[i] = NodeResult{Node: s.Node, From: s.From, To: p.To.Version, Outcome: OutcomeUnchanged}
-		if !p.Force {
-			continue
-		}
-		if s.State == StateUnreachable {
-			// Never touched from here on: not loaded, verified, re-read nor dialled.
-			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("unreachable: %w", s.Unreachable)
-		} else if root, ok := rootPrimary(p.Steps, byAddr, i); ok && s.Node.Role == RoleReplica &&
-			s.State != StateCurrent && p.Steps[root].State == StateUnreachable {
-			// Its primary is left out, so nothing reaches it: left out as well, not lagging.
-			r.res[i].Outcome, r.res[i].Err = OutcomeLeftOut, fmt.Errorf("its primary %s is unreachable", p.Steps[root].Node.Addr)
-		}
+	r.emit(Event{Phase: PhaseDone, Err: err})
+	return rep, err
+}
+
+// deploy is Apply's steps 1 to 7, each node's outcome recorded in r as it goes. It returns
+// what stopped the deploy: a refusal, the lock, a stale plan, or the failure that made it
+// restore (r.restored).
+func (r *run) deploy(ctx context.Context) error {
+	if err := r.p.Check(); err != nil {
+		return err
 	}
-	defer func() {
-		if rep.To == "" {
-			rep = r.report()
-		}
-		r.emit(Event{Phase: PhaseDone, Err: err})
-	}()
-	if len(p.Steps) == 0 {
-		return r.report(), ErrNoNodes
-	}
-	if unsupported := p.Unsupported(); len(unsupported) > 0 {
-		return r.report(), &UnsupportedError{Steps: unsupported}
-	}
-	if refused := p.Refused(); len(refused) > 0 {
-		return r.report(), &RefusedError{Steps: refused}
-	}
-	if !p.Pending() {
+	if !r.p.Pending() {
 		r.awaitLagging(ctx)
-		return r.complete()
+		return nil
 	}
 
-	lockClient, lockNode, err := t.lockClient(p, r.opts.LockKey)
+	lockClient, lockNode, err := r.t.lockClient(r.p, r.opts.LockKey)
 	if err != nil {
 		r.emit(Event{Phase: PhaseLock, Err: err})
-		return r.report(), err
+		return err
 	}
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l, err := acquire(ctx, lockClient, r.opts.LockKey, lockNode.Addr, r.opts.Owner, r.opts.LockLease, func() { cancel(ErrLockLost) })
 	r.emit(Event{Node: lockNode, Phase: PhaseLock, Err: err})
 	if err != nil {
-		return r.report(), err
+		return err
 	}
-	defer func() {
-		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer ucancel()
-		uerr := l.release(uctx)
-		r.emit(Event{Node: lockNode, Phase: PhaseUnlock, Err: uerr})
-		if uerr == nil {
-			return
-		}
-		// The deploy is done either way and the lease runs out by itself: a warning, not
-		// a failed deploy. Its text names the node.
-		rep.Warnings = append(rep.Warnings, Warning{ID: WarnLockRelease, Text: causeText(uerr)})
-		var pe *PartialError
-		if errors.As(err, &pe) {
-			pe.Report.Warnings = rep.Warnings
-		}
-	}()
+	defer r.unlock(ctx, l, lockNode)
 
-	if err := t.checkStale(dctx, p); err != nil {
+	if err := r.t.checkStale(dctx, r.p); err != nil {
 		r.emit(Event{Phase: PhaseInspect, Err: err})
-		return r.report(), err
+		return err
 	}
 	r.emit(Event{Phase: PhaseInspect})
 
@@ -225,32 +233,36 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (rep Report, e
 		wg.Go(func() { r.awaitLagging(dctx) })
 		wg.Wait()
 	}
-	if err := r.failure(); err != nil {
-		if c := context.Cause(dctx); c != nil {
-			// The cancellation or lost lock is the cause; a node's failure that is only its
-			// consequence is not worth naming.
-			if errors.Is(err, c) {
-				err = c
-			} else {
-				err = fmt.Errorf("%w (%w)", c, err)
-			}
-		}
-		r.restore(ctx)
-		rep := r.report()
-		rep.RolledBack = len(rep.NotRestored()) == 0
-		return rep, &PartialError{Report: rep, Err: err}
+	err = r.failure()
+	if err == nil {
+		return nil
 	}
-	return r.complete()
+	if c := context.Cause(dctx); c != nil {
+		// The cancellation or lost lock is the cause; a node's failure that is only its
+		// consequence is not worth naming.
+		if errors.Is(err, c) {
+			err = c
+		} else {
+			err = fmt.Errorf("%w (%w)", c, err)
+		}
+	}
+	r.restore(ctx)
+	return err
 }
 
-// complete ends a run that failed nowhere: it is a success only if no node was left out
-// and no replica lags.
-func (r *run) complete() (Report, error) {
-	rep := r.report()
-	if len(rep.NotDeployed()) > 0 {
-		return rep, &PartialError{Report: rep, Err: ErrNotDeployed}
+// unlock releases the lock. The deploy is done either way and the lease runs out by itself,
+// so a release that fails is a warning of the report, not a failed deploy. Its text names
+// the node.
+func (r *run) unlock(ctx context.Context, l *lease, where Node) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := l.release(uctx)
+	r.emit(Event{Node: where, Phase: PhaseUnlock, Err: err})
+	if err != nil {
+		r.mu.Lock()
+		r.warnings = append(r.warnings, Warning{ID: WarnLockRelease, Text: causeText(err)})
+		r.mu.Unlock()
 	}
-	return rep, nil
 }
 
 // lockClient returns the Target's connection to the node that holds the lock key: the

@@ -103,12 +103,12 @@ func TestApplyWithoutServer(t *testing.T) {
 					want = tt.wantNodes[i]
 				}
 				if n.Outcome != want {
-					t.Errorf("%s, want %s", n, want)
+					t.Errorf("%s is %s (%v), want %s", n.Node.Addr, n.Outcome, n.Err, want)
 				}
 			}
 			for _, n := range rep.LeftOut() {
 				if n.Outcome != OutcomeLeftOut {
-					t.Errorf("LeftOut() has %s", n)
+					t.Errorf("LeftOut() has %s, %s", n.Node.Addr, n.Outcome)
 				}
 			}
 			if got, want := len(rep.LeftOut()), countOutcome(tt.wantNodes, OutcomeLeftOut); got != want {
@@ -251,7 +251,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 			}
 			for _, n := range r.res {
 				if n.Outcome != want[n.Node.Addr] {
-					t.Errorf("%s, want %s", n, want[n.Node.Addr])
+					t.Errorf("%s is %s (%v), want %s", n.Node.Addr, n.Outcome, n.Err, want[n.Node.Addr])
 				}
 			}
 			// The report shows what the failover made of them: r1 a primary, and p1, when
@@ -262,7 +262,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 			}
 			for _, n := range r.res {
 				if n.RoleAfter != wantRole[n.Node.Addr] {
-					t.Errorf("%s: role after %q, want %q", n, n.RoleAfter, wantRole[n.Node.Addr])
+					t.Errorf("%s: role after %q, want %q", n.Node.Addr, n.RoleAfter, wantRole[n.Node.Addr])
 				}
 			}
 		})
@@ -292,7 +292,7 @@ func TestLoadRefusedReadOnly(t *testing.T) {
 		r.load(t.Context())
 		got := r.res[0]
 		if got.Outcome != OutcomeFailed || got.RoleAfter != tt.want || got.Role() != tt.role || r.changed[0] {
-			t.Errorf("%q: %s, role after %q, changed %v; want failed, %q, unchanged", tt.reply, got, got.RoleAfter, r.changed[0], tt.want)
+			t.Errorf("%q: %s, role after %q, changed %v; want failed, %q, unchanged", tt.reply, got.Outcome, got.RoleAfter, r.changed[0], tt.want)
 		}
 	}
 }
@@ -337,10 +337,10 @@ func TestVerifySaysWhyAReplicaIsLate(t *testing.T) {
 			}
 			r.verify(t.Context())
 			if got := r.res[1]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), tt.want) {
-				t.Errorf("replica: %s, want failed saying %q", got, tt.want)
+				t.Errorf("replica: %s (%v), want failed saying %q", got.Outcome, got.Err, tt.want)
 			}
 			if got := r.res[0]; got.Outcome != OutcomeLoaded {
-				t.Errorf("primary: %s, want loaded", got)
+				t.Errorf("primary: %s (%v), want loaded", got.Outcome, got.Err)
 			}
 		})
 	}
@@ -415,7 +415,46 @@ func TestVerifyGivesUpOnRefusal(t *testing.T) {
 		r.res[0] = NodeResult{Node: p1, From: "1.0.0", To: r110.Version, Outcome: OutcomeLoaded}
 		r.verify(t.Context())
 		if got := r.res[0]; got.Outcome != OutcomeFailed || got.Err == nil || !strings.Contains(got.Err.Error(), strings.TrimPrefix(reply, "ERR ")) {
-			t.Errorf("%q: %s, want failed with the refusal", reply, got)
+			t.Errorf("%q: %s (%v), want failed with the refusal", reply, got.Outcome, got.Err)
 		}
+	}
+}
+
+// TestApplyReportOnce: Apply returns one report, made when the run is over: a failed load
+// is restored, the lock's release then fails, and the report Apply returns and the one its
+// PartialError carries are the same, the release's warning and RolledBack included.
+func TestApplyReportOnce(t *testing.T) {
+	p1 := primary("127.0.0.1:7001")
+	c := mock.NewClient(gomock.NewController(t))
+	eval := func(cmd []string) bool { return len(cmd) > 3 && cmd[0] == "EVAL" && cmd[3] == LockKey }
+	set := func(cmd []string) bool { return len(cmd) > 1 && cmd[0] == "SET" && cmd[1] == LockKey }
+	c.EXPECT().Do(gomock.Any(), mock.MatchFn(set, "SET lock")).Return(mock.Result(mock.ValkeyString("OK")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "cluster")).Return(mock.Result(mock.ValkeyString("# Cluster\r\ncluster_enabled:0\r\n")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("INFO", "replication")).Return(mock.Result(mock.ValkeyString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")))
+	c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LIST", "LIBRARYNAME", "ratelimit", "WITHCODE")).Return(mock.Result(mock.ValkeyArray(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+		"library_name": mock.ValkeyString("ratelimit"), "engine": mock.ValkeyString("LUA"), "library_code": mock.ValkeyString(r100.Code),
+	}))))
+	c.EXPECT().Do(gomock.Any(), mock.Match("FUNCTION", "LOAD", "REPLACE", r110.Code)).Return(mock.Result(mock.ValkeyError("OOM command not allowed when used memory > 'maxmemory'.")))
+	c.EXPECT().Do(gomock.Any(), mock.MatchFn(eval, "EVAL release")).Return(mock.Result(mock.ValkeyError("NOPERM this user has no permissions to run the 'del' command")))
+	tg := &Target{seed: p1.Addr, dial: func(_ valkey.ClientOption, addr string) (*conn, error) { return &conn{addr: addr, c: c}, nil }}
+
+	var phases []Phase
+	rep, err := tg.Apply(t.Context(), NewPlan([]Installed{on(p1, r100.Code)}, r110, false), Options{Progress: func(e Event) { phases = append(phases, e.Phase) }})
+	var pe *PartialError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Apply: %v, want a PartialError", err)
+	}
+	if len(rep.Warnings) != 1 || rep.Warnings[0].ID != WarnLockRelease || !strings.Contains(rep.Warnings[0].Text, "NOPERM") {
+		t.Errorf("warnings %v, want the lock's release", rep.Warnings)
+	}
+	if !rep.RolledBack || len(rep.Nodes) != 1 || rep.Nodes[0].Outcome != OutcomeFailed {
+		t.Errorf("report %+v, want rolled back, the primary failed", rep)
+	}
+	if fmt.Sprintf("%+v", pe.Report) != fmt.Sprintf("%+v", rep) {
+		t.Errorf("the PartialError's report differs from Apply's:\n%+v\n%+v", pe.Report, rep)
+	}
+	want := []Phase{PhaseLock, PhaseInspect, PhaseLoad, PhaseUnlock, PhaseDone}
+	if fmt.Sprint(phases) != fmt.Sprint(want) {
+		t.Errorf("phases %v, want %v", phases, want)
 	}
 }

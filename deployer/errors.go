@@ -14,7 +14,8 @@ var ErrLocked = errors.New("deployer: another deploy holds the lock")
 // joined or left, changed role, or runs other code): plan again.
 var ErrStalePlan = errors.New("deployer: the target changed since the plan")
 
-// ErrNoNodes is returned by Apply for a plan with no nodes: there is nothing to deploy to.
+// ErrNoNodes is returned by Apply (and Plan.Check) for a plan with no nodes: there is
+// nothing to deploy to.
 var ErrNoNodes = errors.New("deployer: the plan has no nodes")
 
 // ErrLockLost is the cause of a deploy aborted because its lock expired or was taken over
@@ -26,8 +27,8 @@ var ErrLockLost = errors.New("deployer: the deploy lock was lost")
 // (OutcomeLagging): they do NOT run the release.
 var ErrNotDeployed = errors.New("deployer: not every node runs the release")
 
-// UnsupportedError is returned by Apply for a plan with nodes that cannot run Functions:
-// forcing does not help, the server has to change.
+// UnsupportedError is returned by Apply (and Plan.Check) for a plan with nodes that cannot
+// run Functions: forcing does not help, the server has to change.
 type UnsupportedError struct {
 	Steps []Step
 }
@@ -40,8 +41,9 @@ func (e *UnsupportedError) Error() string {
 	return "deployer: " + strings.Join(parts, "; ") + "; " + needs
 }
 
-// RefusedError is returned by Apply for a plan with refused steps (drift, downgrade, major
-// change, unreachable node) that was not forced.
+// RefusedError is returned by Apply (and Plan.Check) for a plan with refused steps (drift,
+// downgrade, major change, unreachable node) that was not forced. Its message names each
+// node and its refusal; how to force a plan is the caller's to say (NewPlan's force).
 type RefusedError struct {
 	Steps []Step
 }
@@ -51,7 +53,7 @@ func (e *RefusedError) Error() string {
 	for _, s := range e.Steps {
 		parts = append(parts, s.Node.Addr+" "+refusalText(s))
 	}
-	return "deployer: refused: " + strings.Join(parts, "; ") + " (use --force)"
+	return "deployer: refused: " + strings.Join(parts, "; ")
 }
 
 // refusalText says why a step is refused, after the node's address.
@@ -69,7 +71,7 @@ func refusalText(s Step) string {
 	case RefusalUnreachable:
 		return "is unreachable (" + errText(s.Unreachable) + ")"
 	}
-	return "is refused: " + s.Refusal
+	return "is refused: " + string(s.Refusal)
 }
 
 // NodeError is a failure on one node. It is the cause a PartialError carries when a node

@@ -37,12 +37,15 @@ const (
 	ActionReplicate Action = "replicate"
 )
 
-// Refusals: the safety checks that block a step unless the plan is forced.
+// Refusal is the safety check that blocks a step unless the plan is forced; "" for none.
+// Its value is stable: deploy --json prints it.
+type Refusal string
+
 const (
-	RefusalDrift       = "drift"       // would overwrite code that matches no release
-	RefusalDowngrade   = "downgrade"   // would replace a newer release with an older one
-	RefusalMajor       = "major"       // would change the major version (the client contract)
-	RefusalUnreachable = "unreachable" // the node could not be read; forced, it is left out (and NOT deployed)
+	RefusalDrift       Refusal = "drift"       // would overwrite code that matches no release
+	RefusalDowngrade   Refusal = "downgrade"   // would replace a newer release with an older one
+	RefusalMajor       Refusal = "major"       // would change the major version (the client contract)
+	RefusalUnreachable Refusal = "unreachable" // the node could not be read; forced, it is left out (and NOT deployed)
 )
 
 // FromDrifted is Step.From for a node whose code matches no release.
@@ -64,8 +67,8 @@ type Step struct {
 	From    string // installed release; "" when absent, unreachable or unsupported; FromDrifted for drifted code
 	To      string
 	Action  Action
-	Reason  string // why this action, for people; a refused step's says what is refused
-	Refusal string // the safety check this step trips (Refusal* constants), recorded even when forced
+	Reason  string  // why this action, for people; a refused step's says what is refused
+	Refusal Refusal // the safety check this step trips, recorded even when forced
 }
 
 // Pending reports whether applying the plan would load anything.
@@ -181,6 +184,24 @@ func (p Plan) Refused() []Step {
 	return out
 }
 
+// Check is what Apply refuses a plan for before it touches any node, in this order:
+// ErrNoNodes for a plan without nodes, an *UnsupportedError when a node cannot run
+// Functions (forced or not: forcing does not help), a *RefusedError when a step trips a
+// safety check and the plan is not forced; nil when Apply may go ahead. Apply calls it
+// first, and a dry run can call it to refuse exactly what the deploy would.
+func (p Plan) Check() error {
+	if len(p.Steps) == 0 {
+		return ErrNoNodes
+	}
+	if unsupported := p.Unsupported(); len(unsupported) > 0 {
+		return &UnsupportedError{Steps: unsupported}
+	}
+	if refused := p.Refused(); len(refused) > 0 {
+		return &RefusedError{Steps: refused}
+	}
+	return nil
+}
+
 // NewPlan decides, for every inspected node, what deploying `to` does:
 //   - a primary not already running `to` is loaded (ActionLoad), a primary running it is
 //     left alone;
@@ -294,7 +315,7 @@ func classify(in Installed, to versions.Release) Step {
 	return s
 }
 
-func refusal(s Step, to versions.Release) string {
+func refusal(s Step, to versions.Release) Refusal {
 	switch {
 	case s.State == StateDrifted:
 		return RefusalDrift

@@ -35,7 +35,7 @@ type want struct {
 	state   State
 	from    string
 	action  Action
-	refusal string
+	refusal Refusal
 	reason  string // checked when set
 }
 
@@ -399,7 +399,7 @@ func TestRefusedError(t *testing.T) {
 	err := &RefusedError{Steps: NewPlan(in, r100, false).Refused()}
 	want := "deployer: refused: 127.0.0.1:7001 has drifted code (declares 1.1.0); " +
 		"127.0.0.1:7002 would downgrade 1.1.0 to 1.0.0; " +
-		"127.0.0.1:7003 would change major version 2.0.0 to 1.0.0 (use --force)"
+		"127.0.0.1:7003 would change major version 2.0.0 to 1.0.0"
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
 	}
@@ -496,6 +496,81 @@ func TestPlanLagging(t *testing.T) {
 			}
 			if p.Pending() != tt.wantPending {
 				t.Errorf("Pending() = %v, want %v", p.Pending(), tt.wantPending)
+			}
+		})
+	}
+}
+
+// TestPlanCheck: what Apply refuses before touching a node, in its order of precedence, and
+// that force overrides the safety checks but not an unsupported node.
+func TestPlanCheck(t *testing.T) {
+	p1, p2 := primary("127.0.0.1:7001"), primary("127.0.0.1:7002")
+	unsupported := Installed{Node: p2, Unsupported: "FUNCTION is not a command here"}
+	down := Installed{Node: p2, Unreachable: errors.New("connect: connection refused")}
+	tests := []struct {
+		name  string
+		give  []Installed
+		force bool
+		want  func(error) bool
+	}{
+		{
+			name: "no nodes",
+			want: func(err error) bool { return errors.Is(err, ErrNoNodes) },
+		},
+		{
+			name: "current: nothing refused",
+			give: []Installed{on(p1, r110.Code)},
+			want: func(err error) bool { return err == nil },
+		},
+		{
+			name: "upgrade: nothing refused",
+			give: []Installed{on(p1, r100.Code)},
+			want: func(err error) bool { return err == nil },
+		},
+		{
+			name: "drift",
+			give: []Installed{on(p1, drifted)},
+			want: func(err error) bool {
+				var re *RefusedError
+				return errors.As(err, &re) && len(re.Steps) == 1 && re.Steps[0].Refusal == RefusalDrift
+			},
+		},
+		{
+			name:  "drift, forced",
+			give:  []Installed{on(p1, drifted)},
+			force: true,
+			want:  func(err error) bool { return err == nil },
+		},
+		{
+			name: "unreachable",
+			give: []Installed{on(p1, r100.Code), down},
+			want: func(err error) bool {
+				var re *RefusedError
+				return errors.As(err, &re) && len(re.Steps) == 1 && re.Steps[0].Refusal == RefusalUnreachable
+			},
+		},
+		{
+			name:  "unreachable, forced: left out by Apply, not refused",
+			give:  []Installed{on(p1, r100.Code), down},
+			force: true,
+			want:  func(err error) bool { return err == nil },
+		},
+		{
+			name: "unsupported before refused",
+			give: []Installed{on(p1, drifted), unsupported},
+			want: func(err error) bool { var ue *UnsupportedError; return errors.As(err, &ue) && len(ue.Steps) == 1 },
+		},
+		{
+			name:  "unsupported, forced: still refused",
+			give:  []Installed{on(p1, r100.Code), unsupported},
+			force: true,
+			want:  func(err error) bool { var ue *UnsupportedError; return errors.As(err, &ue) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := NewPlan(tt.give, r110, tt.force).Check(); !tt.want(err) {
+				t.Errorf("Check() = %v", err)
 			}
 		})
 	}

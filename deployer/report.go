@@ -1,10 +1,6 @@
 package deployer
 
-import (
-	"fmt"
-	"strings"
-	"time"
-)
+import "time"
 
 // Outcome is what a deploy did to one node.
 type Outcome string
@@ -28,7 +24,8 @@ const (
 	OutcomeLagging Outcome = "lagging"
 )
 
-// Report is what Apply did, one NodeResult per plan step, same order.
+// Report is what Apply did, one NodeResult per plan step, same order. It is data: rlfn
+// renders it as a table and as JSON.
 type Report struct {
 	To       string
 	Nodes    []NodeResult
@@ -95,40 +92,4 @@ func (r NodeResult) Role() string {
 		return string(r.Node.Role)
 	}
 	return string(r.Node.Role) + "->" + string(r.RoleAfter)
-}
-
-// String is one line for the CLI, e.g.
-// "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)", or after a rollback
-// "127.0.0.1:7001 primary restored 1.0.0 (9ms)", or for a node a forced deploy left out
-// "127.0.0.1:7002 primary left-out: NOT deployed (unreachable: flagged fail by the cluster)".
-func (r NodeResult) String() string {
-	from := r.From
-	if from == "" {
-		from = "absent"
-	}
-	var b strings.Builder
-	if r.Outcome == OutcomeLeftOut || r.Outcome == OutcomeLagging {
-		// A left-out node's From is empty: what it runs is unknown, not absent.
-		why := "unreachable"
-		if r.Err != nil {
-			why = oneLine(r.Err.Error())
-		}
-		return fmt.Sprintf("%s %s %s: NOT deployed (%s)", r.Node.Addr, r.Role(), r.Outcome, why)
-	}
-	fmt.Fprintf(&b, "%s %s %s ", r.Node.Addr, r.Role(), r.Outcome)
-	switch {
-	case r.Outcome == OutcomeUnchanged && r.From == r.To:
-		b.WriteString(r.To)
-	case r.Outcome == OutcomeRestored:
-		b.WriteString(from) // what it runs again
-	default:
-		b.WriteString(from + " -> " + r.To)
-	}
-	if r.Duration > 0 {
-		fmt.Fprintf(&b, " (%s)", r.Duration.Round(time.Millisecond))
-	}
-	if r.Err != nil {
-		b.WriteString(": " + oneLine(r.Err.Error()))
-	}
-	return b.String()
 }

@@ -4,56 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 )
-
-func TestNodeResultString(t *testing.T) {
-	p := Node{Addr: "127.0.0.1:7001", Role: RolePrimary}
-	r := Node{Addr: "127.0.0.1:7004", Role: RoleReplica, Primary: p.Addr}
-	oom := errors.New("FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.")
-	tests := []struct {
-		give NodeResult
-		want string
-	}{
-		{
-			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeLoaded, Duration: 14*time.Millisecond + 300*time.Microsecond},
-			want: "127.0.0.1:7001 primary loaded 1.0.0 -> 1.1.0 (14ms)",
-		},
-		{
-			give: NodeResult{Node: p, From: "", To: "1.1.0", Outcome: OutcomeLoaded, Duration: 3 * time.Millisecond},
-			want: "127.0.0.1:7001 primary loaded absent -> 1.1.0 (3ms)",
-		},
-		{
-			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeReplicated, Duration: 40 * time.Millisecond},
-			want: "127.0.0.1:7004 replica replicated 1.0.0 -> 1.1.0 (40ms)",
-		},
-		{
-			give: NodeResult{Node: p, From: "1.1.0", To: "1.1.0", Outcome: OutcomeUnchanged},
-			want: "127.0.0.1:7001 primary unchanged 1.1.0",
-		},
-		{
-			give: NodeResult{Node: p, From: FromDrifted, To: "1.1.0", Outcome: OutcomeRestored, Duration: time.Second},
-			want: "127.0.0.1:7001 primary restored drifted (1s)",
-		},
-		{
-			give: NodeResult{Node: p, From: "1.0.0", To: "1.1.0", Outcome: OutcomeFailed, Err: oom, Duration: time.Millisecond},
-			want: "127.0.0.1:7001 primary failed 1.0.0 -> 1.1.0 (1ms): FUNCTION LOAD: OOM command not allowed when used memory > 'maxmemory'.",
-		},
-		{
-			give: NodeResult{Node: p, From: "", To: "1.1.0", Outcome: OutcomeLeftOut, Err: errors.New("unreachable: flagged fail by the cluster")},
-			want: "127.0.0.1:7001 primary left-out: NOT deployed (unreachable: flagged fail by the cluster)",
-		},
-		{
-			give: NodeResult{Node: r, From: "1.0.0", To: "1.1.0", Outcome: OutcomeSkipped},
-			want: "127.0.0.1:7004 replica skipped 1.0.0 -> 1.1.0",
-		},
-	}
-	for _, tt := range tests {
-		if got := tt.give.String(); got != tt.want {
-			t.Errorf("got  %s\nwant %s", got, tt.want)
-		}
-	}
-}
 
 func TestPartialError(t *testing.T) {
 	oom := errors.New("FUNCTION LOAD: OOM command not allowed\nwhen used memory > 'maxmemory'")

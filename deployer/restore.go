@@ -16,6 +16,9 @@ import (
 func (r *run) restore(parent context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), r.opts.VerifyTimeout+10*time.Second)
 	defer cancel()
+	r.mu.Lock()
+	r.restored = true
+	r.mu.Unlock()
 	byAddr := map[string]int{}
 	for i, s := range r.p.Steps {
 		byAddr[s.Node.Addr] = i

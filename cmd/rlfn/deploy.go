@@ -77,6 +77,7 @@ func deployAction(c *cli.Context) error {
 		}
 	}
 	finish := func(err error) error {
+		err = forceAdvice(err)
 		if asJSON {
 			if err != nil && !isWarnings(err) {
 				out.Error = oneLine(err.Error())
@@ -87,11 +88,10 @@ func deployAction(c *cli.Context) error {
 		}
 		return err
 	}
-	if unsupported := plan.Unsupported(); len(unsupported) > 0 {
-		return finish(&deployer.UnsupportedError{Steps: unsupported})
-	}
-	if refused := plan.Refused(); len(refused) > 0 {
-		return finish(&deployer.RefusedError{Steps: refused})
+	// What Apply would refuse is refused before the question and the dry run, by the same
+	// check: a script learns of it either way.
+	if err := plan.Check(); err != nil {
+		return finish(err)
 	}
 	if c.Bool("dry-run") {
 		// A forced plan with unreachable nodes would leave them out and exit 1: so does its
@@ -141,6 +141,16 @@ func deployAction(c *cli.Context) error {
 		err = unaccepted(c, deployWarnings(plan, report))
 	}
 	return finish(err)
+}
+
+// forceAdvice adds to a refusal the flag that overrides it: the deployer's error names each
+// node and its safety check, and only the CLI knows how a person forces a plan.
+func forceAdvice(err error) error {
+	var refused *deployer.RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("%w (use --force)", err)
+	}
+	return err
 }
 
 // deployWarnings are the warnings that decide a finished deploy's exit code: the plan's and

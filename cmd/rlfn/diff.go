@@ -132,7 +132,7 @@ func stepsJSON(plan deployer.Plan) []stepJSON {
 	for _, s := range plan.Steps {
 		out = append(out, stepJSON{
 			Addr: s.Node.Addr, Role: string(s.Node.Role), State: string(s.State), From: s.From, To: s.To,
-			Action: string(s.Action), Reason: s.Reason, Refusal: s.Refusal, Error: nodeError(s), Warnings: warningsJSON(s.Warnings),
+			Action: string(s.Action), Reason: s.Reason, Refusal: string(s.Refusal), Error: nodeError(s), Warnings: warningsJSON(s.Warnings),
 		})
 	}
 	return out

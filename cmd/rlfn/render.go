@@ -14,7 +14,8 @@ import (
 )
 
 // Human output. Each function renders data the deployer returned, so golden files pin it
-// without a server. Colour goes on the last column only: escape codes would upset tabwriter's
+// without a server; the deployer returns data and renders none of it (a deploy's report is
+// rendered here and in deploy --json, nowhere else). Colour goes on the last column only: escape codes would upset tabwriter's
 // alignment of any column after them. Every string a server supplies (an address it
 // announces, a replica's primary, its errors, its version in a warning, the code it runs)
 // goes through printable: a hostile or broken server must not break a table's rows nor

@@ -168,8 +168,8 @@ func TestLifecycle(t *testing.T) {
 			// Rollback is a downgrade: refused until --force.
 			r = rlfnAt(t, set, addr, "deploy", "--yes", "--to", "1.0.0")
 			wantExit(t, r, exitRefused, "rollback without --force")
-			if !strings.Contains(r.stderr, addr) || !strings.Contains(r.stderr, "downgrade") {
-				t.Errorf("refusal %q does not name the node and the cause", r.stderr)
+			if !strings.Contains(r.stderr, addr) || !strings.Contains(r.stderr, "downgrade") || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(use --force)") {
+				t.Errorf("refusal %q does not name the node and the cause, and end with how to force", r.stderr)
 			}
 			wantVersion(t, primary, replica, "1.1.0")
 			wantExit(t, rlfnAt(t, set, addr, "deploy", "--yes", "--to", "1.0.0", "--force"), exitOK, "rollback")

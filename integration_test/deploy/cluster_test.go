@@ -91,7 +91,7 @@ func TestFirstDeploy(t *testing.T) {
 	rep = deploy(t, tg, v100, false)
 	for _, n := range rep.Nodes {
 		if n.Outcome != deployer.OutcomeUnchanged {
-			t.Errorf("second deploy: %s", n)
+			t.Errorf("second deploy: %+v", n)
 		}
 	}
 }
@@ -122,7 +122,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 
 	for _, to := range []struct {
 		release versions.Release
-		refusal string
+		refusal deployer.Refusal
 	}{{v100, deployer.RefusalDowngrade}, {v200, deployer.RefusalMajor}} {
 		before := snapshot(t, cl.Nodes())
 		p := plan(t, tg, to.release, false)
@@ -131,7 +131,8 @@ func TestUpgradeAndRollback(t *testing.T) {
 		if !errors.As(err, &refused) || len(refused.Steps) != 6 || refused.Steps[0].Refusal != to.refusal {
 			t.Fatalf("deploy %s over 1.1.0: %v, want refused for %s on all 6 nodes", to.release.Version, err, to.refusal)
 		}
-		if !strings.HasSuffix(err.Error(), "(use --force)") || !strings.Contains(err.Error(), cl.Primaries[0].Addr) {
+		// The library names the node and why; how to force is the CLI's to say.
+		if strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), cl.Primaries[0].Addr) {
 			t.Errorf("refusal message: %s", err)
 		}
 		if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {
@@ -196,7 +197,7 @@ func TestDrift(t *testing.T) {
 	}
 	for _, n := range rep.Nodes {
 		if n.Node.Addr == drifted.Addr && (n.From != deployer.FromDrifted || n.Outcome != deployer.OutcomeLoaded) {
-			t.Errorf("drifted primary: %s", n)
+			t.Errorf("drifted primary: %+v", n)
 		}
 	}
 }
@@ -237,7 +238,7 @@ func TestRefusingPrimary(t *testing.T) {
 		LockKey:     lockKey,
 		Progress: func(e deployer.Event) {
 			if e.Phase == deployer.PhaseRestore || e.Phase == deployer.PhaseLoad {
-				events = append(events, e.Phase+" "+e.Node.Addr)
+				events = append(events, string(e.Phase)+" "+e.Node.Addr)
 			}
 		},
 	})
@@ -251,8 +252,9 @@ func TestRefusingPrimary(t *testing.T) {
 		t.Errorf("error %q does not name %s and OOM once, on one line", msg, full.Addr)
 	}
 	for _, n := range rep.Nodes {
-		if line := n.String(); strings.Count(line, n.Node.Addr) != 1 {
-			t.Errorf("%q names its node more than once", line)
+		// Node names the node: its error must not name it again.
+		if n.Err != nil && strings.Contains(n.Err.Error(), n.Node.Addr) {
+			t.Errorf("%s: error %q names its node again", n.Node.Addr, n.Err)
 		}
 	}
 	if !rep.RolledBack || !partial.Report.RolledBack {
@@ -266,7 +268,7 @@ func TestRefusingPrimary(t *testing.T) {
 	requireOutcomes(t, rep, want)
 	restored := 0
 	for _, e := range events {
-		if strings.HasPrefix(e, deployer.PhaseRestore+" ") {
+		if strings.HasPrefix(e, string(deployer.PhaseRestore)+" ") {
 			restored++
 		}
 	}

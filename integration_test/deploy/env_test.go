@@ -169,10 +169,12 @@ func deploy(t *testing.T, tg *deployer.Target, to versions.Release, force bool) 
 	return rep
 }
 
+// describe lists a report's nodes for a test's log, each field as it is: the CLI's table is
+// the report's only rendering for people.
 func describe(rep deployer.Report) string {
 	var b strings.Builder
 	for _, n := range rep.Nodes {
-		b.WriteString("  " + n.String() + "\n")
+		fmt.Fprintf(&b, "  %s %s %s from %q to %q in %s, err %v\n", n.Node.Addr, n.Role(), n.Outcome, n.From, n.To, n.Duration.Round(time.Millisecond), n.Err)
 	}
 	return b.String()
 }

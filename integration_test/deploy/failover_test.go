@@ -171,7 +171,7 @@ func TestDeployDuringFailover(t *testing.T) {
 			roles := tt.wantRoles(victim, promoted)
 			for _, n := range rep.Nodes {
 				if n.RoleAfter != roles[n.Node.Addr] {
-					t.Errorf("%s: role after %q, want %q", n, n.RoleAfter, roles[n.Node.Addr])
+					t.Errorf("%s: role after %q, want %q", n.Node.Addr, n.RoleAfter, roles[n.Node.Addr])
 				}
 			}
 		})
@@ -198,7 +198,7 @@ func neverHalf(t *testing.T, cl *harness.Cluster, rep deployer.Report, err error
 		}
 		for _, n := range rep.Nodes {
 			if n.Outcome != deployer.OutcomeLoaded && n.Outcome != deployer.OutcomeReplicated && n.Outcome != deployer.OutcomeUnchanged {
-				t.Errorf("a deploy that succeeded reports %s", n)
+				t.Errorf("a deploy that succeeded reports %+v", n)
 			}
 		}
 		return

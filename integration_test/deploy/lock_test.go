@@ -195,7 +195,7 @@ func TestCancelled(t *testing.T) {
 			rep, err := tg.Apply(ctx, plan(t, tg, v110, false), deployer.Options{
 				Parallelism: tt.parallelism,
 				Progress: func(e deployer.Event) {
-					phases = append(phases, e.Phase+" "+e.Node.Addr)
+					phases = append(phases, string(e.Phase)+" "+e.Node.Addr)
 					if e.Phase == deployer.PhaseLoad {
 						cancel()
 					}
@@ -217,7 +217,7 @@ func TestCancelled(t *testing.T) {
 				switch n.Outcome {
 				case deployer.OutcomeRestored, deployer.OutcomeSkipped:
 				default:
-					t.Errorf("after a cancel: %s", n)
+					t.Errorf("after a cancel: %+v", n)
 				}
 			}
 			if after := snapshot(t, cl.Nodes()); !maps.Equal(before, after) {

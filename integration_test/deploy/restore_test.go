@@ -75,10 +75,10 @@ func TestLoadOutcomeUnknown(t *testing.T) {
 	}
 	for _, n := range rep.Nodes {
 		if n.Node.Addr == p.Addr && (n.Outcome != deployer.OutcomeFailed || n.Err == nil) {
-			t.Errorf("primary %s, want failed with the dropped connection's error", n)
+			t.Errorf("primary %+v, want failed with the dropped connection's error", n)
 		}
 		if n.Node.Addr == r.Addr && n.Outcome != deployer.OutcomeRestored {
-			t.Errorf("replica %s, want restored", n)
+			t.Errorf("replica %+v, want restored", n)
 		}
 	}
 	waitCode(t, p, v100.Code)
@@ -142,7 +142,7 @@ func TestRestoreWaitsForPrimary(t *testing.T) {
 	}
 	for _, n := range rep.Nodes {
 		if n.Node.Addr == ahead.Addr && (n.Outcome != deployer.OutcomeRestored || n.Err != nil) {
-			t.Errorf("replica held ahead: %s, want restored", n)
+			t.Errorf("replica held ahead: %+v, want restored", n)
 		}
 	}
 	for _, s := range []*harness.Server{p, ahead, behind} {

@@ -82,7 +82,7 @@ func TestStandalone(t *testing.T) {
 						wantOutcome = deployer.OutcomeLoaded
 					}
 					if n.Outcome != wantOutcome {
-						t.Errorf("deploy %s: %s, want %s", rel.Version, n, wantOutcome)
+						t.Errorf("deploy %s: %+v, want %s", rel.Version, n, wantOutcome)
 					}
 				}
 				for _, s := range nodes {
@@ -222,7 +222,7 @@ func TestACLCluster(t *testing.T) {
 	}
 	for _, n := range partial.Report.Nodes {
 		if n.Outcome == deployer.OutcomeRestoreFailed {
-			t.Errorf("as the deploy user: %s", n)
+			t.Errorf("as the deploy user: %+v", n)
 		}
 	}
 	for _, s := range cl.Nodes() {

@@ -133,7 +133,7 @@ func TestTopologyChanges(t *testing.T) {
 			want = []deployer.Outcome{deployer.OutcomeLeftOut}
 		}
 		if !slices.Contains(want, n.Outcome) {
-			t.Errorf("%s, want %v", n, want)
+			t.Errorf("%+v, want %v", n, want)
 		}
 	}
 }
