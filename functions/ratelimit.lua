@@ -811,6 +811,7 @@ calendar
 ]]
 local CALENDAR_ARGS = {'limit', 'b1', 'b2', 'b3', 'b4', 'cost'}
 
+-- calendar_bounds refuses boundaries out of order, or a window longer than 10^11 ms.
 local function calendar_bounds(b1, b2, b3, b4)
   local b = {b1, b2, b3, b4}
   for i = 2, 4 do
@@ -822,19 +823,28 @@ local function calendar_bounds(b1, b2, b3, b4)
   end
 end
 
+-- The boundaries last validated, as strings and as numbers: the callers of one quota pass
+-- the same four strings call after call (strings are interned, so comparing them compares
+-- pointers), which then skip four lookups and the checks of their order and lengths.
+local last_s1, last_s2, last_s3, last_s4, last_b1, last_b2, last_b3, last_b4
+
 -- parse_calendar validates limit b1 b2 b3 b4 cost from args[o+1]; the cached values are looked
 -- up inline, as window_parser does.
 local function parse_calendar(args, o)
-  local cost, limit = parsed[args[o + 6]], parsed[args[o + 1]]
-  local b1, b2, b3, b4 = parsed[args[o + 2]], parsed[args[o + 3]], parsed[args[o + 4]], parsed[args[o + 5]]
-  if not (cost and limit and b1 and b2 and b3 and b4 and limit >= 1 and b1 >= 1) then
-    cost, limit = uint(args, o + 6, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
+  local s1, s2, s3, s4 = args[o + 2], args[o + 3], args[o + 4], args[o + 5]
+  local b1, b2, b3, b4
+  if s4 == last_s4 and s3 == last_s3 and s2 == last_s2 and s1 == last_s1 then
+    b1, b2, b3, b4 = last_b1, last_b2, last_b3, last_b4
+  else
     b1, b2 = uint(args, o + 2, 'b1', 1, MAX_INT), uint(args, o + 3, 'b2', 1, MAX_INT)
     b3, b4 = uint(args, o + 4, 'b3', 1, MAX_INT), uint(args, o + 5, 'b4', 1, MAX_INT)
-  end
-  if not (b1 < b2 and b2 < b3 and b3 < b4 and b2 - b1 <= MAX_DURATION_MS and
-      b3 - b2 <= MAX_DURATION_MS and b4 - b3 <= MAX_DURATION_MS) then
     calendar_bounds(b1, b2, b3, b4)
+    last_s1, last_s2, last_s3, last_s4 = s1, s2, s3, s4
+    last_b1, last_b2, last_b3, last_b4 = b1, b2, b3, b4
+  end
+  local cost, limit = parsed[args[o + 6]], parsed[args[o + 1]]
+  if not (cost and limit and limit >= 1) then
+    cost, limit = uint(args, o + 6, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
   end
   return cost, limit, b1, b2, b3, b4
 end
