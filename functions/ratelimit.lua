@@ -1080,11 +1080,10 @@ local function multi_call(name, keys, args, write)
   -- parse every group before deciding anything
   local o, nblocks = 0, 0
   for i = 1, nkeys do
-    -- the previous group parsed: errors before this group's parse name the group themselves
-    group_i = nil
     local alg = args[o + 1]
     local d = alg and by_name[alg]
     if not d then
+      group_i = nil -- the previous group's: this error names its group itself
       if not alg then
         rlerr(format('%s: group %d (key %d) is missing: %d keys take %d groups', name, i, i, nkeys, nkeys))
       end
@@ -1093,6 +1092,7 @@ local function multi_call(name, keys, args, write)
     local g = (i - 1) * GROUP
     if d == block_group then
       if #args < o + 2 then
+        group_i = nil
         rlerr(format('%s: group %d (block) takes 1 argument (penalty_ms), got 0', name, i))
       end
       group_i, group_alg, group_fn = i, alg, name
@@ -1101,6 +1101,7 @@ local function multi_call(name, keys, args, write)
       o = o + 2
     else
       if #args < o + 2 + d.nargs then
+        group_i = nil
         rlerr(format('%s: group %d (%s) takes %d arguments (%s reserve), got %d', name, i, alg,
           d.nargs + 1, concat(d.args, ' '), #args - o - 1))
       end
@@ -1124,47 +1125,18 @@ local function multi_call(name, keys, args, write)
   local now = t[1] * 1000000 + t[2]
   npending = 0
   local emit = write and defer or nil
-  -- every limit and block is judged (and any RLERR raised) before anything is written: writes
-  -- are deferred through emit
-  local blocked, denied = false, false
-  for i = 1, nkeys do
-    local g = (i - 1) * GROUP
-    local d = groups[g + 1]
-    if d == block_group then
-      local left = block_left(name, keys[i], floor(now / 1000), emit)
-      if left > 0 then
-        blocked = true
-        replies[i] = {0, 0, 0, left, left, 0}
-      else
-        replies[i] = false -- not a limit: never binds, adds nothing to reset_after_ms
-      end
-    else
-      local r = d.decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3], groups[g + 4],
-        groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
-      replies[i] = r
-      if r[1] == 0 then
-        denied = true
-      end
-    end
-  end
-  -- a denial outside any block starts the penalties now (set below, with the other writes); a
-  -- denial during a block sets none, so a refused request never lengthens it
-  local penalize = denied and write and nblocks > 0 and not blocked
-  if penalize then
-    for i = 1, nkeys do
-      local g = (i - 1) * GROUP
-      local p = groups[g + 2]
-      if groups[g + 1] == block_group and p > 0 then
-        replies[i] = {0, 0, 0, p, p, 0}
-      end
-    end
-  end
-
+  -- every limit (and block) is judged, and any RLERR raised, before anything is written:
+  -- writes are deferred through emit
   local bind_i, bind, allowed = 0, nil, true
   local reset, delay = 0, 0
-  for i = 1, nkeys do
-    local r = replies[i]
-    if r then
+  local penalize = false
+  if nblocks == 0 then
+    -- no block: the binding limit is chosen as the replies come (the hot path of a multi)
+    for i = 1, nkeys do
+      local g = (i - 1) * GROUP
+      local r = groups[g + 1].decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3],
+        groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
+      replies[i] = r
       if r[5] > reset then
         reset = r[5]
       end
@@ -1179,6 +1151,61 @@ local function multi_call(name, keys, args, write)
         allowed = false
       elseif allowed and (not bind or r[3] < bind[3]) then
         bind_i, bind = i, r
+      end
+    end
+  else
+    -- blocks: whether any limit denies decides the penalties, which then deny too, so the
+    -- binding limit is chosen once every reply is known
+    local blocked, denied = false, false
+    for i = 1, nkeys do
+      local g = (i - 1) * GROUP
+      local d = groups[g + 1]
+      if d == block_group then
+        local left = block_left(name, keys[i], floor(now / 1000), emit)
+        if left > 0 then
+          blocked = true
+          replies[i] = {0, 0, 0, left, left, 0}
+        else
+          replies[i] = false -- not a limit: never binds, adds nothing to reset_after_ms
+        end
+      else
+        local r = d.decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3], groups[g + 4],
+          groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
+        replies[i] = r
+        if r[1] == 0 then
+          denied = true
+        end
+      end
+    end
+    -- a denial outside any block starts the penalties now (set below, with the other writes);
+    -- a denial during a block sets none, so a refused request never lengthens it
+    penalize = denied and write and not blocked
+    if penalize then
+      for i = 1, nkeys do
+        local g = (i - 1) * GROUP
+        local p = groups[g + 2]
+        if groups[g + 1] == block_group and p > 0 then
+          replies[i] = {0, 0, 0, p, p, 0}
+        end
+      end
+    end
+    for i = 1, nkeys do
+      local r = replies[i]
+      if r then
+        if r[5] > reset then
+          reset = r[5]
+        end
+        if r[6] > delay then
+          delay = r[6]
+        end
+        if r[1] == 0 then
+          if allowed or (bind[4] ~= -1 and (r[4] == -1 or r[4] > bind[4])) then
+            bind_i, bind = i, r
+          end
+          allowed = false
+        elseif allowed and (not bind or r[3] < bind[3]) then
+          bind_i, bind = i, r
+        end
       end
     end
   end
