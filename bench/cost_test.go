@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // The load: limit 100 units per hour for every algorithm, one unit per decision. With the
@@ -46,6 +47,10 @@ type algorithm struct {
 	// noMemory leaves the row out of the memory figure: its calls leave no state of one key
 	// per principal (a refund, a release, a multi-key call).
 	noMemory bool
+	// since is the first library version with the functions the row calls: the row is left
+	// out when an older library is measured (RLFN_BENCH_LIBRARY), so that one table compares
+	// the rows both versions have.
+	since string
 }
 
 func fcall(fn string, args ...string) func(context.Context, *server, string) (bool, error) {
@@ -132,6 +137,35 @@ var (
 
 var acquire, release = &leases{}, &leases{}
 
+// calendarArgs is rl_calendar's arguments for hour-long windows with now in the middle one,
+// computed when the benchmark starts (this host's clock is the local server's): the same
+// limit and window length as the fixed window's row.
+func calendarArgs() []string {
+	now := time.Now().UnixMilli()
+	b2 := now - now%periodMS
+	b := []int64{b2 - periodMS, b2, b2 + periodMS, b2 + 2*periodMS}
+	out := []string{argLimit}
+	for _, v := range b {
+		out = append(out, strconv.FormatInt(v, 10))
+	}
+	return append(out, "1")
+}
+
+func keysOf(suffixes ...string) func(string) []string {
+	return func(key string) []string {
+		ks := make([]string, len(suffixes))
+		for i, s := range suffixes {
+			ks[i] = "{" + key + "}" + s
+		}
+		return ks
+	}
+}
+
+var (
+	fwGroup = []string{"fixed_window", argLimit, argPeriod, "1", "0"}
+	tbGroup = []string{"token_bucket", argLimit, argRate, argPeriod, "1", "0"}
+)
+
 // The 1.0 rows keep their 1.0 targets; the 1.1 rows (reserve, refund, leases, multi) have
 // none: they are reported beside them.
 var algorithms = []algorithm{
@@ -152,6 +186,11 @@ var algorithms = []algorithm{
 		"fixed_window", argLimit, argPeriod, "1", "0",
 		"sliding_window", argLimit, argPeriod, "1", "0",
 		"token_bucket", argLimit, argRate, argPeriod, "1", "0"), noMemory: true},
+	{name: "calendar", stat: "fcall", decide: fcall("rl_calendar", calendarArgs()...), since: "1.2.0"},
+	{name: multi2, stat: "fcall", decide: fcallKeys("rl_multi", keysOf(":fw", ":tb"),
+		append(append([]string{}, fwGroup...), tbGroup...)...), noMemory: true},
+	{name: multi2Block, stat: "fcall", decide: fcallKeys("rl_multi", keysOf(":block", ":fw", ":tb"),
+		append(append([]string{"block", "60000"}, fwGroup...), tbGroup...)...), noMemory: true, since: "1.2.0"},
 	{name: "redis_rate", stat: "evalsha", decide: redisRate},
 }
 
@@ -160,12 +199,18 @@ const (
 	// multi3 is rl_multi of a fixed window, a sliding window and a token bucket, compared with
 	// those three called one by one.
 	multi3 = "multi_fw_sw_tb"
+	// multi2 is rl_multi of a fixed window and a token bucket, multi2Block the same with a
+	// block group (penalty 60s, never blocked: every decision is admitted) in front of them:
+	// what guarding two limits with a block costs.
+	multi2      = "multi_fw_tb"
+	multi2Block = "multi_fw_tb_block"
 )
 
 var multiParts = []string{"fixed_window", "sliding_window", "token_bucket"}
 
 type config struct {
 	addr, serverBin        string
+	library                string // RLFN_BENCH_LIBRARY: the library's source, else the working copy
 	cgPID                  int
 	cgAddr, cgOut          string
 	decisions, principals  int
@@ -198,6 +243,14 @@ func loadConfig(b *testing.B) config {
 		cgRounds:   envInt(b, "RLFN_CALLGRIND_ROUNDS", 2),
 		idle:       envInt(b, "RLFN_BENCH_IDLE", 10000),
 		out:        os.Getenv("RLFN_BENCH_OUT"),
+		library:    functions.Source,
+	}
+	if path := os.Getenv("RLFN_BENCH_LIBRARY"); path != "" {
+		code, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatalf("RLFN_BENCH_LIBRARY: %v", err)
+		}
+		c.library = string(code)
 	}
 	if c.serverBin == "" {
 		c.serverBin = "valkey-server"
@@ -226,11 +279,12 @@ func loadConfig(b *testing.B) config {
 type server struct {
 	addr    string
 	version string
+	library string // the library's version
 	vk      valkey.Client
 	rr      *redis_rate.Limiter
 }
 
-func connect(b *testing.B, addr string) *server {
+func connect(b *testing.B, addr, library string) *server {
 	ctx := b.Context()
 	vk, err := valkey.NewClient(valkey.ClientOption{
 		InitAddress:      []string{addr},
@@ -251,8 +305,11 @@ func connect(b *testing.B, addr string) *server {
 	b.Cleanup(func() { rdb.Close() })
 	s := &server{addr: addr, vk: vk, rr: redis_rate.NewLimiter(rdb)}
 
-	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
+	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(library).Build()).Error(); err != nil {
 		b.Fatalf("%s: FUNCTION LOAD REPLACE: %v", addr, err)
+	}
+	if s.library, err = versions.Declared(library); err != nil {
+		b.Fatal(err)
 	}
 	// Load redis_rate's script (its first Allow gets NOSCRIPT and falls back to EVAL) so that
 	// every measured call is one EVALSHA; FLUSHALL keeps scripts and functions.
@@ -563,7 +620,11 @@ func BenchmarkCost(b *testing.B) {
 	if cfg.addr == "" {
 		cfg.addr = startServer(b, cfg.serverBin)
 	}
-	plain := connect(b, cfg.addr)
+	plain := connect(b, cfg.addr, cfg.library)
+	// rows the measured library lacks are left out of every table
+	algorithms = slices.DeleteFunc(slices.Clone(algorithms), func(a algorithm) bool {
+		return a.since != "" && versions.Compare(plain.library, a.since) < 0
+	})
 	res := map[string]*result{}
 	for _, a := range algorithms {
 		res[a.name] = &result{}
@@ -575,7 +636,7 @@ func BenchmarkCost(b *testing.B) {
 		cg = &callgrind{pid: cfg.cgPID, out: cfg.cgOut, keep: os.Getenv("RLFN_CALLGRIND_KEEP")}
 		cgServer = plain
 		if cfg.cgAddr != cfg.addr {
-			cgServer = connect(b, cfg.cgAddr)
+			cgServer = connect(b, cfg.cgAddr, cfg.library)
 		}
 		// Nothing may be counted outside fcallCommand / evalShaCommand: an idle spell (the
 		// event loop and serverCron run) must count zero.
@@ -645,8 +706,8 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 	if cgServer == plain {
 		usecNote = " (under callgrind: only the ratios mean anything)"
 	}
-	w("Server: %s. Load per algorithm and round: %d decisions round-robin over %d principals, limit %d per %d ms, cost 1.\n",
-		plain.version, cfg.decisions, cfg.principals, limit, periodMS)
+	w("Library %s. Server: %s. Load per algorithm and round: %d decisions round-robin over %d principals, limit %d per %d ms, cost 1.\n",
+		plain.library, plain.version, cfg.decisions, cfg.principals, limit, periodMS)
 	if cgServer != nil {
 		w("Instructions: %s under callgrind, median of %d rounds. ", cgServer.version, cfg.cgRounds)
 	}
@@ -690,6 +751,29 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 		w("\n%s: ", multi3)
 	}
 	w("%.2f server µs, %.2fx the %.2f of the three calls.\n", median(m.usec), median(m.usec)/sepUsec, sepUsec)
+	// 1.2.0's targets: a calendar costs at most 5% more than a fixed window, a block group
+	// adds at most 15% to a two-limit rl_multi
+	for _, c := range []struct {
+		row, base string
+		target    float64
+	}{{"calendar", "fixed_window", 1.05}, {multi2Block, multi2, 1.15}} {
+		r, ok := res[c.row]
+		if !ok || len(r.usec) == 0 {
+			continue
+		}
+		if cgServer != nil {
+			ratio := median(r.ir) / median(res[c.base].ir)
+			met := "no"
+			if ratio <= c.target {
+				met = "yes"
+			}
+			w("\n%s: %.0f instructions, %.3fx %s's %.0f (target ≤ %.2fx: %s); ", c.row, median(r.ir), ratio,
+				c.base, median(res[c.base].ir), c.target, met)
+		} else {
+			w("\n%s: ", c.row)
+		}
+		w("%.2f server µs, %.2fx %s's %.2f.\n", median(r.usec), median(r.usec)/median(res[c.base].usec), c.base, median(res[c.base].usec))
+	}
 	// eachRound lists each algorithm's figure of every round, to show how much they vary.
 	eachRound := func(title, format string, figures func(*result) []float64) {
 		w("\n%s, each round:\n\n", title)

@@ -46,6 +46,10 @@
 //	RLFN_CALLGRIND_ROUNDS  rounds under callgrind (default 2)
 //	RLFN_BENCH_IDLE        principals for the memory figure (default 10000)
 //	RLFN_BENCH_OUT         also write the markdown table to this file
+//	RLFN_BENCH_LIBRARY     the library source to load (default: the working copy), a path
+//	                       absolute or relative to bench/ (go test runs there), e.g.
+//	                       ../versions/1.1.0/ratelimit.lua to compare a release with the working
+//	                       copy; rows calling functions it lacks are left out
 //
 // BenchmarkThroughput (throughput_test.go) measures what a service sees: rlfn's Allow (a token
 // bucket through client.New on valkey-go), go-redis/redis_rate's Allow and a plain INCR through

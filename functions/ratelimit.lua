@@ -1,20 +1,24 @@
 #!lua name=ratelimit
 --[[
-ratelimit: five rate-limiting algorithms as one Valkey / Redis Functions library, with the
-production patterns around them (reserve, refunds, concurrency leases, several limits in one
-decision).
+ratelimit: rate-limiting algorithms as one Valkey / Redis Functions library (five textbook
+algorithms and calendar quotas), with the production patterns around them (reserve, refunds,
+concurrency leases, blocks, several limits in one decision).
 
-Contract (major version 1; see DESIGN.md):
-  * every limiter takes exactly one key, KEYS[1], which holds all of its state;
+Contract (major version 1; the full text is docs/library.md):
+  * every function but rl_multi takes exactly one key, KEYS[1], which holds all of its state;
   * ARGV numbers are decimal integers, durations are milliseconds, rates are `rate` units per
-    `period_ms`;
-  * every limiter, peek, refund and lease function replies with six integers:
+    `period_ms`, times (a calendar's boundaries) are Unix milliseconds;
+  * every limiter, peek, refund, lease and block function replies with six integers:
       {allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms}
     (rl_multi adds a seventh: the 1-based index of the binding limit);
   * `<name>_peek` answers the same question without writing (flag no-writes, so FCALL_RO and
     replicas can serve it);
-  * bad arguments, and keys that hold anything but the called algorithm's own state, are
-    answered with an error starting `RLERR` before anything is written.
+  * bad arguments, and keys that hold anything but the called function's own state, are
+    answered with an error starting `RLERR <function>` before anything is written;
+  * "now" is the server's TIME; a key never outlives its reset_after_ms by more than 1000 ms
+    nor expires before it, and a call that leaves its key in the initial state deletes it;
+  * within major version 1, names, ARGV and replies only grow, and every state format stays as
+    released: a deploy, or a rollback to an earlier 1.x, keeps every live limiter.
 
 Each algorithm is one descriptor (see ALGORITHMS below): how to parse its arguments, how to
 decide, how to refund. The limiter, its peek, its refund and its rl_multi group are all made
@@ -39,10 +43,11 @@ Why the arithmetic looks the way it does:
     deletes its key.
 
 State formats are those of 1.0.0, unchanged (a rollback to 1.0.0 keeps every live limiter);
-concurrency leases are the only new state.
+concurrency leases (1.1.0) and blocks (1.2.0) are the only new state, and a calendar key holds
+a fixed window's.
 ]]
 
-local VERSION = '1.1.0'
+local VERSION = '1.2.0'
 -- The standard libraries are hidden while FUNCTION LOAD runs, and reaching a global from a
 -- function goes through the library's environment (two table lookups and a metatable): bind
 -- the ones used on the hot path to upvalues on the first call.
@@ -83,7 +88,10 @@ end
 -- any error.
 local group_i, group_alg, group_fn
 
-local function guarded(fn)
+-- guarded turns the RLERR of a call to the function `name` into its error reply. A message
+-- that does not start with the function's name (a bad value, found by a helper that does not
+-- know which function parses it) is prefixed with it, so that every RLERR names its function.
+local function guarded(name, fn)
   return function(keys, args)
     if not floor then
       bind()
@@ -98,7 +106,12 @@ local function guarded(fn)
       if i then
         return redis.error_reply(format('RLERR %s: group %d (%s): %s', group_fn, i, group_alg, res.rlerr))
       end
-      return redis.error_reply('RLERR ' .. res.rlerr)
+      local msg = res.rlerr
+      local head = sub(msg, 1, #name + 1)
+      if head ~= name .. ':' and head ~= name .. ' ' then
+        msg = name .. ': ' .. msg
+      end
+      return redis.error_reply('RLERR ' .. msg)
     end
     error(res, 0)
   end
@@ -231,15 +244,15 @@ end
 Every algorithm is a descriptor:
   name     its name in rl_multi groups and in its functions' names (rl_<name>...)
   args     its limiter's ARGV names, without the optional trailing `reserve`
-  parse(args, o) -> cost, limit, a, b, c
+  parse(args, o) -> cost, limit, a, b, c, e
            validates args[o+1 .. o+#args] and returns the cost, then the limit (or capacity)
-           and the algorithm's other parameters
-  decide(name, key, now, emit, cost, reserve, limit, a, b, c) -> reply
+           and the algorithm's other parameters (up to four)
+  decide(name, key, now, emit, cost, reserve, limit, a, b, c, e) -> reply
            judges cost + reserve against the state at `now` (microseconds) and consumes cost
            when admitted. emit is how it writes: redis.call for a limiter call, nil for a peek
            (nothing is written), or rl_multi's collector, which runs the writes only if every
            limit admits.
-  refund(name, key, now, n, limit, a, b, c) -> reply
+  refund(name, key, now, n, limit, a, b, c, e) -> reply
            gives back n units, as far as the state still holds them.
 ]]
 
@@ -249,8 +262,8 @@ local REFUND = {}
 
 -- refund_via makes a descriptor's refund from its decide.
 local function refund_via(decide)
-  return function(name, key, now, n, limit, a, b, c)
-    return decide(name, key, now, REFUND, n, 0, limit, a, b, c)
+  return function(name, key, now, n, limit, a, b, c, e)
+    return decide(name, key, now, REFUND, n, 0, limit, a, b, c, e)
   end
 end
 
@@ -773,7 +786,155 @@ local leaky_bucket = {
   refund = refund_via(bucket_decide),
 }
 
-local ALGORITHMS = {fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket}
+--[[
+calendar
+  KEYS[1] -> state: the fixed window's, string struct.pack('<dd', window_start_ms, count),
+             window_start_ms being the b of the window decided; expires when that window ends
+  ARGV    -> limit      units per window, 1..10^15-1
+             b1 b2 b3 b4  Unix milliseconds, 1..10^15-1, b1 < b2 < b3 < b4: the starts of three
+                        consecutive windows [b1,b2) [b2,b3) [b3,b4) and the end of the third,
+                        each 1..10^11 ms long
+             cost       units this call takes, 0..10^15-1
+             [reserve]  0..limit units that must be left after this call (default 0)
+  A fixed window whose windows the caller computes (days, weeks, months, years in a time
+  zone, which no fixed length describes: Lua has no time-zone data) and the server's clock
+  picks: the call decides in the window that holds now. A caller passes the window its own
+  clock is in as the middle one, so hosts whose clocks are off by less than a window never
+  split, double or skip one. Now outside [b1, b4) is RLERR (stale boundaries, or a clock off
+  by more than a window) before anything is written. retry_after_ms and reset_after_ms run to
+  the window's end.
+
+  A key whose window_start_ms is not the current window's holds another window (ended, or
+  computed from other boundaries): it counts as empty, and every call that writes replaces or
+  deletes it, even a denied rl_multi (the fixed window leaves an ended window to its expiry,
+  which for a calendar key computed from other boundaries may be far off).
+]]
+local CALENDAR_ARGS = {'limit', 'b1', 'b2', 'b3', 'b4', 'cost'}
+
+-- calendar_bounds refuses boundaries out of order, or a window longer than 10^11 ms.
+local function calendar_bounds(b1, b2, b3, b4)
+  local b = {b1, b2, b3, b4}
+  for i = 2, 4 do
+    local len = b[i] - b[i - 1]
+    if len < 1 or len > MAX_DURATION_MS then
+      rlerr(format('window [b%d, b%d) must be 1 to %d ms long (b1 < b2 < b3 < b4), got %d to %d',
+        i - 1, i, MAX_DURATION_MS, b[i - 1], b[i]))
+    end
+  end
+end
+
+-- The boundaries last validated, as strings and as numbers: the callers of one quota pass
+-- the same four strings call after call (strings are interned, so comparing them compares
+-- pointers), which then skip four lookups and the checks of their order and lengths.
+local last_s1, last_s2, last_s3, last_s4, last_b1, last_b2, last_b3, last_b4
+
+-- parse_calendar validates limit b1 b2 b3 b4 cost from args[o+1]; the cached values are looked
+-- up inline, as window_parser does.
+local function parse_calendar(args, o)
+  local s1, s2, s3, s4 = args[o + 2], args[o + 3], args[o + 4], args[o + 5]
+  local b1, b2, b3, b4
+  if s4 == last_s4 and s3 == last_s3 and s2 == last_s2 and s1 == last_s1 then
+    b1, b2, b3, b4 = last_b1, last_b2, last_b3, last_b4
+  else
+    b1, b2 = uint(args, o + 2, 'b1', 1, MAX_INT), uint(args, o + 3, 'b2', 1, MAX_INT)
+    b3, b4 = uint(args, o + 4, 'b3', 1, MAX_INT), uint(args, o + 5, 'b4', 1, MAX_INT)
+    calendar_bounds(b1, b2, b3, b4)
+    last_s1, last_s2, last_s3, last_s4 = s1, s2, s3, s4
+    last_b1, last_b2, last_b3, last_b4 = b1, b2, b3, b4
+  end
+  local cost, limit = parsed[args[o + 6]], parsed[args[o + 1]]
+  if not (cost and limit and limit >= 1) then
+    cost, limit = uint(args, o + 6, 'cost', 0, MAX_INT), uint(args, o + 1, 'limit', 1, MAX_INT)
+  end
+  return cost, limit, b1, b2, b3, b4
+end
+
+-- calendar_decide decides in the window of [b1,b2) [b2,b3) [b3,b4) that holds now; with emit
+-- REFUND it gives `cost` units back.
+local function calendar_decide(name, key, now, emit, cost, reserve, limit, b1, b2, b3, b4)
+  local now_ms = floor(now / 1000)
+  local start, stop
+  if now_ms < b2 then
+    if now_ms >= b1 then
+      start, stop = b1, b2
+    end
+  elseif now_ms < b3 then
+    start, stop = b2, b3
+  elseif now_ms < b4 then
+    start, stop = b3, b4
+  end
+  if not start then
+    rlerr(format('%s: key %s: now %d is outside the windows from b1 %d to b4 %d: the boundaries are stale or the clock that computed them is off by more than a window',
+      name, shown(key), now_ms, b1, b4))
+  end
+  -- stop is a whole millisecond: the wait until it, rounded up, is stop - now_ms
+  local reset = stop - now_ms
+  local count = 0
+  local s, c = read_state(name, key, '<dd', 16, 'calendar')
+  if s then
+    -- as the fixed window judges its state; the current window's start is a whole millisecond
+    -- before 10^14 (now is), so the hot path only checks the count
+    if s == start then
+      if not (c >= 0 and c % 1 == 0) then
+        foreign(name, key, 'calendar')
+      end
+      count = c
+    elseif not (c >= 0 and c % 1 == 0 and s >= 0 and s < US_FLOOR and s % 1 == 0) then
+      foreign(name, key, 'calendar')
+    end
+  end
+  -- from here on `s and count == 0` is a key that holds another window (or a count of 0): the
+  -- initial state, which every writing call replaces or deletes
+
+  if emit == REFUND then
+    if not s then
+      return {1, limit, limit, 0, 0, 0}
+    end
+    count = count - cost
+    if count <= 0 then
+      rcall('DEL', key)
+      return {1, limit, limit, 0, 0, 0}
+    end
+    if cost > 0 then
+      rcall('SET', key, spack('<dd', start, count), 'PXAT', stop)
+    end
+    return reply(true, limit, limit - count, 0, reset, 0)
+  end
+  local need = cost + reserve
+  if need > limit or count + need > limit then
+    if emit and s and count == 0 then
+      emit('DEL', key)
+    end
+    -- the next window starts empty, so it admits any need <= limit
+    return reply(false, limit, limit - count - reserve, need > limit and -1 or reset,
+      count > 0 and reset or 0, 0)
+  end
+  if emit and cost > 0 then
+    if s and count == 0 and emit ~= rcall then
+      -- rl_multi: if another limit denies, the SET below does not run, and the other window
+      -- must still go
+      emit('DEL', key)
+    end
+    count = count + cost
+    emit('SET', key, spack('<dd', start, count), 'PXAT', stop)
+    local remaining = limit - count - reserve
+    return {1, limit, remaining > 0 and remaining or 0, 0, reset, 0}
+  end
+  if emit and s and count == 0 then
+    emit('DEL', key)
+  end
+  return reply(true, limit, limit - count - reserve, 0, count > 0 and reset or 0, 0)
+end
+
+local calendar = {
+  name = 'calendar',
+  args = CALENDAR_ARGS,
+  parse = parse_calendar,
+  decide = calendar_decide,
+  refund = refund_via(calendar_decide),
+}
+
+local ALGORITHMS = {fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, calendar}
 
 -- check_keys refuses any number of keys but one.
 local function check_keys(name, keys)
@@ -802,14 +963,14 @@ local function limiter_call(d, name, keys, args, emit)
   if got ~= n and got ~= n + 1 then
     arity(name, d.args, 'reserve', got)
   end
-  local cost, limit, a, b, c = d.parse(args, 0)
+  local cost, limit, a, b, c, e = d.parse(args, 0)
   local reserve = 0
   if got > n then
     reserve = uint(args, got, 'reserve', 0, limit)
   end
   -- TIME written out rather than now_us(): a Lua call costs about 400 instructions
   local t = rcall('TIME')
-  return d.decide(name, keys[1], t[1] * 1000000 + t[2], emit, cost, reserve, limit, a, b, c)
+  return d.decide(name, keys[1], t[1] * 1000000 + t[2], emit, cost, reserve, limit, a, b, c, e)
 end
 
 --[[
@@ -823,26 +984,81 @@ local function refund_call(d, name, keys, args)
   if #args ~= d.nargs then
     arity(name, d.args, nil, #args)
   end
-  local n, limit, a, b, c = d.parse(args, 0)
-  return d.refund(name, keys[1], now_us(), n, limit, a, b, c)
+  local n, limit, a, b, c, e = d.parse(args, 0)
+  return d.refund(name, keys[1], now_us(), n, limit, a, b, c, e)
+end
+
+--[[
+A block: a principal denied until a time, set by hand (rl_block) or as a penalty by rl_multi.
+  KEYS[1] -> state: string struct.pack('<d', blocked_until_ms), 8 bytes, a whole millisecond
+             from 1 to below 10^14, expiring at blocked_until_ms
+  The key is blocked while now < blocked_until_ms; a block that has ended is no block, and a
+  call that writes and finds one deletes its key.
+]]
+
+-- block_until reads a block key: nil when it does not exist, else blocked_until_ms.
+local function block_until(name, key)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' then
+    wrongtype(name, key, v)
+  end
+  if not v then
+    return nil
+  end
+  if #v ~= 8 then
+    foreign(name, key, 'block')
+  end
+  local ends = sunpack('<d', v)
+  -- x % 1 is NaN for an infinity or NaN
+  if not (ends >= 1 and ends < US_FLOOR and ends % 1 == 0) then
+    foreign(name, key, 'block')
+  end
+  return ends
+end
+
+-- block_left is a block's remaining time at now_ms, 0 when not blocked; with emit, a block
+-- that has ended is deleted through it.
+local function block_left(name, key, now_ms, emit)
+  local ends = block_until(name, key)
+  if not ends then
+    return 0
+  end
+  if ends > now_ms then
+    return ends - now_ms
+  end
+  if emit then
+    emit('DEL', key)
+  end
+  return 0
 end
 
 --[[
 rl_multi / rl_multi_peek
   KEYS    -> 1 to 16 distinct keys in one cluster slot
   ARGV    -> one group per key, in key order: the algorithm's name, then all of its limiter's
-             arguments, reserve included (a fixed length per algorithm)
+             arguments, reserve included (a fixed length per algorithm); or `block
+             penalty_ms` (0..10^11) naming a block key beside the limits it guards
   All or nothing: every limit is judged at the same server time; if all admit, all consume,
   else none does. Replies with the binding limit's six integers (when denied, the denier with
   the longest retry_after_ms, -1 above all; when admitted, the one with the fewest remaining;
   ties to the first in key order), reset_after_ms the maximum over all, delay_ms the maximum
   when admitted (0 when denied), then the binding limit's 1-based index.
+  Blocks: a blocked key denies as {0, 0, 0, left, left, 0}, and while any is blocked the call
+  writes nothing but cleanup (a request refused during a block never lengthens it). Otherwise,
+  when a limit denies (rl_multi only), every block group with penalty_ms > 0 is set to now +
+  penalty_ms and denies as {0, 0, 0, penalty_ms, penalty_ms, 0}. A block group that does not
+  deny is not a limit: it never binds and adds nothing to reset_after_ms. At least one group
+  must be a limit.
 ]]
 local by_name = {}
+local block_group = {name = 'block'}
+by_name.block = block_group
 
 -- Scratch tables reused by every rl_multi call (calls never overlap): a table allocated per
 -- call costs the garbage collector's work besides its own, more than the rest of the parse.
--- groups holds 7 slots per group: descriptor, cost, reserve, limit and its 3 parameters.
+-- groups holds GROUP slots per group: descriptor, cost, reserve, limit and up to 4 parameters
+-- (a block group: its descriptor and penalty_ms).
+local GROUP = 8
 local groups, replies, pending, npending = {}, {}, {}, 0
 local function defer(...)
   npending = npending + 1
@@ -862,58 +1078,135 @@ local function multi_call(name, keys, args, write)
     end
   end
   -- parse every group before deciding anything
-  local o = 0
+  local o, nblocks = 0, 0
   for i = 1, nkeys do
     local alg = args[o + 1]
     local d = alg and by_name[alg]
     if not d then
+      group_i = nil -- the previous group's: this error names its group itself
       if not alg then
         rlerr(format('%s: group %d (key %d) is missing: %d keys take %d groups', name, i, i, nkeys, nkeys))
       end
-      rlerr(format("%s: group %d: unknown algorithm %s (fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket)", name, i, shown(alg)))
+      rlerr(format("%s: group %d: unknown algorithm %s (fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, calendar or block)", name, i, shown(alg)))
     end
-    if #args < o + 2 + d.nargs then
-      rlerr(format('%s: group %d (%s) takes %d arguments (%s reserve), got %d', name, i, alg,
-        d.nargs + 1, concat(d.args, ' '), #args - o - 1))
+    local g = (i - 1) * GROUP
+    if d == block_group then
+      if #args < o + 2 then
+        group_i = nil
+        rlerr(format('%s: group %d (block) takes 1 argument (penalty_ms), got 0', name, i))
+      end
+      group_i, group_alg, group_fn = i, alg, name
+      groups[g + 1], groups[g + 2] = d, uint(args, o + 2, 'penalty_ms', 0, MAX_DURATION_MS)
+      nblocks = nblocks + 1
+      o = o + 2
+    else
+      if #args < o + 2 + d.nargs then
+        group_i = nil
+        rlerr(format('%s: group %d (%s) takes %d arguments (%s reserve), got %d', name, i, alg,
+          d.nargs + 1, concat(d.args, ' '), #args - o - 1))
+      end
+      group_i, group_alg, group_fn = i, alg, name
+      local cost, limit, a, b, c, e = d.parse(args, o + 1)
+      local reserve = uint(args, o + d.nargs + 2, 'reserve', 0, limit)
+      groups[g + 1], groups[g + 2], groups[g + 3], groups[g + 4] = d, cost, reserve, limit
+      groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8] = a, b, c, e
+      o = o + d.nargs + 2
     end
-    group_i, group_alg, group_fn = i, alg, name
-    local cost, limit, a, b, c = d.parse(args, o + 1)
-    local reserve = uint(args, o + d.nargs + 2, 'reserve', 0, limit)
-    local g = (i - 1) * 7
-    groups[g + 1], groups[g + 2], groups[g + 3], groups[g + 4] = d, cost, reserve, limit
-    groups[g + 5], groups[g + 6], groups[g + 7] = a, b, c
-    o = o + d.nargs + 2
   end
   group_i = nil
   if #args ~= o then
     rlerr(format('%s: %d groups take %d arguments, got %d', name, nkeys, o, #args))
+  end
+  if nblocks == nkeys then
+    rlerr(format('%s: every group is a block: a decision needs at least one limit', name))
   end
 
   local t = rcall('TIME')
   local now = t[1] * 1000000 + t[2]
   npending = 0
   local emit = write and defer or nil
+  -- every limit (and block) is judged, and any RLERR raised, before anything is written:
+  -- writes are deferred through emit
   local bind_i, bind, allowed = 0, nil, true
   local reset, delay = 0, 0
-  for i = 1, nkeys do
-    local g = (i - 1) * 7
-    local r = groups[g + 1].decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3],
-      groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
-    replies[i] = r
-    if r[5] > reset then
-      reset = r[5]
-    end
-    if r[6] > delay then
-      delay = r[6]
-    end
-    if r[1] == 0 then
-      -- the denier with the longest wait binds, and never (-1) is the longest
-      if allowed or (bind[4] ~= -1 and (r[4] == -1 or r[4] > bind[4])) then
+  local penalize = false
+  if nblocks == 0 then
+    -- no block: the binding limit is chosen as the replies come (the hot path of a multi)
+    for i = 1, nkeys do
+      local g = (i - 1) * GROUP
+      local r = groups[g + 1].decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3],
+        groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
+      replies[i] = r
+      if r[5] > reset then
+        reset = r[5]
+      end
+      if r[6] > delay then
+        delay = r[6]
+      end
+      if r[1] == 0 then
+        -- the denier with the longest wait binds, and never (-1) is the longest
+        if allowed or (bind[4] ~= -1 and (r[4] == -1 or r[4] > bind[4])) then
+          bind_i, bind = i, r
+        end
+        allowed = false
+      elseif allowed and (not bind or r[3] < bind[3]) then
         bind_i, bind = i, r
       end
-      allowed = false
-    elseif allowed and (not bind or r[3] < bind[3]) then
-      bind_i, bind = i, r
+    end
+  else
+    -- blocks: whether any limit denies decides the penalties, which then deny too, so the
+    -- binding limit is chosen once every reply is known
+    local blocked, denied = false, false
+    for i = 1, nkeys do
+      local g = (i - 1) * GROUP
+      local d = groups[g + 1]
+      if d == block_group then
+        local left = block_left(name, keys[i], floor(now / 1000), emit)
+        if left > 0 then
+          blocked = true
+          replies[i] = {0, 0, 0, left, left, 0}
+        else
+          replies[i] = false -- not a limit: never binds, adds nothing to reset_after_ms
+        end
+      else
+        local r = d.decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3], groups[g + 4],
+          groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
+        replies[i] = r
+        if r[1] == 0 then
+          denied = true
+        end
+      end
+    end
+    -- a denial outside any block starts the penalties now (set below, with the other writes);
+    -- a denial during a block sets none, so a refused request never lengthens it
+    penalize = denied and write and not blocked
+    if penalize then
+      for i = 1, nkeys do
+        local g = (i - 1) * GROUP
+        local p = groups[g + 2]
+        if groups[g + 1] == block_group and p > 0 then
+          replies[i] = {0, 0, 0, p, p, 0}
+        end
+      end
+    end
+    for i = 1, nkeys do
+      local r = replies[i]
+      if r then
+        if r[5] > reset then
+          reset = r[5]
+        end
+        if r[6] > delay then
+          delay = r[6]
+        end
+        if r[1] == 0 then
+          if allowed or (bind[4] ~= -1 and (r[4] == -1 or r[4] > bind[4])) then
+            bind_i, bind = i, r
+          end
+          allowed = false
+        elseif allowed and (not bind or r[3] < bind[3]) then
+          bind_i, bind = i, r
+        end
+      end
     end
   end
   if allowed then
@@ -922,12 +1215,22 @@ local function multi_call(name, keys, args, write)
     end
   else
     delay = 0
-    -- cleanups (deleting a key in its initial state, dropping a log's ended entries) are no
-    -- consumption
+    -- cleanups (deleting a key in its initial state, dropping a log's ended entries, deleting
+    -- an ended block) are no consumption
     for i = 1, npending do
       local op = pending[i][1]
       if op == 'DEL' or op == 'ZREMRANGEBYSCORE' then
         rcall(unpack(pending[i]))
+      end
+    end
+    if penalize then
+      local now_ms = floor(now / 1000)
+      for i = 1, nkeys do
+        local g = (i - 1) * GROUP
+        local p = groups[g + 2]
+        if groups[g + 1] == block_group and p > 0 then
+          rcall('SET', keys[i], spack('<d', now_ms + p), 'PXAT', now_ms + p)
+        end
       end
     end
     if write then
@@ -935,12 +1238,12 @@ local function multi_call(name, keys, args, write)
       -- reset is the one it has now
       reset = 0
       for i = 1, nkeys do
-        local g, r = (i - 1) * 7, replies[i]
-        if r[1] == 1 and groups[g + 2] > 0 then
+        local g, r = (i - 1) * GROUP, replies[i]
+        if r and r[1] == 1 and groups[g + 2] > 0 then
           r = groups[g + 1].decide(name, keys[i], now, nil, groups[g + 2], groups[g + 3],
-            groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
+            groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7], groups[g + 8])
         end
-        if r[5] > reset then
+        if r and r[5] > reset then
           reset = r[5]
         end
       end
@@ -1115,8 +1418,58 @@ local function release(name, keys, args)
 end
 
 --[[
+rl_block / rl_unblock / rl_block_peek
+  KEYS[1] -> the block key (see block_until above)
+  ARGV    -> rl_block: duration_ms, 1..10^11; rl_unblock and rl_block_peek: none
+  rl_block sets blocked_until_ms = now + duration_ms, replacing any block (an operator may
+  lengthen or shorten it); rl_unblock lifts the block, deleting the key; rl_block_peek
+  (no-writes) tells whether the key is blocked. Each replies with the block after the call:
+    {allowed, 0, 0, left, left, 0}
+  allowed 0 while blocked, 1 when not; left = blocked_until_ms - now, 0 when not blocked. So
+  rl_block replies {0, 0, 0, duration_ms, duration_ms, 0}. A key holding anything but a block
+  is refused by all three, rl_unblock included: it never deletes what it does not own.
+]]
+local function no_args(name, args)
+  if #args ~= 0 then
+    rlerr(format('%s takes no arguments, got %d', name, #args))
+  end
+end
+
+local function block(name, keys, args)
+  check_keys(name, keys)
+  if #args ~= 1 then
+    arity(name, {'duration_ms'}, nil, #args)
+  end
+  local duration = uint(args, 1, 'duration_ms', 1, MAX_DURATION_MS)
+  local key = keys[1]
+  block_until(name, key) -- refuses a key that holds anything but a block
+  local ends = floor(now_us() / 1000) + duration
+  rcall('SET', key, spack('<d', ends), 'PXAT', ends)
+  return {0, 0, 0, duration, duration, 0}
+end
+
+local function unblock(name, keys, args)
+  check_keys(name, keys)
+  no_args(name, args)
+  if block_until(name, keys[1]) then
+    rcall('DEL', keys[1])
+  end
+  return {1, 0, 0, 0, 0, 0}
+end
+
+local function block_peek(name, keys, args)
+  check_keys(name, keys)
+  no_args(name, args)
+  local left = block_left(name, keys[1], floor(now_us() / 1000), nil)
+  if left > 0 then
+    return {0, 0, 0, left, left, 0}
+  end
+  return {1, 0, 0, 0, 0, 0}
+end
+
+--[[
 rl_version
-  no keys, no arguments -> the library's semantic version, e.g. '1.1.0'
+  no keys, no arguments -> the library's semantic version, e.g. '1.2.0'
 ]]
 local function version(keys, args)
   if #keys ~= 0 or #args ~= 0 then
@@ -1139,16 +1492,16 @@ local function register(d)
   local name, peek, refund = 'rl_' .. d.name, 'rl_' .. d.name .. '_peek', 'rl_' .. d.name .. '_refund'
   redis.register_function{
     function_name = name,
-    callback = guarded(function(keys, args) return limiter_call(d, name, keys, args, rcall) end),
+    callback = guarded(name, function(keys, args) return limiter_call(d, name, keys, args, rcall) end),
   }
   redis.register_function{
     function_name = peek,
-    callback = guarded(function(keys, args) return limiter_call(d, peek, keys, args, nil) end),
+    callback = guarded(peek, function(keys, args) return limiter_call(d, peek, keys, args, nil) end),
     flags = {'no-writes'},
   }
   redis.register_function{
     function_name = refund,
-    callback = guarded(function(keys, args) return refund_call(d, refund, keys, args) end),
+    callback = guarded(refund, function(keys, args) return refund_call(d, refund, keys, args) end),
   }
 end
 
@@ -1158,28 +1511,41 @@ end
 
 redis.register_function{
   function_name = 'rl_multi',
-  callback = guarded(function(keys, args) return multi_call('rl_multi', keys, args, true) end),
+  callback = guarded('rl_multi', function(keys, args) return multi_call('rl_multi', keys, args, true) end),
 }
 redis.register_function{
   function_name = 'rl_multi_peek',
-  callback = guarded(function(keys, args) return multi_call('rl_multi_peek', keys, args, false) end),
+  callback = guarded('rl_multi_peek', function(keys, args) return multi_call('rl_multi_peek', keys, args, false) end),
   flags = {'no-writes'},
 }
 redis.register_function{
   function_name = 'rl_concurrency',
-  callback = guarded(function(keys, args) return concurrency('rl_concurrency', keys, args, true) end),
+  callback = guarded('rl_concurrency', function(keys, args) return concurrency('rl_concurrency', keys, args, true) end),
 }
 redis.register_function{
   function_name = 'rl_concurrency_peek',
-  callback = guarded(function(keys, args) return concurrency('rl_concurrency_peek', keys, args, false) end),
+  callback = guarded('rl_concurrency_peek', function(keys, args) return concurrency('rl_concurrency_peek', keys, args, false) end),
   flags = {'no-writes'},
 }
 redis.register_function{
   function_name = 'rl_concurrency_release',
-  callback = guarded(function(keys, args) return release('rl_concurrency_release', keys, args) end),
+  callback = guarded('rl_concurrency_release', function(keys, args) return release('rl_concurrency_release', keys, args) end),
+}
+redis.register_function{
+  function_name = 'rl_block',
+  callback = guarded('rl_block', function(keys, args) return block('rl_block', keys, args) end),
+}
+redis.register_function{
+  function_name = 'rl_unblock',
+  callback = guarded('rl_unblock', function(keys, args) return unblock('rl_unblock', keys, args) end),
+}
+redis.register_function{
+  function_name = 'rl_block_peek',
+  callback = guarded('rl_block_peek', function(keys, args) return block_peek('rl_block_peek', keys, args) end),
+  flags = {'no-writes'},
 }
 redis.register_function{
   function_name = 'rl_version',
-  callback = guarded(version),
+  callback = guarded('rl_version', version),
   flags = {'no-writes', 'allow-stale'},
 }
