@@ -129,7 +129,7 @@ func TestAPISend(t *testing.T) {
 func testSend(t *testing.T, e env) {
 
 	st := do(t, http.MethodGet, e.page+"/api/status", "")
-	if st.code != 200 || !st.body.Loaded || st.body.Version != "1.1.0" || st.body.Server != e.url {
+	if st.code != 200 || !st.body.Loaded || st.body.Version != workingVersion || st.body.Server != e.url {
 		t.Fatalf("status: %d %s", st.code, st.raw)
 	}
 
@@ -443,7 +443,7 @@ func TestAPICluster(t *testing.T) {
 		t.Fatalf("status with %s lacking the library: %s", missing, st.raw)
 	}
 	load(t, c.Primaries[2].Client(t))
-	if st := do(t, http.MethodGet, e.page+"/api/status", ""); !st.body.Loaded || st.body.Version != "1.1.0" {
+	if st := do(t, http.MethodGet, e.page+"/api/status", ""); !st.body.Loaded || st.body.Version != workingVersion {
 		t.Fatalf("status with the library everywhere: %s", st.raw)
 	}
 

@@ -96,7 +96,7 @@ func TestBrowser(t *testing.T) {
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(e.page),
 		chromedp.WaitVisible(chromedp.ID("token_bucket-capacity")),
-		waitText("status", "Connected to "+e.url+": library ratelimit 1.1.0 is loaded."),
+		waitText("status", "Connected to "+e.url+": library ratelimit "+workingVersion+" is loaded."),
 		chromedp.SetValue(chromedp.ID("token_bucket-capacity"), "5"),
 		chromedp.SetValue(chromedp.ID("token_bucket-burst-n"), "10"),
 		chromedp.Click(chromedp.ID("token_bucket-burst")),
@@ -266,7 +266,7 @@ func TestBrowserServerStops(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL),
 		chromedp.WaitVisible(chromedp.ID("token_bucket-send")),
-		waitText("status", "Connected: library ratelimit 1.1.0 is loaded."),
+		waitText("status", "Connected: library ratelimit "+workingVersion+" is loaded."),
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestBrowserServerStops(t *testing.T) {
 		waitText("token_bucket-error", "the server did not answer within 300ms (reading the server's clock (TIME): context deadline exceeded)"),
 		waitText("status", gone),
 		// The pause ends within 3s; the status is read again every 3s.
-		waitText("status", "Connected: library ratelimit 1.1.0 is loaded."),
+		waitText("status", "Connected: library ratelimit "+workingVersion+" is loaded."),
 		chromedp.Click(chromedp.ID("token_bucket-send")),
 		waitText("token_bucket-admitted", "1"),
 	); err != nil {

@@ -11,7 +11,18 @@ import (
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/integration_test/harness"
 	"github.com/rlfn/rlfn/playground"
+	"github.com/rlfn/rlfn/versions"
 )
+
+// workingVersion is the version the working copy of the library declares, which the tests
+// load: the page shows it.
+var workingVersion = func() string {
+	v, err := versions.Declared(functions.Source)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
 
 // env is a playground served in front of a server of the test's own.
 type env struct {
