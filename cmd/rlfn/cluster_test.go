@@ -335,7 +335,7 @@ func TestConfirmSlowly(t *testing.T) {
 	}
 }
 
-// TestClusterNodeDown is the partial cluster of issue 9: a primary of a 3-primary cluster
+// TestClusterNodeDown is a partial cluster: a primary of a 3-primary cluster
 // (full coverage not required, as in production) stops. Every command still accounts for
 // it: status and diff show it unreachable and exit 1, deploy refuses it (3), and a forced
 // deploy loads the others and exits 1 naming it NOT deployed, in the table and in JSON.
