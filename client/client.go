@@ -41,13 +41,10 @@ type Limiter struct {
 // never dials, and never closes it. Read-only commands (Peek) go where vk sends them, e.g. to
 // replicas with valkey.ClientOption.SendToReplicas.
 //
-// New panics with an *OptionError when vk is nil or an option is invalid (a zero deadline...):
-// options are the program's constants, checked when it starts, and with a nil vk every call
-// would panic instead.
-func New(vk valkey.Client, opts ...Option) *Limiter {
-	if vk == nil {
-		panic(&OptionError{Option: "vk", Reason: "must not be nil"})
-	}
+// New returns an *OptionError (several joined with errors.Join, in which errors.As finds the
+// first) when vk is nil or an option is invalid (a zero deadline...): a Limiter that silently ran with other
+// settings would be worse, and with a nil vk every call would panic.
+func New(vk valkey.Client, opts ...Option) (*Limiter, error) {
 	o := options{
 		prefix:          DefaultPrefix,
 		deadline:        DefaultDeadline,
@@ -59,11 +56,25 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		policy:          LocalFallback,
 		clock:           monotonicClock,
 	}
+	if vk == nil {
+		o.invalid("vk", "must not be nil")
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(o.errs) > 0 {
-		panic(o.errs[0])
+	var m *metrics
+	if o.meterProvider != nil && len(o.errs) == 0 {
+		var err error
+		if m, err = newMetrics(o.meterProvider); err != nil {
+			o.errs = append(o.errs, err)
+		}
+	}
+	switch len(o.errs) {
+	case 0:
+	case 1:
+		return nil, o.errs[0]
+	default:
+		return nil, errors.Join(o.errs...)
 	}
 	l := &Limiter{
 		vk:        vk,
@@ -80,9 +91,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.policy == LocalFallback {
 		l.local = newLocalStore(o.localKeys)
 	}
-	if o.meterProvider != nil {
-		l.metrics = newMetrics(o.meterProvider)
-	}
+	l.metrics = m
 	if o.tracerProvider != nil {
 		l.tracer = o.tracerProvider.Tracer("github.com/rlfn/rlfn/client")
 		l.traceKeys = o.traceKeys
@@ -93,7 +102,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.denialKeys > 0 {
 		l.denials = newDenials(o.denialKeys)
 	}
-	return l
+	return l, nil
 }
 
 // clockBase anchors monotonicClock: Unix time that a wall-clock step cannot move, so that

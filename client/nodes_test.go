@@ -82,7 +82,7 @@ func keyOn(shard int, n int) string {
 func TestBreakerPerNode(t *testing.T) {
 	vk := newShardedClient()
 	clock := newFakeClock()
-	lim := client.New(vk, client.WithBreaker(3, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.WithBreaker(3, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
 	limit := client.FixedWindow{Limit: 100, Window: time.Minute}
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)

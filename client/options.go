@@ -78,8 +78,8 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", uint8(p))
 }
 
-// OptionError reports an option New cannot use. New panics with it: options are the
-// program's constants, and a Limiter that silently ran with other settings would be worse.
+// OptionError reports an option New cannot use (or a nil valkey.Client): New returns it, and
+// no Limiter, since one that silently ran with other settings would be worse.
 type OptionError struct {
 	Option string // e.g. "WithDeadline"
 	Reason string // e.g. "must be positive, got 0s"
@@ -87,7 +87,7 @@ type OptionError struct {
 
 func (e *OptionError) Error() string { return "rlfn: " + e.Option + " " + e.Reason }
 
-// Option configures a Limiter.
+// Option configures a Limiter. An invalid one does not panic: New returns its *OptionError.
 type Option func(*options)
 
 type options struct {

@@ -14,7 +14,7 @@ func TestDenialCache(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithDenialCache(1000))
+		lim := newLimiter(t, cc, slowMachine, client.WithDenialCache(1000))
 		limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: 400 * time.Millisecond}
 		key := keyFor(t)
 		for i := range 3 {

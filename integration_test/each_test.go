@@ -13,7 +13,7 @@ import (
 func TestClientAllowAllEach(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		base := keyFor(t)
 		burst := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 		hourly := client.FixedWindow{Limit: 3, Window: time.Hour, Name: "hourly"}

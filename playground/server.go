@@ -56,20 +56,24 @@ type Server struct {
 var errBoundaryBusy = errors.New("the boundary scenario is already running (from this page or another): try again when it ends")
 
 // New returns the playground's handler, which calls the library through vk. The caller owns
-// vk and closes it after the handler's last request.
-func New(vk valkey.Client, opts Options) *Server {
+// vk and closes it after the handler's last request. Its error is client.New's (a nil vk).
+func New(vk valkey.Client, opts Options) (*Server, error) {
 	if opts.Deploy == "" {
 		opts.Deploy = "rlfn deploy"
 	}
 	if opts.Deadline <= 0 {
 		opts.Deadline = 2 * time.Second
 	}
+	// ReturnError: the page shows what the server did, never a decision the client made up
+	// without it.
+	lim, err := client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
+		client.WithPolicy(client.ReturnError))
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		vk: vk,
-		// ReturnError: the page shows what the server did, never a decision the client made
-		// up without it.
-		lim: client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
-			client.WithPolicy(client.ReturnError)),
+		vk:   vk,
+		lim:  lim,
 		opts: opts,
 		mux:  http.NewServeMux(),
 	}
@@ -80,7 +84,7 @@ func New(vk valkey.Client, opts Options) *Server {
 	s.mux.HandleFunc("POST /api/send", s.send)
 	s.mux.HandleFunc("POST /api/reset", s.reset)
 	s.mux.HandleFunc("POST /api/boundary", s.boundary)
-	return s
+	return s, nil
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

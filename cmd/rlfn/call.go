@@ -138,8 +138,11 @@ func callAction(c *cli.Context) error {
 	// replaced by a fallback decision (the client's default policy).
 	// ReturnError: call shows what the server answers; a local decision would hide a node that
 	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
-	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
+	lim, err := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
 		client.WithPolicy(client.ReturnError))
+	if err != nil {
+		return err
+	}
 
 	// Each row is printed as its call returns: --repeat may be a billion.
 	out := newCallOutput(c.App.Writer, plan, c.Bool("json"))
