@@ -44,11 +44,11 @@ func (l *Limiter) Check(ctx context.Context) error {
 // version. A node that runs an older version is a *VersionError with Want = min.
 func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 	if min != "" && !versions.Valid(min) {
-		return fmt.Errorf("rlfn: check: %q is not a version", min)
+		return fmt.Errorf("client: check: %q is not a version", min)
 	}
 	nodes := l.vk.Nodes()
 	if len(nodes) == 0 {
-		return errors.New("rlfn: check: the client knows no node")
+		return errors.New("client: check: the client knows no node")
 	}
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -111,7 +111,7 @@ func safely(addr string, f func() error) (err error) {
 }
 
 func panicError(addr string, r any) error {
-	return fmt.Errorf("rlfn: node %s: panic: %v", addr, r)
+	return fmt.Errorf("client: node %s: panic: %v", addr, r)
 }
 
 func checkNode(ctx context.Context, addr string, c valkey.Client, min string) error {
@@ -121,7 +121,7 @@ func checkNode(ctx context.Context, addr string, c valkey.Client, min string) er
 		// A server error (ROLE refused by an ACL) leaves the role unknown: the node is
 		// checked as a primary. A network error is the node's answer.
 		if _, ok := valkey.IsValkeyErr(err); !ok {
-			return fmt.Errorf("rlfn: node %s: %w", addr, err)
+			return fmt.Errorf("client: node %s: %w", addr, err)
 		}
 	} else if len(role) > 0 {
 		if r, _ := role[0].ToString(); r == "slave" || r == "replica" {
@@ -134,7 +134,7 @@ func checkNode(ctx context.Context, addr string, c valkey.Client, min string) er
 		if verr, ok := valkey.IsValkeyErr(err); ok && notFound(verr.Error()) {
 			return &VersionError{Node: addr, Want: want}
 		}
-		return fmt.Errorf("rlfn: node %s: rl_version: %w", addr, err)
+		return fmt.Errorf("client: node %s: rl_version: %w", addr, err)
 	}
 	if !versions.Valid(v) || versions.Major(v) != want {
 		return &VersionError{Node: addr, Version: v, Want: want}

@@ -705,7 +705,7 @@ func replyErr(fn string, err error) error {
 			return ErrNotLoaded
 		}
 	}
-	return fmt.Errorf("rlfn: %s: %w", fn, err)
+	return fmt.Errorf("client: %s: %w", fn, err)
 }
 
 // notFound reports the server's answer to FCALL of a function it does not have ("ERR

@@ -232,7 +232,7 @@ func TestReplies(t *testing.T) {
 				var le *client.LibraryError
 				return errors.As(err, &le) && le.Function == "rl_token_bucket" &&
 					le.Message == "rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state" &&
-					err.Error() == "rlfn: rl_token_bucket: RLERR rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state"
+					err.Error() == "client: rl_token_bucket: RLERR rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state"
 			},
 		},
 		{
@@ -245,7 +245,7 @@ func TestReplies(t *testing.T) {
 			give: mock.Result(mock.ValkeyError("NOPERM this user has no permissions to run the 'fcall' command")),
 			wantErr: func(err error) bool {
 				_, ok := valkey.IsValkeyErr(errors.Unwrap(err))
-				return ok && strings.HasPrefix(err.Error(), "rlfn: rl_token_bucket: NOPERM")
+				return ok && strings.HasPrefix(err.Error(), "client: rl_token_bucket: NOPERM")
 			},
 		},
 		{
@@ -277,7 +277,7 @@ func TestReplies(t *testing.T) {
 
 func isReplyError(err error) bool {
 	var re *client.ReplyError
-	return errors.As(err, &re) && re.Function == "rl_token_bucket" && strings.HasPrefix(err.Error(), "rlfn: rl_token_bucket: reply out of contract: ")
+	return errors.As(err, &re) && re.Function == "rl_token_bucket" && strings.HasPrefix(err.Error(), "client: rl_token_bucket: reply out of contract: ")
 }
 
 // A replica without the library (a deploy in progress) does not fail a peek: it is repeated
@@ -307,8 +307,8 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), rw).Return(notFound),
 		)
 		_, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit)
-		if !errors.Is(err, client.ErrNotLoaded) || !strings.Contains(err.Error(), "rlfn deploy") {
-			t.Fatalf("got %v, want ErrNotLoaded telling to deploy", err)
+		if !errors.Is(err, client.ErrNotLoaded) || err.Error() != "client: the ratelimit library is not loaded on the server" {
+			t.Fatalf("got %v, want ErrNotLoaded", err)
 		}
 	})
 	t.Run("other errors are not retried", func(t *testing.T) {
@@ -381,7 +381,7 @@ func TestInvalidLimits(t *testing.T) {
 			} {
 				_, err := call()
 				var le *client.LimitError
-				if !errors.As(err, &le) || le.Field != tt.field || !strings.HasPrefix(err.Error(), "rlfn: "+tt.field+" ") {
+				if !errors.As(err, &le) || le.Field != tt.field || !strings.HasPrefix(err.Error(), "client: "+tt.field+" ") {
 					t.Fatalf("got %v, want a *LimitError on %s", err, tt.field)
 				}
 			}
@@ -418,14 +418,14 @@ func TestLimitErrorMessages(t *testing.T) {
 		give client.Limit
 		want string
 	}{
-		{client.FixedWindow{Limit: 0, Window: time.Second}, "rlfn: FixedWindow.Limit must be from 1 to 999999999999999, got 0"},
-		{client.SlidingLog{Limit: 1, Window: 1500 * time.Microsecond}, "rlfn: SlidingLog.Window must be a whole number of milliseconds, got 1.5ms"},
-		{client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Microsecond}, "rlfn: TokenBucket.Period must be at least 1ms, got 1µs"},
+		{client.FixedWindow{Limit: 0, Window: time.Second}, "client: FixedWindow.Limit must be from 1 to 999999999999999, got 0"},
+		{client.SlidingLog{Limit: 1, Window: 1500 * time.Microsecond}, "client: SlidingLog.Window must be a whole number of milliseconds, got 1.5ms"},
+		{client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Microsecond}, "client: TokenBucket.Period must be at least 1ms, got 1µs"},
 		{client.SlidingWindow{Limit: 999999999999999, Window: time.Hour},
-			"rlfn: SlidingWindow.Limit * Window in milliseconds must be below 2^53, got 999999999999999 * 3600000"},
+			"client: SlidingWindow.Limit * Window in milliseconds must be below 2^53, got 999999999999999 * 3600000"},
 		{client.LeakyBucket{Capacity: 999999999999999, Rate: 7, Period: time.Hour},
-			"rlfn: LeakyBucket.Capacity * Period in microseconds / gcd(Rate, Period in microseconds) must be below 2^53, got 999999999999999 * 3600000000 / 1"},
-		{client.LeakyBucket{Capacity: 1, Rate: 1, Period: time.Second, Mode: 5}, "rlfn: LeakyBucket.Mode must be Police or Shape, got Mode(5)"},
+			"client: LeakyBucket.Capacity * Period in microseconds / gcd(Rate, Period in microseconds) must be below 2^53, got 999999999999999 * 3600000000 / 1"},
+		{client.LeakyBucket{Capacity: 1, Rate: 1, Period: time.Second, Mode: 5}, "client: LeakyBucket.Mode must be Police or Shape, got Mode(5)"},
 	}
 	for _, tt := range tests {
 		if err := tt.give.Validate(); err == nil || err.Error() != tt.want {

@@ -53,7 +53,7 @@ type Lease struct {
 
 // ErrLeaseReleased is returned by Renew of a Lease already released: a renewal would take a
 // new slot for a holder that is done, and leak it until it expires.
-var ErrLeaseReleased = errors.New("rlfn: lease already released")
+var ErrLeaseReleased = errors.New("client: lease already released")
 
 // Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
 // from crypto/rand: ids never collide across processes). When admitted it returns the Lease,

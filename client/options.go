@@ -85,7 +85,7 @@ type OptionError struct {
 	Reason string // e.g. "must be positive, got 0s"
 }
 
-func (e *OptionError) Error() string { return "rlfn: " + e.Option + " " + e.Reason }
+func (e *OptionError) Error() string { return "client: " + e.Option + " " + e.Reason }
 
 // Option configures a Limiter. An invalid one does not panic: New returns its *OptionError.
 type Option func(*options)

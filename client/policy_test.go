@@ -441,22 +441,22 @@ func TestInvalidOptions(t *testing.T) {
 		give client.Option
 		want string
 	}{
-		{client.WithDeadline(0), "rlfn: WithDeadline must be positive, got 0s"},
-		{client.WithDeadline(-time.Second), "rlfn: WithDeadline must be positive, got -1s"},
-		{client.WithPolicy(9), "rlfn: WithPolicy must be ReturnError, FailOpen, FailClosed or LocalFallback, got Policy(9)"},
-		{client.WithInstances(0), "rlfn: WithInstances must be from 1 to 1000000, got 0"},
-		{client.WithInstances(1_000_001), "rlfn: WithInstances must be from 1 to 1000000, got 1000001"},
-		{client.WithBreaker(0, time.Second), "rlfn: WithBreaker failures must be at least 1, got 0"},
-		{client.WithBreaker(1, 0), "rlfn: WithBreaker cooldown must be positive, got 0s"},
-		{client.WithLocalKeys(0), "rlfn: WithLocalKeys must be at least 1, got 0"},
-		{client.WithMeterProvider(nil), "rlfn: WithMeterProvider must not be nil"},
-		{client.WithLeasedBudgets(1, time.Second), "rlfn: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1"},
-		{client.WithLeasedBudgets(1_000_001, time.Second), "rlfn: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1000001"},
-		{client.WithLeasedBudgets(64, 0), "rlfn: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 0s"},
-		{client.WithLeasedBudgets(64, 2*time.Minute), "rlfn: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 2m0s"},
-		{client.WithDenialCache(0), "rlfn: WithDenialCache maxKeys must be from 1 to 10000000, got 0"},
-		{client.WithDenialCache(10_000_001), "rlfn: WithDenialCache maxKeys must be from 1 to 10000000, got 10000001"},
-		{client.WithTracerProvider(nil), "rlfn: WithTracerProvider must not be nil"},
+		{client.WithDeadline(0), "client: WithDeadline must be positive, got 0s"},
+		{client.WithDeadline(-time.Second), "client: WithDeadline must be positive, got -1s"},
+		{client.WithPolicy(9), "client: WithPolicy must be ReturnError, FailOpen, FailClosed or LocalFallback, got Policy(9)"},
+		{client.WithInstances(0), "client: WithInstances must be from 1 to 1000000, got 0"},
+		{client.WithInstances(1_000_001), "client: WithInstances must be from 1 to 1000000, got 1000001"},
+		{client.WithBreaker(0, time.Second), "client: WithBreaker failures must be at least 1, got 0"},
+		{client.WithBreaker(1, 0), "client: WithBreaker cooldown must be positive, got 0s"},
+		{client.WithLocalKeys(0), "client: WithLocalKeys must be at least 1, got 0"},
+		{client.WithMeterProvider(nil), "client: WithMeterProvider must not be nil"},
+		{client.WithLeasedBudgets(1, time.Second), "client: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1"},
+		{client.WithLeasedBudgets(1_000_001, time.Second), "client: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1000001"},
+		{client.WithLeasedBudgets(64, 0), "client: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 0s"},
+		{client.WithLeasedBudgets(64, 2*time.Minute), "client: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 2m0s"},
+		{client.WithDenialCache(0), "client: WithDenialCache maxKeys must be from 1 to 10000000, got 0"},
+		{client.WithDenialCache(10_000_001), "client: WithDenialCache maxKeys must be from 1 to 10000000, got 10000001"},
+		{client.WithTracerProvider(nil), "client: WithTracerProvider must not be nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -468,12 +468,12 @@ func TestInvalidOptions(t *testing.T) {
 		})
 	}
 	// a nil client, with which every call would panic
-	if lim, err := client.New(nil); lim != nil || err == nil || err.Error() != "rlfn: vk must not be nil" {
+	if lim, err := client.New(nil); lim != nil || err == nil || err.Error() != "client: vk must not be nil" {
 		t.Fatalf("New(nil) = %v, %v; want an *OptionError", lim, err)
 	}
 	// every mistake is reported, in order
 	_, err := client.New(nil, client.WithDeadline(0), client.WithInstances(0))
-	if want := "rlfn: vk must not be nil\nrlfn: WithDeadline must be positive, got 0s\nrlfn: WithInstances must be from 1 to 1000000, got 0"; err == nil || err.Error() != want {
+	if want := "client: vk must not be nil\nclient: WithDeadline must be positive, got 0s\nclient: WithInstances must be from 1 to 1000000, got 0"; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 	// the valid extremes are accepted

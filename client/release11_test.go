@@ -250,7 +250,7 @@ func TestAllowAllRefusesBadRules(t *testing.T) {
 	}
 	// an invalid limit says which rule it is
 	_, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: client.FixedWindow{Limit: 5}}})
-	if want := "rlfn: rules[1] FixedWindow.Window must be at least 1ms, got 0s"; err == nil || err.Error() != want {
+	if want := "client: rules[1] FixedWindow.Window must be at least 1ms, got 0s"; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %q", err, want)
 	}
 }
@@ -300,7 +300,7 @@ func TestVersionErrorOn10(t *testing.T) {
 			if !errors.As(err, &ve) || ve.Node != "10.0.0.1:6379" || ve.Version != "1.0.0" || ve.Want != "1.1.0" || ve.Function != tt.what {
 				t.Fatalf("got %v, want a *VersionError naming 10.0.0.1:6379", err)
 			}
-			want := "rlfn: node 10.0.0.1:6379 runs ratelimit library 1.0.0, " + tt.what + " needs 1.1.0 or later (run rlfn deploy)"
+			want := "client: node 10.0.0.1:6379 runs ratelimit library 1.0.0, " + tt.what + " needs 1.1.0 or later"
 			if err.Error() != want {
 				t.Errorf("got %q, want %q", err, want)
 			}

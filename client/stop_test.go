@@ -52,14 +52,14 @@ func TestKeyBounds(t *testing.T) {
 		key  string
 		want string // the error; empty: admitted
 	}{
-		{"empty", nil, "", "rlfn: the key is empty: no principal to count the call against"},
+		{"empty", nil, "", "client: the key is empty: no principal to count the call against"},
 		{"default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen), ""},
 		{"past the default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen+1),
-			"rlfn: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
-		{"a MiB", nil, strings.Repeat("k", 1<<20), "rlfn: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+			"client: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"a MiB", nil, strings.Repeat("k", 1<<20), "client: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
 		{"own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkk", ""},
 		{"past its own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkkk",
-			"rlfn: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+			"client: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {

@@ -158,7 +158,7 @@ func TestHTTPStopMisconfigured(t *testing.T) {
 	}
 	for _, want := range []string{
 		`msg="httplimit: rate limit misconfigured, answered 500" err="httplimit: policy \"my api\": want letters`,
-		`msg="httplimit: rate limit misconfigured, answered 500" err="rlfn: TokenBucket.Capacity must be from 1 to 999999999999999, got 0"`,
+		`msg="httplimit: rate limit misconfigured, answered 500" err="client: TokenBucket.Capacity must be from 1 to 999999999999999, got 0"`,
 	} {
 		if !strings.Contains(logged.String(), want) {
 			t.Errorf("log:\n%s\nwant a line holding %s", &logged, want)

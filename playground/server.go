@@ -501,7 +501,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 // explain is err as the page shows it: a timeout says how long the server was given, since
 // "context deadline exceeded" alone reads as a fault of the page.
 func (s *Server) explain(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "rlfn: ")
+	msg := err.Error()
 	if timedOut(err) {
 		msg = fmt.Sprintf("the server did not answer within %s (%s)", s.opts.Deadline, msg)
 	}

@@ -154,7 +154,7 @@ func TestCheck(t *testing.T) {
 	one := Policy{Name: "api", Limit: tokenBucket}
 	two := Policy{Name: "user-ip", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}
 	lease := Policy{Name: "pay", Concurrency: &client.Concurrency{Limit: 2, Lease: time.Second}}
-	down := errors.New("rlfn: node 127.0.0.1:6379: connection refused")
+	down := errors.New("client: node 127.0.0.1:6379: connection refused")
 	tests := []struct {
 		name     string
 		version  string

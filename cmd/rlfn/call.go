@@ -230,10 +230,7 @@ type placedError struct {
 	err   error
 }
 
-// Error drops the client's own "rlfn: ", which is the line's first word already.
-func (e *placedError) Error() string {
-	return e.where + ": " + strings.TrimPrefix(e.err.Error(), "rlfn: ")
-}
+func (e *placedError) Error() string { return e.where + ": " + e.err.Error() }
 
 func (e *placedError) Unwrap() error { return e.err }
 

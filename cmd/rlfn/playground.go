@@ -92,7 +92,7 @@ func playgroundAction(c *cli.Context) error {
 		return err
 	}
 	if err := lim.Check(ctx); err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s\n", printable(oneLine(err.Error())))
+		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s%s\n", printable(oneLine(err.Error())), deployAdvice(err))
 	}
 
 	select {
