@@ -336,7 +336,7 @@ func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attem
 	return a, kindNone, nil
 }
 
-// needsRefunds reports whether c needs library 1.1.0 (Release11): a reserve, a refund, a
+// needsRefunds reports whether c needs library 1.1.0: a reserve, a refund, a
 // concurrency lease, or a call that must be refundable.
 func needsRefunds(op operation, c call) bool {
 	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0

@@ -434,18 +434,6 @@ func TestLimitErrorMessages(t *testing.T) {
 	}
 }
 
-// RetryAfterMs is the library's retry_after_ms: whole milliseconds, -1 for Never.
-func TestRetryAfterMs(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want int64
-	}{{0, 0}, {1500 * time.Millisecond, 1500}, {client.Never, -1}} {
-		if got := (client.Result{RetryAfter: tt.d}).RetryAfterMs(); got != tt.want {
-			t.Errorf("RetryAfterMs of %s = %d, want %d", tt.d, got, tt.want)
-		}
-	}
-}
-
 // newLimiter is client.New with options the test chose: an error is the test's bug.
 func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
 	t.Helper()

@@ -206,7 +206,7 @@ func ExampleLimiter_AllowAll() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		log.Fatal(err) // a node still runs 1.0.0: run rlfn deploy
 	}
 

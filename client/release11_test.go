@@ -501,9 +501,9 @@ func TestCheckVersion(t *testing.T) {
 		ok        bool
 	}{
 		{"1.0.0", "", true},
-		{"1.0.0", client.Release11, false},
-		{"1.1.0", client.Release11, true},
-		{"1.2.0", client.Release11, true},
+		{"1.0.0", "1.1.0", false},
+		{"1.1.0", "1.1.0", true},
+		{"1.2.0", "1.1.0", true},
 	} {
 		ctrl := gomock.NewController(t)
 		nc := mock.NewClient(ctrl)

@@ -8,13 +8,13 @@ import (
 // Never is Result.RetryAfter when the cost is more than the limit, so no wait would admit it.
 const Never time.Duration = math.MaxInt64
 
-// RetryAfterMs is RetryAfter as the library replies it (retry_after_ms): whole milliseconds,
-// and -1 for Never.
-func (r Result) RetryAfterMs() int64 {
-	if r.RetryAfter == Never {
+// retryAfterMs is RetryAfter as the library replies it (retry_after_ms), for traces: whole
+// milliseconds, and -1 for Never.
+func retryAfterMs(d time.Duration) int64 {
+	if d == Never {
 		return -1
 	}
-	return r.RetryAfter.Milliseconds()
+	return d.Milliseconds()
 }
 
 // Result is one decision, the library's six-integer reply in Go units.

@@ -85,7 +85,7 @@ func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Resul
 		attribute.Int64("ratelimit.limit", res.Limit),
 		attribute.String("rlfn.source", l.source(res)))
 	if !res.Allowed {
-		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", res.RetryAfterMs()))
+		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", retryAfterMs(res.RetryAfter)))
 	}
 	span.SetAttributes(attrs...)
 }

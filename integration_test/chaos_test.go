@@ -132,7 +132,7 @@ func TestChaosFailover(t *testing.T) {
 	}
 
 	// The promoted replica serves the library it received, to FCALL_RO and to calls on its keys.
-	if v, err := do(t, pc, client.VersionCommand(pc)).ToString(); err != nil || v != workingVersion(t) {
+	if v, err := do(t, pc, pc.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString(); err != nil || v != workingVersion(t) {
 		t.Errorf("promoted %s: rl_version %q, %v; want %s", promoted.Addr, v, err, workingVersion(t))
 	}
 	// The deployer (what rlfn status shows) sees the new topology.

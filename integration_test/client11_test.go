@@ -275,7 +275,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 				var ve *client.VersionError
 				switch p {
 				case client.ReturnError:
-					if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 || ve.Function != c.what {
+					if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != "1.1.0" || ve.Function != c.what {
 						t.Errorf("%s: got %v, want a *VersionError naming %s and %s", c.what, err, s.Addr, c.what)
 					}
 				case client.FailOpen:
@@ -335,7 +335,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 		})
 	}
 	var ve *client.VersionError
-	if err := newLimiter(t, vk, slowMachine).CheckVersion(ctx5s(t), client.Release11); !errors.As(err, &ve) || ve.Node != s.Addr {
+	if err := newLimiter(t, vk, slowMachine).CheckVersion(ctx5s(t), "1.1.0"); !errors.As(err, &ve) || ve.Node != s.Addr {
 		t.Errorf("CheckVersion: got %v", err)
 	}
 	if err := newLimiter(t, vk, slowMachine).Check(ctx5s(t)); err != nil {

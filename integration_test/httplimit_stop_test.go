@@ -94,7 +94,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 	t.Logf("Check: %v", err)
 	var re *httplimit.ReleaseError
 	var ve *client.VersionError
-	if !errors.As(err, &re) || re.Release != client.Release11 || len(re.Policies) != 1 || re.Policies[0] != "api" ||
+	if !errors.As(err, &re) || re.Release != "1.1.0" || len(re.Policies) != 1 || re.Policies[0] != "api" ||
 		!errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" {
 		t.Errorf("Check: %v; want policy \"api\" needing 1.1.0, node %s running 1.0.0", err, s.Addr)
 	}

@@ -187,7 +187,7 @@ func serviceCalls(t *testing.T, tg *target) error {
 	}
 	// ReturnError: a call the server refuses must fail here, not be decided locally
 	lim := newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError))
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		return fmt.Errorf("CheckVersion: %w", err)
 	}
 	for _, l := range clientLimits {
@@ -324,7 +324,7 @@ func refused(t *testing.T, tg *target) {
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Allow with the prefix other: as %s: %v; want NOPERM", svcUser, err)
 	}
-	if v, err := do(t, tg.primary, client.VersionCommand(tg.primary)).ToString(); err != nil || v != workingVersion(t) {
+	if v, err := do(t, tg.primary, tg.primary.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString(); err != nil || v != workingVersion(t) {
 		t.Errorf("the library after the refusals: rl_version %q, %v", v, err)
 	}
 }
@@ -347,7 +347,7 @@ func TestSecurityClientTLS(t *testing.T) {
 	}
 	t.Cleanup(vk.Close)
 	lim := newLimiter(t, vk, slowMachine)
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		t.Fatal(err)
 	}
 	key := "tls:" + keyFor(t)

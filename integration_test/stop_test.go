@@ -174,8 +174,8 @@ func TestStopReleaseSkew(t *testing.T) {
 		k := keyFor(t)
 		var ve *client.VersionError
 		if err := lim.CheckRules(ctx, perUserAndIP(k)...); !errors.As(err, &ve) ||
-			ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 {
-			t.Errorf("CheckRules of a per-user and a per-IP limit on 1.0.0: %v; want a *VersionError wanting %s", err, client.Release11)
+			ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != "1.1.0" {
+			t.Errorf("CheckRules of a per-user and a per-IP limit on 1.0.0: %v; want a *VersionError wanting %s", err, "1.1.0")
 		}
 		if err := lim.CheckRules(ctx, client.Rule{Key: k, Limit: user}); err != nil {
 			t.Errorf("CheckRules of one limit without a reserve, which 1.0.0 decides: %v", err)

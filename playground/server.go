@@ -19,6 +19,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
 //go:embed web
@@ -141,7 +142,7 @@ type Decision struct {
 
 func decision(r client.Result, at float64) Decision {
 	return Decision{At: at, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
+		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
 }
 
 type errorBody struct {
@@ -198,7 +199,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	default:
 		body.Loaded = true
 		// Any node will do: Check has just seen the same major version on every primary.
-		body.Version, _ = s.vk.Do(ctx, client.VersionCommand(s.vk)).ToString()
+		body.Version, _ = s.vk.Do(ctx, s.vk.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -568,7 +568,7 @@ func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
 	j := callJSON{
 		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
+		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 	switch mode {
 	case modeAcquire, modeRelease:
@@ -577,7 +577,7 @@ func resultJSON(mode callMode, row callRow) callJSON {
 		j.Rule = &row.rule
 		for _, e := range row.each {
 			j.Limits = append(j.Limits, limitJSON{Rule: e.rule, Key: e.key, Allowed: e.res.Allowed, Limit: e.res.Limit,
-				Remaining: e.res.Remaining, RetryAfterMs: e.res.RetryAfterMs(), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
+				Remaining: e.res.Remaining, RetryAfterMs: limitspec.RetryAfterMs(e.res.RetryAfter), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
 		}
 	}
 	return j
