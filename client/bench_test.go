@@ -92,7 +92,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 	openLimiter := func(b *testing.B) *client.Limiter {
 		lim := newLimiter(b, vk, client.WithPolicy(client.LocalFallback), client.WithInstances(4),
 			client.WithBreaker(1, time.Hour))
-		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || !r.Local {
+		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || r.Source != client.FromPolicy {
 			b.Fatalf("the breaker did not open: %+v, %v", r, err)
 		}
 		return lim
@@ -102,7 +102,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 			lim := openLimiter(b)
 			b.ReportAllocs()
 			for b.Loop() {
-				if r, err := lim.Allow(ctx, "user:42", l); err != nil || !r.Local {
+				if r, err := lim.Allow(ctx, "user:42", l); err != nil || r.Source != client.FromPolicy {
 					b.Fatal(r, err)
 				}
 			}
@@ -119,7 +119,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || !r.Local {
+					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || r.Source != client.FromPolicy {
 						b.Fatal(r, err)
 					}
 					i += 7
@@ -187,7 +187,7 @@ func BenchmarkAllowColdKeys(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if r, err := lim.Allow(ctx, keys[i%len(keys)], limit); err != nil || r.Leased {
+				if r, err := lim.Allow(ctx, keys[i%len(keys)], limit); err != nil || r.Source == client.FromLease {
 					b.Fatal(r, err)
 				}
 				i++

@@ -99,7 +99,7 @@ func TestCancelableContextDeadline(t *testing.T) {
 	for range cap(errs) {
 		go func() {
 			r, err := open.Allow(ctx, "k", limit)
-			if err == nil && (!r.Allowed || !r.Local) {
+			if err == nil && (!r.Allowed || r.Source != client.FromPolicy) {
 				err = fmt.Errorf("got %+v, want FailOpen's admission", r)
 			}
 			errs <- err

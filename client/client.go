@@ -181,7 +181,7 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	} else {
 		res, err = l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], sent))
 	}
-	if d != nil && err == nil && !res.Allowed && !res.Local && !res.Cached {
+	if d != nil && err == nil && !res.Allowed && res.Source != FromPolicy && res.Source != FromDenialCache {
 		d.put(sk, n, c.cost, sent, l.clock(), res)
 	}
 	return res, err
@@ -473,19 +473,19 @@ func (l *Limiter) policyResult(op operation, key string, c call) Result {
 	var r Result
 	switch l.policy {
 	case FailOpen:
-		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Local: true}
+		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Source: FromPolicy}
 		switch {
 		case giveBack:
 			r.Remaining = limit
 		case need > limit:
-			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Local: true}
+			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Source: FromPolicy}
 		}
 	case FailClosed:
 		wait := l.breakerOf(key).retryAfter(l.clock())
-		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
+		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Source: FromPolicy}
 		switch {
 		case giveBack:
-			r = Result{Allowed: true, Limit: limit, Local: true}
+			r = Result{Allowed: true, Limit: limit, Source: FromPolicy}
 		case need > limit:
 			r.RetryAfter = Never
 		}

@@ -95,7 +95,7 @@ func ExampleLimiter_Peek() {
 // A Limiter that never takes the service down with the server: each call waits 50ms at most,
 // five failures in a row open the circuit breaker (no call is sent for a second, then one
 // probes), and meanwhile each of the 8 instances of the service admits its eighth of the limit
-// by itself. The decisions it makes are Result.Local, and counted in metrics.
+// by itself. The decisions it makes are client.FromPolicy, and counted in metrics.
 func ExampleWithPolicy() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {

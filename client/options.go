@@ -40,7 +40,7 @@ const (
 // without its functions, and a service must not go down until someone runs rlfn deploy.
 // Check at startup catches a missing deploy, and the errors metric counts not_loaded.
 //
-// Every policy but ReturnError answers with err == nil and Result.Local set, so that the usual
+// Every policy but ReturnError answers with err == nil and Result.Source FromPolicy, so that the usual
 // `if err != nil` handles only what no policy can decide; the cause is counted in metrics.
 type Policy uint8
 

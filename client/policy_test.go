@@ -57,10 +57,10 @@ func TestPolicies(t *testing.T) {
 		policy client.Policy
 		want   client.Result
 	}{
-		{policy: client.FailOpen, want: client.Result{Allowed: true, Limit: 10, Remaining: 9, Local: true}},
-		{policy: client.FailClosed, want: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second, Local: true}},
+		{policy: client.FailOpen, want: client.Result{Allowed: true, Limit: 10, Remaining: 9, Source: client.FromPolicy}},
+		{policy: client.FailClosed, want: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second, Source: client.FromPolicy}},
 		// 2 instances: capacity 5, 1 token per 2s
-		{policy: client.LocalFallback, want: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 2 * time.Second, Local: true}},
+		{policy: client.LocalFallback, want: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 2 * time.Second, Source: client.FromPolicy}},
 	}
 	for _, tt := range tests {
 		for _, f := range failures {
@@ -110,7 +110,7 @@ func TestPolicies(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
 			got, err := newLimiter(t, vk, client.WithPolicy(tt.policy)).AllowN(context.Background(), "k", bucket, 11)
-			if err != nil || got.Allowed || got.RetryAfter != client.Never || !got.Local {
+			if err != nil || got.Allowed || got.RetryAfter != client.Never || got.Source != client.FromPolicy {
 				t.Fatalf("got %+v, %v; want denied, RetryAfter Never", got, err)
 			}
 		})
@@ -155,7 +155,7 @@ func TestBreakerStopsCalls(t *testing.T) {
 					if !errors.Is(err, client.ErrCircuitOpen) {
 						t.Fatalf("call %d while open: %v, want ErrCircuitOpen", i, err)
 					}
-				} else if err != nil || !got.Local {
+				} else if err != nil || got.Source != client.FromPolicy {
 					t.Fatalf("call %d while open: %+v, %v; want a local decision", i, got, err)
 				}
 				if policy == client.FailClosed && got.RetryAfter != time.Second {
@@ -177,7 +177,7 @@ func TestBreakerStopsCalls(t *testing.T) {
 			clock.advance(time.Millisecond)
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply).Times(3)
 			for i := range 3 {
-				if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Local {
+				if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromPolicy {
 					t.Fatalf("call %d after the probe: %+v, %v; want the server's decision", i, got, err)
 				}
 			}
@@ -198,7 +198,7 @@ func TestErrorRepliesKeepTheBreakerClosed(t *testing.T) {
 			lim.Allow(ctx, "k", bucket)
 		}
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-		if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Local {
+		if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromPolicy {
 			t.Fatalf("%v, then the server answers: %+v, %v; want its decision", give, got, err)
 		}
 		if n := lim.LocalKeys(); n != 0 {
@@ -215,7 +215,7 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := client.SlidingLog{Limit: 10, Window: time.Minute} // 2 per instance
 	for range 10 {
-		if got, err := lim.Peek(ctx, "k", limit); err != nil || !got.Allowed || got.Remaining != 2 || !got.Local {
+		if got, err := lim.Peek(ctx, "k", limit); err != nil || !got.Allowed || got.Remaining != 2 || got.Source != client.FromPolicy {
 			t.Fatalf("peek: %+v, %v", got, err)
 		}
 	}
@@ -223,7 +223,7 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 		t.Fatalf("peeks left %d keys", n)
 	}
 	for i, want := range []bool{true, true, false, false} {
-		if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Allowed != want || !got.Local {
+		if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Allowed != want || got.Source != client.FromPolicy {
 			t.Fatalf("allow %d: %+v, %v; want allowed %v", i, got, err, want)
 		}
 	}
@@ -253,14 +253,14 @@ func TestRecoveryDropsLocalState(t *testing.T) {
 	}
 	clock.advance(time.Second)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Local {
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromPolicy {
 		t.Fatalf("probe: %+v, %v", got, err)
 	}
 	if n := lim.LocalKeys(); n != 1 {
 		t.Fatalf("%d local keys after recovery, want 1 (k2's)", n)
 	}
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k2", limit); err != nil || got.Local {
+	if got, err := lim.Allow(ctx, "k2", limit); err != nil || got.Source == client.FromPolicy {
 		t.Fatalf("k2: %+v, %v", got, err)
 	}
 	if n := lim.LocalKeys(); n != 0 {
@@ -284,13 +284,13 @@ func TestOneDeadShardStaysLimited(t *testing.T) {
 	admitted := 0
 	for range 100 {
 		got, err := lim.Allow(ctx, "dead", limit)
-		if err != nil || !got.Local {
+		if err != nil || got.Source != client.FromPolicy {
 			t.Fatalf("dead shard: %+v, %v; want a local decision", got, err)
 		}
 		if got.Allowed {
 			admitted++
 		}
-		if got, err := lim.Allow(ctx, "alive", limit); err != nil || got.Local {
+		if got, err := lim.Allow(ctx, "alive", limit); err != nil || got.Source == client.FromPolicy {
 			t.Fatalf("live shard: %+v, %v; want the server's decision", got, err)
 		}
 	}
@@ -323,7 +323,7 @@ func TestCanceledProbeLetsTheNextCallProbe(t *testing.T) {
 	}
 	// no time passes: the next call is the probe (gomock fails the test if it is not sent)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Local {
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromPolicy {
 		t.Fatalf("next call: %+v, %v; want the server's decision", got, err)
 	}
 }
@@ -428,7 +428,7 @@ func TestDeadline(t *testing.T) {
 		)
 		start := time.Now()
 		got, err := newLimiter(t, vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.FailOpen)).Peek(context.Background(), "k", bucket)
-		if took := time.Since(start); took > 300*time.Millisecond || err != nil || !got.Allowed || !got.Local {
+		if took := time.Since(start); took > 300*time.Millisecond || err != nil || !got.Allowed || got.Source != client.FromPolicy {
 			t.Fatalf("got %+v, %v after %s; want fail open within the deadline", got, err, took)
 		}
 	})
@@ -607,7 +607,7 @@ func TestLeasedWaitKeepsTheDeadline(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
 	r, err := lim.Allow(ctx, "k", bucket)
-	if err != nil || !r.Allowed || !r.Local {
+	if err != nil || !r.Allowed || r.Source != client.FromPolicy {
 		t.Fatalf("the waiting call: %+v, %v; want FailOpen's admission", r, err)
 	}
 	<-first

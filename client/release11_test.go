@@ -398,7 +398,7 @@ func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
 				return
 			}
 			// a's local unit was given back: its local bucket of 1 admits again
-			if res, err := lim.Allow(context.Background(), "a", l); err != nil || !res.Allowed || !res.Local {
+			if res, err := lim.Allow(context.Background(), "a", l); err != nil || !res.Allowed || res.Source != client.FromPolicy {
 				t.Errorf("a after the refund: %+v, %v; want a local admission", res, err)
 			}
 		})
@@ -434,7 +434,7 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 	lim := newLimiter(t, vk)
 	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
 	res, err := lim.AllowAll(context.Background(), rules)
-	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Local {
+	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Source == client.FromPolicy {
 		t.Fatalf("%+v, %v; want b's denial, decided by the node", res, err)
 	}
 	// Within the cooldown, the node is known to run 1.0.0: no refused call, no lookup. a denies
@@ -471,7 +471,7 @@ func TestArityErrorUnknownVersion(t *testing.T) {
 				t.Fatalf("got the *LibraryError %v", err)
 			case p == client.ReturnError && !errors.As(err, &re):
 				t.Fatalf("got %v, want a *ReplyError", err)
-			case p == client.FailOpen && (err != nil || !res.Local):
+			case p == client.FailOpen && (err != nil || res.Source != client.FromPolicy):
 				t.Fatalf("got %+v, %v; want the policy's decision", res, err)
 			}
 		})
@@ -570,10 +570,10 @@ func TestAllowAllEachByPolicy(t *testing.T) {
 		tb, fw  int64 // remaining
 	}{{true, 1, 4}, {true, 0, 3}, {false, 0, 3}} {
 		res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
-		if err != nil || res.Allowed != want.allowed || !res.Local || len(each) != 2 {
+		if err != nil || res.Allowed != want.allowed || res.Source != client.FromPolicy || len(each) != 2 {
 			t.Fatalf("call %d: %+v, %+v, %v", i+1, res, each, err)
 		}
-		if each[0].Remaining != want.tb || each[1].Remaining != want.fw || !each[0].Local || !each[1].Local ||
+		if each[0].Remaining != want.tb || each[1].Remaining != want.fw || each[0].Source != client.FromPolicy || each[1].Source != client.FromPolicy ||
 			each[0].Limit != 2 || each[1].Limit != 5 || each[0].Rule != 0 || each[1].Rule != 1 ||
 			!each[1].Allowed || each[0].Allowed != want.allowed {
 			t.Errorf("call %d: each %+v; want remaining %d and %d, local", i+1, each, want.tb, want.fw)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -36,21 +37,45 @@ type Result struct {
 	// Delay is how long to hold an admitted request before forwarding it: a leaky bucket in
 	// Shape mode spaces requests this way. Zero for every other limiter.
 	Delay time.Duration
-	// Local reports a decision made in this process without the server, by the Limiter's
-	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
-	Local bool
-	// Leased reports an admission served from a batch of units this process took from the
-	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
-	// Remaining is then the server's Remaining after that batch plus the units still parked
-	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
-	// the batch, blind to other processes' calls since.
-	Leased bool
-	// Cached reports a denial answered by the denial cache (WithDenialCache) without the
-	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
-	Cached bool
+	// Source is where the decision came from: the server, or this process without it.
+	Source Source
 	// Rule is, for AllowAll and PeekAll, the index in their rules of the limit this Result
 	// is the reply of, the one that decided: when denied, the denying limit with the longest
 	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero
 	// for every other call.
 	Rule int
+}
+
+// Source is where a decision came from.
+type Source uint8
+
+const (
+	// FromServer is a decision the server made on this call.
+	FromServer Source = iota
+	// FromPolicy is a decision made in this process without the server, by the Limiter's
+	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
+	FromPolicy
+	// FromLease is an admission served from a batch of units this process took from the
+	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
+	// Remaining is then the server's Remaining after that batch plus the units still parked
+	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
+	// the batch, blind to other processes' calls since.
+	FromLease
+	// FromDenialCache is a denial answered by the denial cache (WithDenialCache) without the
+	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
+	FromDenialCache
+)
+
+func (s Source) String() string {
+	switch s {
+	case FromServer:
+		return "server"
+	case FromPolicy:
+		return "policy"
+	case FromLease:
+		return "lease"
+	case FromDenialCache:
+		return "denial_cache"
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
 }

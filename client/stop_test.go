@@ -23,7 +23,7 @@ func TestDefaultPolicyIsLocalFallback(t *testing.T) {
 	admitted := 0
 	for range 10 {
 		res, err := lim.Allow(context.Background(), "k", limit)
-		if err != nil || !res.Local {
+		if err != nil || res.Source != client.FromPolicy {
 			t.Fatalf("%+v, %v; want a local decision", res, err)
 		}
 		if res.Allowed {
@@ -131,7 +131,7 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 	admitted := 0
 	for range 20 {
 		res, err := lim.Allow(ctx, "k", limit)
-		if err != nil || !res.Local {
+		if err != nil || res.Source != client.FromPolicy {
 			t.Fatalf("%+v, %v; want the local fallback's decision", res, err)
 		}
 		if res.Allowed {
@@ -143,7 +143,7 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 	}
 	version = "1.1.0"
 	clock.advance(client.DefaultBreakerCooldown)
-	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Local || served != 1 {
+	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Source == client.FromPolicy || served != 1 {
 		t.Fatalf("%+v, %v after a deploy and a cooldown; want the server's decision", res, err)
 	}
 }
@@ -292,7 +292,7 @@ func TestOlderNodeDecidesTheHintedKeyFirst(t *testing.T) {
 	}
 	for i := range 100 {
 		res, err := lim.AllowAll(context.Background(), rules)
-		if err != nil || res.Local || res.Allowed != (i < 5) {
+		if err != nil || res.Source == client.FromPolicy || res.Allowed != (i < 5) {
 			t.Fatalf("request %d: %+v, %v", i+1, res, err)
 		}
 	}
@@ -327,7 +327,7 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
 	ctx := context.Background()
-	if r, err := lim.Allow(ctx, "k", limit); err != nil || !r.Local {
+	if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source != client.FromPolicy {
 		t.Fatalf("%+v, %v; want a local decision", r, err)
 	}
 	clock.advance(client.DefaultBreakerCooldown)
@@ -347,7 +347,7 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 	upgraded.Store(true)
 	clock.advance(client.DefaultBreakerCooldown)
 	for range 3 {
-		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Local {
+		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source == client.FromPolicy {
 			t.Fatalf("%+v, %v after the upgrade; want the server's decision", r, err)
 		}
 	}

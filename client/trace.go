@@ -92,12 +92,12 @@ func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Resul
 
 // source names who decided res, as MetricDecisions' rlfn.source does.
 func (l *Limiter) source(res Result) string {
-	switch {
-	case res.Leased:
+	switch res.Source {
+	case FromLease:
 		return sourceNames[srcLeased]
-	case res.Cached:
+	case FromDenialCache:
 		return sourceNames[srcCached]
-	case res.Local:
+	case FromPolicy:
 		return sourceNames[l.policy]
 	}
 	return sourceNames[0]

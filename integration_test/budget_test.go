@@ -262,7 +262,7 @@ func TestLeasedBudgetsClose(t *testing.T) {
 				}
 				before, _ := cc.count(fn)
 				for range 5 {
-					if r, err := lim.Allow(ctx, key, l.limit); err != nil || !r.Allowed || r.Leased {
+					if r, err := lim.Allow(ctx, key, l.limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 						t.Fatalf("after Close: %+v, %v", r, err)
 					}
 				}
@@ -290,7 +290,7 @@ func TestLeasedBudgetsColdKeys(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 1000, Rate: 1000, Period: time.Second}
 	key := keyFor(t)
 	for i := range 20 {
-		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Leased {
+		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("call %d: %+v, %v", i, r, err)
 		}
 		if p := lim.Parked(); p != 0 {
@@ -413,7 +413,7 @@ func TestLeasedBudgetsReserve(t *testing.T) {
 		crit := client.Critical(ctx)
 		before, _ := cc.count("rl_token_bucket")
 		for i := range 3 {
-			if r, err := lim.Allow(crit, key, limit); err != nil || !r.Allowed || r.Leased {
+			if r, err := lim.Allow(crit, key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 				t.Fatalf("critical call %d: %+v, %v; want the reserve, from the server", i, r, err)
 			}
 		}
@@ -456,7 +456,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 			t.Fatalf("the server counts %d, want the %d admitted", u, admitted)
 		}
 		// no unit older than maxAge is handed out: the next call is the server's
-		if r, err := lim.Allow(ctx5s(t), key, limit); err != nil || !r.Allowed || r.Leased {
+		if r, err := lim.Allow(ctx5s(t), key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("after maxAge: %+v, %v; want decided by the server", r, err)
 		}
 	})
@@ -478,7 +478,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 		atWindowStart(t, tg.c, window)
 		before, _ := cc.count("rl_fixed_window")
 		r, err := lim.Allow(ctx5s(t), key, limit)
-		if err != nil || !r.Allowed || r.Leased {
+		if err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("first call of the next window: %+v, %v; want it decided by the server", r, err)
 		}
 		if after, _ := cc.count("rl_fixed_window"); after != before+1 {

@@ -211,7 +211,7 @@ func TestChaosShardPaused(t *testing.T) {
 					}
 				}
 				for _, c := range w.calls {
-					fromServer := c.err == nil && !c.res.Local
+					fromServer := c.err == nil && c.res.Source != client.FromPolicy
 					if c.took > chaosDeadline+slack {
 						example := fmt.Sprintf("%s, sent %s after the pause: %+v, %v", c.took, c.start.Sub(pausedAt), c.res, c.err)
 						if w.shard != 0 {
@@ -324,7 +324,7 @@ func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limite
 	for _, w := range workers {
 		for i := 0; ; i++ {
 			res, err := limiters[w.policy].Allow(ctx, w.key, chaosLimits[0])
-			if err == nil && !res.Local {
+			if err == nil && res.Source != client.FromPolicy {
 				break
 			}
 			if i == 50 {
@@ -409,7 +409,7 @@ func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseN
 			st := &stats[dead][ph]
 			st.calls++
 			st.worst = max(st.worst, c.took)
-			fromServer := c.err == nil && !c.res.Local
+			fromServer := c.err == nil && c.res.Source != client.FromPolicy
 			if !fromServer {
 				st.byPolicy++
 			}
@@ -472,11 +472,11 @@ func chaosPolicy(p client.Policy, c chaosCall) error {
 	case client.ReturnError:
 		ok = err != nil && res == (client.Result{})
 	case client.FailOpen:
-		ok = err == nil && res.Local && res.Allowed && res.Limit == chaosLimit
+		ok = err == nil && res.Source == client.FromPolicy && res.Allowed && res.Limit == chaosLimit
 	case client.FailClosed:
-		ok = err == nil && res.Local && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
+		ok = err == nil && res.Source == client.FromPolicy && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
 	case client.LocalFallback:
-		ok = err == nil && res.Local && res.Limit == chaosLimit/chaosShare
+		ok = err == nil && res.Source == client.FromPolicy && res.Limit == chaosLimit/chaosShare
 	}
 	if !ok {
 		return fmt.Errorf("%+v, %v: not what %s promises", res, err, p)
@@ -519,7 +519,7 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 				t.Fatalf("round %d: a peek on the primary: %+v, %v; want %d remaining", i, p, err, r.Remaining)
 			}
 			q, err := onReplica.Peek(ctx, key, limit)
-			if err != nil || q.Local || q.Remaining < r.Remaining || q.Remaining > lastSeen {
+			if err != nil || q.Source == client.FromPolicy || q.Remaining < r.Remaining || q.Remaining > lastSeen {
 				t.Fatalf("round %d: a peek on the replica: %+v, %v; want from %d (current) to %d (its last answer)",
 					i, q, err, r.Remaining, lastSeen)
 			}

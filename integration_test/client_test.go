@@ -59,7 +59,7 @@ func TestClientAdmitsThenDenies(t *testing.T) {
 						t.Fatal(err)
 					}
 					if !r.Allowed || r.Limit != 3 || r.Remaining != 3-i || r.RetryAfter != 0 ||
-						r.ResetAfter <= 0 || r.ResetAfter > l.reset || r.Local {
+						r.ResetAfter <= 0 || r.ResetAfter > l.reset || r.Source == client.FromPolicy {
 						t.Errorf("call %d: %+v", i, r)
 					}
 					if wantDelay := shape && i > 1; (r.Delay > 0) != wantDelay || r.Delay > 20*time.Minute {

@@ -122,7 +122,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 	}
 	// The node counted them: its log of the user is full, not a local stand-in's.
 	peek, err := newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)).Peek(ctx5s(t), "api:"+user, perUser)
-	if err != nil || peek.Local || peek.Remaining != 0 || peek.Allowed {
+	if err != nil || peek.Source == client.FromPolicy || peek.Remaining != 0 || peek.Allowed {
 		t.Errorf("the node's per-user limit: %+v, %v; want it full (Remaining 0)", peek, err)
 	}
 }

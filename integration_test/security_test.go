@@ -354,18 +354,18 @@ func TestSecurityClientTLS(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour}
 	for i := range 4 {
 		r, err := lim.Allow(ctx, key, limit)
-		if err != nil || r.Local || r.Allowed != (i < 3) {
+		if err != nil || r.Source == client.FromPolicy || r.Allowed != (i < 3) {
 			t.Fatalf("Allow %d: %+v, %v", i+1, r, err)
 		}
 	}
-	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Local || r.Allowed || r.Remaining != 0 {
+	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Source == client.FromPolicy || r.Allowed || r.Remaining != 0 {
 		t.Fatalf("Peek: %+v, %v", r, err)
 	}
-	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Local || r.Remaining != 2 {
+	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Source == client.FromPolicy || r.Remaining != 2 {
 		t.Fatalf("Refund: %+v, %v", r, err)
 	}
 	le, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 1, Lease: time.Minute})
-	if err != nil || le == nil || r.Local {
+	if err != nil || le == nil || r.Source == client.FromPolicy {
 		t.Fatalf("Acquire: %+v, %v", r, err)
 	}
 	if r, err := le.Release(ctx); err != nil || !r.Allowed {

@@ -108,7 +108,7 @@ func TestStopReleaseSkew(t *testing.T) {
 				if unlimited == 1 {
 					t.Errorf("request %d: %v; served unlimited by a fail-open service", i+1, err)
 				}
-			case r.Local:
+			case r.Source == client.FromPolicy:
 				t.Errorf("request %d: %+v; want the node's decision", i+1, r)
 			case r.Allowed:
 				admitted++
@@ -127,7 +127,7 @@ func TestStopReleaseSkew(t *testing.T) {
 		if admitted != int(user.Limit) {
 			t.Errorf("%d of %d requests admitted, want the per-user limit, %d", admitted, requests, user.Limit)
 		}
-		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Local || p.Remaining != 0 {
+		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Source == client.FromPolicy || p.Remaining != 0 {
 			t.Errorf("the user's limit after: %+v, %v; want 0 remaining", p, err)
 		}
 		// every admitted request counted; a refused one at most once (what a key took before
@@ -157,7 +157,7 @@ func TestStopReleaseSkew(t *testing.T) {
 		admitted := 0
 		for i := range 10 {
 			r, err := lim.Allow(ctx, k, reserved)
-			if err != nil || !r.Local {
+			if err != nil || r.Source != client.FromPolicy {
 				t.Fatalf("call %d: %+v, %v; want the local fallback's decision", i+1, r, err)
 			}
 			if r.Allowed {
@@ -252,7 +252,7 @@ func clusterKeys(t *testing.T, cl *harness.Cluster, n int) [][]string {
 // A cluster loses a primary. With cluster-require-full-coverage yes (Valkey's default) every
 // shard answers CLUSTERDOWN until the dead one's replica is promoted; with no, the other
 // shards keep serving. Either way, with the Limiter's defaults, every request on a key of any
-// shard is decided, by the server or locally (Result.Local), none is served unlimited (an
+// shard is decided, by the server or locally (client.FromPolicy), none is served unlimited (an
 // error, which a fail-open service serves with no limit), and no key admits more than its limit
 // from either: the server's count and the local fallback's share (the whole limit: one
 // instance) each stay within it.
@@ -286,7 +286,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 		for _, w := range workers {
 			for i := 0; ; i++ {
 				r, err := lim.Allow(ctx, w.keys[0], limit)
-				if err == nil && !r.Local {
+				if err == nil && r.Source != client.FromPolicy {
 					break
 				}
 				if i == 50 {
@@ -401,7 +401,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 					if w.shard != victim {
 						healthyUnlimited++
 					}
-				case c.res.Local:
+				case c.res.Source == client.FromPolicy:
 					if w.shard == victim {
 						deadLocal++
 					} else {
@@ -451,7 +451,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				continue
 			}
 			for _, c := range w.calls {
-				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Local) {
+				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Source == client.FromPolicy) {
 					healthyDown++
 				}
 			}
@@ -585,7 +585,7 @@ func TestStopLongKey(t *testing.T) {
 
 	lim := newLimiter(t, vk, asShipped)
 	long := strings.Repeat("k", client.DefaultMaxKeyLen)
-	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Local {
+	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 		t.Errorf("a key of %d bytes: %+v, %v; want admitted by the server", len(long), r, err)
 	}
 	if n := dbsize(t, vk); n != 1 {
@@ -614,7 +614,7 @@ func TestStopDenialCost(t *testing.T) {
 	for i := range requests {
 		before := fcalls(t, vk)
 		r, err := lim.AllowAll(ctx, rules)
-		if err != nil || r.Local {
+		if err != nil || r.Source == client.FromPolicy {
 			t.Fatalf("request %d: %+v, %v; want the server's decision", i+1, r, err)
 		}
 		n := fcalls(t, vk) - before

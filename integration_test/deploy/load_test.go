@@ -150,8 +150,8 @@ func load10(ctx context.Context, lim *client.Limiter, w int, phase *atomic.Int32
 			return // stopped mid-call: not a failure of the deploy
 		}
 		tl.calls.Add(1)
-		if err != nil || res.Local {
-			tl.fail("%s %T: %v (local %v)", key, limit, err, res.Local)
+		if err != nil || res.Source == client.FromPolicy {
+			tl.fail("%s %T: %v (source %v)", key, limit, err, res.Source)
 		} else if was == phaseAll110 && phase.Load() == phaseAll110 {
 			tl.on110.Add(1)
 		}
