@@ -168,8 +168,8 @@ func BenchmarkClientOnly(b *testing.B) {
 	}
 	defer vk.Close()
 	e := &throughputEnv{callers: envInt(b, "RLFN_BENCH_CALLERS", defaultCallers), vk: vk,
-		lim:    client.New(vk, client.WithDeadline(time.Minute)),
-		leased: client.New(vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
+		lim:    newLimiter(b, vk, client.WithDeadline(time.Minute)),
+		leased: newLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
 	defer e.leased.Close(context.Background())
 	bucket := client.TokenBucket{Capacity: perSecond, Rate: perSecond, Period: time.Second}
 	background := rlfnOn(e.lim, "rlfn_background", bucket)
@@ -219,4 +219,14 @@ func clientOnly(b *testing.B, callers int, c contender) {
 		b.ReportMetric(float64(writes1-writes0)/n, "client-writes/op")
 		b.ReportMetric(float64(wbytes1-wbytes0)/n, "client-write-B/op")
 	}
+}
+
+// newLimiter is client.New with options the test chose: an error is the test's bug.
+func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
+	t.Helper()
+	lim, err := client.New(vk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }

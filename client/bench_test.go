@@ -28,7 +28,7 @@ func (c replyClient) Do(context.Context, valkey.Completed) valkey.ValkeyResult {
 // A real valkey-go client recycles each command after Do; this one cannot (the pool is
 // internal), so the numbers include building one command from scratch (BenchmarkBuilder).
 func BenchmarkAllow(b *testing.B) {
-	benchmarkAllow(b, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
 }
 
 // BenchmarkAllowRequestContext is BenchmarkAllow with a context that can be canceled, as an
@@ -36,13 +36,13 @@ func BenchmarkAllow(b *testing.B) {
 func BenchmarkAllowRequestContext(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	benchmarkAllowCtx(b, ctx, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+	benchmarkAllowCtx(b, ctx, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
 }
 
 // BenchmarkAllowMetrics is BenchmarkAllow recording metrics with the OpenTelemetry SDK.
 func BenchmarkAllowMetrics(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	benchmarkAllow(b, client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
+	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
 		client.WithMeterProvider(mp)))
 }
 
@@ -89,20 +89,20 @@ func BenchmarkBuilder(b *testing.B) {
 func BenchmarkLocalFallback(b *testing.B) {
 	vk := replyClient{mock.NewClient(nil), mock.ErrorResult(context.DeadlineExceeded)}
 	ctx := context.Background()
-	newLimiter := func(b *testing.B) *client.Limiter {
-		lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithInstances(4),
+	openLimiter := func(b *testing.B) *client.Limiter {
+		lim := newLimiter(b, vk, client.WithPolicy(client.LocalFallback), client.WithInstances(4),
 			client.WithBreaker(1, time.Hour))
-		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || !r.Local {
+		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || r.Source != client.FromPolicy {
 			b.Fatalf("the breaker did not open: %+v, %v", r, err)
 		}
 		return lim
 	}
 	for _, l := range benchLimits {
 		b.Run(benchName(l), func(b *testing.B) {
-			lim := newLimiter(b)
+			lim := openLimiter(b)
 			b.ReportAllocs()
 			for b.Loop() {
-				if r, err := lim.Allow(ctx, "user:42", l); err != nil || !r.Local {
+				if r, err := lim.Allow(ctx, "user:42", l); err != nil || r.Source != client.FromPolicy {
 					b.Fatal(r, err)
 				}
 			}
@@ -114,12 +114,12 @@ func BenchmarkLocalFallback(b *testing.B) {
 	}
 	for _, l := range benchLimits {
 		b.Run(benchName(l)+"/parallel_10000_keys", func(b *testing.B) {
-			lim := newLimiter(b)
+			lim := openLimiter(b)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || !r.Local {
+					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || r.Source != client.FromPolicy {
 						b.Fatal(r, err)
 					}
 					i += 7
@@ -133,7 +133,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 // on one key (RunParallel with 32 per GOMAXPROCS on 2): what the budget's locks cost when every
 // caller wants the same key. The reply admits every batch, so nearly every call is a local hit.
 func BenchmarkLeasedHotKey(b *testing.B) {
-	lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 1_000_000, 999_000, 0, 1000, 0))},
+	lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 1_000_000, 999_000, 0, 1000, 0))},
 		client.WithLeasedBudgets(256, time.Minute))
 	defer lim.Close(context.Background())
 	limit := client.Limit(client.TokenBucket{Capacity: 1_000_000, Rate: 1, Period: time.Hour})
@@ -174,7 +174,7 @@ func BenchmarkAllowColdKeys(b *testing.B) {
 		{"leased_among_budgets", leased, 1000},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, tc.opts...)
+			lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, tc.opts...)
 			defer lim.Close(ctx)
 			for i := range tc.hot {
 				// three calls in a row: the third makes the key's budget
@@ -187,7 +187,7 @@ func BenchmarkAllowColdKeys(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if r, err := lim.Allow(ctx, keys[i%len(keys)], limit); err != nil || r.Leased {
+				if r, err := lim.Allow(ctx, keys[i%len(keys)], limit); err != nil || r.Source == client.FromLease {
 					b.Fatal(r, err)
 				}
 				i++

@@ -319,7 +319,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 		case b.units >= c.cost && now < b.expires:
 			b.units -= c.cost
 			r := Result{Allowed: true, Limit: b.limit, Remaining: b.remaining + b.units,
-				ResetAfter: time.Duration(max(0, b.resetAt-now)), Leased: true}
+				ResetAfter: time.Duration(max(0, b.resetAt-now)), Source: FromLease}
 			b.mu.Unlock()
 			if m := l.metrics; m != nil {
 				m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][1][srcLeased]...)
@@ -409,8 +409,8 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 	}
 	b.mu.Unlock()
 	res, err := l.decide(ctx, opAllow, b.key, cc)
-	batch := err == nil && !res.Local && res.Allowed
-	if err == nil && !res.Local && !res.Allowed && cc.extra > 0 {
+	batch := err == nil && res.Source != FromPolicy && res.Allowed
+	if err == nil && res.Source != FromPolicy && !res.Allowed && cc.extra > 0 {
 		// Denied with the batch: the exact call, so that a limited key is decided as without
 		// leased budgets.
 		cc.extra = 0
@@ -436,7 +436,7 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 			staleBy = min(staleBy, b.refundBy)
 		}
 		res.Remaining += parked
-	case err == nil && !res.Local:
+	case err == nil && res.Source != FromPolicy:
 		// Denied: the limit is exhausted, and the parked units are better back on the server,
 		// where any process can take them. The key is cold again.
 		b.k, b.fetched = 1, 0

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/rlfn/rlfn/internal/needs"
 	"github.com/rlfn/rlfn/versions"
 )
 
@@ -18,13 +19,9 @@ import (
 // it was built with.
 var speaks = sync.OnceValue(func() string { return versions.Embedded().Latest().Major() })
 
-// Release11 is the library release that brought reserve, refunds, concurrency leases and
-// rl_multi: what CheckVersion needs before a service uses them.
-const Release11 = "1.1.0"
-
-// VersionCommand is FCALL_RO rl_version, the one way this module asks a node for its
-// library's version.
-func VersionCommand(c valkey.Client) valkey.Completed {
+// versionCommand is FCALL_RO rl_version, the one way the client asks a node for its library's
+// version.
+func versionCommand(c valkey.Client) valkey.Completed {
 	return c.B().FcallRo().Function("rl_version").Numkeys(0).Build()
 }
 
@@ -39,16 +36,17 @@ func (l *Limiter) Check(ctx context.Context) error {
 	return l.CheckVersion(ctx, "")
 }
 
-// CheckVersion is Check that also requires min or later on every primary, e.g. Release11
-// before using Reserve, Refund, Acquire or AllowAll; an empty min requires only the major
+// CheckVersion is Check that also requires min or later on every primary, e.g. "1.1.0"
+// before using Reserve, Refund, Acquire or AllowAll (CheckRules finds which a service's
+// limits need); an empty min requires only the major
 // version. A node that runs an older version is a *VersionError with Want = min.
 func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 	if min != "" && !versions.Valid(min) {
-		return fmt.Errorf("rlfn: check: %q is not a version", min)
+		return fmt.Errorf("client: check: %q is not a version", min)
 	}
 	nodes := l.vk.Nodes()
 	if len(nodes) == 0 {
-		return errors.New("rlfn: check: the client knows no node")
+		return errors.New("client: check: the client knows no node")
 	}
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -65,9 +63,11 @@ func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 }
 
 // CheckRules validates rules (as AllowAll would, keys included) and verifies that every primary
-// runs the library release they need (Needs): the check at start-up of a service whose limits
-// are known then, so that it learns of a node still on 1.0.0 before its first request. A
-// *LimitError or *KeyError is returned as it is; the nodes' errors as from CheckVersion.
+// runs the library release they need: 1.1.0 for several rules or a Reserve, else 1.0.0
+// (Acquire, Refund and a Concurrency limit need 1.1.0 too). It is the check at start-up of a
+// service whose limits are known then, so that it learns of a node still on 1.0.0 before its
+// first request. A *LimitError or *KeyError is returned as it is; the nodes' errors as from
+// CheckVersion.
 //
 // A decision never stops limiting for lack of a release: a node that cannot decide a limit
 // leaves it to the Policy, and one that cannot refund decides AllowAll's rules one at a time
@@ -76,27 +76,12 @@ func (l *Limiter) CheckRules(ctx context.Context, rules ...Rule) error {
 	if _, err := l.groupRules(ctx, rules, 1); err != nil {
 		return err
 	}
-	return l.CheckVersion(ctx, Needs(rules...))
-}
-
-// Needs is the library release that decisions on rules need: Release11 when a limit has a
-// Reserve, or when there are several rules (one key's rules are one rl_multi call; several
-// keys' need refunds), else the first release, Release10. (Acquire, Refund and a Concurrency
-// limit need Release11 too.)
-func Needs(rules ...Rule) string {
-	if len(rules) > 1 {
-		return Release11
-	}
+	reserved := false
 	for _, r := range rules {
-		if r.Limit != nil && !isNil(r.Limit) && r.Limit.spec().params.reserve > 0 {
-			return Release11
-		}
+		reserved = reserved || r.Limit.spec().params.reserve > 0
 	}
-	return Release10
+	return l.CheckVersion(ctx, needs.Release(len(rules), reserved))
 }
-
-// Release10 is the first release of the library: every limiter and its peek.
-const Release10 = "1.0.0"
 
 // safely runs f, a node's part of a check, and turns its panic (a node client's bug) into the
 // node's error: a panic in a goroutine of the Limiter's own would end the service, and no
@@ -111,17 +96,17 @@ func safely(addr string, f func() error) (err error) {
 }
 
 func panicError(addr string, r any) error {
-	return fmt.Errorf("rlfn: node %s: panic: %v", addr, r)
+	return fmt.Errorf("client: node %s: panic: %v", addr, r)
 }
 
 func checkNode(ctx context.Context, addr string, c valkey.Client, min string) error {
-	res := c.DoMulti(ctx, c.B().Role().Build(), VersionCommand(c))
+	res := c.DoMulti(ctx, c.B().Role().Build(), versionCommand(c))
 	role, err := res[0].ToArray()
 	if err != nil {
 		// A server error (ROLE refused by an ACL) leaves the role unknown: the node is
 		// checked as a primary. A network error is the node's answer.
 		if _, ok := valkey.IsValkeyErr(err); !ok {
-			return fmt.Errorf("rlfn: node %s: %w", addr, err)
+			return fmt.Errorf("client: node %s: %w", addr, err)
 		}
 	} else if len(role) > 0 {
 		if r, _ := role[0].ToString(); r == "slave" || r == "replica" {
@@ -134,7 +119,7 @@ func checkNode(ctx context.Context, addr string, c valkey.Client, min string) er
 		if verr, ok := valkey.IsValkeyErr(err); ok && notFound(verr.Error()) {
 			return &VersionError{Node: addr, Want: want}
 		}
-		return fmt.Errorf("rlfn: node %s: rl_version: %w", addr, err)
+		return fmt.Errorf("client: node %s: rl_version: %w", addr, err)
 	}
 	if !versions.Valid(v) || versions.Major(v) != want {
 		return &VersionError{Node: addr, Version: v, Want: want}
@@ -157,8 +142,8 @@ func olderLibrary(err error) bool {
 // every node the client knows, at once, for rl_version, with EXISTS key before it, which in a
 // cluster only the owner of key's slot answers (the others redirect), so that the node named
 // is the one that served the call. It returns a *VersionError for a node older than
-// Release11 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
-// every answering node runs Release11 or later (the call's own error stands). When no node
+// 1.1.0 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
+// every answering node runs 1.1.0 or later (the call's own error stands). When no node
 // answers, an RLERR about arguments still says that an older library refused the call, not
 // that the limit was bad: it becomes a *ReplyError, which the policy decides.
 func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) error {
@@ -184,7 +169,7 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) e
 				}
 			}()
 			c := nodes[addr]
-			res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), VersionCommand(c))
+			res := c.DoMulti(ctx, c.B().Exists().Key(key).Build(), versionCommand(c))
 			if err := res[0].Error(); err != nil {
 				if _, ok := valkey.IsValkeyErr(err); ok && isRedirect(err.Error()) {
 					return
@@ -211,9 +196,9 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) e
 		lookupErr = cmp.Or(lookupErr, a.err)
 		switch {
 		case a.absent && absent == nil:
-			absent = &VersionError{Node: addrs[i], Want: Release11, Function: fn}
-		case a.answered && versions.Valid(a.version) && versions.Compare(a.version, Release11) < 0:
-			return &VersionError{Node: addrs[i], Version: a.version, Want: Release11, Function: fn}
+			absent = &VersionError{Node: addrs[i], Want: needs.V11, Function: fn}
+		case a.answered && versions.Valid(a.version) && versions.Compare(a.version, needs.V11) < 0:
+			return &VersionError{Node: addrs[i], Version: a.version, Want: needs.V11, Function: fn}
 		}
 	}
 	if absent != nil {

@@ -59,7 +59,7 @@ func TestCheck(t *testing.T) {
 				if errors.Is(err, client.ErrNotLoaded) {
 					t.Errorf("%v is ErrNotLoaded", err)
 				}
-				want := "rlfn: node 10.0.0.2:6379 runs ratelimit library 99.0.0, this client speaks " + speaks + ".x (run rlfn deploy)"
+				want := "client: node 10.0.0.2:6379 runs ratelimit library 99.0.0, this client speaks " + speaks + ".x"
 				if err.Error() != want {
 					t.Errorf("got %q, want %q", err, want)
 				}
@@ -86,8 +86,8 @@ func TestCheck(t *testing.T) {
 				if !errors.Is(err, client.ErrNotLoaded) {
 					t.Fatalf("got %v, want ErrNotLoaded", err)
 				}
-				want := "rlfn: node 10.0.0.1:6379 has no ratelimit library (run rlfn deploy)\n" +
-					"rlfn: node 10.0.0.3:6379 has no ratelimit library (run rlfn deploy)"
+				want := "client: node 10.0.0.1:6379 has no ratelimit library\n" +
+					"client: node 10.0.0.3:6379 has no ratelimit library"
 				if err.Error() != want {
 					t.Errorf("got %q, want %q", err, want)
 				}
@@ -137,7 +137,7 @@ func TestCheck(t *testing.T) {
 			}
 			vk := mock.NewClient(ctrl)
 			vk.EXPECT().Nodes().Return(nodes)
-			tt.check(t, client.New(vk).Check(context.Background()))
+			tt.check(t, newLimiter(t, vk).Check(context.Background()))
 		})
 	}
 }

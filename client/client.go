@@ -41,13 +41,10 @@ type Limiter struct {
 // never dials, and never closes it. Read-only commands (Peek) go where vk sends them, e.g. to
 // replicas with valkey.ClientOption.SendToReplicas.
 //
-// New panics with an *OptionError when vk is nil or an option is invalid (a zero deadline...):
-// options are the program's constants, checked when it starts, and with a nil vk every call
-// would panic instead.
-func New(vk valkey.Client, opts ...Option) *Limiter {
-	if vk == nil {
-		panic(&OptionError{Option: "vk", Reason: "must not be nil"})
-	}
+// New returns an *OptionError (several joined with errors.Join, in which errors.As finds the
+// first) when vk is nil or an option is invalid (a zero deadline...): a Limiter that silently ran with other
+// settings would be worse, and with a nil vk every call would panic.
+func New(vk valkey.Client, opts ...Option) (*Limiter, error) {
 	o := options{
 		prefix:          DefaultPrefix,
 		deadline:        DefaultDeadline,
@@ -59,11 +56,25 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 		policy:          LocalFallback,
 		clock:           monotonicClock,
 	}
+	if vk == nil {
+		o.invalid("vk", "must not be nil")
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(o.errs) > 0 {
-		panic(o.errs[0])
+	var m *metrics
+	if o.meterProvider != nil && len(o.errs) == 0 {
+		var err error
+		if m, err = newMetrics(o.meterProvider); err != nil {
+			o.errs = append(o.errs, err)
+		}
+	}
+	switch len(o.errs) {
+	case 0:
+	case 1:
+		return nil, o.errs[0]
+	default:
+		return nil, errors.Join(o.errs...)
 	}
 	l := &Limiter{
 		vk:        vk,
@@ -80,9 +91,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.policy == LocalFallback {
 		l.local = newLocalStore(o.localKeys)
 	}
-	if o.meterProvider != nil {
-		l.metrics = newMetrics(o.meterProvider)
-	}
+	l.metrics = m
 	if o.tracerProvider != nil {
 		l.tracer = o.tracerProvider.Tracer("github.com/rlfn/rlfn/client")
 		l.traceKeys = o.traceKeys
@@ -93,7 +102,7 @@ func New(vk valkey.Client, opts ...Option) *Limiter {
 	if o.denialKeys > 0 {
 		l.denials = newDenials(o.denialKeys)
 	}
-	return l
+	return l, nil
 }
 
 // clockBase anchors monotonicClock: Unix time that a wall-clock step cannot move, so that
@@ -172,7 +181,7 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	} else {
 		res, err = l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], sent))
 	}
-	if d != nil && err == nil && !res.Allowed && !res.Local && !res.Cached {
+	if d != nil && err == nil && !res.Allowed && res.Source != FromPolicy && res.Source != FromDenialCache {
 		d.put(sk, n, c.cost, sent, l.clock(), res)
 	}
 	return res, err
@@ -327,7 +336,7 @@ func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attem
 	return a, kindNone, nil
 }
 
-// needsRefunds reports whether c needs library 1.1.0 (Release11): a reserve, a refund, a
+// needsRefunds reports whether c needs library 1.1.0: a reserve, a refund, a
 // concurrency lease, or a call that must be refundable.
 func needsRefunds(op operation, c call) bool {
 	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0
@@ -464,19 +473,19 @@ func (l *Limiter) policyResult(op operation, key string, c call) Result {
 	var r Result
 	switch l.policy {
 	case FailOpen:
-		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Local: true}
+		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Source: FromPolicy}
 		switch {
 		case giveBack:
 			r.Remaining = limit
 		case need > limit:
-			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Local: true}
+			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Source: FromPolicy}
 		}
 	case FailClosed:
 		wait := l.breakerOf(key).retryAfter(l.clock())
-		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Local: true}
+		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Source: FromPolicy}
 		switch {
 		case giveBack:
-			r = Result{Allowed: true, Limit: limit, Local: true}
+			r = Result{Allowed: true, Limit: limit, Source: FromPolicy}
 		case need > limit:
 			r.RetryAfter = Never
 		}
@@ -696,7 +705,7 @@ func replyErr(fn string, err error) error {
 			return ErrNotLoaded
 		}
 	}
-	return fmt.Errorf("rlfn: %s: %w", fn, err)
+	return fmt.Errorf("client: %s: %w", fn, err)
 }
 
 // notFound reports the server's answer to FCALL of a function it does not have ("ERR

@@ -113,7 +113,7 @@ func TestCommands(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), mock.Match(tt.want...)).Return(okReply)
-			lim := client.New(vk)
+			lim := newLimiter(t, vk)
 			ctx := context.Background()
 			var err error
 			switch tt.method {
@@ -147,7 +147,7 @@ func TestPrefix(t *testing.T) {
 		t.Run(tt.give, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", tt.want, "1", "1", "1000", "1")).Return(okReply)
-			if _, err := client.New(vk, client.WithPrefix(tt.give)).Allow(context.Background(), "user:1",
+			if _, err := newLimiter(t, vk, client.WithPrefix(tt.give)).Allow(context.Background(), "user:1",
 				client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}); err != nil {
 				t.Fatal(err)
 			}
@@ -232,7 +232,7 @@ func TestReplies(t *testing.T) {
 				var le *client.LibraryError
 				return errors.As(err, &le) && le.Function == "rl_token_bucket" &&
 					le.Message == "rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state" &&
-					err.Error() == "rlfn: rl_token_bucket: RLERR rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state"
+					err.Error() == "client: rl_token_bucket: RLERR rl_token_bucket: key 'rl:{k}:token_bucket' does not hold rl_token_bucket state"
 			},
 		},
 		{
@@ -245,7 +245,7 @@ func TestReplies(t *testing.T) {
 			give: mock.Result(mock.ValkeyError("NOPERM this user has no permissions to run the 'fcall' command")),
 			wantErr: func(err error) bool {
 				_, ok := valkey.IsValkeyErr(errors.Unwrap(err))
-				return ok && strings.HasPrefix(err.Error(), "rlfn: rl_token_bucket: NOPERM")
+				return ok && strings.HasPrefix(err.Error(), "client: rl_token_bucket: NOPERM")
 			},
 		},
 		{
@@ -258,7 +258,7 @@ func TestReplies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(tt.give)
-			got, err := client.New(vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
+			got, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
 			if tt.wantErr != nil {
 				if !tt.wantErr(err) {
 					t.Fatalf("got %v, %v; want another error", got, err)
@@ -277,7 +277,7 @@ func TestReplies(t *testing.T) {
 
 func isReplyError(err error) bool {
 	var re *client.ReplyError
-	return errors.As(err, &re) && re.Function == "rl_token_bucket" && strings.HasPrefix(err.Error(), "rlfn: rl_token_bucket: reply out of contract: ")
+	return errors.As(err, &re) && re.Function == "rl_token_bucket" && strings.HasPrefix(err.Error(), "client: rl_token_bucket: reply out of contract: ")
 }
 
 // A replica without the library (a deploy in progress) does not fail a peek: it is repeated
@@ -294,7 +294,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), ro).Return(notFound),
 			vk.EXPECT().Do(gomock.Any(), rw).Return(mock.Result(ints(1, 10, 4, 0, 800, 0))),
 		)
-		got, err := client.New(vk).Peek(context.Background(), "k", limit)
+		got, err := newLimiter(t, vk).Peek(context.Background(), "k", limit)
 		want := client.Result{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: 800 * time.Millisecond}
 		if err != nil || got != want {
 			t.Fatalf("got %+v, %v; want %+v", got, err, want)
@@ -306,9 +306,9 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), ro).Return(notFound),
 			vk.EXPECT().Do(gomock.Any(), rw).Return(notFound),
 		)
-		_, err := client.New(vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit)
-		if !errors.Is(err, client.ErrNotLoaded) || !strings.Contains(err.Error(), "rlfn deploy") {
-			t.Fatalf("got %v, want ErrNotLoaded telling to deploy", err)
+		_, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit)
+		if !errors.Is(err, client.ErrNotLoaded) || err.Error() != "client: the ratelimit library is not loaded on the server" {
+			t.Fatalf("got %v, want ErrNotLoaded", err)
 		}
 	})
 	t.Run("other errors are not retried", func(t *testing.T) {
@@ -319,7 +319,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 		} {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), ro).Return(give)
-			if _, err := client.New(vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit); err == nil {
+			if _, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit); err == nil {
 				t.Fatalf("%v: no error", give)
 			}
 		}
@@ -373,7 +373,7 @@ func TestInvalidLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := client.New(mock.NewClient(gomock.NewController(t)))
+			lim := newLimiter(t, mock.NewClient(gomock.NewController(t)))
 			ctx := context.Background()
 			for _, call := range []func() (client.Result, error){
 				func() (client.Result, error) { return lim.AllowN(ctx, "k", tt.give, tt.n) },
@@ -381,7 +381,7 @@ func TestInvalidLimits(t *testing.T) {
 			} {
 				_, err := call()
 				var le *client.LimitError
-				if !errors.As(err, &le) || le.Field != tt.field || !strings.HasPrefix(err.Error(), "rlfn: "+tt.field+" ") {
+				if !errors.As(err, &le) || le.Field != tt.field || !strings.HasPrefix(err.Error(), "client: "+tt.field+" ") {
 					t.Fatalf("got %v, want a *LimitError on %s", err, tt.field)
 				}
 			}
@@ -418,14 +418,14 @@ func TestLimitErrorMessages(t *testing.T) {
 		give client.Limit
 		want string
 	}{
-		{client.FixedWindow{Limit: 0, Window: time.Second}, "rlfn: FixedWindow.Limit must be from 1 to 999999999999999, got 0"},
-		{client.SlidingLog{Limit: 1, Window: 1500 * time.Microsecond}, "rlfn: SlidingLog.Window must be a whole number of milliseconds, got 1.5ms"},
-		{client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Microsecond}, "rlfn: TokenBucket.Period must be at least 1ms, got 1µs"},
+		{client.FixedWindow{Limit: 0, Window: time.Second}, "client: FixedWindow.Limit must be from 1 to 999999999999999, got 0"},
+		{client.SlidingLog{Limit: 1, Window: 1500 * time.Microsecond}, "client: SlidingLog.Window must be a whole number of milliseconds, got 1.5ms"},
+		{client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Microsecond}, "client: TokenBucket.Period must be at least 1ms, got 1µs"},
 		{client.SlidingWindow{Limit: 999999999999999, Window: time.Hour},
-			"rlfn: SlidingWindow.Limit * Window in milliseconds must be below 2^53, got 999999999999999 * 3600000"},
+			"client: SlidingWindow.Limit * Window in milliseconds must be below 2^53, got 999999999999999 * 3600000"},
 		{client.LeakyBucket{Capacity: 999999999999999, Rate: 7, Period: time.Hour},
-			"rlfn: LeakyBucket.Capacity * Period in microseconds / gcd(Rate, Period in microseconds) must be below 2^53, got 999999999999999 * 3600000000 / 1"},
-		{client.LeakyBucket{Capacity: 1, Rate: 1, Period: time.Second, Mode: 5}, "rlfn: LeakyBucket.Mode must be Police or Shape, got Mode(5)"},
+			"client: LeakyBucket.Capacity * Period in microseconds / gcd(Rate, Period in microseconds) must be below 2^53, got 999999999999999 * 3600000000 / 1"},
+		{client.LeakyBucket{Capacity: 1, Rate: 1, Period: time.Second, Mode: 5}, "client: LeakyBucket.Mode must be Police or Shape, got Mode(5)"},
 	}
 	for _, tt := range tests {
 		if err := tt.give.Validate(); err == nil || err.Error() != tt.want {
@@ -434,14 +434,12 @@ func TestLimitErrorMessages(t *testing.T) {
 	}
 }
 
-// RetryAfterMs is the library's retry_after_ms: whole milliseconds, -1 for Never.
-func TestRetryAfterMs(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want int64
-	}{{0, 0}, {1500 * time.Millisecond, 1500}, {client.Never, -1}} {
-		if got := (client.Result{RetryAfter: tt.d}).RetryAfterMs(); got != tt.want {
-			t.Errorf("RetryAfterMs of %s = %d, want %d", tt.d, got, tt.want)
-		}
+// newLimiter is client.New with options the test chose: an error is the test's bug.
+func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
+	t.Helper()
+	lim, err := client.New(vk, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return lim
 }

@@ -53,7 +53,7 @@ type watchSlot struct {
 
 // errTickDeadline is the cause a tick cancels its calls with: their context's Err is then
 // context.DeadlineExceeded (see cancelableCtx), not Canceled, which the caller's cancel is.
-var errTickDeadline = fmt.Errorf("rlfn: the Limiter's deadline: %w", context.DeadlineExceeded)
+var errTickDeadline = fmt.Errorf("client: the Limiter's deadline: %w", context.DeadlineExceeded)
 
 // watch cancels cancel with errTickDeadline when t fires (at once if it has), and returns
 // the slot that unwatch frees.

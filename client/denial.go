@@ -65,7 +65,7 @@ func (d *denials) get(sk []byte, n int, cost, now int64) (Result, bool) {
 			r := e.res
 			r.RetryAfter = time.Duration(e.until - now)
 			r.ResetAfter = max(0, r.ResetAfter-time.Duration(now-e.at))
-			r.Cached = true
+			r.Source = FromDenialCache
 			return r, true
 		}
 	}

@@ -36,7 +36,7 @@ func TestDenialsBounded(t *testing.T) {
 	}
 	// Counting down, then gone once RetryAfter has passed.
 	r, ok := d.get(sk, n, 10, now+9+int64(400*time.Millisecond))
-	if !ok || !r.Cached || r.Allowed || r.RetryAfter != 600*time.Millisecond || r.ResetAfter != 1600*time.Millisecond {
+	if !ok || r.Source != FromDenialCache || r.Allowed || r.RetryAfter != 600*time.Millisecond || r.ResetAfter != 1600*time.Millisecond {
 		t.Fatalf("400ms after: %+v, %v", r, ok)
 	}
 	if _, ok := d.get(sk, n, 10, now+9+int64(time.Second)); ok {

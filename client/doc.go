@@ -9,7 +9,7 @@
 // the Limiter's Policy: the decision of an in-process limiter of the same algorithm admitting a
 // share of the limit (LocalFallback, WithInstances, the default), a denial (FailClosed), an
 // admission (FailOpen: no limit while the server is gone), or the error (ReturnError).
-// Decisions made in-process have Result.Local set and err == nil. A node whose library is too
+// Decisions made in-process have Result.Source FromPolicy and err == nil. A node whose library is too
 // old for a call (a reserve, a refund, a lease on 1.0.0) and a cluster that answers
 // CLUSTERDOWN are among what the policy decides: a limit never turns into no limit by default.
 //
@@ -49,7 +49,7 @@
 //     parked units: at most maxBatch - 1 per key, for at most maxAge or until their window
 //     ends; the limit under-admits them, never over-admits.
 //
-// A unit handed out locally has Result.Leased set; its Remaining is the server's Remaining
+// A unit handed out locally has Result.Source FromLease; its Remaining is the server's Remaining
 // after the batch plus the units still parked here, its ResetAfter the batch's less the time
 // since it was sent: as of the batch, blind to other processes since. Call Close when done
 // with such a Limiter; after Close every call goes to the server.
@@ -60,7 +60,7 @@
 // denied with RetryAfter R is denied again until R has passed. With WithDenialCache, a
 // Limiter remembers recent denials per key, limit, cost and reserve, and answers the same
 // call from memory until R has passed since the denied call was sent (so never later than the
-// server would admit it): Result.Cached set, RetryAfter counting down, the denial's Limit and
+// server would admit it): Result.Source FromDenialCache, RetryAfter counting down, the denial's Limit and
 // Remaining. An abusive client hammering one key then costs the server nothing. A Refund
 // through this Limiter drops the key's denials; a refund by another process is not seen, so
 // it can only make a cached denial last a little longer than needed, never admit a call too

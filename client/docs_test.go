@@ -24,7 +24,10 @@ func ExampleLimiter_Acquire() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	reports := client.Concurrency{Limit: 2, Lease: 30 * time.Second}
@@ -51,7 +54,10 @@ func ExampleCritical() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	limit := client.TokenBucket{Capacity: 100, Rate: 50, Period: time.Second, Reserve: 20}
 	ctx := context.Background()
@@ -74,7 +80,10 @@ func Example_longKey() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	token := "eyJhbGciOiJIUzI1NiJ9.a-long-bearer-token.signature"
 	sum := sha256.Sum256([]byte(token))

@@ -8,11 +8,11 @@ import (
 
 // ErrNotLoaded is returned when the server has no ratelimit library (it answered "Function not
 // found"): the library is loaded once per server by a deploy, never by this client.
-var ErrNotLoaded = errors.New("rlfn: the ratelimit library is not loaded on the server (run rlfn deploy)")
+var ErrNotLoaded = errors.New("client: the ratelimit library is not loaded on the server")
 
 // ErrCircuitOpen is returned, with the ReturnError policy, by the calls made while the circuit
 // breaker is open: the server failed repeatedly, and no call is sent until the breaker's probe.
-var ErrCircuitOpen = errors.New("rlfn: circuit breaker open: the server failed repeatedly; no call is sent until its cooldown ends")
+var ErrCircuitOpen = errors.New("client: circuit breaker open: the server failed repeatedly; no call is sent until its cooldown ends")
 
 // LimitError reports a limit or cost that the library would refuse, found before any network
 // call.
@@ -21,7 +21,7 @@ type LimitError struct {
 	Reason string // what is wrong with it, e.g. "must be from 1 to 999999999999999, got 0"
 }
 
-func (e *LimitError) Error() string { return "rlfn: " + e.Field + " " + e.Reason }
+func (e *LimitError) Error() string { return "client: " + e.Field + " " + e.Reason }
 
 // KeyError reports a key (the principal a call names) that the Limiter refuses before any
 // call: an empty one, most likely an identifier the caller failed to read, or one longer than
@@ -35,9 +35,9 @@ type KeyError struct {
 
 func (e *KeyError) Error() string {
 	if e.Len == 0 {
-		return "rlfn: the key is empty: no principal to count the call against"
+		return "client: the key is empty: no principal to count the call against"
 	}
-	return fmt.Sprintf("rlfn: the key is %d bytes, longer than the %d WithMaxKeyLen allows (key a long identifier by a hash of it)", e.Len, e.Max)
+	return fmt.Sprintf("client: the key is %d bytes, longer than the %d WithMaxKeyLen allows (key a long identifier by a hash of it)", e.Len, e.Max)
 }
 
 // LibraryError is an RLERR reply: the library refused the call, before writing anything. With
@@ -48,7 +48,7 @@ type LibraryError struct {
 	Message  string // the reply without "RLERR ", e.g. "rl_token_bucket: key 'x' does not hold ..."
 }
 
-func (e *LibraryError) Error() string { return "rlfn: " + e.Function + ": RLERR " + e.Message }
+func (e *LibraryError) Error() string { return "client: " + e.Function + ": RLERR " + e.Message }
 
 // ReplyError reports a reply outside the library's contract (six integers, allowed 0 or 1).
 type ReplyError struct {
@@ -57,7 +57,7 @@ type ReplyError struct {
 }
 
 func (e *ReplyError) Error() string {
-	return "rlfn: " + e.Function + ": reply out of contract: " + e.Reason
+	return "client: " + e.Function + ": reply out of contract: " + e.Reason
 }
 
 // VersionError reports a primary that runs no ratelimit library, one of a major version this
@@ -82,15 +82,15 @@ type VersionError struct {
 func (e *VersionError) Error() string {
 	switch {
 	case e.Version == "":
-		return fmt.Sprintf("rlfn: node %s has no ratelimit library (run rlfn deploy)", e.Node)
+		return fmt.Sprintf("client: node %s has no ratelimit library", e.Node)
 	case !strings.Contains(e.Want, "."):
-		return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, this client speaks %s.x (run rlfn deploy)",
+		return fmt.Sprintf("client: node %s runs ratelimit library %s, this client speaks %s.x",
 			e.Node, e.Version, e.Want)
 	case e.Function != "":
-		return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, %s needs %s or later (run rlfn deploy)",
+		return fmt.Sprintf("client: node %s runs ratelimit library %s, %s needs %s or later",
 			e.Node, e.Version, e.Function, e.Want)
 	}
-	return fmt.Sprintf("rlfn: node %s runs ratelimit library %s, %s or later is required (run rlfn deploy)",
+	return fmt.Sprintf("client: node %s runs ratelimit library %s, %s or later is required",
 		e.Node, e.Version, e.Want)
 }
 
@@ -113,7 +113,7 @@ type CompensationError struct {
 }
 
 func (e *CompensationError) Error() string {
-	return fmt.Sprintf("rlfn: AllowAll could not refund the units rules %v took: %v", e.Rules, e.Err)
+	return fmt.Sprintf("client: AllowAll could not refund the units rules %v took: %v", e.Rules, e.Err)
 }
 
 // Unwrap returns the refunds' errors, so that errors.As finds a *VersionError among them.

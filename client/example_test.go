@@ -25,7 +25,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	if err := lim.Check(ctx); err != nil {
 		log.Fatal(err) // e.g. the library is not deployed: run rlfn deploy
@@ -48,7 +51,10 @@ func ExampleLimiter_AllowN() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	sizeMB := int64(120)
 	res, err := lim.AllowN(context.Background(), "tenant:7", client.SlidingWindow{Limit: 1024, Window: 24 * time.Hour}, sizeMB)
@@ -74,7 +80,10 @@ func ExampleLimiter_Peek() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	res, err := lim.Peek(context.Background(), "user:42", client.FixedWindow{Limit: 1000, Window: time.Hour})
 	if err != nil {
@@ -86,20 +95,23 @@ func ExampleLimiter_Peek() {
 // A Limiter that never takes the service down with the server: each call waits 50ms at most,
 // five failures in a row open the circuit breaker (no call is sent for a second, then one
 // probes), and meanwhile each of the 8 instances of the service admits its eighth of the limit
-// by itself. The decisions it makes are Result.Local, and counted in metrics.
+// by itself. The decisions it makes are client.FromPolicy, and counted in metrics.
 func ExampleWithPolicy() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk,
+	lim, err := client.New(vk,
 		client.WithDeadline(50*time.Millisecond),
 		client.WithBreaker(5, time.Second),
 		client.WithPolicy(client.LocalFallback),
 		client.WithInstances(8),
 		client.WithMeterProvider(otel.GetMeterProvider()),
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	limit := client.TokenBucket{Capacity: 800, Rate: 400, Period: time.Second}
 
 	http.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -128,7 +140,10 @@ func ExampleWithTracerProvider() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk, client.WithTracerProvider(otel.GetTracerProvider()))
+	lim, err := client.New(vk, client.WithTracerProvider(otel.GetTracerProvider()))
+	if err != nil {
+		log.Fatal(err)
+	}
 	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second, Name: "api"}
 	http.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		// the span: rlfn.allow {rlfn.algorithm=token_bucket, rlfn.limit.name=api,
@@ -151,7 +166,10 @@ func ExampleErrCircuitOpen() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk, client.WithPolicy(client.ReturnError))
+	lim, err := client.New(vk, client.WithPolicy(client.ReturnError))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	_, err = lim.Allow(context.Background(), "user:42", client.FixedWindow{Limit: 10, Window: time.Second})
 	switch {
@@ -183,9 +201,12 @@ func ExampleLimiter_AllowAll() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		log.Fatal(err) // a node still runs 1.0.0: run rlfn deploy
 	}
 
@@ -212,7 +233,10 @@ func ExampleLimiter_AllowAll_merchantAndGlobal() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	merchant := "merchant:acme"
@@ -237,7 +261,10 @@ func ExampleLimiter_AllowAllEach() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	rules := []client.Rule{
 		{Key: "user:42", Limit: client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}},
 		{Key: "user:42", Limit: client.FixedWindow{Limit: 1000, Window: time.Hour, Name: "hourly"}},
@@ -261,7 +288,10 @@ func ExampleLimiter_Wait() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	partner := client.LeakyBucket{Capacity: 20, Rate: 5, Period: time.Second, Mode: client.Shape}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -281,7 +311,10 @@ func ExampleLimiter_Refund() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk)
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	limit := client.TokenBucket{Capacity: 1000, Rate: 50, Period: time.Second}
@@ -309,9 +342,12 @@ func ExampleWithLeasedBudgets() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim := client.New(vk,
+	lim, err := client.New(vk,
 		client.WithLeasedBudgets(256, 50*time.Millisecond),
 		client.WithDenialCache(100_000))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer lim.Close(context.Background()) // before vk.Close: the refunds need the connection
 
 	global := client.Limit(client.TokenBucket{Capacity: 20_000, Rate: 10_000, Period: time.Second})

@@ -53,7 +53,7 @@ type Lease struct {
 
 // ErrLeaseReleased is returned by Renew of a Lease already released: a renewal would take a
 // new slot for a holder that is done, and leak it until it expires.
-var ErrLeaseReleased = errors.New("rlfn: lease already released")
+var ErrLeaseReleased = errors.New("client: lease already released")
 
 // Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
 // from crypto/rand: ids never collide across processes). When admitted it returns the Lease,
@@ -165,7 +165,7 @@ func (a localConcurrency) decide(st *localState, p params, cost, reserve, instan
 	limit := share(p.limit, instances)
 	free := a.live(st, limit, now)
 	_, held := st.leases[p.id]
-	r := Result{Limit: limit, Remaining: max(0, free-reserve), Local: true}
+	r := Result{Limit: limit, Remaining: max(0, free-reserve), Source: FromPolicy}
 	if !held && 1+reserve > free {
 		r.ResetAfter = time.Duration(a.lastExpiry(st, now) - now)
 		if 1+reserve > limit {
@@ -208,5 +208,5 @@ func (a localConcurrency) refund(st *localState, p params, _, instances, now int
 		free++
 		st.expires = a.lastExpiry(st, now)
 	}
-	return Result{Allowed: held, Limit: limit, Remaining: free, ResetAfter: time.Duration(a.lastExpiry(st, now) - now), Local: true}
+	return Result{Allowed: held, Limit: limit, Remaining: free, ResetAfter: time.Duration(a.lastExpiry(st, now) - now), Source: FromPolicy}
 }

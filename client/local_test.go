@@ -113,7 +113,7 @@ func TestLocalLimiters(t *testing.T) {
 			c := callOf(tt.limit, 0)
 			for i, st := range tt.steps {
 				c.cost = st.cost
-				st.want.Local = true
+				st.want.Source = FromPolicy
 				got := s.decide([]byte("k"), c, tt.instances, epoch+int64(st.at), !st.peek)
 				if got != st.want {
 					t.Fatalf("step %d (at %s, cost %d, peek %v):\n got %+v\nwant %+v", i, st.at, st.cost, st.peek, got, st.want)

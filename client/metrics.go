@@ -127,10 +127,9 @@ type metrics struct {
 	algOpts        [nSubjects][]metric.AddOption
 }
 
-// newMetrics creates the instruments and their attribute sets. New cannot return an error,
-// and the API's instruments never fail to be created with valid names, so an error is a
-// broken provider: it panics.
-func newMetrics(mp metric.MeterProvider) *metrics {
+// newMetrics creates the instruments and their attribute sets. The API's instruments never
+// fail to be created with valid names, so an error is a broken provider: New returns it.
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	meter := mp.Meter("github.com/rlfn/rlfn/client")
 	m := &metrics{}
 	var errs [7]error
@@ -152,7 +151,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	m.refunded, errs[6] = meter.Int64Counter(MetricLeasedRefunded, metric.WithUnit("{unit}"),
 		metric.WithDescription("Parked units of leased budgets given back to the server."))
 	if err := errors.Join(errs[:]...); err != nil {
-		panic(&OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)})
+		return nil, &OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)}
 	}
 	var subjects [nSubjects]string
 	for _, a := range algorithms {
@@ -185,5 +184,5 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		set := attribute.NewSet(attribute.String("rlfn.breaker.state", s.String()))
 		m.transitionOpts[s] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
-	return m
+	return m, nil
 }

@@ -65,7 +65,7 @@ func TestMetrics(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
-	lim := client.New(vk, client.WithMeterProvider(mp), client.WithPolicy(client.LocalFallback),
+	lim := newLimiter(t, vk, client.WithMeterProvider(mp), client.WithPolicy(client.LocalFallback),
 		client.WithBreaker(2, time.Second), client.WithClock(clock.now))
 	ctx := context.Background()
 	bucket := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Hour}
@@ -121,7 +121,7 @@ func TestMetricsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
 	allocs := func(opts ...client.Option) float64 {
-		lim := client.New(replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, opts...)
+		lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, opts...)
 		return testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) })
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
@@ -133,7 +133,7 @@ func TestMetricsAllocateNothing(t *testing.T) {
 // A local decision on a key the fallback holds allocates nothing.
 func TestLocalDecisionAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
-	lim := client.New(replyClient{mock.NewClient(nil), refused}, client.WithPolicy(client.LocalFallback),
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), refused}, client.WithPolicy(client.LocalFallback),
 		client.WithBreaker(1, time.Hour))
 	for _, limit := range benchLimits {
 		lim.Allow(ctx, "k", limit)

@@ -308,7 +308,7 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	asOld(anyGroup)
 	now = l.clock()
 	for i := range groups {
-		if g := &groups[i]; g.decided && g.err == nil && !g.res.Local {
+		if g := &groups[i]; g.decided && g.err == nil && g.res.Source != FromPolicy {
 			h.note(keys[i], g.res, n, now)
 		}
 	}
@@ -403,7 +403,7 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 		for j, c := range g.calls {
 			switch {
 			case c.cost == 0:
-			case g.res.Local:
+			case g.res.Source == FromPolicy:
 				// The policy admitted without the server, which took nothing: a refund there
 				// would give back units other requests took. LocalFallback took them locally.
 				if l.policy == LocalFallback {
@@ -447,20 +447,22 @@ func after(each []Result, rule int, refund Result, err error) {
 	r := &each[rule]
 	r.Limit, r.Remaining, r.ResetAfter = refund.Limit, refund.Remaining, refund.ResetAfter
 	r.Allowed, r.RetryAfter, r.Rule = true, 0, rule
-	r.Local = r.Local || refund.Local
+	if refund.Source == FromPolicy {
+		r.Source = FromPolicy
+	}
 }
 
 // binding is the Result of several decisions, as rl_multi picks it: when any denies, the
 // denier with the longest RetryAfter (Never is the longest); else the one with the fewest
 // Remaining; ties to the first. ResetAfter is the longest of all, Delay the longest when
-// admitted; Local if any was local.
+// admitted; FromPolicy if any was decided by the Policy.
 func binding(results []Result) (Result, int) {
 	b := 0
 	allowed := true
 	var reset, delay time.Duration
 	local := false
 	for i, r := range results {
-		reset, delay, local = max(reset, r.ResetAfter), max(delay, r.Delay), local || r.Local
+		reset, delay, local = max(reset, r.ResetAfter), max(delay, r.Delay), local || r.Source == FromPolicy
 		switch {
 		case !r.Allowed:
 			if allowed || r.RetryAfter > results[b].RetryAfter {
@@ -472,7 +474,10 @@ func binding(results []Result) (Result, int) {
 		}
 	}
 	res := results[b]
-	res.ResetAfter, res.Local = reset, local
+	res.ResetAfter = reset
+	if local {
+		res.Source = FromPolicy
+	}
 	res.Delay = 0
 	if allowed {
 		res.Delay = delay

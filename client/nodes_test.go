@@ -82,7 +82,7 @@ func keyOn(shard int, n int) string {
 func TestBreakerPerNode(t *testing.T) {
 	vk := newShardedClient()
 	clock := newFakeClock()
-	lim := client.New(vk, client.WithBreaker(3, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.WithBreaker(3, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
 	limit := client.FixedWindow{Limit: 100, Window: time.Minute}
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
@@ -104,7 +104,7 @@ func TestBreakerPerNode(t *testing.T) {
 		case i >= 3 && !errors.Is(err, client.ErrCircuitOpen):
 			t.Fatalf("dead shard, call %d: %v, want ErrCircuitOpen", i, err)
 		}
-		if r, err := lim.Allow(ctx, keyOn(1, i), limit); err != nil || r.Local {
+		if r, err := lim.Allow(ctx, keyOn(1, i), limit); err != nil || r.Source == client.FromPolicy {
 			t.Fatalf("live shard, call %d: %+v, %v", i, r, err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestBreakerPerNode(t *testing.T) {
 	// The probe after the cooldown closes it once the shard is back.
 	vk.dead[0] = false
 	clock.advance(time.Second)
-	if r, err := lim.Allow(ctx, keyOn(0, 99), limit); err != nil || r.Local {
+	if r, err := lim.Allow(ctx, keyOn(0, 99), limit); err != nil || r.Source == client.FromPolicy {
 		t.Fatalf("the probe: %+v, %v", r, err)
 	}
 }

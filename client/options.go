@@ -40,7 +40,7 @@ const (
 // without its functions, and a service must not go down until someone runs rlfn deploy.
 // Check at startup catches a missing deploy, and the errors metric counts not_loaded.
 //
-// Every policy but ReturnError answers with err == nil and Result.Local set, so that the usual
+// Every policy but ReturnError answers with err == nil and Result.Source FromPolicy, so that the usual
 // `if err != nil` handles only what no policy can decide; the cause is counted in metrics.
 type Policy uint8
 
@@ -78,16 +78,16 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", uint8(p))
 }
 
-// OptionError reports an option New cannot use. New panics with it: options are the
-// program's constants, and a Limiter that silently ran with other settings would be worse.
+// OptionError reports an option New cannot use (or a nil valkey.Client): New returns it, and
+// no Limiter, since one that silently ran with other settings would be worse.
 type OptionError struct {
 	Option string // e.g. "WithDeadline"
 	Reason string // e.g. "must be positive, got 0s"
 }
 
-func (e *OptionError) Error() string { return "rlfn: " + e.Option + " " + e.Reason }
+func (e *OptionError) Error() string { return "client: " + e.Option + " " + e.Reason }
 
-// Option configures a Limiter.
+// Option configures a Limiter. An invalid one does not panic: New returns its *OptionError.
 type Option func(*options)
 
 type options struct {

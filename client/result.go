@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -8,13 +9,13 @@ import (
 // Never is Result.RetryAfter when the cost is more than the limit, so no wait would admit it.
 const Never time.Duration = math.MaxInt64
 
-// RetryAfterMs is RetryAfter as the library replies it (retry_after_ms): whole milliseconds,
-// and -1 for Never.
-func (r Result) RetryAfterMs() int64 {
-	if r.RetryAfter == Never {
+// retryAfterMs is RetryAfter as the library replies it (retry_after_ms), for traces: whole
+// milliseconds, and -1 for Never.
+func retryAfterMs(d time.Duration) int64 {
+	if d == Never {
 		return -1
 	}
-	return r.RetryAfter.Milliseconds()
+	return d.Milliseconds()
 }
 
 // Result is one decision, the library's six-integer reply in Go units.
@@ -36,21 +37,45 @@ type Result struct {
 	// Delay is how long to hold an admitted request before forwarding it: a leaky bucket in
 	// Shape mode spaces requests this way. Zero for every other limiter.
 	Delay time.Duration
-	// Local reports a decision made in this process without the server, by the Limiter's
-	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
-	Local bool
-	// Leased reports an admission served from a batch of units this process took from the
-	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
-	// Remaining is then the server's Remaining after that batch plus the units still parked
-	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
-	// the batch, blind to other processes' calls since.
-	Leased bool
-	// Cached reports a denial answered by the denial cache (WithDenialCache) without the
-	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
-	Cached bool
+	// Source is where the decision came from: the server, or this process without it.
+	Source Source
 	// Rule is, for AllowAll and PeekAll, the index in their rules of the limit this Result
 	// is the reply of, the one that decided: when denied, the denying limit with the longest
 	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero
 	// for every other call.
 	Rule int
+}
+
+// Source is where a decision came from.
+type Source uint8
+
+const (
+	// FromServer is a decision the server made on this call.
+	FromServer Source = iota
+	// FromPolicy is a decision made in this process without the server, by the Limiter's
+	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
+	FromPolicy
+	// FromLease is an admission served from a batch of units this process took from the
+	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
+	// Remaining is then the server's Remaining after that batch plus the units still parked
+	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
+	// the batch, blind to other processes' calls since.
+	FromLease
+	// FromDenialCache is a denial answered by the denial cache (WithDenialCache) without the
+	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
+	FromDenialCache
+)
+
+func (s Source) String() string {
+	switch s {
+	case FromServer:
+		return "server"
+	case FromPolicy:
+		return "policy"
+	case FromLease:
+		return "lease"
+	case FromDenialCache:
+		return "denial_cache"
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
 }

@@ -39,7 +39,10 @@ func TestRefreshAsksLiveNodesFirst(t *testing.T) {
 	dead, live := &slotsNode{Client: mock.NewClient(nil)}, &slotsNode{Client: mock.NewClient(nil)}
 	vk := &slotsCluster{Client: mock.NewClient(nil, mock.WithSlotCheck()),
 		nodes: map[string]valkey.Client{"10.0.0.1:6379": dead, "10.0.0.2:6379": live}}
-	l := New(vk)
+	l, err := New(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
 	old := l.fetchSlots(nil)
 	if old == nil {
 		t.Fatal("no slot table")

@@ -18,12 +18,12 @@ import (
 // A Limiter's default is to decide locally when the server cannot: a server gone must never be
 // a service served with no limit at all.
 func TestDefaultPolicyIsLocalFallback(t *testing.T) {
-	lim := client.New(replyClient{mock.NewClient(nil), mock.ErrorResult(errors.New("connection refused"))})
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.ErrorResult(errors.New("connection refused"))})
 	limit := client.FixedWindow{Limit: 3, Window: time.Hour}
 	admitted := 0
 	for range 10 {
 		res, err := lim.Allow(context.Background(), "k", limit)
-		if err != nil || !res.Local {
+		if err != nil || res.Source != client.FromPolicy {
 			t.Fatalf("%+v, %v; want a local decision", res, err)
 		}
 		if res.Allowed {
@@ -52,18 +52,18 @@ func TestKeyBounds(t *testing.T) {
 		key  string
 		want string // the error; empty: admitted
 	}{
-		{"empty", nil, "", "rlfn: the key is empty: no principal to count the call against"},
+		{"empty", nil, "", "client: the key is empty: no principal to count the call against"},
 		{"default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen), ""},
 		{"past the default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen+1),
-			"rlfn: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
-		{"a MiB", nil, strings.Repeat("k", 1<<20), "rlfn: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+			"client: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"a MiB", nil, strings.Repeat("k", 1<<20), "client: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
 		{"own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkk", ""},
 		{"past its own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkkk",
-			"rlfn: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+			"client: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
-				lim := client.New(vk, append(tt.opts, client.WithPolicy(p))...)
+				lim := newLimiter(t, vk, append(tt.opts, client.WithPolicy(p))...)
 				calls := map[string]func() error{
 					"Allow":  func() error { _, err := lim.Allow(ctx, tt.key, limit); return err },
 					"Peek":   func() error { _, err := lim.Peek(ctx, tt.key, limit); return err },
@@ -91,14 +91,9 @@ func TestKeyBounds(t *testing.T) {
 		})
 	}
 	for _, n := range []int{0, -1, 1<<20 + 1} {
-		func() {
-			defer func() {
-				if r := recover(); r == nil {
-					t.Errorf("WithMaxKeyLen(%d) accepted", n)
-				}
-			}()
-			client.New(vk, client.WithMaxKeyLen(n))
-		}()
+		if _, err := client.New(vk, client.WithMaxKeyLen(n)); err == nil {
+			t.Errorf("WithMaxKeyLen(%d) accepted", n)
+		}
 	}
 }
 
@@ -130,13 +125,13 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 		return []valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString(version))}
 	}}
 	nodes := nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}
-	lim := client.New(nodes, client.WithClock(clock.now))
+	lim := newLimiter(t, nodes, client.WithClock(clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
 	ctx := context.Background()
 	admitted := 0
 	for range 20 {
 		res, err := lim.Allow(ctx, "k", limit)
-		if err != nil || !res.Local {
+		if err != nil || res.Source != client.FromPolicy {
 			t.Fatalf("%+v, %v; want the local fallback's decision", res, err)
 		}
 		if res.Allowed {
@@ -148,7 +143,7 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 	}
 	version = "1.1.0"
 	clock.advance(client.DefaultBreakerCooldown)
-	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Local || served != 1 {
+	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Source == client.FromPolicy || served != 1 {
 		t.Fatalf("%+v, %v after a deploy and a cooldown; want the server's decision", res, err)
 	}
 }
@@ -190,7 +185,7 @@ func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 		}
 		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
 	}}
-	lim := client.New(vk)
+	lim := newLimiter(t, vk)
 	rules := []client.Rule{
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
@@ -249,7 +244,7 @@ func TestHintKeepsTheLongestRetryAfter(t *testing.T) {
 		}
 		return mock.Result(ints(1, 1000, 999, 0, 30_000, 0))
 	}}
-	lim := client.New(vk)
+	lim := newLimiter(t, vk)
 	rules := []client.Rule{
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Second}},
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
@@ -290,14 +285,14 @@ func TestOlderNodeDecidesTheHintedKeyFirst(t *testing.T) {
 		used[cmd[3]]++
 		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
 	}}
-	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
 	rules := []client.Rule{
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
 	}
 	for i := range 100 {
 		res, err := lim.AllowAll(context.Background(), rules)
-		if err != nil || res.Local || res.Allowed != (i < 5) {
+		if err != nil || res.Source == client.FromPolicy || res.Allowed != (i < 5) {
 			t.Fatalf("request %d: %+v, %v", i+1, res, err)
 		}
 	}
@@ -329,10 +324,10 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 		lookups.Add(1)
 		return on10.doMulti(c)
 	}}
-	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(clock.now))
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
 	ctx := context.Background()
-	if r, err := lim.Allow(ctx, "k", limit); err != nil || !r.Local {
+	if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source != client.FromPolicy {
 		t.Fatalf("%+v, %v; want a local decision", r, err)
 	}
 	clock.advance(client.DefaultBreakerCooldown)
@@ -352,7 +347,7 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 	upgraded.Store(true)
 	clock.advance(client.DefaultBreakerCooldown)
 	for range 3 {
-		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Local {
+		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source == client.FromPolicy {
 			t.Fatalf("%+v, %v after the upgrade; want the server's decision", r, err)
 		}
 	}
@@ -373,7 +368,7 @@ func TestRefundOwedUnderOlderNodeMemory(t *testing.T) {
 		}
 		return mock.Result(ints(1, 5, 4, 0, 1000, 0)) // a, on 1.1, admits (and is refunded)
 	}}
-	lim := client.New(nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
 	fw := client.FixedWindow{Limit: 5, Window: time.Second}
 	for range 3 {
 		res, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: fw}})

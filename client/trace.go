@@ -85,19 +85,19 @@ func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Resul
 		attribute.Int64("ratelimit.limit", res.Limit),
 		attribute.String("rlfn.source", l.source(res)))
 	if !res.Allowed {
-		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", res.RetryAfterMs()))
+		attrs = append(attrs, attribute.Int64("ratelimit.retry_after_ms", retryAfterMs(res.RetryAfter)))
 	}
 	span.SetAttributes(attrs...)
 }
 
 // source names who decided res, as MetricDecisions' rlfn.source does.
 func (l *Limiter) source(res Result) string {
-	switch {
-	case res.Leased:
+	switch res.Source {
+	case FromLease:
 		return sourceNames[srcLeased]
-	case res.Cached:
+	case FromDenialCache:
 		return sourceNames[srcCached]
-	case res.Local:
+	case FromPolicy:
 		return sourceNames[l.policy]
 	}
 	return sourceNames[0]

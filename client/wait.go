@@ -10,11 +10,11 @@ import (
 // ErrWaitPastDeadline is returned by Wait when the wait the limit asks for would end after
 // ctx's deadline: Wait fails at once rather than sleeping to fail. It is errors.Is
 // context.DeadlineExceeded.
-var ErrWaitPastDeadline = fmt.Errorf("rlfn: the wait for the limit would pass the context's deadline: %w", context.DeadlineExceeded)
+var ErrWaitPastDeadline = fmt.Errorf("client: the wait for the limit would pass the context's deadline: %w", context.DeadlineExceeded)
 
 // ErrCostOverLimit is returned by Wait for a cost that no wait admits: above the limit (with
 // its reserve, unless ctx is Critical).
-var ErrCostOverLimit = errors.New("rlfn: the cost exceeds the limit: no wait admits it")
+var ErrCostOverLimit = errors.New("client: the cost exceeds the limit: no wait admits it")
 
 // Wait blocks until one unit of key's limit is admitted, as golang.org/x/time/rate's Wait
 // does. See WaitN.

@@ -82,7 +82,7 @@ func leasedLimits(l int64) []struct {
 // cost 0 finds admissible (the limits of leasedLimits have no reserve).
 func used(t testing.TB, c valkey.Client, key string, limit client.Limit) int64 {
 	t.Helper()
-	r, err := client.New(c, slowMachine).PeekN(ctx5s(t), key, limit, 0)
+	r, err := newLimiter(t, c, slowMachine).PeekN(ctx5s(t), key, limit, 0)
 	if err != nil {
 		t.Fatalf("peek: %v", err)
 	}
@@ -109,7 +109,7 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				killed := client.New(kc, opts...)
+				killed := newLimiter(t, kc, opts...)
 				var killedAdmitted int64
 				for i := 0; i < 40 && killed.Parked() == 0; i++ {
 					var wg sync.WaitGroup
@@ -133,7 +133,7 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				}
 				kc.Close()
 
-				lims := []*client.Limiter{client.New(tg.c, opts...), client.New(tg.c, opts...), client.New(tg.c, opts...)}
+				lims := []*client.Limiter{newLimiter(t, tg.c, opts...), newLimiter(t, tg.c, opts...), newLimiter(t, tg.c, opts...)}
 				var admitted, denied atomic.Int64
 				var wg sync.WaitGroup
 				for g := range callers {
@@ -233,7 +233,7 @@ func TestLeasedBudgetsClose(t *testing.T) {
 				roomInWindow(t, tg.c, 60_000, 10*time.Second)
 				ctx := ctx5s(t)
 				cc := &countingClient{Client: tg.c}
-				lim := client.New(cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+				lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
 				admitted := hot(t, lim, key, l.limit, 2000)
 				for i := 0; i < 100 && lim.Parked() == 0; i++ {
 					admitted += hot(t, lim, key, l.limit, 1)
@@ -262,7 +262,7 @@ func TestLeasedBudgetsClose(t *testing.T) {
 				}
 				before, _ := cc.count(fn)
 				for range 5 {
-					if r, err := lim.Allow(ctx, key, l.limit); err != nil || !r.Allowed || r.Leased {
+					if r, err := lim.Allow(ctx, key, l.limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 						t.Fatalf("after Close: %+v, %v", r, err)
 					}
 				}
@@ -286,11 +286,11 @@ func TestLeasedBudgetsColdKeys(t *testing.T) {
 	tg := servers(t)[0]
 	ctx := ctx5s(t)
 	cc := &countingClient{Client: tg.c}
-	lim := client.New(cc, slowMachine, client.WithLeasedBudgets(64, 5*time.Millisecond))
+	lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, 5*time.Millisecond))
 	limit := client.TokenBucket{Capacity: 1000, Rate: 1000, Period: time.Second}
 	key := keyFor(t)
 	for i := range 20 {
-		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Leased {
+		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("call %d: %+v, %v", i, r, err)
 		}
 		if p := lim.Parked(); p != 0 {
@@ -318,7 +318,7 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 		const maxBatch = 8
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithLeasedBudgets(maxBatch, time.Minute))
+		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(maxBatch, time.Minute))
 		limit := client.TokenBucket{Capacity: 3000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		stop := make(chan struct{})
@@ -382,7 +382,7 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 func TestLeasedBudgetsSmallLimit(t *testing.T) {
 	tg := servers(t)[0]
 	cc := &countingClient{Client: tg.c}
-	lim := client.New(cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+	lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 	key := keyFor(t)
 	admitted := hot(t, lim, key, limit, 400)
@@ -403,7 +403,7 @@ func TestLeasedBudgetsReserve(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
 		limit := client.TokenBucket{Capacity: 20, Rate: 1, Period: time.Hour, Reserve: 3}
 		key := keyFor(t)
 		admitted := hot(t, lim, key, limit, 200)
@@ -413,7 +413,7 @@ func TestLeasedBudgetsReserve(t *testing.T) {
 		crit := client.Critical(ctx)
 		before, _ := cc.count("rl_token_bucket")
 		for i := range 3 {
-			if r, err := lim.Allow(crit, key, limit); err != nil || !r.Allowed || r.Leased {
+			if r, err := lim.Allow(crit, key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 				t.Fatalf("critical call %d: %+v, %v; want the reserve, from the server", i, r, err)
 			}
 		}
@@ -435,7 +435,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 	tg := servers(t)[0]
 	t.Run("max_age", func(t *testing.T) {
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithLeasedBudgets(32, 100*time.Millisecond))
+		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, 100*time.Millisecond))
 		limit := client.TokenBucket{Capacity: 10_000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		var admitted int64
@@ -456,14 +456,14 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 			t.Fatalf("the server counts %d, want the %d admitted", u, admitted)
 		}
 		// no unit older than maxAge is handed out: the next call is the server's
-		if r, err := lim.Allow(ctx5s(t), key, limit); err != nil || !r.Allowed || r.Leased {
+		if r, err := lim.Allow(ctx5s(t), key, limit); err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("after maxAge: %+v, %v; want decided by the server", r, err)
 		}
 	})
 	t.Run("window_end", func(t *testing.T) {
 		const window = 1000
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
 		limit := client.FixedWindow{Limit: 10_000, Window: window * time.Millisecond}
 		key := keyFor(t)
 		atWindowStart(t, tg.c, window)
@@ -478,7 +478,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 		atWindowStart(t, tg.c, window)
 		before, _ := cc.count("rl_fixed_window")
 		r, err := lim.Allow(ctx5s(t), key, limit)
-		if err != nil || !r.Allowed || r.Leased {
+		if err != nil || !r.Allowed || r.Source == client.FromLease {
 			t.Fatalf("first call of the next window: %+v, %v; want it decided by the server", r, err)
 		}
 		if after, _ := cc.count("rl_fixed_window"); after != before+1 {
@@ -501,7 +501,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 func TestLeasedBudgetsMetrics(t *testing.T) {
 	tg := servers(t)[0]
 	reader := sdkmetric.NewManualReader()
-	lim := client.New(tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
+	lim := newLimiter(t, tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
 		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	limit := client.TokenBucket{Capacity: 100_000, Rate: 1, Period: time.Hour}
 	key := keyFor(t)

@@ -32,12 +32,12 @@ func TestClientCancelWhilePaused(t *testing.T) {
 			s := server.start(t)
 			c, admin := s.Client(t), s.Client(t)
 			loadCode(t, c, functions.Source)
-			lim := client.New(c, client.WithDeadline(cancelDeadline), client.WithPolicy(client.FailOpen),
+			lim := newLimiter(t, c, client.WithDeadline(cancelDeadline), client.WithPolicy(client.FailOpen),
 				client.WithBreaker(2, time.Minute))
 			limit := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour}
 			key := "cancel:" + server.name
 
-			if res, err := lim.Allow(ctx5s(t), key, limit); err != nil || !res.Allowed || res.Local {
+			if res, err := lim.Allow(ctx5s(t), key, limit); err != nil || !res.Allowed || res.Source == client.FromPolicy {
 				t.Fatalf("first call: %+v, %v", res, err)
 			}
 			before := commandCalls(t, admin, "fcall")
@@ -94,7 +94,7 @@ func TestClientCancelWhilePaused(t *testing.T) {
 			unpause()
 
 			res, err := lim.Allow(ctx5s(t), key, limit)
-			if err != nil || res.Local {
+			if err != nil || res.Source == client.FromPolicy {
 				t.Fatalf("after the pause: %+v, %v; want the server's decision (cancels do not open the breaker)", res, err)
 			}
 			// The first call and this one charged 1 each; each cancelled call 0 or 1.

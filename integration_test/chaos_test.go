@@ -132,7 +132,7 @@ func TestChaosFailover(t *testing.T) {
 	}
 
 	// The promoted replica serves the library it received, to FCALL_RO and to calls on its keys.
-	if v, err := do(t, pc, client.VersionCommand(pc)).ToString(); err != nil || v != workingVersion(t) {
+	if v, err := do(t, pc, pc.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString(); err != nil || v != workingVersion(t) {
 		t.Errorf("promoted %s: rl_version %q, %v; want %s", promoted.Addr, v, err, workingVersion(t))
 	}
 	// The deployer (what rlfn status shows) sees the new topology.
@@ -211,7 +211,7 @@ func TestChaosShardPaused(t *testing.T) {
 					}
 				}
 				for _, c := range w.calls {
-					fromServer := c.err == nil && !c.res.Local
+					fromServer := c.err == nil && c.res.Source != client.FromPolicy
 					if c.took > chaosDeadline+slack {
 						example := fmt.Sprintf("%s, sent %s after the pause: %+v, %v", c.took, c.start.Sub(pausedAt), c.res, c.err)
 						if w.shard != 0 {
@@ -300,7 +300,7 @@ func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[cli
 	n := 0
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		vk := cl.Client(t, false)
-		limiters[p] = client.New(vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
+		limiters[p] = newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
 			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
 		for shard := range cl.Primaries {
 			for {
@@ -324,7 +324,7 @@ func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limite
 	for _, w := range workers {
 		for i := 0; ; i++ {
 			res, err := limiters[w.policy].Allow(ctx, w.key, chaosLimits[0])
-			if err == nil && !res.Local {
+			if err == nil && res.Source != client.FromPolicy {
 				break
 			}
 			if i == 50 {
@@ -409,7 +409,7 @@ func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseN
 			st := &stats[dead][ph]
 			st.calls++
 			st.worst = max(st.worst, c.took)
-			fromServer := c.err == nil && !c.res.Local
+			fromServer := c.err == nil && c.res.Source != client.FromPolicy
 			if !fromServer {
 				st.byPolicy++
 			}
@@ -472,11 +472,11 @@ func chaosPolicy(p client.Policy, c chaosCall) error {
 	case client.ReturnError:
 		ok = err != nil && res == (client.Result{})
 	case client.FailOpen:
-		ok = err == nil && res.Local && res.Allowed && res.Limit == chaosLimit
+		ok = err == nil && res.Source == client.FromPolicy && res.Allowed && res.Limit == chaosLimit
 	case client.FailClosed:
-		ok = err == nil && res.Local && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
+		ok = err == nil && res.Source == client.FromPolicy && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
 	case client.LocalFallback:
-		ok = err == nil && res.Local && res.Limit == chaosLimit/chaosShare
+		ok = err == nil && res.Source == client.FromPolicy && res.Limit == chaosLimit/chaosShare
 	}
 	if !ok {
 		return fmt.Errorf("%+v, %v: not what %s promises", res, err, p)
@@ -497,14 +497,14 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Hour}
 		args := []string{"1000", "1", "3600000", "1"} // the same limit, as the client sends it
-		onPrimary := client.New(tg.c, slowMachine)
+		onPrimary := newLimiter(t, tg.c, slowMachine)
 		if _, err := onPrimary.Allow(ctx, key, limit); err != nil {
 			t.Fatal(err)
 		}
 		stateKey := client.Key(client.DefaultPrefix, key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
-		onReplica := client.New(readsFromReplicas(t, tg, rep), slowMachine)
+		onReplica := newLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
 		pc := primaryOf(t, tg, stateKey)
 		before := commandCalls(t, rep.c, "fcall_ro")
 
@@ -519,7 +519,7 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 				t.Fatalf("round %d: a peek on the primary: %+v, %v; want %d remaining", i, p, err, r.Remaining)
 			}
 			q, err := onReplica.Peek(ctx, key, limit)
-			if err != nil || q.Local || q.Remaining < r.Remaining || q.Remaining > lastSeen {
+			if err != nil || q.Source == client.FromPolicy || q.Remaining < r.Remaining || q.Remaining > lastSeen {
 				t.Fatalf("round %d: a peek on the replica: %+v, %v; want from %d (current) to %d (its last answer)",
 					i, q, err, r.Remaining, lastSeen)
 			}

@@ -18,7 +18,7 @@ func TestClientReserve(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		crit := client.Critical(ctx)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 2}
 		for i := range 3 {
@@ -46,7 +46,7 @@ func TestClientReserve(t *testing.T) {
 // A refund gives units back, so that the same units are admitted again, on every algorithm.
 func TestClientRefund(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		for _, l := range clientLimits {
 			t.Run(l.name, func(t *testing.T) {
 				ctx := ctx5s(t)
@@ -58,7 +58,7 @@ func TestClientRefund(t *testing.T) {
 					t.Fatalf("charge: %+v, %v", r, err)
 				}
 				r, err := lim.Refund(ctx, key, l.limit, 2)
-				if err != nil || !r.Allowed || r.Remaining != 2 || r.Local {
+				if err != nil || !r.Allowed || r.Remaining != 2 || r.Source == client.FromPolicy {
 					t.Fatalf("refund: %+v, %v; want 2 remaining", r, err)
 				}
 				if r, err := lim.AllowN(ctx, key, l.limit, 2); err != nil || !r.Allowed || r.Remaining != 0 {
@@ -76,7 +76,7 @@ func TestClientRefund(t *testing.T) {
 func TestClientLeases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		c := client.Concurrency{Limit: 3, Lease: 10 * time.Second}
 		var leases []*client.Lease
@@ -126,7 +126,7 @@ func TestClientLeases(t *testing.T) {
 // 64 goroutines taking and releasing leases never hold more than the limit at once.
 func TestClientLeasesConcurrent(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		c := client.Concurrency{Limit: 5, Lease: 30 * time.Second}
 		var held, most, admitted atomic.Int64
@@ -173,7 +173,7 @@ func TestClientLeasesConcurrent(t *testing.T) {
 func TestClientAllowAllSamePrincipal(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		perSecond := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 		hourly := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour, Name: "hourly"}
@@ -202,7 +202,7 @@ func TestClientAllowAllSamePrincipal(t *testing.T) {
 func TestClientAllowAllCrossPrincipal(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		base := keyFor(t)
 		ipUser, ip, user := base+":ip:user", base+":ip", base+":user"
 		rules := []client.Rule{
@@ -245,10 +245,10 @@ func TestClientVersionErrorOn10(t *testing.T) {
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			ctx := ctx5s(t)
-			lim := client.New(vk, slowMachine, client.WithPolicy(p))
+			lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
 			tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 			k := keyFor(t)
-			if r, err := lim.Allow(ctx, k, tb); err != nil || !r.Allowed || r.Local {
+			if r, err := lim.Allow(ctx, k, tb); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 				t.Fatalf("a 1.0 call: %+v, %v", r, err)
 			}
 			reserved := tb
@@ -275,15 +275,15 @@ func TestClientVersionErrorOn10(t *testing.T) {
 				var ve *client.VersionError
 				switch p {
 				case client.ReturnError:
-					if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 || ve.Function != c.what {
+					if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != "1.1.0" || ve.Function != c.what {
 						t.Errorf("%s: got %v, want a *VersionError naming %s and %s", c.what, err, s.Addr, c.what)
 					}
 				case client.FailOpen:
-					if err != nil || !r.Local || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+					if err != nil || r.Source != client.FromPolicy || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
 						t.Errorf("%s: %+v, %v; want admitted locally", c.what, r, err)
 					}
 				case client.LocalFallback:
-					if err != nil || !r.Local || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+					if err != nil || r.Source != client.FromPolicy || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
 						t.Errorf("%s: %+v, %v; want decided (here admitted) locally", c.what, r, err)
 					}
 				}
@@ -293,7 +293,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			if n := commandCalls(t, vk, "fcall").Calls - fcalls; n != 1 {
 				t.Errorf("the node ran %d FCALL for %d calls that need 1.1.0, want 1", n, len(calls))
 			}
-			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Local || r.Remaining != 4 {
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Source == client.FromPolicy || r.Remaining != 4 {
 				t.Errorf("the calls the node could not decide took from its token bucket: %+v, %v", r, err)
 			}
 
@@ -312,7 +312,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 				}
 				return
 			}
-			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Local {
+			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 				t.Errorf("AllowAll across keys: %+v, %v; want admitted by the node", r, err)
 			}
 			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 3 {
@@ -323,22 +323,22 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			}
 			// the sliding log denies the next: by the node, and the token bucket's unit, if
 			// it took one first, stays taken (stricter, never more permissive)
-			if r, err := lim.AllowAll(ctx, across); err != nil || r.Allowed || r.Local || r.Rule != 1 {
+			if r, err := lim.AllowAll(ctx, across); err != nil || r.Allowed || r.Source == client.FromPolicy || r.Rule != 1 {
 				t.Errorf("AllowAll across keys over the log's limit: %+v, %v; want denied by the node, rule 1", r, err)
 			}
 			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining > 3 || r.Remaining < 2 {
 				t.Errorf("after a denial across keys: the token bucket %+v, %v; want 3 or 2 remaining", r, err)
 			}
-			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed || r.Local {
+			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 				t.Errorf("a critical call sends no reserve, so 1.0 serves it: %+v, %v", r, err)
 			}
 		})
 	}
 	var ve *client.VersionError
-	if err := client.New(vk, slowMachine).CheckVersion(ctx5s(t), client.Release11); !errors.As(err, &ve) || ve.Node != s.Addr {
+	if err := newLimiter(t, vk, slowMachine).CheckVersion(ctx5s(t), "1.1.0"); !errors.As(err, &ve) || ve.Node != s.Addr {
 		t.Errorf("CheckVersion: got %v", err)
 	}
-	if err := client.New(vk, slowMachine).Check(ctx5s(t)); err != nil {
+	if err := newLimiter(t, vk, slowMachine).Check(ctx5s(t)); err != nil {
 		t.Errorf("Check: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func TestClient11ServerGone(t *testing.T) {
 	rules := []client.Rule{{Key: "a", Limit: tb}, {Key: "a", Limit: client.FixedWindow{Limit: 8, Window: time.Hour}}, {Key: "b", Limit: tb}}
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
-			lim := client.New(vk, client.WithPolicy(p), client.WithDeadline(failDeadline), client.WithInstances(2))
+			lim := newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline), client.WithInstances(2))
 			type out struct {
 				r   client.Result
 				err error
@@ -388,15 +388,15 @@ func TestClient11ServerGone(t *testing.T) {
 						t.Errorf("%s: %+v, want an error", name, o.r)
 					}
 				case client.FailOpen:
-					if o.err != nil || !o.r.Allowed || !o.r.Local {
+					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromPolicy {
 						t.Errorf("%s: %+v, %v; want a local admission", name, o.r, o.err)
 					}
 				case client.FailClosed:
-					if want := name == "refund"; o.err != nil || o.r.Allowed != want || !o.r.Local {
+					if want := name == "refund"; o.err != nil || o.r.Allowed != want || o.r.Source != client.FromPolicy {
 						t.Errorf("%s: %+v, %v; want local, allowed %v", name, o.r, o.err, want)
 					}
 				case client.LocalFallback:
-					if o.err != nil || !o.r.Allowed || !o.r.Local {
+					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromPolicy {
 						t.Errorf("%s: %+v, %v; want a local admission", name, o.r, o.err)
 					}
 				}

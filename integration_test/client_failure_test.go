@@ -98,7 +98,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 			t.Fatal(err)
 		}
 		t.Cleanup(vk.Close)
-		r.lim = client.New(vk, client.WithPolicy(p), client.WithDeadline(failDeadline),
+		r.lim = newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline),
 			client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
 			client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))))
 		for range workers {
@@ -195,16 +195,16 @@ func serverKilled(t *testing.T, s *harness.Server) {
 						}
 						switch ph.want {
 						case "server":
-							if rec.err != nil || rec.res.Local {
+							if rec.err != nil || rec.res.Source == client.FromPolicy {
 								t.Errorf("%s: %+v, %v; want the server's decision", ph.name, rec.res, rec.err)
 							}
 						case "policy", "policy, library absent":
 							checkPolicy(t, ph.name, r.policy, rec, ph.want != "policy")
 						case "recover":
-							if recovered.IsZero() && rec.err == nil && !rec.res.Local {
+							if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromPolicy {
 								recovered = rec.start
 							}
-							if !recovered.IsZero() && (rec.err != nil || rec.res.Local) {
+							if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromPolicy) {
 								t.Errorf("%s, %s after recovery: %+v, %v; want the server's decision",
 									ph.name, rec.start.Sub(recovered), rec.res, rec.err)
 							}
@@ -221,7 +221,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 					if rec.took > failDeadline+slack {
 						t.Errorf("a call took %s, past the deadline %s + %s", rec.took, failDeadline, slack)
 					}
-					if rec.res.Local {
+					if rec.res.Source == client.FromPolicy {
 						local++
 						if rec.res.Allowed {
 							localAllowed++
@@ -269,15 +269,15 @@ func checkPolicy(t *testing.T, phase string, p client.Policy, rec record, notLoa
 			t.Errorf("%s: %+v, %v; want an error", phase, res, err)
 		}
 	case client.FailOpen:
-		if err != nil || !res.Local || !res.Allowed || res.Limit != failLimit.Capacity {
+		if err != nil || res.Source != client.FromPolicy || !res.Allowed || res.Limit != failLimit.Capacity {
 			t.Errorf("%s: %+v, %v; want admitted, locally", phase, res, err)
 		}
 	case client.FailClosed:
-		if err != nil || !res.Local || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > failCooldown {
+		if err != nil || res.Source != client.FromPolicy || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > failCooldown {
 			t.Errorf("%s: %+v, %v; want denied locally, RetryAfter within the cooldown", phase, res, err)
 		}
 	case client.LocalFallback:
-		if err != nil || !res.Local || res.Limit != failLimit.Capacity/instances {
+		if err != nil || res.Source != client.FromPolicy || res.Limit != failLimit.Capacity/instances {
 			t.Errorf("%s: %+v, %v; want a local decision against the share", phase, res, err)
 		}
 	}
@@ -392,12 +392,12 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 	}
 	t.Cleanup(vk.Close)
 	reader := sdkmetric.NewManualReader()
-	lim := client.New(vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
+	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
 		client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
 		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 
 	key := keyFor(t)
-	if res, err := lim.Allow(ctx, key, failLimit); err != nil || res.Local {
+	if res, err := lim.Allow(ctx, key, failLimit); err != nil || res.Source == client.FromPolicy {
 		t.Fatalf("first call: %+v, %v", res, err)
 	}
 	var victim *harness.Server
@@ -457,7 +457,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			if rec.took > failDeadline+slack {
 				t.Errorf("a call took %s, past the deadline %s + %s", rec.took, failDeadline, slack)
 			}
-			if rec.res.Local {
+			if rec.res.Source == client.FromPolicy {
 				local++
 				if rec.res.Allowed {
 					allowedLocally++
@@ -465,7 +465,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			}
 			switch {
 			case rec.start.Before(killAt):
-				if rec.err != nil || rec.res.Local {
+				if rec.err != nil || rec.res.Source == client.FromPolicy {
 					t.Errorf("before the kill: %+v, %v; want the server's decision", rec.res, rec.err)
 				}
 			// A call is the policy's only if it ended before the load was sent: one that
@@ -473,10 +473,10 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			case rec.start.After(stoppedAt) && rec.start.Add(rec.took).Before(loadSent):
 				checkPolicy(t, "primary down", client.LocalFallback, rec, false)
 			case rec.start.After(loadedAt):
-				if recovered.IsZero() && rec.err == nil && !rec.res.Local {
+				if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromPolicy {
 					recovered = rec.start
 				}
-				if !recovered.IsZero() && (rec.err != nil || rec.res.Local) {
+				if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromPolicy) {
 					t.Errorf("after recovery: %+v, %v; want the server's decision", rec.res, rec.err)
 				}
 			}

@@ -14,7 +14,7 @@ func TestDenialCache(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := client.New(cc, slowMachine, client.WithDenialCache(1000))
+		lim := newLimiter(t, cc, slowMachine, client.WithDenialCache(1000))
 		limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: 400 * time.Millisecond}
 		key := keyFor(t)
 		for i := range 3 {
@@ -23,7 +23,7 @@ func TestDenialCache(t *testing.T) {
 			}
 		}
 		denied, err := lim.Allow(ctx, key, limit)
-		if err != nil || denied.Allowed || denied.Cached || denied.RetryAfter <= 0 {
+		if err != nil || denied.Allowed || denied.Source == client.FromDenialCache || denied.RetryAfter <= 0 {
 			t.Fatalf("the 4th call: %+v, %v; want denied by the server", denied, err)
 		}
 		sentBefore, _ := cc.count("rl_token_bucket")
@@ -37,7 +37,7 @@ func TestDenialCache(t *testing.T) {
 				// the denial ran out: it can only be after RetryAfter (see below)
 				break
 			}
-			if !r.Cached || r.RetryAfter > last || r.Limit != 3 || r.Remaining != 0 {
+			if r.Source != client.FromDenialCache || r.RetryAfter > last || r.Limit != 3 || r.Remaining != 0 {
 				t.Fatalf("call %d within RetryAfter: %+v, want a cached denial counting down from %v", i, r, last)
 			}
 			last = r.RetryAfter
@@ -46,12 +46,12 @@ func TestDenialCache(t *testing.T) {
 			t.Fatalf("%d calls sent within RetryAfter, want none", n-sentBefore)
 		}
 		// Another cost is another call: the server decides it.
-		if r, err := lim.AllowN(ctx, key, limit, 2); err != nil || r.Allowed || r.Cached {
+		if r, err := lim.AllowN(ctx, key, limit, 2); err != nil || r.Allowed || r.Source == client.FromDenialCache {
 			t.Fatalf("cost 2: %+v, %v; want denied by the server", r, err)
 		}
 		time.Sleep(last + 5*time.Millisecond)
 		r, err := lim.Allow(ctx, key, limit)
-		if err != nil || !r.Allowed || r.Cached {
+		if err != nil || !r.Allowed || r.Source == client.FromDenialCache {
 			t.Fatalf("after RetryAfter: %+v, %v; want admitted by the server", r, err)
 		}
 		if n, _ := cc.count("rl_token_bucket"); n != sentBefore+2 {
@@ -63,13 +63,13 @@ func TestDenialCache(t *testing.T) {
 		if err != nil || r.Allowed {
 			t.Fatalf("empty again: %+v, %v", r, err)
 		}
-		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Cached {
+		if r, err := lim.Allow(ctx, key, limit); err != nil || r.Source != client.FromDenialCache {
 			t.Fatalf("denied again: %+v, %v; want cached", r, err)
 		}
 		if _, err := lim.Refund(ctx, key, limit, 1); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Cached {
+		if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed || r.Source == client.FromDenialCache {
 			t.Fatalf("after the refund: %+v, %v; want admitted by the server", r, err)
 		}
 	})

@@ -13,7 +13,7 @@ import (
 func TestClientAllowAllEach(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		base := keyFor(t)
 		burst := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 		hourly := client.FixedWindow{Limit: 3, Window: time.Hour, Name: "hourly"}
@@ -35,7 +35,7 @@ func TestClientAllowAllEach(t *testing.T) {
 			for i, w := range wants {
 				e := each[i]
 				if e.Allowed != w.allowed || e.Remaining != w.remaining || e.Limit != rules[i].Limit.Quota().Limit ||
-					e.Rule != i || e.Local || e.ResetAfter <= 0 {
+					e.Rule != i || e.Source == client.FromPolicy || e.ResetAfter <= 0 {
 					t.Errorf("%s: rule %d: %+v; want allowed %v, remaining %d, limit %d", call, i, e, w.allowed, w.remaining, rules[i].Limit.Quota().Limit)
 				}
 			}

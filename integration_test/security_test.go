@@ -174,7 +174,7 @@ func serviceCalls(t *testing.T, tg *target) error {
 	key := keyFor(t)
 	// the principal's state exists, so that its replica is known
 	probe := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
-	if _, err := client.New(tg.c, slowMachine).Allow(ctx, key, probe); err != nil {
+	if _, err := newLimiter(t, tg.c, slowMachine).Allow(ctx, key, probe); err != nil {
 		t.Fatal(err)
 	}
 	stateKey := client.Key(client.DefaultPrefix, key, probe)
@@ -186,8 +186,8 @@ func serviceCalls(t *testing.T, tg *target) error {
 		return err
 	}
 	// ReturnError: a call the server refuses must fail here, not be decided locally
-	lim := client.New(vk, slowMachine, client.WithPolicy(client.ReturnError))
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	lim := newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError))
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		return fmt.Errorf("CheckVersion: %w", err)
 	}
 	for _, l := range clientLimits {
@@ -320,11 +320,11 @@ func refused(t *testing.T, tg *target) {
 	}
 	// The client names the refusal: a Limiter whose prefix is outside rl:* gets it back (with
 	// ReturnError: the default policy decides a refused call locally).
-	_, err = client.New(vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
+	_, err = newLimiter(t, vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Allow with the prefix other: as %s: %v; want NOPERM", svcUser, err)
 	}
-	if v, err := do(t, tg.primary, client.VersionCommand(tg.primary)).ToString(); err != nil || v != workingVersion(t) {
+	if v, err := do(t, tg.primary, tg.primary.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString(); err != nil || v != workingVersion(t) {
 		t.Errorf("the library after the refusals: rl_version %q, %v", v, err)
 	}
 }
@@ -346,26 +346,26 @@ func TestSecurityClientTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(vk.Close)
-	lim := client.New(vk, slowMachine)
-	if err := lim.CheckVersion(ctx, client.Release11); err != nil {
+	lim := newLimiter(t, vk, slowMachine)
+	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		t.Fatal(err)
 	}
 	key := "tls:" + keyFor(t)
 	limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour}
 	for i := range 4 {
 		r, err := lim.Allow(ctx, key, limit)
-		if err != nil || r.Local || r.Allowed != (i < 3) {
+		if err != nil || r.Source == client.FromPolicy || r.Allowed != (i < 3) {
 			t.Fatalf("Allow %d: %+v, %v", i+1, r, err)
 		}
 	}
-	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Local || r.Allowed || r.Remaining != 0 {
+	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Source == client.FromPolicy || r.Allowed || r.Remaining != 0 {
 		t.Fatalf("Peek: %+v, %v", r, err)
 	}
-	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Local || r.Remaining != 2 {
+	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Source == client.FromPolicy || r.Remaining != 2 {
 		t.Fatalf("Refund: %+v, %v", r, err)
 	}
 	le, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 1, Lease: time.Minute})
-	if err != nil || le == nil || r.Local {
+	if err != nil || le == nil || r.Source == client.FromPolicy {
 		t.Fatalf("Acquire: %+v, %v", r, err)
 	}
 	if r, err := le.Release(ctx); err != nil || !r.Allowed {

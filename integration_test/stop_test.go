@@ -108,7 +108,7 @@ func TestStopReleaseSkew(t *testing.T) {
 				if unlimited == 1 {
 					t.Errorf("request %d: %v; served unlimited by a fail-open service", i+1, err)
 				}
-			case r.Local:
+			case r.Source == client.FromPolicy:
 				t.Errorf("request %d: %+v; want the node's decision", i+1, r)
 			case r.Allowed:
 				admitted++
@@ -118,7 +118,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	}
 
 	t.Run("per user and per IP", func(t *testing.T) {
-		lim := client.New(vk, asShipped)
+		lim := newLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		const requests = 20
 		admitted, unlimited := allow(lim, requests, func(int) []client.Rule { return perUserAndIP(k) })
@@ -127,7 +127,7 @@ func TestStopReleaseSkew(t *testing.T) {
 		if admitted != int(user.Limit) {
 			t.Errorf("%d of %d requests admitted, want the per-user limit, %d", admitted, requests, user.Limit)
 		}
-		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Local || p.Remaining != 0 {
+		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Source == client.FromPolicy || p.Remaining != 0 {
 			t.Errorf("the user's limit after: %+v, %v; want 0 remaining", p, err)
 		}
 		// every admitted request counted; a refused one at most once (what a key took before
@@ -138,7 +138,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("one IP, many users", func(t *testing.T) {
-		lim := client.New(vk, asShipped)
+		lim := newLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		few := client.SlidingLog{Limit: 3, Window: time.Hour, Name: "ip"}
 		const requests = 10
@@ -151,13 +151,13 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("a reserve", func(t *testing.T) {
-		lim := client.New(vk, asShipped)
+		lim := newLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		reserved := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 		admitted := 0
 		for i := range 10 {
 			r, err := lim.Allow(ctx, k, reserved)
-			if err != nil || !r.Local {
+			if err != nil || r.Source != client.FromPolicy {
 				t.Fatalf("call %d: %+v, %v; want the local fallback's decision", i+1, r, err)
 			}
 			if r.Allowed {
@@ -170,12 +170,12 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("CheckRules", func(t *testing.T) {
-		lim := client.New(vk, asShipped)
+		lim := newLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		var ve *client.VersionError
 		if err := lim.CheckRules(ctx, perUserAndIP(k)...); !errors.As(err, &ve) ||
-			ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != client.Release11 {
-			t.Errorf("CheckRules of a per-user and a per-IP limit on 1.0.0: %v; want a *VersionError wanting %s", err, client.Release11)
+			ve.Node != s.Addr || ve.Version != "1.0.0" || ve.Want != "1.1.0" {
+			t.Errorf("CheckRules of a per-user and a per-IP limit on 1.0.0: %v; want a *VersionError wanting %s", err, "1.1.0")
 		}
 		if err := lim.CheckRules(ctx, client.Rule{Key: k, Limit: user}); err != nil {
 			t.Errorf("CheckRules of one limit without a reserve, which 1.0.0 decides: %v", err)
@@ -184,7 +184,7 @@ func TestStopReleaseSkew(t *testing.T) {
 
 	t.Run("rollback", func(t *testing.T) {
 		loadCode(t, vk, v11.Code)
-		lim := client.New(vk, asShipped)
+		lim := newLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		admitted, _ := allow(lim, 3, func(int) []client.Rule { return perUserAndIP(k) })
 		if admitted != 3 {
@@ -252,7 +252,7 @@ func clusterKeys(t *testing.T, cl *harness.Cluster, n int) [][]string {
 // A cluster loses a primary. With cluster-require-full-coverage yes (Valkey's default) every
 // shard answers CLUSTERDOWN until the dead one's replica is promoted; with no, the other
 // shards keep serving. Either way, with the Limiter's defaults, every request on a key of any
-// shard is decided, by the server or locally (Result.Local), none is served unlimited (an
+// shard is decided, by the server or locally (client.FromPolicy), none is served unlimited (an
 // error, which a fail-open service serves with no limit), and no key admits more than its limit
 // from either: the server's count and the local fallback's share (the whole limit: one
 // instance) each stay within it.
@@ -273,7 +273,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 	const callsPerKey = 15
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 	// the defaults but for the deadline and the breaker, those of the failover tests
-	lim := client.New(cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown))
+	lim := newLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown))
 	keys := clusterKeys(t, cl, 2000)
 
 	// round kills the primary of shard victim under the workers' load, and returns their
@@ -286,7 +286,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 		for _, w := range workers {
 			for i := 0; ; i++ {
 				r, err := lim.Allow(ctx, w.keys[0], limit)
-				if err == nil && !r.Local {
+				if err == nil && r.Source != client.FromPolicy {
 					break
 				}
 				if i == 50 {
@@ -401,7 +401,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 					if w.shard != victim {
 						healthyUnlimited++
 					}
-				case c.res.Local:
+				case c.res.Source == client.FromPolicy:
 					if w.shard == victim {
 						deadLocal++
 					} else {
@@ -451,7 +451,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				continue
 			}
 			for _, c := range w.calls {
-				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Local) {
+				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Source == client.FromPolicy) {
 					healthyDown++
 				}
 			}
@@ -494,7 +494,7 @@ func TestStopBadLimit(t *testing.T) {
 	bad := client.TokenBucket{Capacity: 0, Rate: 1, Period: time.Second}
 	good := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	for _, p := range everyPolicy {
-		lim := client.New(vk, slowMachine, client.WithPolicy(p))
+		lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
 		k := keyFor(t)
 		calls := []struct {
 			name string
@@ -559,7 +559,7 @@ func TestStopLongKey(t *testing.T) {
 	before := usedMemory()
 	keys := 0
 	for _, p := range everyPolicy {
-		lim := client.New(vk, slowMachine, client.WithPolicy(p))
+		lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
 		for i := range 5 {
 			keys++
 			huge := strings.Repeat(string(rune('a'+keys)), 1<<20)
@@ -583,9 +583,9 @@ func TestStopLongKey(t *testing.T) {
 		t.Errorf("used_memory grew by %d bytes after calls with 1 MiB keys", after-before)
 	}
 
-	lim := client.New(vk, asShipped)
+	lim := newLimiter(t, vk, asShipped)
 	long := strings.Repeat("k", client.DefaultMaxKeyLen)
-	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Local {
+	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 		t.Errorf("a key of %d bytes: %+v, %v; want admitted by the server", len(long), r, err)
 	}
 	if n := dbsize(t, vk); n != 1 {
@@ -604,7 +604,7 @@ func TestStopLongKey(t *testing.T) {
 func TestStopDenialCost(t *testing.T) {
 	vk := emptyServer(t)
 	ctx := ctx5s(t)
-	lim := client.New(vk, asShipped)
+	lim := newLimiter(t, vk, asShipped)
 	user := client.SlidingLog{Limit: 5, Window: time.Minute}
 	ip := client.SlidingLog{Limit: 1000, Window: time.Minute, Name: "ip"}
 	k := keyFor(t)
@@ -614,7 +614,7 @@ func TestStopDenialCost(t *testing.T) {
 	for i := range requests {
 		before := fcalls(t, vk)
 		r, err := lim.AllowAll(ctx, rules)
-		if err != nil || r.Local {
+		if err != nil || r.Source == client.FromPolicy {
 			t.Fatalf("request %d: %+v, %v; want the server's decision", i+1, r, err)
 		}
 		n := fcalls(t, vk) - before

@@ -15,7 +15,7 @@ import (
 func TestWait(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := client.New(tg.c, slowMachine)
+		lim := newLimiter(t, tg.c, slowMachine)
 		limit := client.TokenBucket{Capacity: 2, Rate: 1, Period: 300 * time.Millisecond}
 		key := keyFor(t)
 		if r, err := lim.AllowN(ctx, key, limit, 2); err != nil || !r.Allowed {

@@ -165,7 +165,7 @@ func testSend(t *testing.T, e env) {
 	if key != "rlfn:playground:{token_bucket}:token_bucket" {
 		t.Errorf("token bucket key %q", key)
 	}
-	lim := client.New(e.vk, client.WithPrefix(playground.Prefix))
+	lim := newLimiter(t, e.vk, client.WithPrefix(playground.Prefix))
 	res, err := lim.Peek(context.Background(), "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute})
 	if err != nil || res.Allowed || res.Remaining != 0 {
 		t.Errorf("a service's peek after the burst: %+v, %v; want denied, 0 remaining", res, err)
@@ -206,7 +206,7 @@ func TestAPIReset(t *testing.T) {
 	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":5,"windowMs":60000},"n":1}`); r.code != 200 {
 		t.Fatalf("send: %d %s", r.code, r.raw)
 	}
-	service := client.New(e.vk) // the default prefix, rl:
+	service := newLimiter(t, e.vk) // the default prefix, rl:
 	if _, err := service.Allow(ctx, "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestAPIRefuses(t *testing.T) {
 // TestRemote: with Options.Remote any Host is served.
 func TestRemote(t *testing.T) {
 	e := served(t, true)
-	srv := playground.New(e.vk, playground.Options{Remote: true})
+	srv := newServer(t, e.vk, playground.Options{Remote: true})
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, httptest.NewRequest("GET", "http://playground.example:8080/", nil))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "<title>rlfn playground</title>") {
@@ -546,7 +546,7 @@ func TestAPITimeout(t *testing.T) {
 	s := harness.StartValkey(t)
 	vk := s.Client(t)
 	load(t, vk)
-	srv := httptest.NewServer(playground.New(vk, playground.Options{Deadline: 300 * time.Millisecond}))
+	srv := httptest.NewServer(newServer(t, vk, playground.Options{Deadline: 300 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	pause := func(mode string) {
 		t.Helper()
@@ -566,4 +566,14 @@ func TestAPITimeout(t *testing.T) {
 	if st := do(t, http.MethodGet, srv.URL+"/api/status", ""); st.code != 200 || st.body.Loaded || !strings.Contains(st.body.Error, want) {
 		t.Errorf("status of a paused server: %d %s; want 200, not loaded, and %q", st.code, st.raw, want)
 	}
+}
+
+// newLimiter is client.New with options the test chose: an error is the test's bug.
+func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
+	t.Helper()
+	lim, err := client.New(vk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }

@@ -260,7 +260,7 @@ func TestBrowserServerStops(t *testing.T) {
 	s := harness.StartValkey(t)
 	vk := s.Client(t)
 	load(t, vk)
-	srv := httptest.NewServer(playground.New(vk, playground.Options{Deadline: 300 * time.Millisecond}))
+	srv := httptest.NewServer(newServer(t, vk, playground.Options{Deadline: 300 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	ctx := browser(t, 1000, 800)
 	if err := chromedp.Do(ctx,

@@ -1,6 +1,7 @@
 package playground
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -162,7 +163,10 @@ func limitOf(c Card, p Params) (client.Limit, error) {
 	}
 	l := cl.alg.Limit(v)
 	if err := l.Validate(); err != nil {
-		return nil, &RequestError{Field: "params", Reason: strings.TrimPrefix(err.Error(), "rlfn: ")}
+		if le := (*client.LimitError)(nil); errors.As(err, &le) {
+			return nil, &RequestError{Field: "params", Reason: le.Field + " " + le.Reason}
+		}
+		return nil, &RequestError{Field: "params", Reason: err.Error()}
 	}
 	return l, nil
 }

@@ -65,7 +65,17 @@ func load(t *testing.T, vk valkey.Client) {
 // serve puts the playground in front of vk, on 127.0.0.1.
 func serve(t *testing.T, vk valkey.Client, url string) env {
 	t.Helper()
-	srv := httptest.NewServer(playground.New(vk, playground.Options{Deploy: "rlfn --url '" + url + "' deploy", Server: url}))
+	srv := httptest.NewServer(newServer(t, vk, playground.Options{Deploy: "rlfn --url '" + url + "' deploy", Server: url}))
 	t.Cleanup(srv.Close)
 	return env{page: srv.URL, url: url, vk: vk}
+}
+
+// newServer is playground.New in a test, which gives it a client: an error is the test's bug.
+func newServer(t testing.TB, vk valkey.Client, opts playground.Options) *playground.Server {
+	t.Helper()
+	srv, err := playground.New(vk, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
 //go:embed web
@@ -56,20 +57,24 @@ type Server struct {
 var errBoundaryBusy = errors.New("the boundary scenario is already running (from this page or another): try again when it ends")
 
 // New returns the playground's handler, which calls the library through vk. The caller owns
-// vk and closes it after the handler's last request.
-func New(vk valkey.Client, opts Options) *Server {
+// vk and closes it after the handler's last request. Its error is client.New's (a nil vk).
+func New(vk valkey.Client, opts Options) (*Server, error) {
 	if opts.Deploy == "" {
 		opts.Deploy = "rlfn deploy"
 	}
 	if opts.Deadline <= 0 {
 		opts.Deadline = 2 * time.Second
 	}
+	// ReturnError: the page shows what the server did, never a decision the client made up
+	// without it.
+	lim, err := client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
+		client.WithPolicy(client.ReturnError))
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		vk: vk,
-		// ReturnError: the page shows what the server did, never a decision the client made
-		// up without it.
-		lim: client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
-			client.WithPolicy(client.ReturnError)),
+		vk:   vk,
+		lim:  lim,
 		opts: opts,
 		mux:  http.NewServeMux(),
 	}
@@ -80,7 +85,7 @@ func New(vk valkey.Client, opts Options) *Server {
 	s.mux.HandleFunc("POST /api/send", s.send)
 	s.mux.HandleFunc("POST /api/reset", s.reset)
 	s.mux.HandleFunc("POST /api/boundary", s.boundary)
-	return s
+	return s, nil
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +142,7 @@ type Decision struct {
 
 func decision(r client.Result, at float64) Decision {
 	return Decision{At: at, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
+		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
 }
 
 type errorBody struct {
@@ -194,7 +199,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	default:
 		body.Loaded = true
 		// Any node will do: Check has just seen the same major version on every primary.
-		body.Version, _ = s.vk.Do(ctx, client.VersionCommand(s.vk)).ToString()
+		body.Version, _ = s.vk.Do(ctx, s.vk.B().FcallRo().Function("rl_version").Numkeys(0).Build()).ToString()
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -497,7 +502,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 // explain is err as the page shows it: a timeout says how long the server was given, since
 // "context deadline exceeded" alone reads as a fault of the page.
 func (s *Server) explain(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "rlfn: ")
+	msg := err.Error()
 	if timedOut(err) {
 		msg = fmt.Sprintf("the server did not answer within %s (%s)", s.opts.Deadline, msg)
 	}

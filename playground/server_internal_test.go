@@ -23,7 +23,11 @@ func loaded(t *testing.T) *Server {
 	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
 		t.Fatalf("FUNCTION LOAD: %v", err)
 	}
-	return New(vk, Options{})
+	s, err := New(vk, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestBoundaryBusy: while a boundary scenario runs (its lock held), another one is refused with

@@ -133,8 +133,8 @@
 //
 // A service whose routes' limits are constants lists them in Options.Policies: New refuses
 // one that cannot be valid, with an *OptionError naming it, and Middleware.Check verifies
-// that every node runs the library release they need (Needs: client.Release11 for several
-// limits at once, a Concurrency or a Reserve). A node that runs an older release still
+// that every node runs the library release they need (Needs: 1.1.0 for several limits
+// at once, a Concurrency or a Reserve). A node that runs an older release still
 // limits (the client decides each limit it can, one at a time, and its policy the rest), but
 // not all or nothing: Check's *ReleaseError says so before the first request, not a log line
 // under load.

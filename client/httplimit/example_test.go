@@ -27,7 +27,11 @@ func Example() {
 	}
 	defer vk.Close()
 
-	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
 		// Count requests per API key; a request without one is answered 400.
 		Key: func(r *http.Request) (string, error) {
 			if k := r.Header.Get("X-Api-Key"); k != "" {
@@ -69,7 +73,11 @@ func Example_concurrency() {
 	defer vk.Close()
 
 	inFlight := &client.Concurrency{Limit: 20, Lease: 30 * time.Second, Reserve: 4}
-	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
 		Policy: func(r *http.Request) httplimit.Policy {
 			return httplimit.Policy{
@@ -92,7 +100,7 @@ func Example_concurrency() {
 // (IP, user) against guessing one account from one place, per IP against one address trying
 // many accounts, per user against many addresses trying one. The route hides its quota. The
 // example prints the key each limit counts an attempt against (behind a proxy at 10.0.0.2);
-// run with httplimit.New(client.New(vk), login), it is the integration test TestHTTPLogin.
+// run with httplimit.New and a client.Limiter, it is the integration test TestHTTPLogin.
 func Example_login() {
 	ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	if err != nil {
@@ -164,7 +172,11 @@ func Example_startup() {
 		Also: []httplimit.Rule{{Name: "api-ip", Key: ips.Key,
 			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}},
 	}
-	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
 		Key: func(r *http.Request) (string, error) {
 			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || token == "" {
@@ -251,7 +263,11 @@ func Example_shadow() {
 	}
 	defer vk.Close()
 
-	limits, err := httplimit.New(client.New(vk), httplimit.Options{
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
 		Policy: func(r *http.Request) httplimit.Policy {
 			return httplimit.Policy{
@@ -285,7 +301,11 @@ func ExampleTransport() {
 	}
 	defer vk.Close()
 
-	tr, err := httplimit.NewTransport(http.DefaultTransport, client.New(vk), httplimit.TransportOptions{
+	lim, err := client.New(vk)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tr, err := httplimit.NewTransport(http.DefaultTransport, lim, httplimit.TransportOptions{
 		Limit: client.LeakyBucket{Capacity: 50, Rate: 10, Period: time.Second, Mode: client.Shape},
 	})
 	if err != nil {

@@ -186,10 +186,10 @@ func TestDefaultLogSaysWhatIsWrong(t *testing.T) {
 		policy Policy
 		want   string
 	}{
-		{&client.KeyError{Len: 1 << 20, Max: 512}, Policy{Name: "api", Limit: tokenBucket}, `key refused, answered 400" err="rlfn: the key is 1048576 bytes`},
+		{&client.KeyError{Len: 1 << 20, Max: 512}, Policy{Name: "api", Limit: tokenBucket}, `key refused, answered 400" err="client: the key is 1048576 bytes`},
 		{nil, Policy{Name: "my api", Limit: tokenBucket}, `rate limit misconfigured, answered 500" err="httplimit: policy \"my api\": want letters`},
 		{&client.LimitError{Field: "TokenBucket.Capacity", Reason: "must be from 1 to 999999999999999, got 0"}, Policy{Name: "zero", Limit: client.TokenBucket{}},
-			`rate limit misconfigured, answered 500" err="rlfn: TokenBucket.Capacity must be from 1 to 999999999999999, got 0"`},
+			`rate limit misconfigured, answered 500" err="client: TokenBucket.Capacity must be from 1 to 999999999999999, got 0"`},
 	}
 	for _, tt := range tests {
 		buf.Reset()

@@ -77,7 +77,7 @@ var (
 	hourly      = client.SlidingWindow{Limit: 1000, Window: time.Hour}
 	daily       = client.FixedWindow{Limit: 5000, Window: 24 * time.Hour}
 	shape       = client.LeakyBucket{Capacity: 10, Rate: 20, Period: time.Second, Mode: client.Shape}
-	errDown     = errors.New("rlfn: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
+	errDown     = errors.New("client: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
 )
 
 func constKey(k string) func(*http.Request) (string, error) {
@@ -577,7 +577,7 @@ func TestHoldEndsWithContext(t *testing.T) {
 // A request its client cancelled while the limiter decided is not a limiter failure: nothing
 // is reported to OnError and nothing is answered (the client is gone).
 func TestCancelledRequestIsNoFailure(t *testing.T) {
-	lim := &fake{err: fmt.Errorf("rlfn: rl_token_bucket: %w", context.Canceled)}
+	lim := &fake{err: fmt.Errorf("client: rl_token_bucket: %w", context.Canceled)}
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next handler reached") })
 	m := mustNew(t, lim, Options{
 		Policy:      func(*http.Request) Policy { return Policy{Limit: tokenBucket} },
@@ -767,8 +767,8 @@ func TestErrorLogMisconfigured(t *testing.T) {
 	want := []string{
 		"no rate-limit decision",
 		`rate limit misconfigured, answered 500" err="httplimit: policy \"my api\": want letters`,
-		`rate limit misconfigured, answered 500" err="rlfn: TokenBucket.Capacity must be from 1`,
-		`key refused, answered 400" err="rlfn: the key is 1048576 bytes`,
+		`rate limit misconfigured, answered 500" err="client: TokenBucket.Capacity must be from 1`,
+		`key refused, answered 400" err="client: the key is 1048576 bytes`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf)

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/limitspec"
+	"github.com/rlfn/rlfn/internal/needs"
 	"github.com/rlfn/rlfn/versions"
 )
 
@@ -27,7 +29,7 @@ var ErrNoVersionChecker = errors.New("httplimit: Check needs a Limiter that impl
 // whose nodes could not be asked), from Check.
 type ReleaseError struct {
 	Policies []string // the Names of the policies that need Release, in Options.Policies order
-	Release  string   // e.g. client.Release11
+	Release  string   // e.g. "1.1.0"
 	Err      error    // the Limiter's: a *client.VersionError per node that runs an older one, joined
 }
 
@@ -46,28 +48,33 @@ func quoteAll(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// Needs is the library release the decisions of p need: client.Release11 when it has a
-// Concurrency, when several of its limits are decided at once (Also: all or nothing across
-// keys needs refunds), or when a limit has a Reserve (see client.Needs); else
-// client.Release10. Limits in shadow count: they are decided too, all at once when the whole
-// route is in shadow (Shadow, or EnforcePercent below 100 for the keys outside it).
+// Needs is the library release the decisions of p need: "1.1.0" when it has a Concurrency,
+// when several of its limits are decided at once (Also: all or nothing across keys needs
+// refunds), or when a limit has a Reserve; else "1.0.0". Limits in shadow count: they are
+// decided too, all at once when the whole route is in shadow (Shadow, or EnforcePercent below
+// 100 for the keys outside it).
 //
 // A node older than that does not stop limiting: the client decides what the node can (each
 // limit of a 1.0.0 node one at a time) and its client.Policy the rest. Check says when that
 // would happen, before the first request.
 func Needs(p Policy) string {
 	if p.Concurrency != nil {
-		return client.Release11
+		return needs.V11
 	}
-	var all, enforced, shadow []client.Rule
+	// the limits decided together: how many, and whether one has a reserve
+	type group struct {
+		n        int
+		reserved bool
+	}
+	var all, enforced, shadow group
 	add := func(l client.Limit, inShadow bool) {
-		r := client.Rule{Limit: l}
-		all = append(all, r)
+		r := limitspec.Reserve(l) > 0
+		g := &enforced
 		if inShadow {
-			shadow = append(shadow, r)
-		} else {
-			enforced = append(enforced, r)
+			g = &shadow
 		}
+		g.n, g.reserved = g.n+1, g.reserved || r
+		all.n, all.reserved = all.n+1, all.reserved || r
 	}
 	if p.Limit != nil {
 		add(p.Limit, p.Shadow)
@@ -77,9 +84,9 @@ func Needs(p Policy) string {
 	}
 	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
 		// some keys have every limit decided in shadow, at once
-		return client.Needs(all...)
+		return needs.Release(all.n, all.reserved)
 	}
-	a, b := client.Needs(enforced...), client.Needs(shadow...)
+	a, b := needs.Release(enforced.n, enforced.reserved), needs.Release(shadow.n, shadow.reserved)
 	if versions.Compare(a, b) < 0 {
 		return b
 	}

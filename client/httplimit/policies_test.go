@@ -101,18 +101,18 @@ func TestNeeds(t *testing.T) {
 		give Policy
 		want string
 	}{
-		{"one limit", Policy{Limit: tokenBucket}, client.Release10},
-		{"no limit", Policy{}, client.Release10},
-		{"one limit with a reserve", Policy{Limit: reserved}, client.Release11},
-		{"one limit, critical: still counted", Policy{Limit: reserved, Critical: true}, client.Release11},
-		{"a concurrency", Policy{Concurrency: lease}, client.Release11},
-		{"per user and per IP", Policy{Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}, client.Release11},
-		{"a rule alone", Policy{Also: []Rule{{Name: "ip", Limit: hourly}}}, client.Release10},
-		{"one enforced, one shadow: each decided alone", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, client.Release10},
-		{"two shadow rules: decided at once", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}, {Name: "d", Limit: daily, Shadow: true}}}, client.Release11},
-		{"a route in shadow", Policy{Limit: tokenBucket, Shadow: true, Also: []Rule{{Name: "h", Limit: hourly}}}, client.Release11},
-		{"the dial below 100: all in shadow for some keys", Policy{Limit: tokenBucket, EnforcePercent: 50, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, client.Release11},
-		{"the dial at 100", Policy{Limit: tokenBucket, EnforcePercent: 100, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, client.Release10},
+		{"one limit", Policy{Limit: tokenBucket}, "1.0.0"},
+		{"no limit", Policy{}, "1.0.0"},
+		{"one limit with a reserve", Policy{Limit: reserved}, "1.1.0"},
+		{"one limit, critical: still counted", Policy{Limit: reserved, Critical: true}, "1.1.0"},
+		{"a concurrency", Policy{Concurrency: lease}, "1.1.0"},
+		{"per user and per IP", Policy{Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}, "1.1.0"},
+		{"a rule alone", Policy{Also: []Rule{{Name: "ip", Limit: hourly}}}, "1.0.0"},
+		{"one enforced, one shadow: each decided alone", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
+		{"two shadow rules: decided at once", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}, {Name: "d", Limit: daily, Shadow: true}}}, "1.1.0"},
+		{"a route in shadow", Policy{Limit: tokenBucket, Shadow: true, Also: []Rule{{Name: "h", Limit: hourly}}}, "1.1.0"},
+		{"the dial below 100: all in shadow for some keys", Policy{Limit: tokenBucket, EnforcePercent: 50, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.1.0"},
+		{"the dial at 100", Policy{Limit: tokenBucket, EnforcePercent: 100, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
 	}
 	for _, tt := range tests {
 		if got := Needs(tt.give); got != tt.want {
@@ -154,7 +154,7 @@ func TestCheck(t *testing.T) {
 	one := Policy{Name: "api", Limit: tokenBucket}
 	two := Policy{Name: "user-ip", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}
 	lease := Policy{Name: "pay", Concurrency: &client.Concurrency{Limit: 2, Lease: time.Second}}
-	down := errors.New("rlfn: node 127.0.0.1:6379: connection refused")
+	down := errors.New("client: node 127.0.0.1:6379: connection refused")
 	tests := []struct {
 		name     string
 		version  string

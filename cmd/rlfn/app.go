@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/versions"
 )
@@ -158,7 +159,7 @@ func runApp(ctx context.Context, app *cli.App, args []string) int {
 	if err == nil || errors.Is(err, errPending) || errors.Is(err, errVersionShown) {
 		return code
 	}
-	msg := oneLine(err.Error()) + timedOut(app, err)
+	msg := oneLine(err.Error()) + deployAdvice(err) + timedOut(app, err)
 	// A script that asked for JSON reads stdout as JSON, also when the command failed before
 	// printing any: it gets the error there too, rather than empty input. call's JSON Lines
 	// end with it, so that a stream cut short by an error says so on stdout as well.
@@ -209,8 +210,17 @@ func exitCode(err error) int {
 // oneLine keeps an error to one line: scripts read the last line of stderr.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
-	s = strings.TrimPrefix(s, "rlfn: ")
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// deployAdvice is what the CLI adds to a client's error that a deploy fixes: a node has no
+// ratelimit library, or one older than the call needs, or of another major version.
+func deployAdvice(err error) string {
+	var ve *client.VersionError
+	if errors.Is(err, client.ErrNotLoaded) || errors.As(err, &ve) {
+		return " (run rlfn deploy)"
+	}
+	return ""
 }
 
 // usageErrorHandler keeps a flag mistake to the one error line run prints on stderr: by

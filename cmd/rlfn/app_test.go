@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/versions"
 )
 
@@ -485,6 +487,26 @@ func TestTimeoutBoundsConnecting(t *testing.T) {
 		}
 		if !strings.Contains(r.stderr, "(--timeout 500ms ran out: raise it)") {
 			t.Errorf("rlfn %v: stderr %q does not say that --timeout ran out", cmd, r.stderr)
+		}
+	}
+}
+
+// The client's errors carry no CLI advice: rlfn adds "run rlfn deploy" to those a deploy fixes,
+// wherever they are wrapped, and to no other.
+func TestDeployAdvice(t *testing.T) {
+	for _, tt := range []struct {
+		give error
+		want string
+	}{
+		{client.ErrNotLoaded, " (run rlfn deploy)"},
+		{&placedError{where: "127.0.0.1:6379 (k)", err: client.ErrNotLoaded}, " (run rlfn deploy)"},
+		{&client.VersionError{Node: "10.0.0.1:6379", Version: "1.0.0", Want: "1.1.0"}, " (run rlfn deploy)"},
+		{fmt.Errorf("call: %w", &client.VersionError{Node: "10.0.0.1:6379", Version: "2.0.0", Want: "1"}), " (run rlfn deploy)"},
+		{&client.KeyError{Len: 0}, ""},
+		{errors.New("dial tcp: connection refused"), ""},
+	} {
+		if got := deployAdvice(tt.give); got != tt.want {
+			t.Errorf("deployAdvice(%v) = %q, want %q", tt.give, got, tt.want)
 		}
 	}
 }

@@ -138,8 +138,11 @@ func callAction(c *cli.Context) error {
 	// replaced by a fallback decision (the client's default policy).
 	// ReturnError: call shows what the server answers; a local decision would hide a node that
 	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
-	lim := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
+	lim, err := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
 		client.WithPolicy(client.ReturnError))
+	if err != nil {
+		return err
+	}
 
 	// Each row is printed as its call returns: --repeat may be a billion.
 	out := newCallOutput(c.App.Writer, plan, c.Bool("json"))
@@ -227,10 +230,7 @@ type placedError struct {
 	err   error
 }
 
-// Error drops the client's own "rlfn: ", which is the line's first word already.
-func (e *placedError) Error() string {
-	return e.where + ": " + strings.TrimPrefix(e.err.Error(), "rlfn: ")
-}
+func (e *placedError) Error() string { return e.where + ": " + e.err.Error() }
 
 func (e *placedError) Unwrap() error { return e.err }
 
@@ -568,7 +568,7 @@ func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
 	j := callJSON{
 		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
-		RetryAfterMs: r.RetryAfterMs(), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
+		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 	switch mode {
 	case modeAcquire, modeRelease:
@@ -577,7 +577,7 @@ func resultJSON(mode callMode, row callRow) callJSON {
 		j.Rule = &row.rule
 		for _, e := range row.each {
 			j.Limits = append(j.Limits, limitJSON{Rule: e.rule, Key: e.key, Allowed: e.res.Allowed, Limit: e.res.Limit,
-				Remaining: e.res.Remaining, RetryAfterMs: e.res.RetryAfterMs(), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
+				Remaining: e.res.Remaining, RetryAfterMs: limitspec.RetryAfterMs(e.res.RetryAfter), ResetAfterMs: e.res.ResetAfter.Milliseconds()})
 		}
 	}
 	return j

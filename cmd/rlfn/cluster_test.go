@@ -52,7 +52,7 @@ func TestCluster(t *testing.T) {
 	// peek, which rlfn sends without discovering the cluster, names the key.
 	r := rlfnAt(t, set, seed, "call", "sliding_log", "user:0", "--limit", "1", "--window", "1m")
 	wantExit(t, r, exitError, "a call before any deploy")
-	if m := regexp.MustCompile(`^rlfn: (127\.0\.0\.1:\d+) \(rl:\{user:0\}:sliding_log\): the ratelimit library is not loaded`).FindStringSubmatch(r.stderr); m == nil {
+	if m := regexp.MustCompile(`^rlfn: (127\.0\.0\.1:\d+) \(rl:\{user:0\}:sliding_log\): client: the ratelimit library is not loaded on the server \(run rlfn deploy\)\n$`).FindStringSubmatch(r.stderr); m == nil {
 		t.Errorf("a call before any deploy: stderr %q does not name the node and the key", r.stderr)
 	} else {
 		i := slices.IndexFunc(c.Primaries, func(p *harness.Server) bool { return p.Addr == m[1] })
@@ -65,7 +65,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	r = rlfnAt(t, set, seed, "call", "sliding_log", "user:0", "--limit", "1", "--window", "1m", "--peek")
-	if !strings.HasPrefix(r.stderr, "rlfn: rl:{user:0}:sliding_log: the ratelimit library is not loaded") {
+	if !strings.HasPrefix(r.stderr, "rlfn: rl:{user:0}:sliding_log: client: the ratelimit library is not loaded on the server (run rlfn deploy)") {
 		t.Errorf("a peek before any deploy: stderr %q does not name the key", r.stderr)
 	}
 

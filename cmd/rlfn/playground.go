@@ -67,12 +67,15 @@ func playgroundAction(c *cli.Context) error {
 	}
 	defer vk.Close()
 	shown := redactedURL(c.String("url"))
-	srv := playground.New(vk, playground.Options{
+	srv, err := playground.New(vk, playground.Options{
 		Deploy:   "rlfn --url " + shellQuote(shown) + " deploy",
 		Server:   shown,
 		Remote:   remote,
 		Deadline: min(c.Duration("timeout"), 5*time.Second),
 	})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -84,8 +87,12 @@ func playgroundAction(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "rlfn playground: open http://%s/ (Ctrl-C stops it)\n", ln.Addr())
 	// Say at once what the page will say: the library is absent, or the server is not usable.
 	// The error holds what the server answered to rl_version: printable, as every server text.
-	if err := client.New(vk).Check(ctx); err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s\n", printable(oneLine(err.Error())))
+	lim, err := client.New(vk)
+	if err != nil {
+		return err
+	}
+	if err := lim.Check(ctx); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "rlfn playground: %s%s\n", printable(oneLine(err.Error())), deployAdvice(err))
 	}
 
 	select {

@@ -36,7 +36,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	requireVersion(t, cl, "1.0.0")
 
 	vk := cl.Client(t, false)
-	lim := client.New(vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
+	lim := newLimiter(t, vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
 	held := holdState(t, cl, vk)
 	before := fcalls(t, cl)
 
@@ -150,8 +150,8 @@ func load10(ctx context.Context, lim *client.Limiter, w int, phase *atomic.Int32
 			return // stopped mid-call: not a failure of the deploy
 		}
 		tl.calls.Add(1)
-		if err != nil || res.Local {
-			tl.fail("%s %T: %v (local %v)", key, limit, err, res.Local)
+		if err != nil || res.Source == client.FromPolicy {
+			tl.fail("%s %T: %v (source %v)", key, limit, err, res.Source)
 		} else if was == phaseAll110 && phase.Load() == phaseAll110 {
 			tl.on110.Add(1)
 		}
@@ -316,7 +316,7 @@ func holdState(t *testing.T, cl *harness.Cluster, vk valkey.Client) *heldState {
 	const shapePrefix = "rl:shape:"
 	lims := map[string]*client.Limiter{}
 	for _, prefix := range []string{client.DefaultPrefix, shapePrefix} {
-		lims[prefix] = client.New(vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
+		lims[prefix] = newLimiter(t, vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
 	}
 	h := &heldState{}
 	for _, principals := range perShard {
@@ -422,4 +422,14 @@ func fcalls(t *testing.T, cl *harness.Cluster) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// newLimiter is client.New with options the test chose: an error is the test's bug.
+func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
+	t.Helper()
+	lim, err := client.New(vk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }

@@ -9,6 +9,7 @@ package limitspec
 
 import (
 	"math"
+	"reflect"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
@@ -242,4 +243,32 @@ func largest(valid func(int64) bool, hi int64) int64 {
 		}
 	}
 	return lo
+}
+
+// RetryAfterMs is a Result's RetryAfter as the library replies it (retry_after_ms), as rlfn
+// call's JSON and the playground's page show it: whole milliseconds, and -1 for client.Never.
+func RetryAfterMs(d time.Duration) int64 {
+	if d == client.Never {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+// Reserve is a limit's Reserve, 0 for none and for a nil limit. Every limit has the field,
+// whether passed as a value or a pointer, or embedded in a type of the caller's.
+func Reserve(l client.Limit) int64 {
+	v := reflect.ValueOf(l)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return 0
+	}
+	if f := v.FieldByName("Reserve"); f.IsValid() && f.CanInt() {
+		return f.Int()
+	}
+	return 0
 }

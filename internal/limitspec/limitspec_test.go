@@ -169,3 +169,46 @@ func TestParseMode(t *testing.T) {
 		}
 	}
 }
+
+// Reserve reads every algorithm's Reserve, from a value, a pointer or a type embedding it.
+func TestReserve(t *testing.T) {
+	type embedded struct{ client.TokenBucket }
+	for _, name := range Names() {
+		a, _ := Lookup(name)
+		if a.Leases() {
+			continue
+		}
+		l := a.Limit(Values{Limit: 10, Capacity: 10, Rate: 1, Reserve: 3, Window: time.Second, Period: time.Second})
+		if got := Reserve(l); got != 3 {
+			t.Errorf("%s: Reserve = %d, want 3", name, got)
+		}
+		if got := Reserve(a.Limit(Values{Limit: 10, Capacity: 10, Rate: 1})); got != 0 {
+			t.Errorf("%s without a reserve: Reserve = %d, want 0", name, got)
+		}
+	}
+	tb := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}
+	for _, tt := range []struct {
+		give client.Limit
+		want int64
+	}{
+		{&tb, 2},
+		{embedded{tb}, 2},
+		{(*client.TokenBucket)(nil), 0},
+		{nil, 0},
+	} {
+		if got := Reserve(tt.give); got != tt.want {
+			t.Errorf("Reserve(%#v) = %d, want %d", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestRetryAfterMs(t *testing.T) {
+	for _, tt := range []struct {
+		give time.Duration
+		want int64
+	}{{0, 0}, {1500 * time.Microsecond, 1}, {time.Hour, 3_600_000}, {client.Never, -1}} {
+		if got := RetryAfterMs(tt.give); got != tt.want {
+			t.Errorf("RetryAfterMs(%s) = %d, want %d", tt.give, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package needs names the ratelimit library's releases that the client's calls need, and
+// decides which one a set of limits needs: one rule for the client's CheckRules and the HTTP
+// middleware's Check.
+package needs
+
+// The releases of the library that brought calls.
+const (
+	V10 = "1.0.0" // the first: every limiter and its peek
+	V11 = "1.1.0" // reserve, refunds, concurrency leases and rl_multi
+)
+
+// Release is the release that deciding n limits at once needs, reserved telling whether one of
+// them has a Reserve: V11 when there are several (one key's limits are one rl_multi call;
+// several keys' need refunds) or a reserve, else V10. (Acquire, Refund and a Concurrency limit
+// need V11 too.)
+func Release(n int, reserved bool) string {
+	if n > 1 || reserved {
+		return V11
+	}
+	return V10
+}
