@@ -12,7 +12,6 @@ import (
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/integration_test/harness"
-	"github.com/rlfn/rlfn/versions"
 )
 
 // The failover test's Limiters. The deadline leaves room for six nodes and the test sharing
@@ -141,7 +140,7 @@ func TestChaosFailover(t *testing.T) {
 		t.Fatalf("Discover: %v", err)
 	}
 	defer tg.Close()
-	installed, err := tg.Inspect(ctx, versions.Embedded())
+	installed, err := tg.Inspect(ctx, lineage(t)) // the working copy the harness loaded, a release or newer
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
