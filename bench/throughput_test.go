@@ -21,7 +21,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // The throughput load: defaultCallers concurrent goroutines (RLFN_BENCH_CALLERS), each

@@ -8,7 +8,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // cancelDeadline is the Limiter's deadline in TestClientCancelWhilePaused: long, so that a

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // clientLimits is every algorithm through the client, each with a limit of 3 that nothing

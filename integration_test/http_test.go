@@ -18,7 +18,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/client/httplimit"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // httpValkey starts a Valkey 8 of the test's own with the library loaded, and returns a client

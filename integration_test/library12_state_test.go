@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // What every function of release 1.2.0 keeps: flags, arguments refused before any write,

@@ -7,7 +7,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
 

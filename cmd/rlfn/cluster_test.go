@@ -17,7 +17,7 @@ import (
 
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/playground"
+	"github.com/rlfn/rlfn/internal/playground"
 )
 
 // playgroundCommand is built afresh for each app: cli.App.Setup writes into its commands.

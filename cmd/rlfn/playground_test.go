@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 func TestCheckListen(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
 

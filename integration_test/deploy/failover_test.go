@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestDeployDuringFailover: a deploy of 1.1.0 over 1.0.0 on a 3-primary cluster with one

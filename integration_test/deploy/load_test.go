@@ -14,7 +14,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestDeployUnderLoad: a 1.0 client (every algorithm, limiter and peek, with 1.0 arguments)

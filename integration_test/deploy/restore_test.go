@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestLoadOutcomeUnknown: a FUNCTION LOAD that was sent and whose connection dropped before

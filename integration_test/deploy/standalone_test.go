@@ -13,7 +13,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestStandalone: Valkey 8 and Redis 7.0, each a primary with a replica (and on Valkey a

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestTopologyChanges runs on a cluster of its own, which it changes: a primary added

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestTLS: a TLS server answers over TLS with a certificate the CA signed, and a

@@ -16,8 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/rlfn/rlfn/integration_test/harness"
-	"github.com/rlfn/rlfn/playground"
+	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/playground"
 )
 
 // browser starts headless Chromium ($RLFN_CHROMIUM, else chromium or google-chrome on the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/valkey-io/valkey-go"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/integration_test/harness"
-	"github.com/rlfn/rlfn/playground"
+	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/playground"
 	"github.com/rlfn/rlfn/versions"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rlfn/rlfn/integration_test/harness"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // TestShort: under -short (make unit) nothing asks Docker for a server, and a test that needs
