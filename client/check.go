@@ -130,12 +130,14 @@ func checkNode(ctx context.Context, addr string, c valkey.Client, min string) er
 	return nil
 }
 
-// olderLibrary reports the errors a 1.0 library answers a 1.1 call with: "Function not
-// found" for a function it does not have, and RLERR "... takes 3 arguments ..." for a
-// trailing reserve.
+// olderLibrary reports the errors an older library answers a newer call with: "Function not
+// found" for a function it does not have, RLERR "... takes 3 arguments ..." for a trailing
+// reserve (1.0), and RLERR "... unknown algorithm ..." for an rl_multi group it does not know
+// (a 1.1 node asked for a 1.2 calendar or block group).
 func olderLibrary(err error) bool {
 	var le *LibraryError
-	return errors.Is(err, ErrNotLoaded) || errors.As(err, &le) && strings.Contains(le.Message, " takes ")
+	return errors.Is(err, ErrNotLoaded) || errors.As(err, &le) &&
+		(strings.Contains(le.Message, " takes ") || strings.Contains(le.Message, "unknown algorithm"))
 }
 
 // versionError finds out why fn failed with err, an answer a 1.0 library would give: it asks

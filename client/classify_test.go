@@ -65,3 +65,23 @@ func TestClassify(t *testing.T) {
 		t.Error("replyErr no longer wraps the *valkey.ValkeyError")
 	}
 }
+
+// The answers an older library gives a call it cannot serve, which send the client to ask the
+// node's version; and answers that say nothing of the version.
+func TestOlderLibrary(t *testing.T) {
+	for _, tt := range []struct {
+		give error
+		want bool
+	}{
+		{ErrNotLoaded, true},
+		{&LibraryError{Function: "rl_token_bucket", Message: "rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"}, true},
+		{&LibraryError{Function: "rl_multi", Message: "rl_multi: group 2: unknown algorithm 'calendar' (fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket)"}, true},
+		{&LibraryError{Function: "rl_token_bucket", Message: "rl_token_bucket: key 'k' does not hold token_bucket state"}, false},
+		{&LibraryError{Function: "rl_fixed_window", Message: "limit must be an integer from 1 to 999999999999999, got '0'"}, false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := olderLibrary(tt.give); got != tt.want {
+			t.Errorf("olderLibrary(%v) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
