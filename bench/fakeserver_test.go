@@ -20,6 +20,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // fakeServerEnv makes the test binary, run again with it set, a fake server instead of a test.
@@ -168,8 +169,8 @@ func BenchmarkClientOnly(b *testing.B) {
 	}
 	defer vk.Close()
 	e := &throughputEnv{callers: envInt(b, "RLFN_BENCH_CALLERS", defaultCallers), vk: vk,
-		lim:    newLimiter(b, vk, client.WithDeadline(time.Minute)),
-		leased: newLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
+		lim:    harness.NewLimiter(b, vk, client.WithDeadline(time.Minute)),
+		leased: harness.NewLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
 	defer e.leased.Close(context.Background())
 	bucket := client.TokenBucket{Capacity: perSecond, Rate: perSecond, Period: time.Second}
 	background := rlfnOn(e.lim, "rlfn_background", bucket)
@@ -219,14 +220,4 @@ func clientOnly(b *testing.B, callers int, c contender) {
 		b.ReportMetric(float64(writes1-writes0)/n, "client-writes/op")
 		b.ReportMetric(float64(wbytes1-wbytes0)/n, "client-write-B/op")
 	}
-}
-
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
-	t.Helper()
-	lim, err := client.New(vk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
 }

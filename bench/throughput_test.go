@@ -112,8 +112,8 @@ func newThroughputEnv(b *testing.B) *throughputEnv {
 	// A deadline far beyond the client's default (100ms), which a call's tail can reach on a
 	// loaded machine: this measures throughput, not the deadline, and still pays the cost of
 	// setting one on every call.
-	lim := newLimiter(b, vk, client.WithDeadline(time.Minute))
-	leased := newLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
+	lim := harness.NewLimiter(b, vk, client.WithDeadline(time.Minute))
+	leased := harness.NewLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
 	b.Cleanup(func() { leased.Close(context.Background()) })
 	e := &throughputEnv{callers: callers, vk: vk, lim: lim, leased: leased, rr: redis_rate.NewLimiter(rdb)}
 	// Load redis_rate's script, so that every measured call is one EVALSHA.
@@ -240,7 +240,7 @@ func BenchmarkHotKey(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			// A Limiter of this round's own, closed after it, so that the server's count is
 			// this key's admitted decisions exactly.
-			lim := newLimiter(b, e.vk, append([]client.Option{client.WithDeadline(time.Minute)}, c.opts...)...)
+			lim := harness.NewLimiter(b, e.vk, append([]client.Option{client.WithDeadline(time.Minute)}, c.opts...)...)
 			key := fmt.Sprintf("hot:%d", run.Add(1))
 			var admitted atomic.Int64
 			e.parallel(b, contender{c.name, "fcall", func(ctx context.Context, _ int) error {
@@ -296,7 +296,7 @@ func BenchmarkSharedBucket(b *testing.B) {
 	var run atomic.Int64
 	lims := make([]*client.Limiter, 4)
 	for i := range lims {
-		lims[i] = newLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
+		lims[i] = harness.NewLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
 		b.Cleanup(func() { lims[i].Close(context.Background()) })
 	}
 	limit := client.TokenBucket{Capacity: capacity, Rate: rate, Period: time.Second}
@@ -327,7 +327,7 @@ func BenchmarkSharedBucket(b *testing.B) {
 // without the server. Its server-calls/s is what the attack costs the server.
 func BenchmarkUnderAttack(b *testing.B) {
 	e := newThroughputEnv(b)
-	cached := newLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithDenialCache(10_000))
+	cached := harness.NewLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithDenialCache(10_000))
 	limit := client.TokenBucket{Capacity: 10, Rate: 10, Period: time.Second}
 	var run atomic.Int64
 	for _, c := range []struct {

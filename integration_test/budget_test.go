@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // countingClient records the FCALLs a Limiter sends: the function and its cost argument.
@@ -82,7 +83,7 @@ func leasedLimits(l int64) []struct {
 // cost 0 finds admissible (the limits of leasedLimits have no reserve).
 func used(t testing.TB, c valkey.Client, key string, limit client.Limit) int64 {
 	t.Helper()
-	r, err := newLimiter(t, c, slowMachine).PeekN(ctx5s(t), key, limit, 0)
+	r, err := harness.NewLimiter(t, c, slowMachine).PeekN(ctx5s(t), key, limit, 0)
 	if err != nil {
 		t.Fatalf("peek: %v", err)
 	}
@@ -109,7 +110,7 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				killed := newLimiter(t, kc, opts...)
+				killed := harness.NewLimiter(t, kc, opts...)
 				var killedAdmitted int64
 				for i := 0; i < 40 && killed.Parked() == 0; i++ {
 					var wg sync.WaitGroup
@@ -133,7 +134,7 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				}
 				kc.Close()
 
-				lims := []*client.Limiter{newLimiter(t, tg.c, opts...), newLimiter(t, tg.c, opts...), newLimiter(t, tg.c, opts...)}
+				lims := []*client.Limiter{harness.NewLimiter(t, tg.c, opts...), harness.NewLimiter(t, tg.c, opts...), harness.NewLimiter(t, tg.c, opts...)}
 				var admitted, denied atomic.Int64
 				var wg sync.WaitGroup
 				for g := range callers {
@@ -233,7 +234,7 @@ func TestLeasedBudgetsClose(t *testing.T) {
 				roomInWindow(t, tg.c, 60_000, 10*time.Second)
 				ctx := ctx5s(t)
 				cc := &countingClient{Client: tg.c}
-				lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+				lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
 				admitted := hot(t, lim, key, l.limit, 2000)
 				for i := 0; i < 100 && lim.Parked() == 0; i++ {
 					admitted += hot(t, lim, key, l.limit, 1)
@@ -286,7 +287,7 @@ func TestLeasedBudgetsColdKeys(t *testing.T) {
 	tg := servers(t)[0]
 	ctx := ctx5s(t)
 	cc := &countingClient{Client: tg.c}
-	lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, 5*time.Millisecond))
+	lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, 5*time.Millisecond))
 	limit := client.TokenBucket{Capacity: 1000, Rate: 1000, Period: time.Second}
 	key := keyFor(t)
 	for i := range 20 {
@@ -318,7 +319,7 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 		const maxBatch = 8
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(maxBatch, time.Minute))
+		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(maxBatch, time.Minute))
 		limit := client.TokenBucket{Capacity: 3000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		stop := make(chan struct{})
@@ -382,7 +383,7 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 func TestLeasedBudgetsSmallLimit(t *testing.T) {
 	tg := servers(t)[0]
 	cc := &countingClient{Client: tg.c}
-	lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+	lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 	key := keyFor(t)
 	admitted := hot(t, lim, key, limit, 400)
@@ -403,7 +404,7 @@ func TestLeasedBudgetsReserve(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
 		limit := client.TokenBucket{Capacity: 20, Rate: 1, Period: time.Hour, Reserve: 3}
 		key := keyFor(t)
 		admitted := hot(t, lim, key, limit, 200)
@@ -435,7 +436,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 	tg := servers(t)[0]
 	t.Run("max_age", func(t *testing.T) {
 		cc := &countingClient{Client: tg.c}
-		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, 100*time.Millisecond))
+		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, 100*time.Millisecond))
 		limit := client.TokenBucket{Capacity: 10_000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		var admitted int64
@@ -463,7 +464,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 	t.Run("window_end", func(t *testing.T) {
 		const window = 1000
 		cc := &countingClient{Client: tg.c}
-		lim := newLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
 		limit := client.FixedWindow{Limit: 10_000, Window: window * time.Millisecond}
 		key := keyFor(t)
 		atWindowStart(t, tg.c, window)
@@ -501,7 +502,7 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 func TestLeasedBudgetsMetrics(t *testing.T) {
 	tg := servers(t)[0]
 	reader := sdkmetric.NewManualReader()
-	lim := newLimiter(t, tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
+	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
 		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	limit := client.TokenBucket{Capacity: 100_000, Rate: 1, Period: time.Hour}
 	key := keyFor(t)

@@ -32,7 +32,7 @@ func TestClientCancelWhilePaused(t *testing.T) {
 			s := server.start(t)
 			c, admin := s.Client(t), s.Client(t)
 			loadCode(t, c, functions.Source)
-			lim := newLimiter(t, c, client.WithDeadline(cancelDeadline), client.WithPolicy(client.FailOpen),
+			lim := harness.NewLimiter(t, c, client.WithDeadline(cancelDeadline), client.WithPolicy(client.FailOpen),
 				client.WithBreaker(2, time.Minute))
 			limit := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour}
 			key := "cancel:" + server.name

@@ -299,7 +299,7 @@ func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[cli
 	n := 0
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		vk := cl.Client(t, false)
-		limiters[p] = newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
+		limiters[p] = harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
 			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
 		for shard := range cl.Primaries {
 			for {
@@ -496,14 +496,14 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Hour}
 		args := []string{"1000", "1", "3600000", "1"} // the same limit, as the client sends it
-		onPrimary := newLimiter(t, tg.c, slowMachine)
+		onPrimary := harness.NewLimiter(t, tg.c, slowMachine)
 		if _, err := onPrimary.Allow(ctx, key, limit); err != nil {
 			t.Fatal(err)
 		}
 		stateKey := client.Key(client.DefaultPrefix, key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
-		onReplica := newLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
+		onReplica := harness.NewLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
 		pc := primaryOf(t, tg, stateKey)
 		before := commandCalls(t, rep.c, "fcall_ro")
 

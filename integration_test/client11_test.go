@@ -18,7 +18,7 @@ func TestClientReserve(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		crit := client.Critical(ctx)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 2}
 		for i := range 3 {
@@ -46,7 +46,7 @@ func TestClientReserve(t *testing.T) {
 // A refund gives units back, so that the same units are admitted again, on every algorithm.
 func TestClientRefund(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		for _, l := range clientLimits {
 			t.Run(l.name, func(t *testing.T) {
 				ctx := ctx5s(t)
@@ -76,7 +76,7 @@ func TestClientRefund(t *testing.T) {
 func TestClientLeases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		c := client.Concurrency{Limit: 3, Lease: 10 * time.Second}
 		var leases []*client.Lease
@@ -126,7 +126,7 @@ func TestClientLeases(t *testing.T) {
 // 64 goroutines taking and releasing leases never hold more than the limit at once.
 func TestClientLeasesConcurrent(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		c := client.Concurrency{Limit: 5, Lease: 30 * time.Second}
 		var held, most, admitted atomic.Int64
@@ -173,7 +173,7 @@ func TestClientLeasesConcurrent(t *testing.T) {
 func TestClientAllowAllSamePrincipal(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
 		perSecond := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 		hourly := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour, Name: "hourly"}
@@ -202,7 +202,7 @@ func TestClientAllowAllSamePrincipal(t *testing.T) {
 func TestClientAllowAllCrossPrincipal(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		base := keyFor(t)
 		ipUser, ip, user := base+":ip:user", base+":ip", base+":user"
 		rules := []client.Rule{
@@ -245,7 +245,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			ctx := ctx5s(t)
-			lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
+			lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
 			tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 			k := keyFor(t)
 			if r, err := lim.Allow(ctx, k, tb); err != nil || !r.Allowed || r.Source == client.FromPolicy {
@@ -335,10 +335,10 @@ func TestClientVersionErrorOn10(t *testing.T) {
 		})
 	}
 	var ve *client.VersionError
-	if err := newLimiter(t, vk, slowMachine).CheckVersion(ctx5s(t), "1.1.0"); !errors.As(err, &ve) || ve.Node != s.Addr {
+	if err := harness.NewLimiter(t, vk, slowMachine).CheckVersion(ctx5s(t), "1.1.0"); !errors.As(err, &ve) || ve.Node != s.Addr {
 		t.Errorf("CheckVersion: got %v", err)
 	}
-	if err := newLimiter(t, vk, slowMachine).Check(ctx5s(t)); err != nil {
+	if err := harness.NewLimiter(t, vk, slowMachine).Check(ctx5s(t)); err != nil {
 		t.Errorf("Check: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func TestClient11ServerGone(t *testing.T) {
 	rules := []client.Rule{{Key: "a", Limit: tb}, {Key: "a", Limit: client.FixedWindow{Limit: 8, Window: time.Hour}}, {Key: "b", Limit: tb}}
 	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
-			lim := newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline), client.WithInstances(2))
+			lim := harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline), client.WithInstances(2))
 			type out struct {
 				r   client.Result
 				err error

@@ -98,7 +98,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 			t.Fatal(err)
 		}
 		t.Cleanup(vk.Close)
-		r.lim = newLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline),
+		r.lim = harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline),
 			client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
 			client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))))
 		for range workers {
@@ -392,7 +392,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 	}
 	t.Cleanup(vk.Close)
 	reader := sdkmetric.NewManualReader()
-	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
+	lim := harness.NewLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
 		client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
 		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 

@@ -41,7 +41,7 @@ func ctx5s(t testing.TB) context.Context {
 // say so; peeks and costs of 0 or above the limit behave as the contract says.
 func TestClientAdmitsThenDenies(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		for _, l := range clientLimits {
 			t.Run(l.name, func(t *testing.T) {
 				ctx := ctx5s(t)
@@ -101,7 +101,7 @@ func TestClientLibraryError(t *testing.T) {
 		if err := do(t, tg.c, tg.c.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := newLimiter(t, tg.c, slowMachine).Allow(ctx, key, limit)
+		_, err := harness.NewLimiter(t, tg.c, slowMachine).Allow(ctx, key, limit)
 		var le *client.LibraryError
 		if !errors.As(err, &le) || le.Function != "rl_sliding_window" {
 			t.Fatalf("got %v, want a *client.LibraryError", err)
@@ -116,14 +116,14 @@ func TestClientPeekRunsOnAReplica(t *testing.T) {
 		ctx := ctx5s(t)
 		key := keyFor(t)
 		limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: 10 * time.Minute}
-		if _, err := newLimiter(t, tg.c, slowMachine).AllowN(ctx, key, limit, 2); err != nil {
+		if _, err := harness.NewLimiter(t, tg.c, slowMachine).AllowN(ctx, key, limit, 2); err != nil {
 			t.Fatal(err)
 		}
 		stateKey := client.Key(client.DefaultPrefix, key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
 
-		lim := newLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
+		lim := harness.NewLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
 		before := commandCalls(t, rep.c, "fcall_ro")
 		for range 5 {
 			r, err := lim.Peek(ctx, key, limit)
@@ -198,7 +198,7 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vk.Close()
-	lim := newLimiter(t, vk, slowMachine)
+	lim := harness.NewLimiter(t, vk, slowMachine)
 	ctx := ctx5s(t)
 	limit := client.SlidingLog{Limit: 4, Window: time.Minute}
 	if _, err := lim.Allow(ctx, "user:42", limit); err != nil {
@@ -222,7 +222,7 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 // by ReturnError (the default policy, LocalFallback, decides such calls locally).
 func TestClientNotLoaded(t *testing.T) {
 	s := harness.StartValkey(t)
-	lim := newLimiter(t, s.Client(t), slowMachine, client.WithPolicy(client.ReturnError))
+	lim := harness.NewLimiter(t, s.Client(t), slowMachine, client.WithPolicy(client.ReturnError))
 	ctx := ctx5s(t)
 	limit := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}
 	for name, call := range map[string]func() (client.Result, error){
@@ -254,7 +254,7 @@ func sourceWithVersion(t *testing.T, v string) string {
 func TestClientCheck(t *testing.T) {
 	t.Run("shared targets", func(t *testing.T) {
 		forEachTarget(t, func(t *testing.T, tg *target) {
-			if err := newLimiter(t, tg.c, slowMachine).Check(ctx5s(t)); err != nil {
+			if err := harness.NewLimiter(t, tg.c, slowMachine).Check(ctx5s(t)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -263,14 +263,14 @@ func TestClientCheck(t *testing.T) {
 		s := harness.StartValkey(t)
 		c := s.Client(t)
 		loadCode(t, c, sourceWithVersion(t, "2.0.0"))
-		err := newLimiter(t, c, slowMachine).Check(ctx5s(t))
+		err := harness.NewLimiter(t, c, slowMachine).Check(ctx5s(t))
 		var ve *client.VersionError
 		if !errors.As(err, &ve) || ve.Node != s.Addr || ve.Version != "2.0.0" || errors.Is(err, client.ErrNotLoaded) {
 			t.Fatalf("got %v, want a *VersionError naming %s", err, s.Addr)
 		}
 		// a minor version ahead is still the same contract
 		loadCode(t, c, sourceWithVersion(t, "1.99.0"))
-		if err := newLimiter(t, c, slowMachine).Check(ctx5s(t)); err != nil {
+		if err := harness.NewLimiter(t, c, slowMachine).Check(ctx5s(t)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -279,7 +279,7 @@ func TestClientCheck(t *testing.T) {
 		good, wrong, none := cl.Primaries[0], cl.Primaries[1], cl.Primaries[2]
 		loadCode(t, good.Client(t), functions.Source)
 		loadCode(t, wrong.Client(t), sourceWithVersion(t, "2.0.0"))
-		err := newLimiter(t, cl.Client(t, false), slowMachine).Check(ctx5s(t))
+		err := harness.NewLimiter(t, cl.Client(t, false), slowMachine).Check(ctx5s(t))
 		if err == nil {
 			t.Fatal("no error")
 		}
@@ -325,7 +325,7 @@ func TestClientHostileKeys(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		prefix := keyFor(t) + ":"
-		lim := newLimiter(t, tg.c, client.WithPrefix(prefix), slowMachine)
+		lim := harness.NewLimiter(t, tg.c, client.WithPrefix(prefix), slowMachine)
 		roomInWindow(t, tg.c, 60_000, 3*time.Second)
 		for round, want := range []bool{true, false} {
 			for _, l := range limits {
@@ -427,7 +427,7 @@ func serverArgs(l client.Limit) (fn string, args []string) {
 // trip included: the allocations are the client's and valkey-go's together.
 func BenchmarkClientAllow(b *testing.B) {
 	tg := servers(b)[0]
-	lim := newLimiter(b, tg.c, slowMachine)
+	lim := harness.NewLimiter(b, tg.c, slowMachine)
 	ctx := context.Background()
 	limit := client.TokenBucket{Capacity: 1e12, Rate: 1e12, Period: time.Second}
 	key := keyFor(b)
@@ -449,13 +449,3 @@ var slowMachine = both(client.WithDeadline(5*time.Second), client.WithPolicy(cli
 // both is an option applying a, then b. (O is client.Option, whose argument type is the
 // client's own: inferred, never named.)
 func both[O ~func(T), T any](a, b O) O { return func(o T) { a(o); b(o) } }
-
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
-	t.Helper()
-	lim, err := client.New(vk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
-}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // AllowAllEach reports every rule's own limiter: rules of one principal (one rl_multi, the
@@ -13,7 +14,7 @@ import (
 func TestClientAllowAllEach(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		base := keyFor(t)
 		burst := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 		hourly := client.FixedWindow{Limit: 3, Window: time.Hour, Name: "hourly"}

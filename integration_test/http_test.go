@@ -109,7 +109,7 @@ func checkUnixReset(t *testing.T, r response, delta int64) {
 func TestHTTPTokenBucket(t *testing.T) {
 	_, vk := httpValkey(t)
 	limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: 2 * time.Second}
-	srv := limitedServer(t, newLimiter(t, vk, slowMachine), httplimit.Options{
+	srv := limitedServer(t, harness.NewLimiter(t, vk, slowMachine), httplimit.Options{
 		Policy: func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "burst", Limit: limit} },
 	}, nil)
 	key := keyFor(t)
@@ -207,7 +207,7 @@ func TestHTTPShape(t *testing.T) {
 		r.Context().Value(traceKey{}).(*decision).reached = time.Now()
 		io.WriteString(w, "ok")
 	})
-	m, err := httplimit.New(recorder{newLimiter(t, vk, slowMachine)}, httplimit.Options{
+	m, err := httplimit.New(recorder{harness.NewLimiter(t, vk, slowMachine)}, httplimit.Options{
 		Key:      func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Policy:   func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "upload", Limit: limit} },
 		MaxDelay: maxDelay,
@@ -304,8 +304,8 @@ func TestHTTPServerGone(t *testing.T) {
 	var errs sync.Map
 	onError := func(r *http.Request, err error) { errs.Store(r.URL.Path, err) }
 	returnError := client.WithPolicy(client.ReturnError)
-	open := limitedServer(t, newLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError, FailOpen: true}, nil)
-	closed := limitedServer(t, newLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError,
+	open := limitedServer(t, harness.NewLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError, FailOpen: true}, nil)
+	closed := limitedServer(t, harness.NewLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError,
 		ErrorStatus: http.StatusServiceUnavailable}, nil)
 	key := keyFor(t)
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/client/httplimit"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // edgeServer serves "ok" behind m over real HTTP on 127.0.0.1.
@@ -78,7 +79,7 @@ func TestHTTPLogin(t *testing.T) {
 		ipUser := client.FixedWindow{Limit: 3, Window: time.Hour}
 		perIP := client.SlidingWindow{Limit: 5, Window: time.Hour}
 		perUser := client.SlidingWindow{Limit: 4, Window: time.Hour}
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		srv := edgeServer(t, lim, httplimit.Options{
 			Key: func(r *http.Request) (string, error) {
 				ip, err := ips.Key(r)
@@ -164,7 +165,7 @@ func TestHTTPClientIPSpoofing(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := fmt.Sprintf("spoof%d", time.Now().UnixNano())
-	srv := edgeServer(t, newLimiter(t, vk, slowMachine), httplimit.Options{
+	srv := edgeServer(t, harness.NewLimiter(t, vk, slowMachine), httplimit.Options{
 		Key: ips.Key,
 		Policy: func(*http.Request) httplimit.Policy {
 			return httplimit.Policy{Name: name, Limit: client.FixedWindow{Limit: 3, Window: time.Hour}}
@@ -190,7 +191,7 @@ func TestHTTPClientIPSpoofing(t *testing.T) {
 // counted against the address the proxy appended.
 func TestHTTPClientIPSpoofingBehindProxy(t *testing.T) {
 	_, vk := httpValkey(t)
-	lim := newLimiter(t, vk, slowMachine)
+	lim := harness.NewLimiter(t, vk, slowMachine)
 	for _, tt := range []struct {
 		header string
 		value  func(fake string) string
@@ -239,7 +240,7 @@ func TestHTTPSeveralLimits(t *testing.T) {
 	_, vk := httpValkey(t)
 	burst := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour}
 	hourly := client.SlidingWindow{Limit: 4, Window: time.Hour}
-	srv := edgeServer(t, newLimiter(t, vk, slowMachine), httplimit.Options{
+	srv := edgeServer(t, harness.NewLimiter(t, vk, slowMachine), httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Policy: func(r *http.Request) httplimit.Policy {
 			return httplimit.Policy{Name: "burst", Limit: burst, Also: []httplimit.Rule{{Name: "hourly", Limit: hourly}}}
@@ -286,7 +287,7 @@ func TestHTTPSeveralLimits(t *testing.T) {
 	// The hourly window binds when it has fewer left: a second key, with its own limits, whose
 	// hourly window has been used by three requests of another route sharing its Name.
 	key2 := keyFor(t)
-	lim := newLimiter(t, vk, slowMachine)
+	lim := harness.NewLimiter(t, vk, slowMachine)
 	for range 3 {
 		if res, err := lim.Allow(ctx5s(t), "hourly:"+key2, hourly); err != nil || !res.Allowed {
 			t.Fatal(res, err)
@@ -337,7 +338,7 @@ func TestHTTPShadow(t *testing.T) {
 	var mu sync.Mutex
 	denied := map[string]int{}
 	suffix := fmt.Sprint(time.Now().UnixNano())
-	srv := edgeServer(t, newLimiter(t, vk, slowMachine), httplimit.Options{
+	srv := edgeServer(t, harness.NewLimiter(t, vk, slowMachine), httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Policy: func(r *http.Request) httplimit.Policy {
 			switch r.URL.Path {
@@ -447,7 +448,7 @@ func (a *arrivals) times() []time.Time {
 // pass the deadline fails at once; a 429 is sent again after its Retry-After.
 func TestHTTPTransport(t *testing.T) {
 	_, vk := httpValkey(t)
-	lim := newLimiter(t, vk, slowMachine)
+	lim := harness.NewLimiter(t, vk, slowMachine)
 	key := keyFor(t)
 	keyOf := func(*http.Request) (string, error) { return key, nil }
 

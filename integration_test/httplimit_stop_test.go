@@ -84,7 +84,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 	perUser := client.SlidingLog{Limit: 5, Window: time.Hour}
 	perIP := client.SlidingWindow{Limit: 1000, Window: time.Hour}
 	policy := perUserPerIP(t, "api", perUser, perIP)
-	srv, m := stopServer(t, newLimiter(t, vk, asShipped), httplimit.Options{
+	srv, m := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{
 		Key:      userKey,
 		Policy:   func(*http.Request) httplimit.Policy { return policy },
 		Policies: []httplimit.Policy{policy},
@@ -121,7 +121,7 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 		t.Errorf("%d served, %d refused; want %d and %d: the per-user limit", served, refused, perUser.Limit, requests-int(perUser.Limit))
 	}
 	// The node counted them: its log of the user is full, not a local stand-in's.
-	peek, err := newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)).Peek(ctx5s(t), "api:"+user, perUser)
+	peek, err := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)).Peek(ctx5s(t), "api:"+user, perUser)
 	if err != nil || peek.Source == client.FromPolicy || peek.Remaining != 0 || peek.Allowed {
 		t.Errorf("the node's per-user limit: %+v, %v; want it full (Remaining 0)", peek, err)
 	}
@@ -146,7 +146,7 @@ func TestHTTPStopMisconfigured(t *testing.T) {
 		return zero
 	}
 	for _, failOpen := range []bool{false, true} {
-		srv, _ := stopServer(t, newLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, FailOpen: failOpen})
+		srv, _ := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, FailOpen: failOpen})
 		for _, path := range []string{"/space", "/zero"} {
 			for i := range 3 {
 				r := send(t, http.MethodGet, srv.URL+path, "", "X-User: alice")
@@ -169,7 +169,7 @@ func TestHTTPStopMisconfigured(t *testing.T) {
 	}
 
 	for i, p := range []httplimit.Policy{space, zero} {
-		_, err := httplimit.New(newLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, Policies: []httplimit.Policy{p}})
+		_, err := httplimit.New(harness.NewLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, Policies: []httplimit.Policy{p}})
 		var oe *httplimit.OptionError
 		if !errors.As(err, &oe) || oe.Field != "Policies[0]" || !strings.Contains(err.Error(), strconv.Quote(p.Name)) {
 			t.Errorf("New with static policy %d: %v, want an *OptionError naming %q", i, err, p.Name)
@@ -183,7 +183,7 @@ func TestHTTPStopHugeKey(t *testing.T) {
 	_, vk := httpValkey(t)
 	one := httplimit.Policy{Name: "api", Limit: client.SlidingLog{Limit: 100, Window: time.Hour}}
 	two := perUserPerIP(t, "pair", client.SlidingLog{Limit: 100, Window: time.Hour}, client.SlidingWindow{Limit: 1000, Window: time.Hour})
-	srv, _ := stopServer(t, newLimiter(t, vk, asShipped), httplimit.Options{
+	srv, _ := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{
 		Key: userKey,
 		Policy: func(r *http.Request) httplimit.Policy {
 			if r.URL.Path == "/pair" {
@@ -220,7 +220,7 @@ func TestHTTPStopAttackCost(t *testing.T) {
 	_, vk := httpValkey(t)
 	const allowed = 3
 	policy := perUserPerIP(t, "login", client.SlidingWindow{Limit: allowed, Window: time.Hour}, client.SlidingWindow{Limit: 10000, Window: time.Hour})
-	srv, _ := stopServer(t, newLimiter(t, vk, asShipped), httplimit.Options{
+	srv, _ := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{
 		Key:    userKey,
 		Policy: func(*http.Request) httplimit.Policy { return policy },
 	})
@@ -264,10 +264,10 @@ func TestHTTPStopServerGone(t *testing.T) {
 	policy := func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "api", Limit: limit} }
 	errs := make(chan error, 10)
 	onError := func(_ *http.Request, err error) { errs <- err }
-	local, _ := stopServer(t, newLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
-	closed, _ := stopServer(t, newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
+	local, _ := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
+	closed, _ := stopServer(t, harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
 		httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
-	open, _ := stopServer(t, newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
+	open, _ := stopServer(t, harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
 		httplimit.Options{Key: userKey, Policy: policy, OnError: onError, FailOpen: true})
 	user := strings.NewReplacer(":", "-", "/", "-").Replace(keyFor(t))
 	for _, srv := range []*httptest.Server{local, closed, open} {

@@ -174,7 +174,7 @@ func serviceCalls(t *testing.T, tg *target) error {
 	key := keyFor(t)
 	// the principal's state exists, so that its replica is known
 	probe := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
-	if _, err := newLimiter(t, tg.c, slowMachine).Allow(ctx, key, probe); err != nil {
+	if _, err := harness.NewLimiter(t, tg.c, slowMachine).Allow(ctx, key, probe); err != nil {
 		t.Fatal(err)
 	}
 	stateKey := client.Key(client.DefaultPrefix, key, probe)
@@ -186,7 +186,7 @@ func serviceCalls(t *testing.T, tg *target) error {
 		return err
 	}
 	// ReturnError: a call the server refuses must fail here, not be decided locally
-	lim := newLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError))
+	lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError))
 	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		return fmt.Errorf("CheckVersion: %w", err)
 	}
@@ -320,7 +320,7 @@ func refused(t *testing.T, tg *target) {
 	}
 	// The client names the refusal: a Limiter whose prefix is outside rl:* gets it back (with
 	// ReturnError: the default policy decides a refused call locally).
-	_, err = newLimiter(t, vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
+	_, err = harness.NewLimiter(t, vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Allow with the prefix other: as %s: %v; want NOPERM", svcUser, err)
 	}
@@ -346,7 +346,7 @@ func TestSecurityClientTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(vk.Close)
-	lim := newLimiter(t, vk, slowMachine)
+	lim := harness.NewLimiter(t, vk, slowMachine)
 	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	}
 
 	t.Run("per user and per IP", func(t *testing.T) {
-		lim := newLimiter(t, vk, asShipped)
+		lim := harness.NewLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		const requests = 20
 		admitted, unlimited := allow(lim, requests, func(int) []client.Rule { return perUserAndIP(k) })
@@ -138,7 +138,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("one IP, many users", func(t *testing.T) {
-		lim := newLimiter(t, vk, asShipped)
+		lim := harness.NewLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		few := client.SlidingLog{Limit: 3, Window: time.Hour, Name: "ip"}
 		const requests = 10
@@ -151,7 +151,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("a reserve", func(t *testing.T) {
-		lim := newLimiter(t, vk, asShipped)
+		lim := harness.NewLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		reserved := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 		admitted := 0
@@ -170,7 +170,7 @@ func TestStopReleaseSkew(t *testing.T) {
 	})
 
 	t.Run("CheckRules", func(t *testing.T) {
-		lim := newLimiter(t, vk, asShipped)
+		lim := harness.NewLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		var ve *client.VersionError
 		if err := lim.CheckRules(ctx, perUserAndIP(k)...); !errors.As(err, &ve) ||
@@ -184,7 +184,7 @@ func TestStopReleaseSkew(t *testing.T) {
 
 	t.Run("rollback", func(t *testing.T) {
 		loadCode(t, vk, v11.Code)
-		lim := newLimiter(t, vk, asShipped)
+		lim := harness.NewLimiter(t, vk, asShipped)
 		k := keyFor(t)
 		admitted, _ := allow(lim, 3, func(int) []client.Rule { return perUserAndIP(k) })
 		if admitted != 3 {
@@ -273,7 +273,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 	const callsPerKey = 15
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 	// the defaults but for the deadline and the breaker, those of the failover tests
-	lim := newLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown))
+	lim := harness.NewLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown))
 	keys := clusterKeys(t, cl, 2000)
 
 	// round kills the primary of shard victim under the workers' load, and returns their
@@ -494,7 +494,7 @@ func TestStopBadLimit(t *testing.T) {
 	bad := client.TokenBucket{Capacity: 0, Rate: 1, Period: time.Second}
 	good := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	for _, p := range everyPolicy {
-		lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
+		lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
 		k := keyFor(t)
 		calls := []struct {
 			name string
@@ -559,7 +559,7 @@ func TestStopLongKey(t *testing.T) {
 	before := usedMemory()
 	keys := 0
 	for _, p := range everyPolicy {
-		lim := newLimiter(t, vk, slowMachine, client.WithPolicy(p))
+		lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
 		for i := range 5 {
 			keys++
 			huge := strings.Repeat(string(rune('a'+keys)), 1<<20)
@@ -583,7 +583,7 @@ func TestStopLongKey(t *testing.T) {
 		t.Errorf("used_memory grew by %d bytes after calls with 1 MiB keys", after-before)
 	}
 
-	lim := newLimiter(t, vk, asShipped)
+	lim := harness.NewLimiter(t, vk, asShipped)
 	long := strings.Repeat("k", client.DefaultMaxKeyLen)
 	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Source == client.FromPolicy {
 		t.Errorf("a key of %d bytes: %+v, %v; want admitted by the server", len(long), r, err)
@@ -604,7 +604,7 @@ func TestStopLongKey(t *testing.T) {
 func TestStopDenialCost(t *testing.T) {
 	vk := emptyServer(t)
 	ctx := ctx5s(t)
-	lim := newLimiter(t, vk, asShipped)
+	lim := harness.NewLimiter(t, vk, asShipped)
 	user := client.SlidingLog{Limit: 5, Window: time.Minute}
 	ip := client.SlidingLog{Limit: 1000, Window: time.Minute, Name: "ip"}
 	k := keyFor(t)

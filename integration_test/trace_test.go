@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // Each decision is a span with its outcome; the key only when opted in.
@@ -22,7 +23,7 @@ func TestTraces(t *testing.T) {
 	key := keyFor(t)
 	roomInWindow(t, tg.c, 60_000, 2*time.Second)
 
-	lim := newLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp))
+	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp))
 	if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed {
 		t.Fatalf("%+v, %v", r, err)
 	}
@@ -37,7 +38,7 @@ func TestTraces(t *testing.T) {
 	if _, err := lim.Peek(canceled, key, limit); err == nil {
 		t.Fatal("a peek with a canceled context succeeded")
 	}
-	keyed := newLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	keyed := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
 	if _, err := keyed.Peek(ctx, key, limit); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestTracesAllAndLeases(t *testing.T) {
 	burst := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}
 	rules := []client.Rule{{Key: key, Limit: burst}, {Key: key, Limit: perMinute}}
 	roomInWindow(t, tg.c, 60_000, 2*time.Second)
-	lim := newLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
 	if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
 		t.Fatalf("%+v, %v", r, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // Wait sleeps out a denial and is then admitted; it fails at once, consuming nothing, when
@@ -15,7 +16,7 @@ import (
 func TestWait(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
-		lim := newLimiter(t, tg.c, slowMachine)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
 		limit := client.TokenBucket{Capacity: 2, Rate: 1, Period: 300 * time.Millisecond}
 		key := keyFor(t)
 		if r, err := lim.AllowN(ctx, key, limit, 2); err != nil || !r.Allowed {

@@ -335,7 +335,7 @@ func TestCallPolicy(t *testing.T) {
 	s := harness.StartValkey(t)
 	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
 	vk := s.Client(t)
-	mw, err := httplimit.New(newLimiter(t, vk), httplimit.Options{
+	mw, err := httplimit.New(harness.NewLimiter(t, vk), httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
 		Policy: func(*http.Request) httplimit.Policy {
 			return httplimit.Policy{

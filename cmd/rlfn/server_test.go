@@ -146,7 +146,7 @@ func TestLifecycle(t *testing.T) {
 				calls[3].Key != client.Key(client.DefaultPrefix, "user:42", limit) || calls[3].RetryAfterMs <= 0 {
 				t.Fatalf("call --repeat 4 on a bucket of 3 = %+v", calls)
 			}
-			lim := newLimiter(t, primary.Client(t), client.WithDeadline(5*time.Second))
+			lim := harness.NewLimiter(t, primary.Client(t), client.WithDeadline(5*time.Second))
 			if res, err := lim.Peek(context.Background(), "user:42", limit); err != nil || res.Allowed || res.Remaining != 0 {
 				t.Fatalf("the client's Peek after the CLI's calls = %+v, %v; want the bucket empty", res, err)
 			}
@@ -657,14 +657,4 @@ func TestClusterWithoutSlots(t *testing.T) {
 	if code, err := harness.LibraryCode(t.Context(), s.Client(t), functions.Library); err != nil || code != "" {
 		t.Errorf("the node runs a library (%v) after a deploy that could not take its lock", err)
 	}
-}
-
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
-	t.Helper()
-	lim, err := client.New(vk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
 }

@@ -36,7 +36,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	requireVersion(t, cl, "1.0.0")
 
 	vk := cl.Client(t, false)
-	lim := newLimiter(t, vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
+	lim := harness.NewLimiter(t, vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
 	held := holdState(t, cl, vk)
 	before := fcalls(t, cl)
 
@@ -316,7 +316,7 @@ func holdState(t *testing.T, cl *harness.Cluster, vk valkey.Client) *heldState {
 	const shapePrefix = "rl:shape:"
 	lims := map[string]*client.Limiter{}
 	for _, prefix := range []string{client.DefaultPrefix, shapePrefix} {
-		lims[prefix] = newLimiter(t, vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
+		lims[prefix] = harness.NewLimiter(t, vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
 	}
 	h := &heldState{}
 	for _, principals := range perShard {
@@ -422,14 +422,4 @@ func fcalls(t *testing.T, cl *harness.Cluster) map[string]int64 {
 		}
 	}
 	return out
-}
-
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
-	t.Helper()
-	lim, err := client.New(vk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
 }

@@ -165,7 +165,7 @@ func testSend(t *testing.T, e env) {
 	if key != "rlfn:playground:{token_bucket}:token_bucket" {
 		t.Errorf("token bucket key %q", key)
 	}
-	lim := newLimiter(t, e.vk, client.WithPrefix(playground.Prefix))
+	lim := harness.NewLimiter(t, e.vk, client.WithPrefix(playground.Prefix))
 	res, err := lim.Peek(context.Background(), "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute})
 	if err != nil || res.Allowed || res.Remaining != 0 {
 		t.Errorf("a service's peek after the burst: %+v, %v; want denied, 0 remaining", res, err)
@@ -206,7 +206,7 @@ func TestAPIReset(t *testing.T) {
 	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":5,"windowMs":60000},"n":1}`); r.code != 200 {
 		t.Fatalf("send: %d %s", r.code, r.raw)
 	}
-	service := newLimiter(t, e.vk) // the default prefix, rl:
+	service := harness.NewLimiter(t, e.vk) // the default prefix, rl:
 	if _, err := service.Allow(ctx, "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -566,14 +566,4 @@ func TestAPITimeout(t *testing.T) {
 	if st := do(t, http.MethodGet, srv.URL+"/api/status", ""); st.code != 200 || st.body.Loaded || !strings.Contains(st.body.Error, want) {
 		t.Errorf("status of a paused server: %d %s; want 200, not loaded, and %q", st.code, st.raw, want)
 	}
-}
-
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
-	t.Helper()
-	lim, err := client.New(vk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
 }
