@@ -139,11 +139,15 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			}
 		}
 	}
-	run := func(g *group) {
-		g.decided = true
+	// ask decides g with op (or peeks it, for a peek): one call for its Key.
+	ask := func(g *group, op operation) {
 		var i int
 		if len(g.calls) == 1 {
-			g.res, g.err = l.decide(ctx, op, g.key, g.calls[0])
+			c := g.calls[0]
+			if op == opPeek {
+				c.refundable = false // a peek takes nothing to refund
+			}
+			g.res, g.err = l.decide(ctx, op, g.key, c)
 		} else {
 			if each != nil {
 				g.each = make([]Result, len(g.calls))
@@ -151,6 +155,10 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each)
 		}
 		g.res.Rule = g.rules[i]
+	}
+	run := func(g *group) {
+		g.decided = true
+		ask(g, op)
 	}
 	switch {
 	case len(groups) == 1:
@@ -166,18 +174,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		// call per key, as an admission does.
 		l.runGroups(groups, anyGroup, func(g *group) {
 			g.peeked = true
-			var i int
-			if len(g.calls) == 1 {
-				c := g.calls[0]
-				c.refundable = false
-				g.res, g.err = l.decide(ctx, opPeek, g.key, c)
-			} else {
-				if each != nil {
-					g.each = make([]Result, len(g.calls))
-				}
-				g.res, i, g.err = l.decideMulti(ctx, opPeek, g.key, g.calls, g.each)
-			}
-			g.res.Rule = g.rules[i]
+			ask(g, opPeek)
 		})
 	}
 	var firstErr error
