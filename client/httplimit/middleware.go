@@ -333,29 +333,12 @@ func (m *Middleware) servable(p Policy) error {
 	if err := validPolicy(p); err != nil {
 		return err
 	}
-	// How many limits one decision takes: the enforced ones, the shadow ones, or every one
-	// when the whole route is in shadow for some keys.
-	var all, enforced int
-	if p.Limit != nil {
-		all++
-	}
-	all += len(p.Also)
-	if !p.Shadow {
-		if p.Limit != nil {
-			enforced++
-		}
-		for _, rule := range p.Also {
-			if !rule.Shadow {
-				enforced++
+	if _, ok := m.lim.(MultiLimiter); !ok {
+		for _, d := range decisions(p) {
+			if d.n > 1 {
+				return ErrNoMultiLimiter
 			}
 		}
-	}
-	most := max(enforced, all-enforced)
-	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
-		most = all
-	}
-	if _, ok := m.lim.(MultiLimiter); !ok && most > 1 {
-		return ErrNoMultiLimiter
 	}
 	if _, ok := m.lim.(Acquirer); !ok && p.Concurrency != nil {
 		return ErrNoAcquirer

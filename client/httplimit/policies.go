@@ -61,19 +61,33 @@ func Needs(p Policy) string {
 	if p.Concurrency != nil {
 		return needs.V11
 	}
-	// the limits decided together: how many, and whether one has a reserve
-	type group struct {
-		n        int
-		reserved bool
+	rel := needs.V10
+	for _, d := range decisions(p) {
+		if r := needs.Release(d.n, d.reserved); versions.Compare(rel, r) < 0 {
+			rel = r
+		}
 	}
-	var all, enforced, shadow group
+	return rel
+}
+
+// decision is limits of a Policy decided at once: how many, and whether one has a reserve.
+type decision struct {
+	n        int
+	reserved bool
+}
+
+// decisions are the sets of p's limits that are decided at once: its enforced ones and its
+// shadow ones, or all of them when the whole route is in shadow for some keys (Shadow, or an
+// EnforcePercent below 100).
+func decisions(p Policy) []decision {
+	var all, enforced, shadow decision
 	add := func(l client.Limit, inShadow bool) {
 		r := limitspec.Reserve(l) > 0
-		g := &enforced
+		d := &enforced
 		if inShadow {
-			g = &shadow
+			d = &shadow
 		}
-		g.n, g.reserved = g.n+1, g.reserved || r
+		d.n, d.reserved = d.n+1, d.reserved || r
 		all.n, all.reserved = all.n+1, all.reserved || r
 	}
 	if p.Limit != nil {
@@ -83,14 +97,9 @@ func Needs(p Policy) string {
 		add(rule.Limit, p.Shadow || rule.Shadow)
 	}
 	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
-		// some keys have every limit decided in shadow, at once
-		return needs.Release(all.n, all.reserved)
+		return []decision{all}
 	}
-	a, b := needs.Release(enforced.n, enforced.reserved), needs.Release(shadow.n, shadow.reserved)
-	if versions.Compare(a, b) < 0 {
-		return b
-	}
-	return a
+	return []decision{enforced, shadow}
 }
 
 // Check verifies that every primary of the Limiter's servers runs the library release each
