@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -26,12 +27,12 @@ type Limiter struct {
 	maxKey    int // the longest key a call takes (WithMaxKeyLen)
 	instances int64
 	breakers  *breakers
-	local     *localStore  // LocalFallback only
-	budgets   *budgets     // WithLeasedBudgets only
-	denials   *denials     // WithDenialCache only
-	hints     *hints       // the order of decisions across keys (AllowAll)
-	metrics   *metrics     // nil without WithMeterProvider: nothing is recorded
-	tracer    trace.Tracer // nil without WithTracerProvider: no span
+	local     *localStore   // LocalFallback only
+	budgets   *budgets      // WithLeasedBudgets only
+	denials   *denials      // WithDenialCache only
+	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
+	metrics   *metrics      // nil without WithMeterProvider: nothing is recorded
+	tracer    trace.Tracer  // nil without WithTracerProvider: no span
 	traceKeys bool
 	clock     func() int64
 	monoClock bool // clock is monotonicClock: a reading of it gives time.Since(clockBase)
@@ -84,7 +85,7 @@ func New(vk valkey.Client, opts ...Option) (*Limiter, error) {
 		maxKey:    o.maxKeyLen,
 		instances: int64(o.instances),
 		breakers:  newBreakers(vk, o.breakerFailures, o.breakerCooldown),
-		hints:     newHints(),
+		hints:     sync.OnceValue(newHints),
 		clock:     o.clock,
 		monoClock: !o.fakeClock,
 	}
@@ -270,7 +271,7 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	newer := needsRefunds(op, c)
+	newer := needs11(op, c)
 	a, kind, err := l.begin(ctx, key, newer)
 	if err != nil {
 		if kind == kindVersion && l.policy == ReturnError {
@@ -336,9 +337,9 @@ func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attem
 	return a, kindNone, nil
 }
 
-// needsRefunds reports whether c needs library 1.1.0: a reserve, a refund, a
+// needs11 reports whether c needs library 1.1.0: a reserve, a refund, a
 // concurrency lease, or a call that must be refundable.
-func needsRefunds(op operation, c call) bool {
+func needs11(op operation, c call) bool {
 	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0
 }
 

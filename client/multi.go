@@ -258,7 +258,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 //     those took before a later denial stays taken (kept): stricter for a while, never more
 //     permissive, and no limit the node can decide is handed to the policy.
 func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
-	h := l.hints
+	h := l.hints()
 	now := l.clock()
 	keys := make([][]byte, len(groups)) // each group's hint key
 	hinted := 0
