@@ -24,10 +24,7 @@ const cancelDeadline = 4 * time.Second
 // the pause ends and may each have charged once, no more; a call cancelled before it starts
 // sends nothing. The cancelled contexts are plain ones and ones with a deadline of their own.
 func TestClientCancelWhilePaused(t *testing.T) {
-	for _, server := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, server := range standalones {
 		t.Run(server.name, func(t *testing.T) {
 			s := server.start(t)
 			c, admin := s.Client(t), s.Client(t)

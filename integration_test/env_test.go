@@ -336,3 +336,10 @@ func functionFlags(t testing.TB, c valkey.Client) map[string][]string {
 	}
 	return out
 }
+
+// standalones are the standalone servers of the tests that need one of each kind (the others
+// run on every target of forEachTarget).
+var standalones = []struct {
+	name  string
+	start func(testing.TB, ...string) *harness.Server
+}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}}

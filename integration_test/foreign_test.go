@@ -163,13 +163,7 @@ func TestForeignStateIsRefused(t *testing.T) {
 					}
 					check := func(fn string, err error) {
 						t.Helper()
-						want := fmt.Sprintf("RLERR %s: key '%s'", fn, key)
-						if err == nil || !strings.HasPrefix(err.Error(), want) {
-							t.Errorf("%s on %s: got %v, want %s...", fn, h.name, err, want)
-						}
-						if snap(t, tg.c, key) != before {
-							t.Fatalf("%s changed %s", fn, h.name)
-						}
+						wantForeign(t, tg.c, fn, key, h.name, before, err)
 						refused++
 					}
 					for _, fn := range f.fns {
@@ -208,4 +202,17 @@ func TestOwnStateIsRead(t *testing.T) {
 			}
 		}
 	})
+}
+
+// wantForeign checks fn's answer err on key, which holds foreign state of what: an RLERR
+// naming fn and the key, and the key left as it was (before).
+func wantForeign(t *testing.T, c valkey.Client, fn, key, what string, before snapshot, err error) {
+	t.Helper()
+	want := fmt.Sprintf("RLERR %s: key '%s'", fn, key)
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("%s on %s: got %v, want %s...", fn, what, err, want)
+	}
+	if snap(t, c, key) != before {
+		t.Fatalf("%s changed %s", fn, what)
+	}
 }

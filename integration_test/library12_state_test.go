@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/functions"
-	"github.com/rlfn/rlfn/internal/harness"
 )
 
 // What every function of release 1.2.0 keeps: flags, arguments refused before any write,
@@ -292,13 +291,7 @@ func TestForeignStateOfNewKeys(t *testing.T) {
 				before := snap(t, tg.c, key)
 				check := func(fn string, err error) {
 					t.Helper()
-					want := fmt.Sprintf("RLERR %s: key '%s'", fn, key)
-					if err == nil || !strings.HasPrefix(err.Error(), want) {
-						t.Errorf("%s on %s: got %v, want %s...", fn, h.name, err, want)
-					}
-					if snap(t, tg.c, key) != before {
-						t.Fatalf("%s changed %s", fn, h.name)
-					}
+					wantForeign(t, tg.c, fn, key, h.name, before, err)
 					refused++
 				}
 				for _, fn := range f.fns {
@@ -344,10 +337,7 @@ func TestForeignStateOfNewKeys(t *testing.T) {
 // moves between two runs. TestRollbackTo10KeepsState does the same for 1.1.0 to 1.0.0.)
 func TestRollbackTo11KeepsState(t *testing.T) {
 	v11 := release(t, "1.1.0")
-	for _, s := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, s := range standalones {
 		t.Run(s.name, func(t *testing.T) {
 			c := s.start(t).Client(t)
 			const limit = 10

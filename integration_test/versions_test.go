@@ -29,10 +29,7 @@ func loadCode(t *testing.T, c valkey.Client, code string) {
 
 // Each release loads on both servers and its rl_version names the release it is in.
 func TestReleasesAnswerTheirVersion(t *testing.T) {
-	for _, s := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, s := range standalones {
 		t.Run(s.name, func(t *testing.T) {
 			c := s.start(t).Client(t)
 			for _, r := range lineage(t) {
@@ -94,10 +91,7 @@ func release(t *testing.T, v string) versions.Release {
 // with reserves and after refunds, is read by 1.0.0 as 1.1.0 reads it.
 func TestRollbackTo10KeepsState(t *testing.T) {
 	v10, v11 := release(t, "1.0.0"), release(t, "1.1.0")
-	for _, s := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, s := range standalones {
 		t.Run(s.name, func(t *testing.T) {
 			c := s.start(t).Client(t)
 			const limit = 10
