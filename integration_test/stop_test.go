@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/harness"
@@ -273,7 +275,9 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 	const callsPerKey = 15
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 	// the defaults but for the deadline and the breaker, those of the failover tests
-	lim := harness.NewLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown))
+	reader := sdkmetric.NewManualReader()
+	lim := harness.NewLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown),
+		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	keys := clusterKeys(t, cl, 2000)
 
 	// round kills the primary of shard victim under the workers' load, and returns their
@@ -380,7 +384,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 
 	// judge counts the calls of a round, reports the figures and checks every call was decided
 	// and no key admitted more than its limit from the server or locally.
-	judge := func(t *testing.T, name string, workers []*stopWorker, victim int) (healthyLocal int) {
+	judge := func(t *testing.T, name string, workers []*stopWorker, victim int) (healthyLocal, healthyCalls int) {
 		calls, unlimited, healthyUnlimited, deadLocal, mixed := 0, 0, 0, 0, 0
 		var firstUnlimited string
 		for _, w := range workers {
@@ -388,6 +392,9 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 			admitted := map[int]*count{}
 			for _, c := range w.calls {
 				calls++
+				if w.shard != victim {
+					healthyCalls++
+				}
 				a := admitted[c.key]
 				if a == nil {
 					a = &count{}
@@ -433,11 +440,15 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 		if unlimited > 0 {
 			t.Errorf("%d of %d calls were not decided (served unlimited), the first: %s", unlimited, calls, firstUnlimited)
 		}
-		return healthyLocal
+		return healthyLocal, healthyCalls
 	}
 
 	t.Run("full coverage", func(t *testing.T) {
+		before := clusterDownErrors(t, reader)
 		workers, downFrom, downTo, promotedAt := round(t, 0, 0)
+		if clusterDownErrors(t, reader) == before {
+			t.Error("no call was answered CLUSTERDOWN (or TRYAGAIN), as the errors metric counts it")
+		}
 		if downFrom.IsZero() {
 			t.Fatal("the cluster state never was fail: no CLUSTERDOWN to test")
 		}
@@ -475,12 +486,21 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		before := clusterDownErrors(t, reader)
 		workers, downFrom, _, _ := round(t, 1, 1000)
 		if !downFrom.IsZero() {
 			t.Error("the cluster state was fail without full coverage required")
 		}
-		if healthyLocal := judge(t, "without full coverage (no)", workers, 1); healthyLocal > 0 {
-			t.Errorf("%d calls of healthy shards decided locally; want every one decided by the server", healthyLocal)
+		if n := clusterDownErrors(t, reader) - before; n != 0 {
+			t.Errorf("%d calls answered CLUSTERDOWN or TRYAGAIN without full coverage required", n)
+		}
+		// No node answers CLUSTERDOWN, so a healthy shard's call decided locally is only one
+		// that missed its deadline on a loaded machine (its breaker may then open for a
+		// cooldown): seen once in several full runs of the suite (15 calls of about 9,000),
+		// never alone. More than 1% is the shard, not the machine.
+		healthyLocal, healthyCalls := judge(t, "without full coverage (no)", workers, 1)
+		if healthyLocal*100 > healthyCalls {
+			t.Errorf("%d of %d calls of healthy shards decided locally; want them decided by the server", healthyLocal, healthyCalls)
 		}
 	})
 }
@@ -638,4 +658,28 @@ func TestStopDenialCost(t *testing.T) {
 	if p, err := lim.Peek(ctx, rules[1].Key, ip); err != nil || p.Remaining != ip.Limit-user.Limit {
 		t.Errorf("the IP's limit: %+v, %v; want the %d admitted requests counted", p, err, user.Limit)
 	}
+}
+
+// clusterDownErrors is how many calls the errors metric counts as cluster_down (CLUSTERDOWN,
+// TRYAGAIN) so far.
+func clusterDownErrors(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != client.MetricErrors {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, _ := p.Attributes.Value("error.type"); v.AsString() == "cluster_down" {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
 }
