@@ -58,14 +58,14 @@
 // Each reports ops/s, p50 and p99 latency, and the server's and this process's CPU time per
 // call, which say which side limits the throughput when both share the machine.
 // BenchmarkThroughput also runs rlfn_leased, the same token bucket with leased budgets
-// (client.WithLeasedBudgets(256, 50ms)), which must not be slower when no key is hot; each
+// (client.Options{BudgetBatch: 256, BudgetAge: 50ms}), which must not be slower when no key is hot; each
 // contender reports server-calls/op and server-calls/s too. BenchmarkHotKey calls one key from
 // 64 goroutines with one call per decision, with leased budgets, and with redis_rate, and checks
 // the server's count after each rlfn run (over-admitted, which must be 0);
 // BenchmarkSharedBucket runs four Limiters with leased budgets on one token bucket whose
 // demand is far above its rate, and reports admitted/allowance (admitted against Capacity +
 // Rate x the run's duration); BenchmarkUnderAttack hammers one exhausted key, with and
-// without the denial cache (client.WithDenialCache), whose server-calls/s is what the attack
+// without the denial cache (client.Options.DenialCache), whose server-calls/s is what the attack
 // costs the server. `make bench-throughput` runs all four.
 // BenchmarkThroughputAlgorithms does the same for every limiter of the library. -count would
 // run each contender's rounds back to back; separate runs interleave them, so that a busy

@@ -169,8 +169,8 @@ func BenchmarkClientOnly(b *testing.B) {
 	}
 	defer vk.Close()
 	e := &throughputEnv{callers: envInt(b, "RLFN_BENCH_CALLERS", defaultCallers), vk: vk,
-		lim:    harness.NewLimiter(b, vk, client.WithDeadline(time.Minute)),
-		leased: harness.NewLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))}
+		lim:    harness.NewLimiter(b, vk, client.Options{Deadline: time.Minute}),
+		leased: harness.NewLimiter(b, vk, client.Options{Deadline: time.Minute, BudgetBatch: leaseBatch, BudgetAge: leaseAge})}
 	defer e.leased.Close(context.Background())
 	bucket := client.TokenBucket{Capacity: perSecond, Rate: perSecond, Period: time.Second}
 	background := rlfnOn(e.lim, "rlfn_background", bucket)

@@ -22,6 +22,7 @@ import (
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // The throughput load: defaultCallers concurrent goroutines (RLFN_BENCH_CALLERS), each
@@ -112,8 +113,8 @@ func newThroughputEnv(b *testing.B) *throughputEnv {
 	// A deadline far beyond the client's default (100ms), which a call's tail can reach on a
 	// loaded machine: this measures throughput, not the deadline, and still pays the cost of
 	// setting one on every call.
-	lim := harness.NewLimiter(b, vk, client.WithDeadline(time.Minute))
-	leased := harness.NewLimiter(b, vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
+	lim := harness.NewLimiter(b, vk, client.Options{Deadline: time.Minute})
+	leased := harness.NewLimiter(b, vk, client.Options{Deadline: time.Minute, BudgetBatch: leaseBatch, BudgetAge: leaseAge})
 	b.Cleanup(func() { leased.Close(context.Background()) })
 	e := &throughputEnv{callers: callers, vk: vk, lim: lim, leased: leased, rr: redis_rate.NewLimiter(rdb)}
 	// Load redis_rate's script, so that every measured call is one EVALSHA.
@@ -135,11 +136,11 @@ var principalKeys = func() []string {
 // incrKeys are INCR's keys: each principal in the braces rlfn puts it in, so the keys are as
 // long as rlfn's and spread alike.
 var incrKeys = func() []string {
-	keys := make([]string, principals)
-	for i := range keys {
-		keys[i] = client.Key("rl:", principalKeys[i], client.FixedWindow{}) + ":incr"
+	ks := make([]string, principals)
+	for i := range ks {
+		ks[i] = keys.Compose("rl:", principalKeys[i], "fixed_window", "") + ":incr"
 	}
-	return keys
+	return ks
 }()
 
 func (e *throughputEnv) rlfn(name string, limit client.Limit) contender {
@@ -187,11 +188,11 @@ func (e *throughputEnv) valkeyFcall() contender {
 
 // bucketKeys are the keys rlfn's token bucket gives the principals.
 var bucketKeys = func() []string {
-	keys := make([]string, principals)
-	for i := range keys {
-		keys[i] = client.Key("rl:", principalKeys[i], client.TokenBucket{})
+	ks := make([]string, principals)
+	for i := range ks {
+		ks[i] = keys.Compose("rl:", principalKeys[i], "token_bucket", "")
 	}
-	return keys
+	return ks
 }()
 
 func (e *throughputEnv) incr() contender {
@@ -214,7 +215,7 @@ func BenchmarkThroughput(b *testing.B) {
 	background.op = func(_ context.Context, p int) error { return op(context.Background(), p) }
 	runContenders(b, e, []contender{
 		e.rlfn("rlfn_token_bucket", bucket),
-		// a context that cannot be canceled costs no timer: see client.WithDeadline
+		// a context that cannot be canceled costs no timer: see client.Options.Deadline
 		background,
 		rlfnOn(e.leased, "rlfn_leased", bucket),
 		e.redisRate(),
@@ -235,12 +236,12 @@ func BenchmarkHotKey(b *testing.B) {
 	var run atomic.Int64
 	for _, c := range []struct {
 		name string
-		opts []client.Option
-	}{{"rlfn_per_call", nil}, {"rlfn_leased", []client.Option{client.WithLeasedBudgets(leaseBatch, leaseAge)}}} {
+		opts client.Options
+	}{{"rlfn_per_call", client.Options{Deadline: time.Minute}}, {"rlfn_leased", client.Options{Deadline: time.Minute, BudgetBatch: leaseBatch, BudgetAge: leaseAge}}} {
 		b.Run(c.name, func(b *testing.B) {
 			// A Limiter of this round's own, closed after it, so that the server's count is
 			// this key's admitted decisions exactly.
-			lim := harness.NewLimiter(b, e.vk, append([]client.Option{client.WithDeadline(time.Minute)}, c.opts...)...)
+			lim := harness.NewLimiter(b, e.vk, c.opts)
 			key := fmt.Sprintf("hot:%d", run.Add(1))
 			var admitted atomic.Int64
 			e.parallel(b, contender{c.name, "fcall", func(ctx context.Context, _ int) error {
@@ -296,7 +297,7 @@ func BenchmarkSharedBucket(b *testing.B) {
 	var run atomic.Int64
 	lims := make([]*client.Limiter, 4)
 	for i := range lims {
-		lims[i] = harness.NewLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithLeasedBudgets(leaseBatch, leaseAge))
+		lims[i] = harness.NewLimiter(b, e.vk, client.Options{Deadline: time.Minute, BudgetBatch: leaseBatch, BudgetAge: leaseAge})
 		b.Cleanup(func() { lims[i].Close(context.Background()) })
 	}
 	limit := client.TokenBucket{Capacity: capacity, Rate: rate, Period: time.Second}
@@ -327,7 +328,7 @@ func BenchmarkSharedBucket(b *testing.B) {
 // without the server. Its server-calls/s is what the attack costs the server.
 func BenchmarkUnderAttack(b *testing.B) {
 	e := newThroughputEnv(b)
-	cached := harness.NewLimiter(b, e.vk, client.WithDeadline(time.Minute), client.WithDenialCache(10_000))
+	cached := harness.NewLimiter(b, e.vk, client.Options{Deadline: time.Minute, DenialCache: 10_000})
 	limit := client.TokenBucket{Capacity: 10, Rate: 10, Period: time.Second}
 	var run atomic.Int64
 	for _, c := range []struct {

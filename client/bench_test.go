@@ -28,7 +28,7 @@ func (c replyClient) Do(context.Context, valkey.Completed) valkey.ValkeyResult {
 // A real valkey-go client recycles each command after Do; this one cannot (the pool is
 // internal), so the numbers include building one command from scratch (BenchmarkBuilder).
 func BenchmarkAllow(b *testing.B) {
-	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, client.Options{}))
 }
 
 // BenchmarkAllowRequestContext is BenchmarkAllow with a context that can be canceled, as an
@@ -36,14 +36,15 @@ func BenchmarkAllow(b *testing.B) {
 func BenchmarkAllowRequestContext(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	benchmarkAllowCtx(b, ctx, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}))
+	benchmarkAllowCtx(b, ctx, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, client.Options{}))
 }
 
 // BenchmarkAllowMetrics is BenchmarkAllow recording metrics with the OpenTelemetry SDK.
 func BenchmarkAllowMetrics(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
-		client.WithMeterProvider(mp)))
+	benchmarkAllow(b, newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, client.Options{
+		MeterProvider: mp,
+	}))
 }
 
 var benchLimits = []client.Limit{
@@ -54,7 +55,7 @@ var benchLimits = []client.Limit{
 	client.LeakyBucket{Capacity: 100, Rate: 10, Period: time.Second, Mode: client.Shape},
 }
 
-func benchName(l client.Limit) string { return client.Key("", "", l)[len("{%}:"):] }
+func benchName(l client.Limit) string { return client.KeyOf("", "", l)[len("{%}:"):] }
 
 func benchmarkAllow(b *testing.B, lim *client.Limiter) {
 	benchmarkAllowCtx(b, context.Background(), lim)
@@ -90,9 +91,13 @@ func BenchmarkLocalFallback(b *testing.B) {
 	vk := replyClient{mock.NewClient(nil), mock.ErrorResult(context.DeadlineExceeded)}
 	ctx := context.Background()
 	openLimiter := func(b *testing.B) *client.Limiter {
-		lim := newLimiter(b, vk, client.WithPolicy(client.LocalFallback), client.WithInstances(4),
-			client.WithBreaker(1, time.Hour))
-		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || r.Source != client.FromPolicy {
+		lim := newLimiter(b, vk, client.Options{
+			Fallback:        client.LocalFallback,
+			Instances:       4,
+			BreakerFailures: 1,
+			BreakerCooldown: time.Hour,
+		})
+		if r, err := lim.Allow(ctx, "open", benchLimits[0]); err != nil || r.Source != client.FromFallback {
 			b.Fatalf("the breaker did not open: %+v, %v", r, err)
 		}
 		return lim
@@ -102,7 +107,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 			lim := openLimiter(b)
 			b.ReportAllocs()
 			for b.Loop() {
-				if r, err := lim.Allow(ctx, "user:42", l); err != nil || r.Source != client.FromPolicy {
+				if r, err := lim.Allow(ctx, "user:42", l); err != nil || r.Source != client.FromFallback {
 					b.Fatal(r, err)
 				}
 			}
@@ -119,7 +124,7 @@ func BenchmarkLocalFallback(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || r.Source != client.FromPolicy {
+					if r, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil || r.Source != client.FromFallback {
 						b.Fatal(r, err)
 					}
 					i += 7
@@ -133,8 +138,10 @@ func BenchmarkLocalFallback(b *testing.B) {
 // on one key (RunParallel with 32 per GOMAXPROCS on 2): what the budget's locks cost when every
 // caller wants the same key. The reply admits every batch, so nearly every call is a local hit.
 func BenchmarkLeasedHotKey(b *testing.B) {
-	lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 1_000_000, 999_000, 0, 1000, 0))},
-		client.WithLeasedBudgets(256, time.Minute))
+	lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 1_000_000, 999_000, 0, 1000, 0))}, client.Options{
+		BudgetBatch: 256,
+		BudgetAge:   time.Minute,
+	})
 	defer lim.Close(context.Background())
 	limit := client.Limit(client.TokenBucket{Capacity: 1_000_000, Rate: 1, Period: time.Hour})
 	ctx := context.Background()
@@ -160,13 +167,13 @@ func BenchmarkAllowColdKeys(b *testing.B) {
 	}
 	limit := client.Limit(client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second})
 	ctx := context.Background()
-	leased := []client.Option{client.WithLeasedBudgets(256, time.Millisecond)}
+	leased := client.Options{BudgetBatch: 256, BudgetAge: time.Millisecond}
 	for _, tc := range []struct {
 		name string
-		opts []client.Option
+		opts client.Options
 		hot  int // keys made hot first, so that the shards hold budgets, as in the spread case
 	}{
-		{"per_call", nil, 0},
+		{"per_call", client.Options{}, 0},
 		// a key's calls are 10,000 calls apart, far more than a quarter of 1ms
 		{"leased", leased, 0},
 		// the spread case against a server: random arrivals make a few keys look hot now and
@@ -174,7 +181,7 @@ func BenchmarkAllowColdKeys(b *testing.B) {
 		{"leased_among_budgets", leased, 1000},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, tc.opts...)
+			lim := newLimiter(b, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, tc.opts)
 			defer lim.Close(ctx)
 			for i := range tc.hot {
 				// three calls in a row: the third makes the key's budget

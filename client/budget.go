@@ -9,9 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
-// Leased budgets (WithLeasedBudgets): a hot key's admissions served from batches of units the
+// Leased budgets (Options.BudgetBatch): a hot key's admissions served from batches of units the
 // server admitted in one call. The bounds they keep are stated in the package documentation.
 
 const (
@@ -171,7 +173,7 @@ func (c *call) leasable() bool {
 // returns too, then the limit's numbers and the reserve (a changed limit is another budget,
 // and its denials another's).
 func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
-	buf = appendKey(buf, l.prefix, key, c.alg.name, c.name)
+	buf = keys.Append(buf, l.prefix, key, c.alg.name, c.name)
 	n := len(buf)
 	buf = append(buf, 0)
 	// in binary: only compared, never read, and five decimal numbers took a third of the time
@@ -409,8 +411,8 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 	}
 	b.mu.Unlock()
 	res, err := l.decide(ctx, opAllow, b.key, cc)
-	batch := err == nil && res.Source != FromPolicy && res.Allowed
-	if err == nil && res.Source != FromPolicy && !res.Allowed && cc.extra > 0 {
+	batch := err == nil && res.Source != FromFallback && res.Allowed
+	if err == nil && res.Source != FromFallback && !res.Allowed && cc.extra > 0 {
 		// Denied with the batch: the exact call, so that a limited key is decided as without
 		// leased budgets.
 		cc.extra = 0
@@ -436,7 +438,7 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 			staleBy = min(staleBy, b.refundBy)
 		}
 		res.Remaining += parked
-	case err == nil && res.Source != FromPolicy:
+	case err == nil && res.Source != FromFallback:
 		// Denied: the limit is exhausted, and the parked units are better back on the server,
 		// where any process can take them. The key is cold again.
 		b.k, b.fetched = 1, 0
@@ -580,7 +582,7 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 	return nil
 }
 
-// Close gives every unit parked by leased budgets (WithLeasedBudgets) back to the server, and
+// Close gives every unit parked by leased budgets (Options.BudgetBatch) back to the server, and
 // waits for the batches and refunds in flight. From then on, every call goes to the server,
 // one per decision, as without leased budgets and the denial cache; Close does not close the
 // valkey.Client, which the caller owns. A second Close returns nil at once.
@@ -642,7 +644,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 }
 
 // Parked is how many units leased budgets hold in this process right now: taken from the
-// server, not handed out yet (WithLeasedBudgets). Zero without leased budgets.
+// server, not handed out yet (Options.BudgetBatch). Zero without leased budgets.
 func (l *Limiter) Parked() int64 {
 	bs := l.budgets
 	if bs == nil {

@@ -27,9 +27,9 @@ func (blockingClient) Do(ctx context.Context, _ valkey.Completed) valkey.ValkeyR
 // policy (none decides it), however long the Limiter's deadline.
 func TestCancelEndsCallAtOnce(t *testing.T) {
 	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
-			lim := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.WithPolicy(p), client.WithDeadline(time.Hour))
+			lim := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.Options{Fallback: p, Deadline: time.Hour})
 			calls := map[string]func(ctx context.Context) error{
 				"Allow": func(ctx context.Context) error { _, err := lim.Allow(ctx, "k", limit); return err },
 				"Peek":  func(ctx context.Context) error { _, err := lim.Peek(ctx, "k", limit); return err },
@@ -68,7 +68,7 @@ func TestCheckNodePanics(t *testing.T) {
 		func(context.Context, ...valkey.Completed) []valkey.ValkeyResult { panic("broken node client") }).AnyTimes()
 	vk := mock.NewClient(ctrl)
 	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": nc})
-	err := newLimiter(t, vk).Check(context.Background())
+	err := newLimiter(t, vk, client.Options{}).Check(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "10.0.0.1:6379") || !strings.Contains(err.Error(), "broken node client") {
 		t.Fatalf("Check: %v, want the node's panic as its error", err)
 	}
@@ -82,7 +82,7 @@ func TestCancelableContextDeadline(t *testing.T) {
 	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lim := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.Options{Deadline: 50 * time.Millisecond, Fallback: client.ReturnError})
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", limit)
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
@@ -93,13 +93,15 @@ func TestCancelableContextDeadline(t *testing.T) {
 		t.Fatal("the caller's context was canceled")
 	}
 
-	open := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.WithDeadline(50*time.Millisecond),
-		client.WithPolicy(client.FailOpen))
+	open := newLimiter(t, blockingClient{mock.NewClient(nil)}, client.Options{
+		Deadline: 50 * time.Millisecond,
+		Fallback: client.FailOpen,
+	})
 	errs := make(chan error, 20)
 	for range cap(errs) {
 		go func() {
 			r, err := open.Allow(ctx, "k", limit)
-			if err == nil && (!r.Allowed || r.Source != client.FromPolicy) {
+			if err == nil && (!r.Allowed || r.Source != client.FromFallback) {
 				err = fmt.Errorf("got %+v, want FailOpen's admission", r)
 			}
 			errs <- err
@@ -112,8 +114,9 @@ func TestCancelableContextDeadline(t *testing.T) {
 	}
 
 	// calls that end before their tick: the tick must not cancel a context it no longer holds
-	fast := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))},
-		client.WithDeadline(20*time.Millisecond))
+	fast := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, client.Options{
+		Deadline: 20 * time.Millisecond,
+	})
 	for range 1000 {
 		if _, err := fast.Allow(ctx, "k", limit); err != nil {
 			t.Fatal(err)
@@ -128,7 +131,7 @@ func TestCancelableContextDeadline(t *testing.T) {
 // wrapper around them. (Allocation counts, not times, so this holds on any machine.)
 func TestCancelableContextAllocations(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
-	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))})
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, client.Options{})
 	allocs := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) })
 	}
@@ -170,12 +173,12 @@ func TestVersionCheckDeadline(t *testing.T) {
 		replyClient{mock.NewClient(nil), mock.Result(mock.ValkeyError("RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5"))},
 		map[string]valkey.Client{"10.0.0.1:6379": blockingNode{mock.NewClient(nil)}},
 	}
-	lim := newLimiter(t, vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.Options{Deadline: 50 * time.Millisecond, Fallback: client.ReturnError})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, err := lim.Allow(ctx, "k", tb)
 	var re *client.ReplyError
 	if !errors.As(err, &re) || !strings.Contains(re.Reason, context.DeadlineExceeded.Error()) || strings.Contains(re.Reason, "canceled") {
-		t.Fatalf("got %v, want a *ReplyError whose version check ran out of time (%v)", err, context.DeadlineExceeded)
+		t.Fatalf("got %v, want a *replyError whose version check ran out of time (%v)", err, context.DeadlineExceeded)
 	}
 }

@@ -70,7 +70,7 @@ func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 // CheckVersion.
 //
 // A decision never stops limiting for lack of a release: a node that cannot decide a limit
-// leaves it to the Policy, and one that cannot refund decides AllowAll's rules one at a time
+// leaves it to the Fallback, and one that cannot refund decides AllowAll's rules one at a time
 // (see AllowAllN). CheckRules says when that would happen.
 func (l *Limiter) CheckRules(ctx context.Context, rules ...Rule) error {
 	if _, err := l.groupRules(ctx, rules, 1); err != nil {
@@ -147,7 +147,7 @@ func olderLibrary(err error) bool {
 // 1.1.0 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
 // every answering node runs 1.1.0 or later (the call's own error stands). When no node
 // answers, an RLERR about arguments still says that an older library refused the call, not
-// that the limit was bad: it becomes a *ReplyError, which the policy decides.
+// that the limit was bad: it becomes a *replyError, which the policy decides.
 func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) error {
 	nodes := l.vk.Nodes()
 	addrs := make([]string, 0, len(nodes))
@@ -212,7 +212,7 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) e
 		if lookupErr != nil {
 			reason += " (" + lookupErr.Error() + ")"
 		}
-		return &ReplyError{Function: fn, Reason: reason}
+		return &replyError{Function: fn, Reason: reason}
 	}
 	return err
 }

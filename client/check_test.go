@@ -137,7 +137,7 @@ func TestCheck(t *testing.T) {
 			}
 			vk := mock.NewClient(ctrl)
 			vk.EXPECT().Nodes().Return(nodes)
-			tt.check(t, newLimiter(t, vk).Check(context.Background()))
+			tt.check(t, newLimiter(t, vk, client.Options{}).Check(context.Background()))
 		})
 	}
 }

@@ -43,7 +43,7 @@ func TestClassify(t *testing.T) {
 		{name: "slot moving", give: reply("TRYAGAIN Multiple keys request during rehashing of slot"), want: kindClusterDown, failure: true, unanswered: true},
 		{name: "library too old", give: &VersionError{Node: "n", Version: "1.0.0", Want: "1.1.0"}, want: kindVersion, failure: true},
 		{name: "out of memory", give: reply("OOM command not allowed when used memory > 'maxmemory'"), want: kindServer, failure: true},
-		{name: "reply out of contract", give: &ReplyError{Function: "f", Reason: "r"}, want: kindReply, failure: true},
+		{name: "reply out of contract", give: &replyError{Function: "f", Reason: "r"}, want: kindReply, failure: true},
 		{name: "RLERR", give: reply("RLERR bad"), want: kindLibrary},
 		{name: "caller canceled", give: network(context.Canceled), ctx: canceled, want: kindCanceled},
 		{name: "caller canceled, whatever the error", give: network(io.EOF), ctx: canceled, want: kindCanceled},

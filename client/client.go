@@ -12,96 +12,89 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
 // concurrent use. Its state is its circuit breakers (one per cluster shard) and, with
-// LocalFallback, the local limiters; with WithLeasedBudgets, the units it parked, which Close
-// gives back; with WithDenialCache, recent denials.
+// LocalFallback, the local limiters; with leased budgets, the units it parked, which Close
+// gives back; with the denial cache, recent denials.
 type Limiter struct {
 	vk        valkey.Client
 	prefix    string // escaped, as Key writes it
 	deadline  time.Duration
 	deadlines deadlines
-	policy    Policy
-	maxKey    int // the longest key a call takes (WithMaxKeyLen)
+	fallback  Fallback
+	maxKey    int // the longest key a call takes (Options.MaxKeyLen)
 	instances int64
 	breakers  *breakers
 	local     *localStore   // LocalFallback only
-	budgets   *budgets      // WithLeasedBudgets only
-	denials   *denials      // WithDenialCache only
+	budgets   *budgets      // Options.BudgetBatch only
+	denials   *denials      // Options.DenialCache only
 	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
-	metrics   *metrics      // nil without WithMeterProvider: nothing is recorded
-	tracer    trace.Tracer  // nil without WithTracerProvider: no span
+	metrics   *metrics      // nil without a MeterProvider: nothing is recorded
+	tracer    trace.Tracer  // nil without a TracerProvider: no span
 	traceKeys bool
 	clock     func() int64
 	monoClock bool // clock is monotonicClock: a reading of it gives time.Since(clockBase)
 }
 
-// New returns a Limiter that sends its commands through vk. The caller owns vk: the Limiter
-// never dials, and never closes it. Read-only commands (Peek) go where vk sends them, e.g. to
-// replicas with valkey.ClientOption.SendToReplicas.
+// New returns a Limiter that sends its commands through vk, configured by o (the zero Options
+// for every default). The caller owns vk: the Limiter never dials, and never closes it.
+// Read-only commands (Peek) go where vk sends them, e.g. to replicas with
+// valkey.ClientOption.SendToReplicas.
 //
 // New returns an *OptionError (several joined with errors.Join, in which errors.As finds the
-// first) when vk is nil or an option is invalid (a zero deadline...): a Limiter that silently ran with other
-// settings would be worse, and with a nil vk every call would panic.
-func New(vk valkey.Client, opts ...Option) (*Limiter, error) {
-	o := options{
-		prefix:          DefaultPrefix,
-		deadline:        DefaultDeadline,
-		instances:       1,
-		breakerFailures: DefaultBreakerFailures,
-		breakerCooldown: DefaultBreakerCooldown,
-		localKeys:       DefaultLocalKeys,
-		maxKeyLen:       DefaultMaxKeyLen,
-		policy:          LocalFallback,
-		clock:           monotonicClock,
-	}
+// first) when vk is nil or a field of o is invalid (a negative deadline...): a Limiter that
+// silently ran with other settings would be worse, and with a nil vk every call would panic.
+func New(vk valkey.Client, o Options) (*Limiter, error) {
+	r := resolve(o)
 	if vk == nil {
-		o.invalid("vk", "must not be nil")
-	}
-	for _, opt := range opts {
-		opt(&o)
+		r.errs = append([]error{&OptionError{Field: "vk", Reason: "must not be nil"}}, r.errs...)
 	}
 	var m *metrics
-	if o.meterProvider != nil && len(o.errs) == 0 {
+	if r.MeterProvider != nil && len(r.errs) == 0 {
 		var err error
-		if m, err = newMetrics(o.meterProvider); err != nil {
-			o.errs = append(o.errs, err)
+		if m, err = newMetrics(r.MeterProvider); err != nil {
+			r.errs = append(r.errs, err)
 		}
 	}
-	switch len(o.errs) {
+	switch len(r.errs) {
 	case 0:
 	case 1:
-		return nil, o.errs[0]
+		return nil, r.errs[0]
 	default:
-		return nil, errors.Join(o.errs...)
+		return nil, errors.Join(r.errs...)
 	}
 	l := &Limiter{
 		vk:        vk,
-		prefix:    string(appendEscaped(nil, o.prefix)),
-		deadline:  o.deadline,
-		policy:    o.policy,
-		maxKey:    o.maxKeyLen,
-		instances: int64(o.instances),
-		breakers:  newBreakers(vk, o.breakerFailures, o.breakerCooldown),
+		prefix:    string(keys.AppendEscaped(nil, r.Prefix)),
+		deadline:  r.Deadline,
+		fallback:  r.Fallback,
+		maxKey:    r.MaxKeyLen,
+		instances: int64(r.Instances),
+		breakers:  newBreakers(vk, r.BreakerFailures, r.BreakerCooldown),
 		hints:     sync.OnceValue(newHints),
-		clock:     o.clock,
-		monoClock: !o.fakeClock,
+		clock:     monotonicClock,
+		monoClock: true,
 	}
-	if o.policy == LocalFallback {
-		l.local = newLocalStore(o.localKeys)
+	if r.clock != nil {
+		l.clock, l.monoClock = r.clock, false
+	}
+	if r.Fallback == LocalFallback {
+		l.local = newLocalStore(r.LocalKeys)
 	}
 	l.metrics = m
-	if o.tracerProvider != nil {
-		l.tracer = o.tracerProvider.Tracer("github.com/rlfn/rlfn/client")
-		l.traceKeys = o.traceKeys
+	if r.TracerProvider != nil {
+		l.tracer = r.TracerProvider.Tracer("github.com/rlfn/rlfn/client")
+		l.traceKeys = r.TraceKeys
 	}
-	if o.leaseBatch > 0 {
-		l.budgets = newBudgets(o.leaseBatch, o.leaseAge)
+	if r.BudgetBatch > 0 {
+		l.budgets = newBudgets(r.BudgetBatch, r.BudgetAge)
 	}
-	if o.denialKeys > 0 {
-		l.denials = newDenials(o.denialKeys)
+	if r.DenialCache > 0 {
+		l.denials = newDenials(r.DenialCache)
 	}
 	return l, nil
 }
@@ -133,8 +126,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // call consumes nothing. An n above the limit (with the reserve, unless ctx is Critical) is
 // denied with RetryAfter = Never.
 //
-// The call gives up at its deadline (WithDeadline), and when the server cannot decide, the
-// Limiter's Policy does.
+// The call gives up at its deadline (Options.Deadline), and when the server cannot decide, the
+// Limiter's Fallback does.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	c, err := l.prepare(ctx, key, limit, n)
 	if err != nil {
@@ -182,7 +175,7 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	} else {
 		res, err = l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], sent))
 	}
-	if d != nil && err == nil && !res.Allowed && res.Source != FromPolicy && res.Source != FromDenialCache {
+	if d != nil && err == nil && !res.Allowed && res.Source != FromFallback && res.Source != FromDenialCache {
 		d.put(sk, n, c.cost, sent, l.clock(), res)
 	}
 	return res, err
@@ -204,7 +197,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // replica, whose state lags the primary's by the replication delay. A replica that has no
 // library yet (a deploy in progress) is skipped: the call is repeated on the primary.
 //
-// The deadline, the circuit breaker and the Policy apply as to AllowN; a local peek consumes
+// The deadline, the circuit breaker and the Fallback apply as to AllowN; a local peek consumes
 // nothing either.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	c, err := l.prepare(ctx, key, limit, n)
@@ -225,7 +218,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 // AllowN, then refund what the work did not use.
 //
 // A refund is not idempotent: it is never retried, by the client or by the policy. The
-// deadline, the breaker and the Policy apply as to AllowN (LocalFallback refunds the local
+// deadline, the breaker and the Fallback apply as to AllowN (LocalFallback refunds the local
 // limiter; FailOpen and FailClosed refund nothing).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	if err := l.checkKey(key); err != nil {
@@ -274,7 +267,7 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	newer := needs11(op, c)
 	a, kind, err := l.begin(ctx, key, newer)
 	if err != nil {
-		if kind == kindVersion && l.policy == ReturnError {
+		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, c.needs(op)) // the caller reads it: its own need, not another call's
 		}
 		return l.fail(ctx, op, key, c, kind, err)
@@ -287,7 +280,7 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
 		var b [128]byte
-		l.local.drop(appendKey(b[:0], l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
+		l.local.drop(keys.Append(b[:0], l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
 	}
 	if err == nil {
 		return res, nil
@@ -303,7 +296,7 @@ func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c c
 type attempt struct {
 	br        *breaker  // the breaker of the key's node
 	probe     bool      // the breaker's probe
-	start     time.Time // for MetricDuration; zero without metrics
+	start     time.Time // for metricDuration; zero without metrics
 	dropLocal bool      // local state exists: the server's answer drops the keys' (see drop)
 	sent      int64     // when the call was sent, for drop
 }
@@ -401,7 +394,7 @@ func (l *Limiter) server(ctx context.Context, op operation, key string, c call, 
 	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
 		// A 1.0 library has no such function, or takes no reserve.
 		var b [128]byte
-		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(appendKey(b[:0], l.prefix, key, c.alg.name, c.name)), err)
+		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)), err)
 	}
 	return res, err
 }
@@ -450,49 +443,49 @@ func forCall(err error, what string) error {
 
 // fail applies the policy to a call the server could not decide.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
-	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && l.policy != ReturnError {
+	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && l.fallback != ReturnError {
 		// The node can decide this limit, only not refundably: AllowAll does (decideAcross,
 		// olderNode), rather than the policy. (ReturnError wants the error: the decision
 		// would not be all or nothing as asked.)
 		return Result{}, err
 	}
 	l.countError(ctx, c.alg.id, op, kind)
-	if l.policy == ReturnError {
+	if l.fallback == ReturnError {
 		return Result{}, err
 	}
-	r := l.policyResult(op, key, c)
+	r := l.fallbackResult(op, key, c)
 	if m := l.metrics; m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][op][b2i(r.Allowed)][l.policy]...)
+		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
 	}
 	return r, nil
 }
 
-// policyResult is the decision of the Limiter's policy (not ReturnError) on c.
-func (l *Limiter) policyResult(op operation, key string, c call) Result {
+// fallbackResult is the decision of the Limiter's policy (not ReturnError) on c.
+func (l *Limiter) fallbackResult(op operation, key string, c call) Result {
 	limit, need := c.limit, c.cost+c.reserve
 	giveBack := op == opRefund || op == opRelease
 	var r Result
-	switch l.policy {
+	switch l.fallback {
 	case FailOpen:
-		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Source: FromPolicy}
+		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Source: FromFallback}
 		switch {
 		case giveBack:
 			r.Remaining = limit
 		case need > limit:
-			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Source: FromPolicy}
+			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Source: FromFallback}
 		}
 	case FailClosed:
 		wait := l.breakerOf(key).retryAfter(l.clock())
-		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Source: FromPolicy}
+		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Source: FromFallback}
 		switch {
 		case giveBack:
-			r = Result{Allowed: true, Limit: limit, Source: FromPolicy}
+			r = Result{Allowed: true, Limit: limit, Source: FromFallback}
 		case need > limit:
 			r.RetryAfter = Never
 		}
 	case LocalFallback:
 		var b [128]byte
-		k := appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+		k := keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)
 		if giveBack {
 			r = l.local.refund(k, c, l.instances, l.clock())
 		} else {
@@ -521,7 +514,7 @@ func (l *Limiter) transition(ctx context.Context, s breakerState) {
 // classify tells what err means; ctx is the caller's.
 func classify(ctx context.Context, err error) errKind {
 	var le *LibraryError
-	var re *ReplyError
+	var re *replyError
 	var ve *VersionError
 	switch {
 	case errors.As(err, &le):
@@ -592,7 +585,7 @@ func checkLimit(limit Limit) error {
 // judgeReserve makes c keep its limit's reserve, unless ctx is Critical. The context is read
 // only for limits with a reserve: the others do not pay for it.
 func (c *call) judgeReserve(ctx context.Context) {
-	if c.params.reserve > 0 && !IsCritical(ctx) {
+	if c.params.reserve > 0 && !isCritical(ctx) {
 		c.reserve = c.params.reserve
 	}
 }
@@ -619,7 +612,7 @@ func (l *Limiter) command(readOnly bool, fn, key string, sk []byte, c call, rese
 	if sk != nil {
 		buf = append(b[:0], sk...)
 	} else {
-		buf = appendKey(b[:0], l.prefix, key, c.alg.name, c.name)
+		buf = keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)
 	}
 	ends := append(e[:0], len(buf))
 	buf, ends = c.appendArgs(buf, ends)
@@ -657,26 +650,26 @@ func decodeN(fn string, res valkey.ValkeyResult, n int) (Result, int64, error) {
 	}
 	arr, err := res.ToArray()
 	if err != nil {
-		return Result{}, 0, &ReplyError{Function: fn, Reason: err.Error()}
+		return Result{}, 0, &replyError{Function: fn, Reason: err.Error()}
 	}
 	// Within a major version the reply may grow: later elements are for later clients.
 	if len(arr) < n {
-		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("%d elements, want %d", len(arr), n)}
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("%d elements, want %d", len(arr), n)}
 	}
 	var v [7]int64
 	for i := range n {
 		if v[i], err = arr[i].ToInt64(); err != nil {
-			return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
+			return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
 		}
 	}
 	allowed, limit, remaining, retry, reset, delay := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
 	case remaining < 0:
-		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
 	case retry < -1 || retry > maxMs || reset < 0 || reset > maxMs || delay < 0 || delay > maxMs:
-		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf(
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf(
 			"durations out of range: retry_after_ms %d, reset_after_ms %d, delay_ms %d", retry, reset, delay)}
 	}
 	r := Result{

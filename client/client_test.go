@@ -113,7 +113,7 @@ func TestCommands(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), mock.Match(tt.want...)).Return(okReply)
-			lim := newLimiter(t, vk)
+			lim := newLimiter(t, vk, client.Options{})
 			ctx := context.Background()
 			var err error
 			switch tt.method {
@@ -138,7 +138,7 @@ func TestPrefix(t *testing.T) {
 		give string
 		want string
 	}{
-		{give: "", want: "{user:1}:token_bucket"},
+		{give: "", want: "rl:{user:1}:token_bucket"}, // the default: every key has a prefix
 		{give: "app:rl:", want: "app:rl:{user:1}:token_bucket"},
 		// a prefix cannot choose the slot either
 		{give: "{all}:", want: "%7Ball%7D:{user:1}:token_bucket"},
@@ -147,7 +147,7 @@ func TestPrefix(t *testing.T) {
 		t.Run(tt.give, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket", "1", tt.want, "1", "1", "1000", "1")).Return(okReply)
-			if _, err := newLimiter(t, vk, client.WithPrefix(tt.give)).Allow(context.Background(), "user:1",
+			if _, err := newLimiter(t, vk, client.Options{Prefix: tt.give}).Allow(context.Background(), "user:1",
 				client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}); err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestReplies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(tt.give)
-			got, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
+			got, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).Allow(context.Background(), "k", client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second})
 			if tt.wantErr != nil {
 				if !tt.wantErr(err) {
 					t.Fatalf("got %v, %v; want another error", got, err)
@@ -294,7 +294,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), ro).Return(notFound),
 			vk.EXPECT().Do(gomock.Any(), rw).Return(mock.Result(ints(1, 10, 4, 0, 800, 0))),
 		)
-		got, err := newLimiter(t, vk).Peek(context.Background(), "k", limit)
+		got, err := newLimiter(t, vk, client.Options{}).Peek(context.Background(), "k", limit)
 		want := client.Result{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: 800 * time.Millisecond}
 		if err != nil || got != want {
 			t.Fatalf("got %+v, %v; want %+v", got, err, want)
@@ -306,7 +306,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), ro).Return(notFound),
 			vk.EXPECT().Do(gomock.Any(), rw).Return(notFound),
 		)
-		_, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit)
+		_, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).Peek(context.Background(), "k", limit)
 		if !errors.Is(err, client.ErrNotLoaded) || err.Error() != "client: the ratelimit library is not loaded on the server" {
 			t.Fatalf("got %v, want ErrNotLoaded", err)
 		}
@@ -319,7 +319,7 @@ func TestPeekFallsBackToPrimary(t *testing.T) {
 		} {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), ro).Return(give)
-			if _, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Peek(context.Background(), "k", limit); err == nil {
+			if _, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).Peek(context.Background(), "k", limit); err == nil {
 				t.Fatalf("%v: no error", give)
 			}
 		}
@@ -373,7 +373,7 @@ func TestInvalidLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := newLimiter(t, mock.NewClient(gomock.NewController(t)))
+			lim := newLimiter(t, mock.NewClient(gomock.NewController(t)), client.Options{})
 			ctx := context.Background()
 			for _, call := range []func() (client.Result, error){
 				func() (client.Result, error) { return lim.AllowN(ctx, "k", tt.give, tt.n) },
@@ -434,10 +434,10 @@ func TestLimitErrorMessages(t *testing.T) {
 	}
 }
 
-// newLimiter is client.New with options the test chose: an error is the test's bug.
-func newLimiter(t testing.TB, vk valkey.Client, opts ...client.Option) *client.Limiter {
+// newLimiter is client.New with the Options the test chose: an error is the test's bug.
+func newLimiter(t testing.TB, vk valkey.Client, o client.Options) *client.Limiter {
 	t.Helper()
-	lim, err := client.New(vk, opts...)
+	lim, err := client.New(vk, o)
 	if err != nil {
 		t.Fatal(err)
 	}

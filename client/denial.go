@@ -6,9 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
-// The denial cache (WithDenialCache): a denial consumes nothing and, refunds aside, a limiter
+// The denial cache (Options.DenialCache): a denial consumes nothing and, refunds aside, a limiter
 // only recovers with time, so the same call is denied again until its RetryAfter has passed.
 // The cache answers those calls without the server.
 
@@ -173,5 +175,5 @@ func (l *Limiter) dropDenials(key string, sp spec) {
 		return
 	}
 	var b [128]byte
-	l.denials.drop(appendKey(b[:0], l.prefix, key, sp.alg.name, sp.name))
+	l.denials.drop(keys.Append(b[:0], l.prefix, key, sp.alg.name, sp.name))
 }

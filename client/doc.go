@@ -3,20 +3,20 @@
 //
 // # When the server is slow or gone
 //
-// Every call has a deadline (WithDeadline, 100ms by default). A circuit breaker (WithBreaker)
+// Every call has a deadline (Options.Deadline, 100ms by default). A circuit breaker (Options.BreakerFailures)
 // opens after consecutive failures, so that a dead server costs no network attempt per call,
 // and lets one call probe it after a cooldown. What a call the server cannot decide returns is
-// the Limiter's Policy: the decision of an in-process limiter of the same algorithm admitting a
-// share of the limit (LocalFallback, WithInstances, the default), a denial (FailClosed), an
+// the Limiter's Fallback: the decision of an in-process limiter of the same algorithm admitting a
+// share of the limit (LocalFallback, Options.Instances, the default), a denial (FailClosed), an
 // admission (FailOpen: no limit while the server is gone), or the error (ReturnError).
-// Decisions made in-process have Result.Source FromPolicy and err == nil. A node whose library is too
+// Decisions made in-process have Result.Source FromFallback and err == nil. A node whose library is too
 // old for a call (a reserve, a refund, a lease on 1.0.0) and a cluster that answers
 // CLUSTERDOWN are among what the policy decides: a limit never turns into no limit by default.
 //
 // # Leased budgets
 //
 // One call per decision caps a hot key (a big merchant, a global ceiling, an address under
-// attack) at what one server core runs. With WithLeasedBudgets(maxBatch, maxAge), a Limiter
+// attack) at what one server core runs. With Options.BudgetBatch and BudgetAge, a Limiter
 // takes units of a hot key in batches: AllowN(k) at the server, one call, then hands them out
 // to the calls that follow without the server. Budgets are per key, limit and reserve, for the
 // token bucket, the leaky bucket in Police mode, the fixed window and the sliding window
@@ -57,7 +57,7 @@
 // # Denial cache
 //
 // A denial consumes nothing and, refunds aside, a limiter only recovers with time: a key
-// denied with RetryAfter R is denied again until R has passed. With WithDenialCache, a
+// denied with RetryAfter R is denied again until R has passed. With Options.DenialCache, a
 // Limiter remembers recent denials per key, limit, cost and reserve, and answers the same
 // call from memory until R has passed since the denied call was sent (so never later than the
 // server would admit it): Result.Source FromDenialCache, RetryAfter counting down, the denial's Limit and
@@ -69,7 +69,7 @@
 //
 // # Traces
 //
-// With WithTracerProvider, every decision records a client span, whose context the call passes
+// With Options.TracerProvider, every decision records a client span, whose context the call passes
 // on, so that a traced valkey-go client's FCALL span is its child: AllowN (and Wait's calls),
 // PeekN and Refund (rlfn.allow, rlfn.peek, rlfn.refund), a lease's Acquire or Renew and its
 // Release (rlfn.acquire, rlfn.release), and AllowAll, AllowAllEach and PeekAll (rlfn.allow_all,
@@ -77,15 +77,33 @@
 // index of the one that decided, whose limit the other attributes describe). Attributes:
 // rlfn.algorithm, rlfn.operation, rlfn.cost, rlfn.limit.name (a limit's Name, when set), and
 // once decided ratelimit.allowed,
-// ratelimit.remaining, ratelimit.limit, rlfn.source (as MetricDecisions' rlfn.source) and, when
+// ratelimit.remaining, ratelimit.limit, rlfn.source (as rlfn.client.decisions' rlfn.source) and, when
 // denied, ratelimit.retry_after_ms (-1 for Never); an error is recorded with the span's status
-// Error. The key is recorded (ratelimit.key) only with WithTraceKeys: keys are often personal
+// Error. The key is recorded (ratelimit.key) only with Options.TraceKeys: keys are often personal
 // data. Without a tracer provider, no span is made and a call costs nothing more.
 //
 // # Metrics
 //
-// With WithMeterProvider, a Limiter records through the OpenTelemetry metric API:
-// MetricDecisions, MetricErrors, MetricDuration and MetricBreakerTransitions, and for leased
-// budgets MetricLeasedBatches, MetricLeasedUnits and MetricLeasedRefunded (their local hits
-// are the decisions of source leased). Without it, no instrument exists.
+// With Options.MeterProvider, a Limiter records through the OpenTelemetry metric API (without
+// it, no instrument exists):
+//
+//   - rlfn.client.decisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
+//     concurrency, or multi for rl_multi), rlfn.operation (allow, peek, refund, acquire,
+//     release), rlfn.outcome (allowed, denied) and rlfn.source: server; the fallback that
+//     decided (fail_open, fail_closed, local_fallback); leased for a unit handed out from a
+//     leased budget; denial_cache for a denial answered by the denial cache.
+//   - rlfn.client.errors counts the errors calls met ({error}), returned or decided by a
+//     fallback, by rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable,
+//     cluster_down (CLUSTERDOWN, TRYAGAIN), circuit_open, not_loaded, server_error,
+//     reply_error, library_error, version (a 1.1 feature on an older library) or canceled.
+//     Limits and keys refused before any call (*LimitError, *KeyError) are not counted.
+//   - rlfn.client.call.duration is the latency of the calls sent to the server, in seconds,
+//     by rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).
+//   - rlfn.client.breaker.transitions counts the circuit breaker's changes of state
+//     ({transition}), by rlfn.breaker.state: open, half_open, closed.
+//   - With leased budgets, rlfn.client.leased.batches counts the batches taken ({batch}):
+//     admitted calls that took more units than their cost; rlfn.client.leased.units the units
+//     those batches took beyond their calls' cost ({unit}); rlfn.client.leased.refunded the
+//     parked units given back to the server ({unit}): aged out, after a denial, or by Close.
+//     All by rlfn.algorithm.
 package client

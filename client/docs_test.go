@@ -24,7 +24,7 @@ func ExampleLimiter_Acquire() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func ExampleCritical() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func ExampleCritical() {
 	fmt.Println(batch.Allowed, checkout.Allowed)
 }
 
-// A key is at most WithMaxKeyLen bytes (512 by default): count by a long identifier (a
+// A key is at most Options.MaxKeyLen bytes (512 by default): count by a long identifier (a
 // token, a URL) through a hash of it.
 func Example_longKey() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
@@ -80,7 +80,7 @@ func Example_longKey() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -25,19 +25,19 @@ func (e *LimitError) Error() string { return "client: " + e.Field + " " + e.Reas
 
 // KeyError reports a key (the principal a call names) that the Limiter refuses before any
 // call: an empty one, most likely an identifier the caller failed to read, or one longer than
-// WithMaxKeyLen, which would cost the server its length in memory for every limiter of it
-// (for as long as the limiter lives: a sliding log's window). It is the caller's: no Policy
+// Options.MaxKeyLen, which would cost the server its length in memory for every limiter of it
+// (for as long as the limiter lives: a sliding log's window). It is the caller's: no Fallback
 // decides it, and client/httplimit answers it 400.
 type KeyError struct {
 	Len int // the key's length in bytes
-	Max int // the longest key the Limiter takes (WithMaxKeyLen)
+	Max int // the longest key the Limiter takes (Options.MaxKeyLen)
 }
 
 func (e *KeyError) Error() string {
 	if e.Len == 0 {
 		return "client: the key is empty: no principal to count the call against"
 	}
-	return fmt.Sprintf("client: the key is %d bytes, longer than the %d WithMaxKeyLen allows (key a long identifier by a hash of it)", e.Len, e.Max)
+	return fmt.Sprintf("client: the key is %d bytes, longer than the %d Options.MaxKeyLen allows (key a long identifier by a hash of it)", e.Len, e.Max)
 }
 
 // LibraryError is an RLERR reply: the library refused the call, before writing anything. With
@@ -50,23 +50,23 @@ type LibraryError struct {
 
 func (e *LibraryError) Error() string { return "client: " + e.Function + ": RLERR " + e.Message }
 
-// ReplyError reports a reply outside the library's contract (six integers, allowed 0 or 1).
-type ReplyError struct {
+// replyError reports a reply outside the library's contract (six integers, allowed 0 or 1).
+type replyError struct {
 	Function string // e.g. "rl_token_bucket"
 	Reason   string // e.g. "4 elements, want 6"
 }
 
-func (e *ReplyError) Error() string {
+func (e *replyError) Error() string {
 	return "client: " + e.Function + ": reply out of contract: " + e.Reason
 }
 
 // VersionError reports a primary that runs no ratelimit library, one of a major version this
 // client does not speak, or one older than a call or CheckVersion needs (a 1.1 feature
 // against a node still running 1.0.0). It is errors.Is ErrNotLoaded when the library is
-// absent. A call the node's library is too old for is decided by the Policy (only ReturnError
+// absent. A call the node's library is too old for is decided by the Fallback (only ReturnError
 // returns it): a limit must not turn into no limit because a deploy has not reached a node, or
 // was rolled back. The Limiter asks such a node again once a breaker cooldown has passed; until
-// then its calls that need more go to the Policy without a round trip. CheckRules and
+// then its calls that need more go to the Fallback without a round trip. CheckRules and
 // CheckVersion find such nodes at start-up.
 type VersionError struct {
 	Node    string // the node's address

@@ -25,7 +25,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func ExampleLimiter_AllowN() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func ExampleLimiter_Peek() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,20 +95,21 @@ func ExampleLimiter_Peek() {
 // A Limiter that never takes the service down with the server: each call waits 50ms at most,
 // five failures in a row open the circuit breaker (no call is sent for a second, then one
 // probes), and meanwhile each of the 8 instances of the service admits its eighth of the limit
-// by itself. The decisions it makes are client.FromPolicy, and counted in metrics.
-func ExampleWithPolicy() {
+// by itself. The decisions it makes are client.FromFallback, and counted in metrics.
+func ExampleOptions_fallback() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk,
-		client.WithDeadline(50*time.Millisecond),
-		client.WithBreaker(5, time.Second),
-		client.WithPolicy(client.LocalFallback),
-		client.WithInstances(8),
-		client.WithMeterProvider(otel.GetMeterProvider()),
-	)
+	lim, err := client.New(vk, client.Options{
+		Deadline:        50 * time.Millisecond,
+		BreakerFailures: 5,
+		BreakerCooldown: time.Second,
+		Fallback:        client.LocalFallback,
+		Instances:       8,
+		MeterProvider:   otel.GetMeterProvider(),
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func ExampleWithPolicy() {
 	http.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		res, err := lim.Allow(r.Context(), r.Header.Get("X-API-Key"), limit)
 		if err != nil {
-			// only what no policy decides: a bad limit, RLERR, a canceled request
+			// only what no fallback decides: a bad limit, RLERR, a canceled request
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -133,14 +134,14 @@ func ExampleWithPolicy() {
 
 // Every decision is a span (rlfn.allow here, under the request's span, which r.Context()
 // carries), with its outcome and its limit; the key, often personal data, only with
-// WithTraceKeys. Without WithTracerProvider no span is made, at no cost.
-func ExampleWithTracerProvider() {
+// Options.TraceKeys. Without a TracerProvider no span is made, at no cost.
+func ExampleOptions_tracing() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk, client.WithTracerProvider(otel.GetTracerProvider()))
+	lim, err := client.New(vk, client.Options{TracerProvider: otel.GetTracerProvider()})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func ExampleErrCircuitOpen() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk, client.WithPolicy(client.ReturnError))
+	lim, err := client.New(vk, client.Options{Fallback: client.ReturnError})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -182,14 +183,23 @@ func ExampleErrCircuitOpen() {
 	}
 }
 
-func ExampleKey() {
-	fmt.Println(client.Key("rl:", "user:42", client.TokenBucket{}))
-	fmt.Println(client.Key("rl:", "user:42", client.LeakyBucket{Mode: client.Shape}))
-	fmt.Println(client.Key("rl:", "a}b{c%", client.FixedWindow{}))
-	// Output:
-	// rl:{user:42}:token_bucket
-	// rl:{user:42}:leaky_bucket
-	// rl:{a%7Db%7Bc%25}:fixed_window
+// An operator's tool finds a principal's state with Key: the server key holds the limiter of
+// that principal and algorithm, e.g. rl:{user:42}:token_bucket, and rl:{a%7Db%7Bc%25}:fixed_window
+// for the key "a}b{c%", whose braces cannot choose the cluster slot.
+func ExampleLimiter_Key() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	key := lim.Key("user:42", client.TokenBucket{})
+	ttl, err := vk.Do(ctx, vk.B().Pttl().Key(key).Build()).AsInt64()
+	fmt.Println(key, ttl, err)
 }
 
 // The login triple: a login is limited per (IP, user), per IP and per user at once. Each is a
@@ -201,7 +211,7 @@ func ExampleLimiter_AllowAll() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -233,7 +243,7 @@ func ExampleLimiter_AllowAll_merchantAndGlobal() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -261,7 +271,7 @@ func ExampleLimiter_AllowAllEach() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -288,7 +298,7 @@ func ExampleLimiter_Wait() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -311,7 +321,7 @@ func ExampleLimiter_Refund() {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -336,15 +346,17 @@ func ExampleLimiter_Refund() {
 // A global ceiling every request of every instance passes through is one hot key: leased
 // budgets serve it from batches of up to 256 units, each handed out within 50ms, and the denial
 // cache answers a flood of denied calls without the server. Close gives the parked units back.
-func ExampleWithLeasedBudgets() {
+func ExampleOptions_leasedBudgets() {
 	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer vk.Close()
-	lim, err := client.New(vk,
-		client.WithLeasedBudgets(256, 50*time.Millisecond),
-		client.WithDenialCache(100_000))
+	lim, err := client.New(vk, client.Options{
+		BudgetBatch: 256,
+		BudgetAge:   50 * time.Millisecond,
+		DenialCache: 100_000,
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,12 +3,15 @@ package client
 import (
 	"context"
 	"time"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
-// WithClock replaces the Limiter's clock (Unix nanoseconds) in tests, so that the breaker's
+// WithClock is o with the Limiter's clock (Unix nanoseconds) replaced, so that the breaker's
 // cooldown and the local limiters' windows run on a fake clock.
-func WithClock(now func() int64) Option {
-	return func(o *options) { o.clock, o.fakeClock = now, true }
+func WithClock(o Options, now func() int64) Options {
+	o.clock = now
+	return o
 }
 
 // LocalKeys is how many keys the Limiter's local fallback holds.
@@ -33,3 +36,13 @@ func CallDeadline(ctx context.Context) (time.Time, bool) {
 	}
 	return ctx.Deadline()
 }
+
+// KeyOf is Limiter.Key under prefix, escaped as Options.Prefix is: the key tests walk every
+// prefix, the empty one included, without a Limiter each.
+func KeyOf(prefix, key string, l Limit) string {
+	s := l.spec()
+	return string(keys.Append(nil, string(keys.AppendEscaped(nil, prefix)), key, s.alg.name, s.name))
+}
+
+// ReplyError is the error of a reply out of contract, for the tests that check one is.
+type ReplyError = replyError

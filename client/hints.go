@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // hints remember, for decisions across keys (AllowAll with rules of several Keys), the keys
@@ -91,5 +93,5 @@ func (h *hints) note(key []byte, res Result, cost, now int64) {
 // hintKey is the key of g's hint: its first limiter's server key.
 func (l *Limiter) hintKey(g *group) []byte {
 	c := &g.calls[0]
-	return appendKey(nil, l.prefix, g.key, c.alg.name, c.name)
+	return keys.Append(nil, l.prefix, g.key, c.alg.name, c.name)
 }

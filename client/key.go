@@ -1,17 +1,17 @@
 package client
 
-// DefaultPrefix starts every key unless WithPrefix says otherwise.
-const DefaultPrefix = "rl:"
+import "github.com/rlfn/rlfn/internal/keys"
 
-// Key returns the server key holding the state of key's limiter of l's algorithm:
+// Key returns the server key holding the state of key's limiter of limit's algorithm, for
+// operators' tools (the CLI composes keys with it, so that both reach the same state):
 //
 //	<prefix>{<key>}:<algorithm>
 //	<prefix>{<key>}:<algorithm>:<name>   when the limit has a Name
 //
-// e.g. "rl:{user:42}:token_bucket", "rl:{user:42}:fixed_window:hourly". The CLI composes keys with it, so that both reach the same
-// state.
+// e.g. "rl:{user:42}:token_bucket", "rl:{user:42}:fixed_window:hourly", with the Limiter's
+// Options.Prefix.
 //
-// Inside prefix and key, '%', '{' and '}' are written %25, %7B and %7D, and an empty key is
+// Inside the prefix and key, '%', '{' and '}' are written %25, %7B and %7D, and an empty key is
 // written as a lone "%". So the first '{' of the result is the one Key writes and the first '}'
 // after it closes it: a cluster hashes exactly the escaped key, and a principal's limiters
 // share one slot whatever the prefix or the algorithm, while a key's own braces can neither
@@ -25,55 +25,13 @@ const DefaultPrefix = "rl:"
 // algorithm for one principal (per second and per hour) need a Name each (or one of them),
 // which keeps both in the principal's slot, so that AllowAll decides them in one call. A name
 // comes after the algorithm, whose name has no ':', so named and unnamed keys never meet.
-func Key(prefix, key string, l Limit) string {
-	s := l.spec()
-	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, s.alg.name, s.name))
+func (l *Limiter) Key(key string, limit Limit) string {
+	s := limit.spec()
+	return string(keys.Append(nil, l.prefix, key, s.alg.name, s.name))
 }
 
 // ConcurrencyKey is Key for a Concurrency limit: <prefix>{<key>}:concurrency[:<name>].
-func ConcurrencyKey(prefix, key string, c Concurrency) string {
+func (l *Limiter) ConcurrencyKey(key string, c Concurrency) string {
 	s := c.spec("")
-	return string(appendKey(nil, string(appendEscaped(nil, prefix)), key, s.alg.name, s.name))
-}
-
-// appendKey appends the key for an already escaped prefix.
-func appendKey(buf []byte, escapedPrefix, key, algorithm, name string) []byte {
-	buf = append(buf, escapedPrefix...)
-	buf = append(buf, '{')
-	if key == "" {
-		// An empty hash tag would make a cluster hash the whole key, scattering the empty
-		// principal's limiters over several slots.
-		buf = append(buf, '%')
-	} else {
-		buf = appendEscaped(buf, key)
-	}
-	buf = append(buf, '}', ':')
-	buf = append(buf, algorithm...)
-	if name != "" {
-		buf = append(append(buf, ':'), name...)
-	}
-	return buf
-}
-
-// appendEscaped appends s with '%', '{' and '}' percent-encoded. A loop over the bytes
-// rather than strings.IndexAny, which builds its set of bytes on every call: on a key of a
-// few bytes that took 3% of a decision's client CPU (BenchmarkThroughput's profile).
-func appendEscaped(buf []byte, s string) []byte {
-	from := 0
-	for i := 0; i < len(s); i++ {
-		var esc string
-		switch s[i] {
-		case '%':
-			esc = "%25"
-		case '{':
-			esc = "%7B"
-		case '}':
-			esc = "%7D"
-		default:
-			continue
-		}
-		buf = append(append(buf, s[from:i]...), esc...)
-		from = i + 1
-	}
-	return append(buf, s[from:]...)
+	return string(keys.Append(nil, l.prefix, key, s.alg.name, s.name))
 }

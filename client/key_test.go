@@ -1,11 +1,14 @@
 package client_test
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valkey-io/valkey-go/mock"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -54,7 +57,7 @@ func TestKey(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, tt := range tests {
-		got := client.Key(tt.prefix, tt.give, tb)
+		got := client.KeyOf(tt.prefix, tt.give, tb)
 		if got != tt.want {
 			t.Errorf("Key(%q, %q) = %q, want %q", tt.prefix, tt.give, got, tt.want)
 		}
@@ -72,7 +75,7 @@ func TestKey(t *testing.T) {
 func TestKeyAlgorithms(t *testing.T) {
 	var got []string
 	for _, l := range everyAlgorithm {
-		got = append(got, client.Key("rl:", "k", l))
+		got = append(got, client.KeyOf("rl:", "k", l))
 	}
 	want := []string{"rl:{k}:fixed_window", "rl:{k}:sliding_log", "rl:{k}:sliding_window",
 		"rl:{k}:token_bucket", "rl:{k}:leaky_bucket", "rl:{k}:leaky_bucket"}
@@ -93,19 +96,19 @@ func FuzzKey(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, prefix, key, prefix2, key2 string) {
 		for _, l := range everyAlgorithm {
-			got := client.Key(prefix, key, l)
+			got := client.KeyOf(prefix, key, l)
 			p, k, alg, ok := parseKey(got)
-			if !ok || p != prefix || k != key || alg != client.Key("", "k", l)[len("{k}:"):] {
+			if !ok || p != prefix || k != key || alg != client.KeyOf("", "k", l)[len("{k}:"):] {
 				t.Fatalf("Key(%q, %q) = %q parses as %q %q %q %v", prefix, key, got, p, k, alg, ok)
 			}
 			tag := hashTag(got)
 			if tag == "" || strings.ContainsAny(tag, "{}") {
 				t.Fatalf("Key(%q, %q) = %q hashes %q", prefix, key, got, tag)
 			}
-			if other := hashTag(client.Key(prefix2, key, everyAlgorithm[0])); other != tag {
+			if other := hashTag(client.KeyOf(prefix2, key, everyAlgorithm[0])); other != tag {
 				t.Fatalf("the key %q hashes %q under prefix %q but %q under %q", key, tag, prefix, other, prefix2)
 			}
-			if (prefix != prefix2 || key != key2) && got == client.Key(prefix2, key2, l) {
+			if (prefix != prefix2 || key != key2) && got == client.KeyOf(prefix2, key2, l) {
 				t.Fatalf("(%q, %q) and (%q, %q) both compose %q", prefix, key, prefix2, key2, got)
 			}
 		}
@@ -174,4 +177,22 @@ func unescape(s string) (string, bool) {
 		}
 	}
 	return b.String(), true
+}
+
+// A Limiter's Key is KeyOf its prefix ("rl:" by default), escaped the same way.
+func TestLimiterKey(t *testing.T) {
+	limit := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second, Name: "n"}
+	conc := client.Concurrency{Limit: 1, Lease: time.Second, Name: "c"}
+	for _, tt := range []struct{ prefix, want, wantConc string }{
+		{"", "rl:{a%7Db}:token_bucket:n", "rl:{a%7Db}:concurrency:c"},
+		{"p{}:", "p%7B%7D:{a%7Db}:token_bucket:n", "p%7B%7D:{a%7Db}:concurrency:c"},
+	} {
+		lim := newLimiter(t, mock.NewClient(nil), client.Options{Prefix: tt.prefix})
+		if got := lim.Key("a}b", limit); got != tt.want || got != client.KeyOf(cmp.Or(tt.prefix, "rl:"), "a}b", limit) {
+			t.Errorf("prefix %q: Key = %q, want %q", tt.prefix, got, tt.want)
+		}
+		if got := lim.ConcurrencyKey("a}b", conc); got != tt.wantConc {
+			t.Errorf("prefix %q: ConcurrencyKey = %q, want %q", tt.prefix, got, tt.wantConc)
+		}
+	}
 }

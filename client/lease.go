@@ -36,8 +36,8 @@ func (c Concurrency) spec(id string) spec {
 	return spec{concurrencyAlg, params{limit: c.Limit, ms: c.Lease.Milliseconds(), reserve: c.Reserve, name: c.Name, id: id}}
 }
 
-// MaxLeaseID is the longest lease holder id the library takes, in bytes.
-const MaxLeaseID = 128
+// maxLeaseID is the longest lease holder id the library takes, in bytes.
+const maxLeaseID = 128
 
 // Lease is one holder's slot in a Concurrency limit. Its methods are safe for concurrent use:
 // a Renew running when Release is called finishes first, and one called after it is refused.
@@ -62,7 +62,7 @@ var ErrLeaseReleased = errors.New("client: lease already released")
 // will have expired (a release may come sooner).
 //
 // A call that is not Critical leaves c.Reserve slots free. The deadline, the breaker and the
-// Policy apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
+// Fallback apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
 func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Lease, Result, error) {
 	var b [16]byte
 	rand.Read(b[:])
@@ -77,7 +77,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Leas
 	return lease, res, nil
 }
 
-// Lease returns the lease of holder id (1 to MaxLeaseID bytes) on key's Concurrency limit,
+// Lease returns the lease of holder id (1 to 128 bytes) on key's Concurrency limit,
 // without a call: to renew or release a lease taken elsewhere (by another process, or by
 // rlfn call). Renew takes its slot if id holds none.
 func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
@@ -87,8 +87,8 @@ func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if len(id) < 1 || len(id) > MaxLeaseID {
-		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to " + strconv.Itoa(MaxLeaseID) + " bytes"}
+	if len(id) < 1 || len(id) > maxLeaseID {
+		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to " + strconv.Itoa(maxLeaseID) + " bytes"}
 	}
 	return &Lease{lim: l, key: key, limit: c, id: id}, nil
 }
@@ -121,7 +121,7 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 //
 // The slot is owed whatever became of the work: Release runs even when ctx is canceled or
 // past its deadline (defer lease.Release(r.Context()) frees the slot of a request whose client
-// went away), bounded by the Limiter's deadline (WithDeadline) alone.
+// went away), bounded by the Limiter's deadline (Options.Deadline) alone.
 func (le *Lease) Release(ctx context.Context) (Result, error) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -165,7 +165,7 @@ func (a localConcurrency) decide(st *localState, p params, cost, reserve, instan
 	limit := share(p.limit, instances)
 	free := a.live(st, limit, now)
 	_, held := st.leases[p.id]
-	r := Result{Limit: limit, Remaining: max(0, free-reserve), Source: FromPolicy}
+	r := Result{Limit: limit, Remaining: max(0, free-reserve), Source: FromFallback}
 	if !held && 1+reserve > free {
 		r.ResetAfter = time.Duration(a.lastExpiry(st, now) - now)
 		if 1+reserve > limit {
@@ -208,5 +208,5 @@ func (a localConcurrency) refund(st *localState, p params, _, instances, now int
 		free++
 		st.expires = a.lastExpiry(st, now)
 	}
-	return Result{Allowed: held, Limit: limit, Remaining: free, ResetAfter: time.Duration(a.lastExpiry(st, now) - now), Source: FromPolicy}
+	return Result{Allowed: held, Limit: limit, Remaining: free, ResetAfter: time.Duration(a.lastExpiry(st, now) - now), Source: FromFallback}
 }

@@ -325,8 +325,8 @@ func Critical(ctx context.Context) context.Context {
 	return context.WithValue(ctx, criticalKey{}, true)
 }
 
-// IsCritical reports whether ctx was marked by Critical.
-func IsCritical(ctx context.Context) bool {
+// isCritical reports whether ctx was marked by Critical.
+func isCritical(ctx context.Context) bool {
 	v, _ := ctx.Value(criticalKey{}).(bool)
 	return v
 }

@@ -235,7 +235,7 @@ func (localFixedWindow) decide(st *localState, p params, cost, reserve, instance
 		count = st.a
 	}
 	// a limit lowered since the count was taken may be below it
-	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Source: FromPolicy}
+	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Source: FromFallback}
 	if count > 0 {
 		r.ResetAfter = time.Duration(resetNs)
 	}
@@ -284,7 +284,7 @@ func (localSlidingWindow) decide(st *localState, p params, cost, reserve, instan
 	}
 	room := limit*window - prev*(window-elapsed) - curr*window
 	whole := func(room int64) int64 { return max(0, room-reserve*window) / window }
-	r := Result{Limit: limit, Remaining: whole(room), Source: FromPolicy}
+	r := Result{Limit: limit, Remaining: whole(room), Source: FromFallback}
 	switch {
 	case curr > 0:
 		r.ResetAfter = ms(start + 2*window - nowMs)
@@ -355,7 +355,7 @@ func (localSlidingLog) decide(st *localState, p params, cost, reserve, instances
 	for _, e := range live {
 		count += e.n
 	}
-	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Source: FromPolicy}
+	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Source: FromFallback}
 	if len(live) > 0 {
 		r.ResetAfter = ms(leaves(live[len(live)-1].slot) - nowMs)
 	}
@@ -425,7 +425,7 @@ func (b localBucket) decide(st *localState, p params, cost, reserve, instances, 
 	drain := func(x float64) time.Duration { return duration(x * periodNs / float64(rate)) }
 	level := b.level(st, capacity, rate, periodNs, now)
 	left := func(level float64) int64 { return max(0, int64(float64(capacity)-level)-reserve) }
-	r := Result{Limit: capacity, Remaining: left(level), Source: FromPolicy, ResetAfter: drain(level)}
+	r := Result{Limit: capacity, Remaining: left(level), Source: FromFallback, ResetAfter: drain(level)}
 	if need > capacity {
 		r.RetryAfter = Never
 		return r

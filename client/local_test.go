@@ -113,7 +113,7 @@ func TestLocalLimiters(t *testing.T) {
 			c := callOf(tt.limit, 0)
 			for i, st := range tt.steps {
 				c.cost = st.cost
-				st.want.Source = FromPolicy
+				st.want.Source = FromFallback
 				got := s.decide([]byte("k"), c, tt.instances, epoch+int64(st.at), !st.peek)
 				if got != st.want {
 					t.Fatalf("step %d (at %s, cost %d, peek %v):\n got %+v\nwant %+v", i, st.at, st.cost, st.peek, got, st.want)
@@ -164,7 +164,7 @@ func TestLocalStoreIsBounded(t *testing.T) {
 		}
 		bound := localShards * ((give + localShards - 1) / localShards)
 		if n := s.len(); n > bound || n < bound/2 {
-			t.Errorf("WithLocalKeys(%d): %d keys held, want at most %d (and most of them)", give, n, bound)
+			t.Errorf("LocalKeys %d: %d keys held, want at most %d (and most of them)", give, n, bound)
 		}
 	}
 }
@@ -262,9 +262,9 @@ func TestShare(t *testing.T) {
 // BenchmarkLocalStoreFull is the cost of a new key in a store full of live state (the default
 // bound, 100000 keys of token buckets an hour long): each one evicts another.
 func BenchmarkLocalStoreFull(b *testing.B) {
-	s := newLocalStore(DefaultLocalKeys)
+	s := newLocalStore(defaultLocalKeys)
 	c := callOf(TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}, 1)
-	bound := localShards * ((DefaultLocalKeys + localShards - 1) / localShards)
+	bound := localShards * ((defaultLocalKeys + localShards - 1) / localShards)
 	for i := range bound * 2 {
 		s.decide(fmt.Appendf(nil, "fill%d", i), c, 1, epoch, true)
 	}

@@ -8,36 +8,15 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Instrument names, with their attributes.
+// Instrument names: the package documentation says what each counts, by which attributes.
 const (
-	// MetricDecisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
-	// concurrency, or multi for rl_multi), rlfn.operation (allow, peek, refund, acquire,
-	// release), rlfn.outcome (allowed, denied) and rlfn.source (server; the policy that
-	// decided: fail_open, fail_closed, local_fallback; leased for a unit handed out from a
-	// leased budget, the local hits of WithLeasedBudgets; denial_cache for a denial answered by
-	// WithDenialCache).
-	MetricDecisions = "rlfn.client.decisions"
-	// MetricLeasedBatches counts the batches a leased budget took ({batch}): admitted calls
-	// that took more units than their cost, by rlfn.algorithm.
-	MetricLeasedBatches = "rlfn.client.leased.batches"
-	// MetricLeasedUnits counts the units those batches took beyond their calls' cost
-	// ({unit}), by rlfn.algorithm.
-	MetricLeasedUnits = "rlfn.client.leased.units"
-	// MetricLeasedRefunded counts the parked units given back to the server ({unit}), by
-	// rlfn.algorithm: aged out, after a denial, or by Close.
-	MetricLeasedRefunded = "rlfn.client.leased.refunded"
-	// MetricErrors counts the errors calls met ({error}), returned or decided by a policy, by
-	// rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable, cluster_down
-	// (CLUSTERDOWN, TRYAGAIN), circuit_open, not_loaded, server_error, reply_error,
-	// library_error, version (a 1.1 feature on an older library) or canceled. Limits and keys
-	// refused before any call (*LimitError, *KeyError) are not counted.
-	MetricErrors = "rlfn.client.errors"
-	// MetricDuration is the latency of the calls sent to the server, in seconds, by
-	// rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).
-	MetricDuration = "rlfn.client.call.duration"
-	// MetricBreakerTransitions counts the circuit breaker's changes of state
-	// ({transition}), by rlfn.breaker.state: open, half_open, closed.
-	MetricBreakerTransitions = "rlfn.client.breaker.transitions"
+	metricDecisions          = "rlfn.client.decisions"
+	metricLeasedBatches      = "rlfn.client.leased.batches"
+	metricLeasedUnits        = "rlfn.client.leased.units"
+	metricLeasedRefunded     = "rlfn.client.leased.refunded"
+	metricErrors             = "rlfn.client.errors"
+	metricDuration           = "rlfn.client.call.duration"
+	metricBreakerTransitions = "rlfn.client.breaker.transitions"
 )
 
 // errKind is what a call's error means for the breaker, the policy and the errors metric.
@@ -90,13 +69,20 @@ const (
 
 var opNames = [nOps]string{"allow", "peek", "refund", "acquire", "release"}
 
-// Decision sources: the server, the policy that decided (Policy's values 1 to 3), a leased
-// budget or the denial cache.
+// Decision sources: the server, the fallback that decided, a leased budget or the denial
+// cache.
 const (
-	srcLeased = 4
-	srcCached = 5
-	nSources  = 6
+	srcServer = iota
+	srcFailOpen
+	srcFailClosed
+	srcLocal
+	srcLeased
+	srcCached
+	nSources
 )
+
+// fallbackSrc is the source of a decision each Fallback makes (ReturnError makes none).
+var fallbackSrc = [...]int{LocalFallback: srcLocal, FailClosed: srcFailClosed, FailOpen: srcFailOpen, ReturnError: srcServer}
 
 var sourceNames = [nSources]string{"server", "fail_open", "fail_closed", "local_fallback", "leased", "denial_cache"}
 
@@ -133,25 +119,25 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	meter := mp.Meter("github.com/rlfn/rlfn/client")
 	m := &metrics{}
 	var errs [7]error
-	m.decisions, errs[0] = meter.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
+	m.decisions, errs[0] = meter.Int64Counter(metricDecisions, metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy."))
-	m.errors, errs[1] = meter.Int64Counter(MetricErrors, metric.WithUnit("{error}"),
+	m.errors, errs[1] = meter.Int64Counter(metricErrors, metric.WithUnit("{error}"),
 		metric.WithDescription("Errors met by calls, whether returned or decided by a failure policy."))
-	m.duration, errs[2] = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+	m.duration, errs[2] = meter.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Latency of the calls sent to the server."),
 		// A call takes tens of microseconds on a LAN and at most the deadline.
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
 			0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
-	m.transitions, errs[3] = meter.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
+	m.transitions, errs[3] = meter.Int64Counter(metricBreakerTransitions, metric.WithUnit("{transition}"),
 		metric.WithDescription("Changes of state of the circuit breaker."))
-	m.batches, errs[4] = meter.Int64Counter(MetricLeasedBatches, metric.WithUnit("{batch}"),
+	m.batches, errs[4] = meter.Int64Counter(metricLeasedBatches, metric.WithUnit("{batch}"),
 		metric.WithDescription("Batches of units taken by leased budgets."))
-	m.units, errs[5] = meter.Int64Counter(MetricLeasedUnits, metric.WithUnit("{unit}"),
+	m.units, errs[5] = meter.Int64Counter(metricLeasedUnits, metric.WithUnit("{unit}"),
 		metric.WithDescription("Units taken by leased budgets beyond their calls' cost."))
-	m.refunded, errs[6] = meter.Int64Counter(MetricLeasedRefunded, metric.WithUnit("{unit}"),
+	m.refunded, errs[6] = meter.Int64Counter(metricLeasedRefunded, metric.WithUnit("{unit}"),
 		metric.WithDescription("Parked units of leased budgets given back to the server."))
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, &OptionError{Option: "WithMeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)}
+		return nil, &OptionError{Field: "MeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)}
 	}
 	var subjects [nSubjects]string
 	for _, a := range algorithms {

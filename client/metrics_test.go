@@ -65,8 +65,12 @@ func TestMetrics(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
-	lim := newLimiter(t, vk, client.WithMeterProvider(mp), client.WithPolicy(client.LocalFallback),
-		client.WithBreaker(2, time.Second), client.WithClock(clock.now))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{
+		MeterProvider:   mp,
+		Fallback:        client.LocalFallback,
+		BreakerFailures: 2,
+		BreakerCooldown: time.Second,
+	}, clock.now))
 	ctx := context.Background()
 	bucket := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Hour}
 	window := client.FixedWindow{Limit: 1, Window: time.Hour}
@@ -120,12 +124,12 @@ func TestMetrics(t *testing.T) {
 func TestMetricsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
-	allocs := func(opts ...client.Option) float64 {
-		lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, opts...)
+	allocs := func(o client.Options) float64 {
+		lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.Result(ints(1, 100, 99, 0, 1000, 0))}, o)
 		return testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) })
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	if without, with := allocs(), allocs(client.WithMeterProvider(mp)); with != without {
+	if without, with := allocs(client.Options{}), allocs(client.Options{MeterProvider: mp}); with != without {
 		t.Errorf("%v allocations per call with metrics, %v without", with, without)
 	}
 }
@@ -133,8 +137,11 @@ func TestMetricsAllocateNothing(t *testing.T) {
 // A local decision on a key the fallback holds allocates nothing.
 func TestLocalDecisionAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
-	lim := newLimiter(t, replyClient{mock.NewClient(nil), refused}, client.WithPolicy(client.LocalFallback),
-		client.WithBreaker(1, time.Hour))
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), refused}, client.Options{
+		Fallback:        client.LocalFallback,
+		BreakerFailures: 1,
+		BreakerCooldown: time.Hour,
+	})
 	for _, limit := range benchLimits {
 		lim.Allow(ctx, "k", limit)
 		if n := testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "k", limit) }); n != 0 {

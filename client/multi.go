@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
@@ -45,10 +47,10 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
 // a time, the first denial ending the decision: what such a Key took before another denied
 // stays taken (stricter for a while, never more permissive). Several rules of one Key (one
-// rl_multi) on a 1.0 node are decided by the Policy. No limit turns into no limit. Under
+// rl_multi) on a 1.0 node are decided by the Fallback. No limit turns into no limit. Under
 // ReturnError, the call returns the node's *VersionError instead, with nothing taken.
 //
-// Each call keeps the deadline, the breaker and the Policy; when the server cannot decide one
+// Each call keeps the deadline, the breaker and the Fallback; when the server cannot decide one
 // Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
 // error, in rule order, is returned after the refunds. A refund that fails (under ReturnError,
 // the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
@@ -305,7 +307,7 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	asOld(anyGroup)
 	now = l.clock()
 	for i := range groups {
-		if g := &groups[i]; g.decided && g.err == nil && g.res.Source != FromPolicy {
+		if g := &groups[i]; g.decided && g.err == nil && g.res.Source != FromFallback {
 			h.note(keys[i], g.res, n, now)
 		}
 	}
@@ -330,7 +332,7 @@ func anyGroup(*group) bool { return true }
 // the policy is not ReturnError (which returns the error: see fail).
 func (l *Limiter) olderNode(g *group) bool {
 	var ve *VersionError
-	return l.policy != ReturnError && len(g.calls) == 1 && g.calls[0].refundable &&
+	return l.fallback != ReturnError && len(g.calls) == 1 && g.calls[0].refundable &&
 		g.calls[0].reserve == 0 && errors.As(g.err, &ve) && ve.Version != ""
 }
 
@@ -400,11 +402,11 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 		for j, c := range g.calls {
 			switch {
 			case c.cost == 0:
-			case g.res.Source == FromPolicy:
+			case g.res.Source == FromFallback:
 				// The policy admitted without the server, which took nothing: a refund there
 				// would give back units other requests took. LocalFallback took them locally.
-				if l.policy == LocalFallback {
-					after(each, g.rules[j], l.policyResult(opRefund, g.key, c), nil)
+				if l.fallback == LocalFallback {
+					after(each, g.rules[j], l.fallbackResult(opRefund, g.key, c), nil)
 				}
 			default:
 				c.refundable = false // a refund is the policy's when the server cannot make it
@@ -444,22 +446,22 @@ func after(each []Result, rule int, refund Result, err error) {
 	r := &each[rule]
 	r.Limit, r.Remaining, r.ResetAfter = refund.Limit, refund.Remaining, refund.ResetAfter
 	r.Allowed, r.RetryAfter, r.Rule = true, 0, rule
-	if refund.Source == FromPolicy {
-		r.Source = FromPolicy
+	if refund.Source == FromFallback {
+		r.Source = FromFallback
 	}
 }
 
 // binding is the Result of several decisions, as rl_multi picks it: when any denies, the
 // denier with the longest RetryAfter (Never is the longest); else the one with the fewest
 // Remaining; ties to the first. ResetAfter is the longest of all, Delay the longest when
-// admitted; FromPolicy if any was decided by the Policy.
+// admitted; FromFallback if any was decided by the Fallback.
 func binding(results []Result) (Result, int) {
 	b := 0
 	allowed := true
 	var reset, delay time.Duration
 	local := false
 	for i, r := range results {
-		reset, delay, local = max(reset, r.ResetAfter), max(delay, r.Delay), local || r.Source == FromPolicy
+		reset, delay, local = max(reset, r.ResetAfter), max(delay, r.Delay), local || r.Source == FromFallback
 		switch {
 		case !r.Allowed:
 			if allowed || r.RetryAfter > results[b].RetryAfter {
@@ -473,7 +475,7 @@ func binding(results []Result) (Result, int) {
 	res := results[b]
 	res.ResetAfter = reset
 	if local {
-		res.Source = FromPolicy
+		res.Source = FromFallback
 	}
 	res.Delay = 0
 	if allowed {
@@ -488,7 +490,7 @@ func binding(results []Result) (Result, int) {
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
 	a, kind, err := l.begin(ctx, key, true)
 	if err != nil {
-		if kind == kindVersion && l.policy == ReturnError {
+		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, multiFunction(op))
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
@@ -500,7 +502,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
-			l.local.drop(appendKey(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
+			l.local.drop(keys.Append(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
 		}
 	}
 	if err == nil {
@@ -521,12 +523,12 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	ctx, rel := l.withDeadline(ctx, 0)
 	defer rel.release()
 	fn := multiFunction(op)
-	keys := make([]string, len(cs))
+	stateKeys := make([]string, len(cs))
 	var args []string
 	var ends [8]int
 	for i := range cs {
 		c := &cs[i]
-		keys[i] = string(appendKey(nil, l.prefix, key, c.alg.name, c.name))
+		stateKeys[i] = string(keys.Append(nil, l.prefix, key, c.alg.name, c.name))
 		buf, e := c.appendArgs(nil, ends[:0])
 		s := string(buf)
 		args = append(args, c.alg.name)
@@ -540,9 +542,9 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	// one command per Do: valkey-go recycles a command once it is sent
 	command := func(readOnly bool) valkey.Completed {
 		if readOnly {
-			return l.vk.B().FcallRo().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+			return l.vk.B().FcallRo().Function(fn).Numkeys(int64(len(stateKeys))).Key(stateKeys...).Arg(args...).Build()
 		}
-		return l.vk.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		return l.vk.B().Fcall().Function(fn).Numkeys(int64(len(stateKeys))).Key(stateKeys...).Arg(args...).Build()
 	}
 	var res Result
 	var idx int64
@@ -572,12 +574,12 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if err != nil {
 		if olderLibrary(err) {
-			err = l.versionError(rel.wrapped(ctx), fn, keys[0], err)
+			err = l.versionError(rel.wrapped(ctx), fn, stateKeys[0], err)
 		}
 		return Result{}, 0, err
 	}
 	if idx < 1 || idx > int64(len(cs)) {
-		return Result{}, 0, &ReplyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, len(cs))}
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, len(cs))}
 	}
 	return res, int(idx - 1), nil
 }
@@ -594,20 +596,20 @@ func multiFunction(op operation) string {
 // decided as a single call would be, all or nothing.
 func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error, each []Result) (Result, int, error) {
 	l.countError(ctx, multiSubject, op, kind)
-	if l.policy == ReturnError {
+	if l.fallback == ReturnError {
 		return Result{}, 0, err
 	}
 	results := make([]Result, len(cs))
 	for i, c := range cs {
-		results[i] = l.policyResult(opPeek, key, c)
+		results[i] = l.fallbackResult(opPeek, key, c)
 	}
 	r, b := binding(results)
 	if op == opAllow && r.Allowed {
 		for i, c := range cs {
-			if results[i] = l.policyResult(opAllow, key, c); !results[i].Allowed {
+			if results[i] = l.fallbackResult(opAllow, key, c); !results[i].Allowed {
 				// a concurrent local call took the room meanwhile: give back what this took
 				for _, d := range cs[:i] {
-					l.policyResult(opRefund, key, d)
+					l.fallbackResult(opRefund, key, d)
 				}
 				break
 			}
@@ -616,7 +618,7 @@ func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []
 	}
 	copy(each, results)
 	if m := l.metrics; m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][l.policy]...)
+		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
 	}
 	return r, b, nil
 }

@@ -22,9 +22,9 @@ func TestKeySlot(t *testing.T) {
 			client.FixedWindow{Limit: 1, Window: time.Second},
 			client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second, Name: "n{}"},
 		} {
-			cmd := b.Get().Key(client.Key("p{}%:", key, limit)).Build()
+			cmd := b.Get().Key(client.KeyOf("p{}%:", key, limit)).Build()
 			if got, want := client.KeySlot(key), cmd.Slot(); got != want {
-				t.Errorf("KeySlot(%q) = %d, valkey-go's slot of %s is %d", key, got, client.Key("p{}%:", key, limit), want)
+				t.Errorf("KeySlot(%q) = %d, valkey-go's slot of %s is %d", key, got, client.KeyOf("p{}%:", key, limit), want)
 			}
 		}
 	}
@@ -82,7 +82,7 @@ func keyOn(shard int, n int) string {
 func TestBreakerPerNode(t *testing.T) {
 	vk := newShardedClient()
 	clock := newFakeClock()
-	lim := newLimiter(t, vk, client.WithBreaker(3, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{BreakerFailures: 3, BreakerCooldown: time.Second, Fallback: client.ReturnError}, clock.now))
 	limit := client.FixedWindow{Limit: 100, Window: time.Minute}
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
@@ -104,7 +104,7 @@ func TestBreakerPerNode(t *testing.T) {
 		case i >= 3 && !errors.Is(err, client.ErrCircuitOpen):
 			t.Fatalf("dead shard, call %d: %v, want ErrCircuitOpen", i, err)
 		}
-		if r, err := lim.Allow(ctx, keyOn(1, i), limit); err != nil || r.Source == client.FromPolicy {
+		if r, err := lim.Allow(ctx, keyOn(1, i), limit); err != nil || r.Source == client.FromFallback {
 			t.Fatalf("live shard, call %d: %+v, %v", i, r, err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestBreakerPerNode(t *testing.T) {
 	// The probe after the cooldown closes it once the shard is back.
 	vk.dead[0] = false
 	clock.advance(time.Second)
-	if r, err := lim.Allow(ctx, keyOn(0, 99), limit); err != nil || r.Source == client.FromPolicy {
+	if r, err := lim.Allow(ctx, keyOn(0, 99), limit); err != nil || r.Source == client.FromFallback {
 		t.Fatalf("the probe: %+v, %v", r, err)
 	}
 }

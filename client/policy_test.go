@@ -54,20 +54,20 @@ func TestPolicies(t *testing.T) {
 		{"reply out of contract", garbled},
 	}
 	tests := []struct {
-		policy client.Policy
+		policy client.Fallback
 		want   client.Result
 	}{
-		{policy: client.FailOpen, want: client.Result{Allowed: true, Limit: 10, Remaining: 9, Source: client.FromPolicy}},
-		{policy: client.FailClosed, want: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second, Source: client.FromPolicy}},
+		{policy: client.FailOpen, want: client.Result{Allowed: true, Limit: 10, Remaining: 9, Source: client.FromFallback}},
+		{policy: client.FailClosed, want: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second, Source: client.FromFallback}},
 		// 2 instances: capacity 5, 1 token per 2s
-		{policy: client.LocalFallback, want: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 2 * time.Second, Source: client.FromPolicy}},
+		{policy: client.LocalFallback, want: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 2 * time.Second, Source: client.FromFallback}},
 	}
 	for _, tt := range tests {
 		for _, f := range failures {
 			t.Run(tt.policy.String()+"/"+f.name, func(t *testing.T) {
 				vk := mock.NewClient(gomock.NewController(t))
 				vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(f.give).AnyTimes()
-				lim := newLimiter(t, vk, client.WithPolicy(tt.policy), client.WithInstances(2))
+				lim := newLimiter(t, vk, client.Options{Fallback: tt.policy, Instances: 2})
 				got, err := lim.Allow(context.Background(), "k", bucket)
 				if err != nil || got != tt.want {
 					t.Fatalf("got %+v, %v; want %+v, nil", got, err, tt.want)
@@ -77,14 +77,14 @@ func TestPolicies(t *testing.T) {
 		t.Run(tt.policy.String()+"/RLERR is returned", func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(rlerr)
-			got, err := newLimiter(t, vk, client.WithPolicy(tt.policy)).Allow(context.Background(), "k", bucket)
+			got, err := newLimiter(t, vk, client.Options{Fallback: tt.policy}).Allow(context.Background(), "k", bucket)
 			var le *client.LibraryError
 			if !errors.As(err, &le) || got != (client.Result{}) {
 				t.Fatalf("got %+v, %v; want a *LibraryError", got, err)
 			}
 		})
 		t.Run(tt.policy.String()+"/a bad limit is returned", func(t *testing.T) {
-			lim := newLimiter(t, mock.NewClient(gomock.NewController(t)), client.WithPolicy(tt.policy))
+			lim := newLimiter(t, mock.NewClient(gomock.NewController(t)), client.Options{Fallback: tt.policy})
 			var le *client.LimitError
 			if _, err := lim.Allow(context.Background(), "k", client.TokenBucket{}); !errors.As(err, &le) {
 				t.Fatalf("got %v, want a *LimitError", err)
@@ -97,20 +97,20 @@ func TestPolicies(t *testing.T) {
 				cancel()
 				return mock.ErrorResult(context.Canceled)
 			})
-			_, err := newLimiter(t, vk, client.WithPolicy(tt.policy)).Allow(ctx, "k", bucket)
+			_, err := newLimiter(t, vk, client.Options{Fallback: tt.policy}).Allow(ctx, "k", bucket)
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("got %v, want context.Canceled", err)
 			}
 			// and a context done before the call sends nothing
-			if _, err := newLimiter(t, vk, client.WithPolicy(tt.policy)).Allow(ctx, "k", bucket); !errors.Is(err, context.Canceled) {
+			if _, err := newLimiter(t, vk, client.Options{Fallback: tt.policy}).Allow(ctx, "k", bucket); !errors.Is(err, context.Canceled) {
 				t.Fatalf("got %v, want context.Canceled", err)
 			}
 		})
 		t.Run(tt.policy.String()+"/cost above the limit is never admitted", func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
-			got, err := newLimiter(t, vk, client.WithPolicy(tt.policy)).AllowN(context.Background(), "k", bucket, 11)
-			if err != nil || got.Allowed || got.RetryAfter != client.Never || got.Source != client.FromPolicy {
+			got, err := newLimiter(t, vk, client.Options{Fallback: tt.policy}).AllowN(context.Background(), "k", bucket, 11)
+			if err != nil || got.Allowed || got.RetryAfter != client.Never || got.Source != client.FromFallback {
 				t.Fatalf("got %+v, %v; want denied, RetryAfter Never", got, err)
 			}
 		})
@@ -119,7 +119,7 @@ func TestPolicies(t *testing.T) {
 		for _, f := range failures {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(f.give)
-			got, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", bucket)
+			got, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).Allow(context.Background(), "k", bucket)
 			if err == nil || got != (client.Result{}) {
 				t.Errorf("%s: got %+v, %v; want the error", f.name, got, err)
 			}
@@ -131,12 +131,12 @@ func TestPolicies(t *testing.T) {
 // test on any call beyond those expected.
 func TestBreakerStopsCalls(t *testing.T) {
 	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
-	for _, policy := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, policy := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(policy.String(), func(t *testing.T) {
 			clock := newFakeClock()
 			vk := mock.NewClient(gomock.NewController(t))
 			ctx := context.Background()
-			lim := newLimiter(t, vk, client.WithPolicy(policy), client.WithBreaker(3, time.Second), client.WithClock(clock.now))
+			lim := newLimiter(t, vk, client.WithClock(client.Options{Fallback: policy, BreakerFailures: 3, BreakerCooldown: time.Second}, clock.now))
 
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused).Times(3)
 			for range 3 {
@@ -155,7 +155,7 @@ func TestBreakerStopsCalls(t *testing.T) {
 					if !errors.Is(err, client.ErrCircuitOpen) {
 						t.Fatalf("call %d while open: %v, want ErrCircuitOpen", i, err)
 					}
-				} else if err != nil || got.Source != client.FromPolicy {
+				} else if err != nil || got.Source != client.FromFallback {
 					t.Fatalf("call %d while open: %+v, %v; want a local decision", i, got, err)
 				}
 				if policy == client.FailClosed && got.RetryAfter != time.Second {
@@ -177,7 +177,7 @@ func TestBreakerStopsCalls(t *testing.T) {
 			clock.advance(time.Millisecond)
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply).Times(3)
 			for i := range 3 {
-				if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromPolicy {
+				if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromFallback {
 					t.Fatalf("call %d after the probe: %+v, %v; want the server's decision", i, got, err)
 				}
 			}
@@ -191,14 +191,14 @@ func TestErrorRepliesKeepTheBreakerClosed(t *testing.T) {
 	bucket := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	for _, give := range []valkey.ValkeyResult{missing, loading, garbled, rlerr} {
 		vk := mock.NewClient(gomock.NewController(t))
-		lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithBreaker(1, time.Hour))
+		lim := newLimiter(t, vk, client.Options{Fallback: client.LocalFallback, BreakerFailures: 1, BreakerCooldown: time.Hour})
 		ctx := context.Background()
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(give).Times(20)
 		for range 20 {
 			lim.Allow(ctx, "k", bucket)
 		}
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-		if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromPolicy {
+		if got, err := lim.Allow(ctx, "k", bucket); err != nil || got.Source == client.FromFallback {
 			t.Fatalf("%v, then the server answers: %+v, %v; want its decision", give, got, err)
 		}
 		if n := lim.LocalKeys(); n != 0 {
@@ -211,11 +211,11 @@ func TestErrorRepliesKeepTheBreakerClosed(t *testing.T) {
 func TestLocalPeekConsumesNothing(t *testing.T) {
 	vk := mock.NewClient(gomock.NewController(t))
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused).AnyTimes()
-	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithInstances(5), client.WithClock(newFakeClock().now))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{Fallback: client.LocalFallback, Instances: 5}, newFakeClock().now))
 	ctx := context.Background()
 	limit := client.SlidingLog{Limit: 10, Window: time.Minute} // 2 per instance
 	for range 10 {
-		if got, err := lim.Peek(ctx, "k", limit); err != nil || !got.Allowed || got.Remaining != 2 || got.Source != client.FromPolicy {
+		if got, err := lim.Peek(ctx, "k", limit); err != nil || !got.Allowed || got.Remaining != 2 || got.Source != client.FromFallback {
 			t.Fatalf("peek: %+v, %v", got, err)
 		}
 	}
@@ -223,7 +223,7 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 		t.Fatalf("peeks left %d keys", n)
 	}
 	for i, want := range []bool{true, true, false, false} {
-		if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Allowed != want || got.Source != client.FromPolicy {
+		if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Allowed != want || got.Source != client.FromFallback {
 			t.Fatalf("allow %d: %+v, %v; want allowed %v", i, got, err, want)
 		}
 	}
@@ -242,7 +242,7 @@ func TestLocalPeekConsumesNothing(t *testing.T) {
 func TestRecoveryDropsLocalState(t *testing.T) {
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
-	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithBreaker(1, time.Second), client.WithClock(clock.now))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{Fallback: client.LocalFallback, BreakerFailures: 1, BreakerCooldown: time.Second}, clock.now))
 	ctx := context.Background()
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
@@ -253,14 +253,14 @@ func TestRecoveryDropsLocalState(t *testing.T) {
 	}
 	clock.advance(time.Second)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromPolicy {
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromFallback {
 		t.Fatalf("probe: %+v, %v", got, err)
 	}
 	if n := lim.LocalKeys(); n != 1 {
 		t.Fatalf("%d local keys after recovery, want 1 (k2's)", n)
 	}
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k2", limit); err != nil || got.Source == client.FromPolicy {
+	if got, err := lim.Allow(ctx, "k2", limit); err != nil || got.Source == client.FromFallback {
 		t.Fatalf("k2: %+v, %v", got, err)
 	}
 	if n := lim.LocalKeys(); n != 0 {
@@ -278,19 +278,19 @@ func TestOneDeadShardStaysLimited(t *testing.T) {
 		}
 		return okReply
 	}).AnyTimes()
-	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithClock(newFakeClock().now))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{Fallback: client.LocalFallback}, newFakeClock().now))
 	ctx := context.Background()
 	limit := client.FixedWindow{Limit: 5, Window: time.Minute}
 	admitted := 0
 	for range 100 {
 		got, err := lim.Allow(ctx, "dead", limit)
-		if err != nil || got.Source != client.FromPolicy {
+		if err != nil || got.Source != client.FromFallback {
 			t.Fatalf("dead shard: %+v, %v; want a local decision", got, err)
 		}
 		if got.Allowed {
 			admitted++
 		}
-		if got, err := lim.Allow(ctx, "alive", limit); err != nil || got.Source == client.FromPolicy {
+		if got, err := lim.Allow(ctx, "alive", limit); err != nil || got.Source == client.FromFallback {
 			t.Fatalf("live shard: %+v, %v; want the server's decision", got, err)
 		}
 	}
@@ -304,7 +304,7 @@ func TestOneDeadShardStaysLimited(t *testing.T) {
 func TestCanceledProbeLetsTheNextCallProbe(t *testing.T) {
 	clock := newFakeClock()
 	vk := mock.NewClient(gomock.NewController(t))
-	lim := newLimiter(t, vk, client.WithBreaker(1, time.Second), client.WithClock(clock.now), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{BreakerFailures: 1, BreakerCooldown: time.Second, Fallback: client.ReturnError}, clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	ctx := context.Background()
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(refused)
@@ -323,7 +323,7 @@ func TestCanceledProbeLetsTheNextCallProbe(t *testing.T) {
 	}
 	// no time passes: the next call is the probe (gomock fails the test if it is not sent)
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).Return(okReply)
-	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromPolicy {
+	if got, err := lim.Allow(ctx, "k", limit); err != nil || got.Source == client.FromFallback {
 		t.Fatalf("next call: %+v, %v; want the server's decision", got, err)
 	}
 }
@@ -346,7 +346,7 @@ func TestDeadline(t *testing.T) {
 		vk := mock.NewClient(gomock.NewController(t))
 		vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(block)
 		start := time.Now()
-		_, err := newLimiter(t, vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.ReturnError)).Allow(context.Background(), "k", bucket)
+		_, err := newLimiter(t, vk, client.Options{Deadline: 50 * time.Millisecond, Fallback: client.ReturnError}).Allow(context.Background(), "k", bucket)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("got %v, want DeadlineExceeded", err)
@@ -369,7 +369,7 @@ func TestDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		start := time.Now()
-		if _, err := newLimiter(t, vk, client.WithDeadline(80*time.Millisecond)).Allow(ctx, "k", bucket); err != nil {
+		if _, err := newLimiter(t, vk, client.Options{Deadline: 80 * time.Millisecond}).Allow(ctx, "k", bucket); err != nil {
 			t.Fatal(err)
 		}
 		if d := got.Sub(start); d < 80*time.Millisecond || d > 80*time.Millisecond+250*time.Millisecond {
@@ -379,13 +379,13 @@ func TestDeadline(t *testing.T) {
 	// A cold key's call reuses the clock reading of the leased budgets and the denial cache
 	// for its deadline: not a test clock's, which is not the time.
 	for _, tc := range []struct {
-		name string
-		opts []client.Option
+		name  string
+		clock func() int64
 	}{
 		{"leased budgets and a denial cache", nil},
-		{"the same with a test clock an hour ahead", []client.Option{client.WithClock(func() int64 {
+		{"the same with a test clock an hour ahead", func() int64 {
 			return time.Now().Add(time.Hour).UnixNano()
-		})}},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
@@ -394,10 +394,12 @@ func TestDeadline(t *testing.T) {
 				got, _ = client.CallDeadline(ctx)
 				return okReply
 			})
-			opts := append([]client.Option{client.WithDeadline(80 * time.Millisecond),
-				client.WithLeasedBudgets(16, time.Second), client.WithDenialCache(10)}, tc.opts...)
+			opts := client.Options{Deadline: 80 * time.Millisecond, BudgetBatch: 16, BudgetAge: time.Second, DenialCache: 10}
+			if tc.clock != nil {
+				opts = client.WithClock(opts, tc.clock)
+			}
 			start := time.Now()
-			if _, err := newLimiter(t, vk, opts...).Allow(context.Background(), "k", bucket); err != nil {
+			if _, err := newLimiter(t, vk, opts).Allow(context.Background(), "k", bucket); err != nil {
 				t.Fatal(err)
 			}
 			if d := got.Sub(start); d < 80*time.Millisecond || d > 80*time.Millisecond+250*time.Millisecond {
@@ -416,7 +418,7 @@ func TestDeadline(t *testing.T) {
 			}
 			return okReply
 		})
-		if _, err := newLimiter(t, vk).Allow(ctx, "k", bucket); err != nil {
+		if _, err := newLimiter(t, vk, client.Options{}).Allow(ctx, "k", bucket); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -427,8 +429,8 @@ func TestDeadline(t *testing.T) {
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(block),
 		)
 		start := time.Now()
-		got, err := newLimiter(t, vk, client.WithDeadline(50*time.Millisecond), client.WithPolicy(client.FailOpen)).Peek(context.Background(), "k", bucket)
-		if took := time.Since(start); took > 300*time.Millisecond || err != nil || !got.Allowed || got.Source != client.FromPolicy {
+		got, err := newLimiter(t, vk, client.Options{Deadline: 50 * time.Millisecond, Fallback: client.FailOpen}).Peek(context.Background(), "k", bucket)
+		if took := time.Since(start); took > 300*time.Millisecond || err != nil || !got.Allowed || got.Source != client.FromFallback {
 			t.Fatalf("got %+v, %v after %s; want fail open within the deadline", got, err, took)
 		}
 	})
@@ -438,25 +440,24 @@ func TestDeadline(t *testing.T) {
 // all returned.
 func TestInvalidOptions(t *testing.T) {
 	tests := []struct {
-		give client.Option
+		give client.Options
 		want string
 	}{
-		{client.WithDeadline(0), "client: WithDeadline must be positive, got 0s"},
-		{client.WithDeadline(-time.Second), "client: WithDeadline must be positive, got -1s"},
-		{client.WithPolicy(9), "client: WithPolicy must be ReturnError, FailOpen, FailClosed or LocalFallback, got Policy(9)"},
-		{client.WithInstances(0), "client: WithInstances must be from 1 to 1000000, got 0"},
-		{client.WithInstances(1_000_001), "client: WithInstances must be from 1 to 1000000, got 1000001"},
-		{client.WithBreaker(0, time.Second), "client: WithBreaker failures must be at least 1, got 0"},
-		{client.WithBreaker(1, 0), "client: WithBreaker cooldown must be positive, got 0s"},
-		{client.WithLocalKeys(0), "client: WithLocalKeys must be at least 1, got 0"},
-		{client.WithMeterProvider(nil), "client: WithMeterProvider must not be nil"},
-		{client.WithLeasedBudgets(1, time.Second), "client: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1"},
-		{client.WithLeasedBudgets(1_000_001, time.Second), "client: WithLeasedBudgets maxBatch must be from 2 to 1000000, got 1000001"},
-		{client.WithLeasedBudgets(64, 0), "client: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 0s"},
-		{client.WithLeasedBudgets(64, 2*time.Minute), "client: WithLeasedBudgets maxAge must be from 1ms to 1m0s, got 2m0s"},
-		{client.WithDenialCache(0), "client: WithDenialCache maxKeys must be from 1 to 10000000, got 0"},
-		{client.WithDenialCache(10_000_001), "client: WithDenialCache maxKeys must be from 1 to 10000000, got 10000001"},
-		{client.WithTracerProvider(nil), "client: WithTracerProvider must not be nil"},
+		{client.Options{Deadline: -time.Second}, "client: Options.Deadline must not be negative, got -1s"},
+		{client.Options{Fallback: 9}, "client: Options.Fallback must be LocalFallback, FailClosed, FailOpen or ReturnError, got Fallback(9)"},
+		{client.Options{Instances: -1}, "client: Options.Instances must be from 1 to 1000000 (or 0: 1), got -1"},
+		{client.Options{Instances: 1_000_001}, "client: Options.Instances must be from 1 to 1000000 (or 0: 1), got 1000001"},
+		{client.Options{BreakerFailures: -1}, "client: Options.BreakerFailures must be from 1 to 2147483647 (or 0: 5), got -1"},
+		{client.Options{BreakerCooldown: -time.Second}, "client: Options.BreakerCooldown must not be negative, got -1s"},
+		{client.Options{LocalKeys: -1}, "client: Options.LocalKeys must be from 1 to 2147483647 (or 0: 100000), got -1"},
+		{client.Options{MaxKeyLen: 1<<20 + 1}, "client: Options.MaxKeyLen must be from 1 to 1048576 (or 0: 512), got 1048577"},
+		{client.Options{BudgetBatch: 1, BudgetAge: time.Second}, "client: Options.BudgetBatch must be from 2 to 1000000 (or 0 with BudgetAge 0: off), got 1"},
+		{client.Options{BudgetBatch: 1_000_001, BudgetAge: time.Second}, "client: Options.BudgetBatch must be from 2 to 1000000 (or 0 with BudgetAge 0: off), got 1000001"},
+		{client.Options{BudgetAge: time.Second}, "client: Options.BudgetBatch must be from 2 to 1000000 (or 0 with BudgetAge 0: off), got 0"},
+		{client.Options{BudgetBatch: 64}, "client: Options.BudgetAge must be from 1ms to 1m0s with BudgetBatch, got 0s"},
+		{client.Options{BudgetBatch: 64, BudgetAge: 2 * time.Minute}, "client: Options.BudgetAge must be from 1ms to 1m0s with BudgetBatch, got 2m0s"},
+		{client.Options{DenialCache: -1}, "client: Options.DenialCache must be from 1 to 10000000 (or 0: off), got -1"},
+		{client.Options{DenialCache: 10_000_001}, "client: Options.DenialCache must be from 1 to 10000000 (or 0: off), got 10000001"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -468,27 +469,33 @@ func TestInvalidOptions(t *testing.T) {
 		})
 	}
 	// a nil client, with which every call would panic
-	if lim, err := client.New(nil); lim != nil || err == nil || err.Error() != "client: vk must not be nil" {
+	if lim, err := client.New(nil, client.Options{}); lim != nil || err == nil || err.Error() != "client: vk must not be nil" {
 		t.Fatalf("New(nil) = %v, %v; want an *OptionError", lim, err)
 	}
 	// every mistake is reported, in order
-	_, err := client.New(nil, client.WithDeadline(0), client.WithInstances(0))
-	if want := "client: vk must not be nil\nclient: WithDeadline must be positive, got 0s\nclient: WithInstances must be from 1 to 1000000, got 0"; err == nil || err.Error() != want {
+	_, err := client.New(nil, client.Options{Deadline: -1, Instances: -1})
+	if want := "client: vk must not be nil\nclient: Options.Deadline must not be negative, got -1ns\nclient: Options.Instances must be from 1 to 1000000 (or 0: 1), got -1"; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 	// the valid extremes are accepted
-	if _, err := client.New(mock.NewClient(nil), client.WithDeadline(time.Nanosecond), client.WithInstances(1_000_000),
-		client.WithBreaker(1, time.Nanosecond), client.WithLocalKeys(1), client.WithPolicy(client.LocalFallback)); err != nil {
+	if _, err := client.New(mock.NewClient(nil), client.Options{
+		Deadline:        time.Nanosecond,
+		Instances:       1_000_000,
+		BreakerFailures: 1,
+		BreakerCooldown: time.Nanosecond,
+		LocalKeys:       1,
+		Fallback:        client.LocalFallback,
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestPolicyString(t *testing.T) {
+func TestFallbackString(t *testing.T) {
 	var got []string
-	for p := client.ReturnError; p <= client.LocalFallback+1; p++ {
+	for p := client.LocalFallback; p <= client.ReturnError+1; p++ {
 		got = append(got, p.String())
 	}
-	if s := strings.Join(got, " "); s != "return_error fail_open fail_closed local_fallback Policy(4)" {
+	if s := strings.Join(got, " "); s != "local_fallback fail_closed fail_open return_error Fallback(4)" {
 		t.Errorf("got %s", s)
 	}
 }
@@ -517,7 +524,7 @@ func TestLeasedUnitsAgedOutDuringFailedCall(t *testing.T) {
 			return mock.Result(ints(1, 100, 90, 0, 1000, 0))
 		},
 	}
-	lim := newLimiter(t, vk, client.WithClock(clock.now), client.WithLeasedBudgets(16, 100*time.Millisecond), client.WithPolicy(client.ReturnError))
+	lim := newLimiter(t, vk, client.WithClock(client.Options{BudgetBatch: 16, BudgetAge: 100 * time.Millisecond, Fallback: client.ReturnError}, clock.now))
 	ctx := context.Background()
 	for i := 0; lim.Parked() == 0; i++ {
 		if i == 10 {
@@ -574,8 +581,12 @@ func TestLeasedWaitKeepsTheDeadline(t *testing.T) {
 	const deadline = 200 * time.Millisecond
 	bucket := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Second}
 	vk := &slowBatches{Client: mock.NewClient(nil)}
-	lim := newLimiter(t, vk, client.WithDeadline(deadline), client.WithPolicy(client.FailOpen),
-		client.WithLeasedBudgets(64, time.Minute))
+	lim := newLimiter(t, vk, client.Options{
+		Deadline:    deadline,
+		Fallback:    client.FailOpen,
+		BudgetBatch: 64,
+		BudgetAge:   time.Minute,
+	})
 	ctx := context.Background()
 	for i := 0; lim.Parked() == 0; i++ {
 		if i == 20 {
@@ -607,7 +618,7 @@ func TestLeasedWaitKeepsTheDeadline(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
 	r, err := lim.Allow(ctx, "k", bucket)
-	if err != nil || !r.Allowed || r.Source != client.FromPolicy {
+	if err != nil || !r.Allowed || r.Source != client.FromFallback {
 		t.Fatalf("the waiting call: %+v, %v; want FailOpen's admission", r, err)
 	}
 	<-first

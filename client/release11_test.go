@@ -98,7 +98,7 @@ func TestCommands11(t *testing.T) {
 				reply = mock.Result(ints(1, 10, 9, 0, 1000, 0, 1))
 			}
 			vk.EXPECT().Do(gomock.Any(), mock.Match(tt.want...)).Return(reply)
-			if err := tt.do(newLimiter(t, vk)); err != nil {
+			if err := tt.do(newLimiter(t, vk, client.Options{})); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -113,7 +113,7 @@ func TestAcquireIDs(t *testing.T) {
 		ids = append(ids, cmd.Commands()[6])
 		return okReply
 	}).Times(2)
-	lim := newLimiter(t, vk)
+	lim := newLimiter(t, vk, client.Options{})
 	for range 2 {
 		le, res, err := lim.Acquire(context.Background(), "k", client.Concurrency{Limit: 10, Lease: time.Second})
 		if err != nil || le == nil || !res.Allowed || le.ID() != ids[len(ids)-1] || len(le.ID()) != 32 {
@@ -139,7 +139,7 @@ func TestLeaseAfterRelease(t *testing.T) {
 		mu.Unlock()
 		return okReply
 	}).AnyTimes()
-	lim := newLimiter(t, vk)
+	lim := newLimiter(t, vk, client.Options{})
 	ctx := context.Background()
 	le, err := lim.Lease("k", client.Concurrency{Limit: 10, Lease: time.Second}, "holder")
 	if err != nil {
@@ -179,12 +179,12 @@ func TestReleaseCanceled(t *testing.T) {
 	vk := mock.NewClient(gomock.NewController(t))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_concurrency_release", "1", "rl:{k}:concurrency", "10", "1000", "holder")).
 		DoAndReturn(func(ctx context.Context, _ valkey.Completed) valkey.ValkeyResult {
-			if d, ok := ctx.Deadline(); !ok || time.Until(d) > client.DefaultDeadline+time.Millisecond {
+			if d, ok := ctx.Deadline(); !ok || time.Until(d) > 100*time.Millisecond+time.Millisecond {
 				t.Errorf("the release is not bounded by the Limiter's deadline: %v %v", d, ok)
 			}
 			return okReply
 		})
-	le, err := newLimiter(t, vk).Lease("k", client.Concurrency{Limit: 10, Lease: time.Second}, "holder")
+	le, err := newLimiter(t, vk, client.Options{}).Lease("k", client.Concurrency{Limit: 10, Lease: time.Second}, "holder")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestAllowAllCompensates(t *testing.T) {
 		Return(mock.Result(ints(0, 5, 0, 3000, 3000, 0)))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_fixed_window_refund", "1", "rl:{ip:1}:fixed_window", "100", "60000", "1")).
 		Return(mock.Result(ints(1, 100, 51, 0, 1000, 0)))
-	res, err := newLimiter(t, vk).AllowAll(context.Background(), []client.Rule{{Key: "ip:1", Limit: ip}, {Key: "user:9", Limit: user}})
+	res, err := newLimiter(t, vk, client.Options{}).AllowAll(context.Background(), []client.Rule{{Key: "ip:1", Limit: ip}, {Key: "user:9", Limit: user}})
 	if err != nil || res.Allowed || res.Rule != 1 || res.Limit != 5 || res.RetryAfter != 3*time.Second {
 		t.Fatalf("%+v, %v; want the user's denial", res, err)
 	}
@@ -224,13 +224,13 @@ func TestAllowAllErrorCompensates(t *testing.T) {
 		Return(mock.Result(mock.ValkeyError("NOPERM no")))
 	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
 		Return(okReply)
-	if _, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}); err == nil {
+	if _, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}); err == nil {
 		t.Fatal("no error")
 	}
 }
 
 func TestAllowAllRefusesBadRules(t *testing.T) {
-	lim := newLimiter(t, mock.NewClient(gomock.NewController(t)))
+	lim := newLimiter(t, mock.NewClient(gomock.NewController(t)), client.Options{})
 	fw := client.FixedWindow{Limit: 5, Window: time.Second}
 	many := make([]client.Rule, 17)
 	for i := range many {
@@ -265,7 +265,7 @@ func TestVersionErrorOn10(t *testing.T) {
 		reply  string
 		do     func(ctx context.Context, lim *client.Limiter) error
 		what   string
-		policy client.Policy
+		policy client.Fallback
 		key    string
 	}{
 		{"reserve", "RLERR rl_token_bucket takes 4 arguments (capacity rate period_ms cost), got 5",
@@ -295,7 +295,7 @@ func TestVersionErrorOn10(t *testing.T) {
 			other.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
 				Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyError("MOVED 1234 10.0.0.1:6379")), mock.Result(mock.ValkeyBlobString("1.1.0"))}).AnyTimes()
 			vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": owner, "10.0.0.0:6379": other})
-			err := tt.do(context.Background(), newLimiter(t, vk, client.WithPolicy(tt.policy)))
+			err := tt.do(context.Background(), newLimiter(t, vk, client.Options{Fallback: tt.policy}))
 			var ve *client.VersionError
 			if !errors.As(err, &ve) || ve.Node != "10.0.0.1:6379" || ve.Version != "1.0.0" || ve.Want != "1.1.0" || ve.Function != tt.what {
 				t.Fatalf("got %v, want a *VersionError naming 10.0.0.1:6379", err)
@@ -328,7 +328,7 @@ func TestAllowAllReportsFailedRefunds(t *testing.T) {
 				Return(tt.b)
 			vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "1000", "1")).
 				Return(mock.ErrorResult(context.DeadlineExceeded))
-			res, err := newLimiter(t, vk, client.WithPolicy(client.ReturnError)).AllowAll(context.Background(), rules)
+			res, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).AllowAll(context.Background(), rules)
 			var ce *client.CompensationError
 			if !errors.As(err, &ce) || len(ce.Rules) != 1 || ce.Rules[0] != 0 || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("got %v, want a *CompensationError for rule 0", err)
@@ -353,7 +353,7 @@ func TestAllowAllCompensatesCanceled(t *testing.T) {
 	vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(cctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
 		switch args := cmd.Commands(); {
 		case args[1] == "rl_fixed_window_refund":
-			if d, ok := cctx.Deadline(); cctx.Err() != nil || !ok || time.Until(d) > client.DefaultDeadline+time.Millisecond {
+			if d, ok := cctx.Deadline(); cctx.Err() != nil || !ok || time.Until(d) > 100*time.Millisecond+time.Millisecond {
 				t.Errorf("the refund's context: %v, deadline %v %v", cctx.Err(), d, ok)
 			}
 			refunded = true
@@ -366,7 +366,7 @@ func TestAllowAllCompensatesCanceled(t *testing.T) {
 	}).AnyTimes()
 	l := client.FixedWindow{Limit: 5, Window: time.Minute}
 	// b is denied, or not sent at all (context canceled): a's refund is owed either way
-	_, _ = newLimiter(t, vk).AllowAll(ctx, []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}})
+	_, _ = newLimiter(t, vk, client.Options{}).AllowAll(ctx, []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}})
 	if !refunded {
 		t.Error("a's unit was not refunded")
 	}
@@ -378,7 +378,7 @@ func TestAllowAllCompensatesCanceled(t *testing.T) {
 func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
 	l := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Hour}
 	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
-	for _, p := range []client.Policy{client.FailOpen, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.FailOpen, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			vk := mock.NewClient(gomock.NewController(t))
 			vk.EXPECT().Do(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd valkey.Completed) valkey.ValkeyResult {
@@ -390,7 +390,7 @@ func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
 				}
 				return mock.ErrorResult(context.DeadlineExceeded) // a's shard is gone
 			}).AnyTimes()
-			lim := newLimiter(t, vk, client.WithPolicy(p))
+			lim := newLimiter(t, vk, client.Options{Fallback: p})
 			if res, err := lim.AllowAll(context.Background(), rules); err != nil || res.Allowed || res.Rule != 1 {
 				t.Fatalf("%+v, %v; want b's denial", res, err)
 			}
@@ -398,7 +398,7 @@ func TestAllowAllCompensatesLocalDecisionsLocally(t *testing.T) {
 				return
 			}
 			// a's local unit was given back: its local bucket of 1 admits again
-			if res, err := lim.Allow(context.Background(), "a", l); err != nil || !res.Allowed || res.Source != client.FromPolicy {
+			if res, err := lim.Allow(context.Background(), "a", l); err != nil || !res.Allowed || res.Source != client.FromFallback {
 				t.Errorf("a after the refund: %+v, %v; want a local admission", res, err)
 			}
 		})
@@ -431,10 +431,10 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_sliding_log", "1", "rl:{b}:sliding_log", "1", "60000", "1")).
 			Return(mock.Result(ints(0, 1, 0, 5000, 60000, 0))),
 	)
-	lim := newLimiter(t, vk)
+	lim := newLimiter(t, vk, client.Options{})
 	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
 	res, err := lim.AllowAll(context.Background(), rules)
-	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Source == client.FromPolicy {
+	if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter != 5*time.Second || res.Source == client.FromFallback {
 		t.Fatalf("%+v, %v; want b's denial, decided by the node", res, err)
 	}
 	// Within the cooldown, the node is known to run 1.0.0: no refused call, no lookup. a denies
@@ -451,10 +451,10 @@ func TestAllowAllAcrossKeysOn10(t *testing.T) {
 }
 
 // An RLERR about the reserve argument, when no node can tell its version (the lookup ran
-// out of time), is still an older library's answer, not the limit's error: a *ReplyError,
+// out of time), is still an older library's answer, not the limit's error: a *replyError,
 // which the policy decides, never a *LibraryError.
 func TestArityErrorUnknownVersion(t *testing.T) {
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen} {
 		t.Run(p.String(), func(t *testing.T) {
 			ctrl := gomock.NewController(t)
 			vk := mock.NewClient(ctrl)
@@ -463,15 +463,15 @@ func TestArityErrorUnknownVersion(t *testing.T) {
 			gone := mock.ErrorResult(context.DeadlineExceeded)
 			node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).Return([]valkey.ValkeyResult{gone, gone})
 			vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node})
-			res, err := newLimiter(t, vk, client.WithPolicy(p)).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
+			res, err := newLimiter(t, vk, client.Options{Fallback: p}).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
 			var le *client.LibraryError
 			var re *client.ReplyError
 			switch {
 			case errors.As(err, &le):
 				t.Fatalf("got the *LibraryError %v", err)
 			case p == client.ReturnError && !errors.As(err, &re):
-				t.Fatalf("got %v, want a *ReplyError", err)
-			case p == client.FailOpen && (err != nil || res.Source != client.FromPolicy):
+				t.Fatalf("got %v, want a *replyError", err)
+			case p == client.FailOpen && (err != nil || res.Source != client.FromFallback):
 				t.Fatalf("got %+v, %v; want the policy's decision", res, err)
 			}
 		})
@@ -487,7 +487,7 @@ func TestArityErrorOn11StaysLibraryError(t *testing.T) {
 	node.EXPECT().DoMulti(gomock.Any(), gomock.Any(), gomock.Any()).
 		Return([]valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString("1.1.0"))})
 	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": node})
-	_, err := newLimiter(t, vk).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
+	_, err := newLimiter(t, vk, client.Options{}).Allow(context.Background(), "k", client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2})
 	var le *client.LibraryError
 	if !errors.As(err, &le) {
 		t.Fatalf("got %v, want the *LibraryError", err)
@@ -511,7 +511,7 @@ func TestCheckVersion(t *testing.T) {
 			Return([]valkey.ValkeyResult{primary, mock.Result(mock.ValkeyBlobString(tt.runs))})
 		vk := mock.NewClient(ctrl)
 		vk.EXPECT().Nodes().Return(map[string]valkey.Client{"10.0.0.1:6379": nc})
-		err := newLimiter(t, vk).CheckVersion(context.Background(), tt.min)
+		err := newLimiter(t, vk, client.Options{}).CheckVersion(context.Background(), tt.min)
 		var ve *client.VersionError
 		if tt.ok != (err == nil) || !tt.ok && (!errors.As(err, &ve) || ve.Want != tt.min || ve.Version != tt.runs) {
 			t.Errorf("%s, min %q: %v", tt.runs, tt.min, err)
@@ -564,16 +564,16 @@ func TestAllowAllEachByPolicy(t *testing.T) {
 			}
 			return []valkey.ValkeyResult{gone, gone, gone}
 		}).Times(3)
-	lim := newLimiter(t, vk, client.WithPolicy(client.LocalFallback))
+	lim := newLimiter(t, vk, client.Options{Fallback: client.LocalFallback})
 	for i, want := range []struct {
 		allowed bool
 		tb, fw  int64 // remaining
 	}{{true, 1, 4}, {true, 0, 3}, {false, 0, 3}} {
 		res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
-		if err != nil || res.Allowed != want.allowed || res.Source != client.FromPolicy || len(each) != 2 {
+		if err != nil || res.Allowed != want.allowed || res.Source != client.FromFallback || len(each) != 2 {
 			t.Fatalf("call %d: %+v, %+v, %v", i+1, res, each, err)
 		}
-		if each[0].Remaining != want.tb || each[1].Remaining != want.fw || each[0].Source != client.FromPolicy || each[1].Source != client.FromPolicy ||
+		if each[0].Remaining != want.tb || each[1].Remaining != want.fw || each[0].Source != client.FromFallback || each[1].Source != client.FromFallback ||
 			each[0].Limit != 2 || each[1].Limit != 5 || each[0].Rule != 0 || each[1].Rule != 1 ||
 			!each[1].Allowed || each[0].Allowed != want.allowed {
 			t.Errorf("call %d: each %+v; want remaining %d and %d, local", i+1, each, want.tb, want.fw)
@@ -639,7 +639,7 @@ func TestAllowAllEachRefundedAfterFailedPeek(t *testing.T) {
 			}
 		},
 	}
-	res, each, err := newLimiter(t, vk).AllowAllEach(context.Background(), rules, 1)
+	res, each, err := newLimiter(t, vk, client.Options{}).AllowAllEach(context.Background(), rules, 1)
 	if err != nil || res.Allowed || res.Rule != 2 || len(each) != 3 || len(refunded) != 2 {
 		t.Fatalf("got %+v, %+v, %v, refunds of %q; want rule 2's denial, each rule, two refunds", res, each, err, refunded)
 	}

@@ -52,16 +52,16 @@ type Source uint8
 const (
 	// FromServer is a decision the server made on this call.
 	FromServer Source = iota
-	// FromPolicy is a decision made in this process without the server, by the Limiter's
-	// Policy (FailOpen, FailClosed or LocalFallback) when the server could not decide.
-	FromPolicy
+	// FromFallback is a decision made in this process without the server, by the Limiter's
+	// Fallback (FailOpen, FailClosed or LocalFallback) when the server could not decide.
+	FromFallback
 	// FromLease is an admission served from a batch of units this process took from the
-	// server earlier (WithLeasedBudgets): the server admitted the unit when it took the batch.
+	// server earlier (Options.BudgetBatch): the server admitted the unit when it took the batch.
 	// Remaining is then the server's Remaining after that batch plus the units still parked
 	// here, and ResetAfter the batch's ResetAfter less the time since it was sent: both as of
 	// the batch, blind to other processes' calls since.
 	FromLease
-	// FromDenialCache is a denial answered by the denial cache (WithDenialCache) without the
+	// FromDenialCache is a denial answered by the denial cache (Options.DenialCache) without the
 	// server: RetryAfter counts down from the server's denial, Remaining and Limit are its.
 	FromDenialCache
 )
@@ -70,8 +70,8 @@ func (s Source) String() string {
 	switch s {
 	case FromServer:
 		return "server"
-	case FromPolicy:
-		return "policy"
+	case FromFallback:
+		return "fallback"
 	case FromLease:
 		return "lease"
 	case FromDenialCache:

@@ -20,21 +20,21 @@ func TestRetryAfterMs(t *testing.T) {
 }
 
 // A Result's one Source turns into the traces' and metrics' rlfn.source values, which stay
-// what dashboards query: the policy's name for a decision by the Policy.
+// what dashboards query: the fallback's name for a decision by the Fallback.
 func TestSourceNames(t *testing.T) {
 	for _, tt := range []struct {
-		policy Policy
+		policy Fallback
 		give   Source
 		want   string
 	}{
 		{LocalFallback, FromServer, "server"},
-		{FailOpen, FromPolicy, "fail_open"},
-		{FailClosed, FromPolicy, "fail_closed"},
-		{LocalFallback, FromPolicy, "local_fallback"},
+		{FailOpen, FromFallback, "fail_open"},
+		{FailClosed, FromFallback, "fail_closed"},
+		{LocalFallback, FromFallback, "local_fallback"},
 		{LocalFallback, FromLease, "leased"},
 		{LocalFallback, FromDenialCache, "denial_cache"},
 	} {
-		l := &Limiter{policy: tt.policy}
+		l := &Limiter{fallback: tt.policy}
 		if got := l.source(Result{Source: tt.give}); got != tt.want {
 			t.Errorf("%s under %s: rlfn.source %q, want %q", tt.give, tt.policy, got, tt.want)
 		}
@@ -43,7 +43,7 @@ func TestSourceNames(t *testing.T) {
 	for s := FromServer; s <= FromDenialCache+1; s++ {
 		got = append(got, s.String())
 	}
-	if s := strings.Join(got, " "); s != "server policy lease denial_cache Source(4)" {
+	if s := strings.Join(got, " "); s != "server fallback lease denial_cache Source(4)" {
 		t.Errorf("got %s", s)
 	}
 }

@@ -39,7 +39,7 @@ func TestRefreshAsksLiveNodesFirst(t *testing.T) {
 	dead, live := &slotsNode{Client: mock.NewClient(nil)}, &slotsNode{Client: mock.NewClient(nil)}
 	vk := &slotsCluster{Client: mock.NewClient(nil, mock.WithSlotCheck()),
 		nodes: map[string]valkey.Client{"10.0.0.1:6379": dead, "10.0.0.2:6379": live}}
-	l, err := New(vk)
+	l, err := New(vk, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRefreshAsksLiveNodesFirst(t *testing.T) {
 		t.Fatal("no slot table")
 	}
 	b := old.breakers[old.owner[0]]
-	for range DefaultBreakerFailures {
+	for range defaultBreakerFailures {
 		b.failure(false, 0)
 	}
 	if b.current() != open {

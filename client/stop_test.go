@@ -18,12 +18,12 @@ import (
 // A Limiter's default is to decide locally when the server cannot: a server gone must never be
 // a service served with no limit at all.
 func TestDefaultPolicyIsLocalFallback(t *testing.T) {
-	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.ErrorResult(errors.New("connection refused"))})
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.ErrorResult(errors.New("connection refused"))}, client.Options{})
 	limit := client.FixedWindow{Limit: 3, Window: time.Hour}
 	admitted := 0
 	for range 10 {
 		res, err := lim.Allow(context.Background(), "k", limit)
-		if err != nil || res.Source != client.FromPolicy {
+		if err != nil || res.Source != client.FromFallback {
 			t.Fatalf("%+v, %v; want a local decision", res, err)
 		}
 		if res.Allowed {
@@ -35,7 +35,7 @@ func TestDefaultPolicyIsLocalFallback(t *testing.T) {
 	}
 }
 
-// An empty key and one longer than WithMaxKeyLen are *KeyErrors, sent nowhere, whatever the
+// An empty key and one longer than Options.MaxKeyLen are *KeyErrors, sent nowhere, whatever the
 // policy: they are the caller's.
 func TestKeyBounds(t *testing.T) {
 	var sent atomic.Bool // AllowAll's keys are decided side by side
@@ -48,22 +48,24 @@ func TestKeyBounds(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name string
-		opts []client.Option
+		opts client.Options
 		key  string
 		want string // the error; empty: admitted
 	}{
-		{"empty", nil, "", "client: the key is empty: no principal to count the call against"},
-		{"default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen), ""},
-		{"past the default bound", nil, strings.Repeat("k", client.DefaultMaxKeyLen+1),
-			"client: the key is 513 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
-		{"a MiB", nil, strings.Repeat("k", 1<<20), "client: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
-		{"own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkk", ""},
-		{"past its own bound", []client.Option{client.WithMaxKeyLen(4)}, "kkkkk",
-			"client: the key is 5 bytes, longer than the 4 WithMaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"empty", client.Options{}, "", "client: the key is empty: no principal to count the call against"},
+		{"default bound", client.Options{}, strings.Repeat("k", 512), ""},
+		{"past the default bound", client.Options{}, strings.Repeat("k", 513),
+			"client: the key is 513 bytes, longer than the 512 Options.MaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"a MiB", client.Options{}, strings.Repeat("k", 1<<20), "client: the key is 1048576 bytes, longer than the 512 Options.MaxKeyLen allows (key a long identifier by a hash of it)"},
+		{"own bound", client.Options{MaxKeyLen: 4}, "kkkk", ""},
+		{"past its own bound", client.Options{MaxKeyLen: 4}, "kkkkk",
+			"client: the key is 5 bytes, longer than the 4 Options.MaxKeyLen allows (key a long identifier by a hash of it)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
-				lim := newLimiter(t, vk, append(tt.opts, client.WithPolicy(p))...)
+			for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.LocalFallback} {
+				o := tt.opts
+				o.Fallback = p
+				lim := newLimiter(t, vk, o)
 				calls := map[string]func() error{
 					"Allow":  func() error { _, err := lim.Allow(ctx, tt.key, limit); return err },
 					"Peek":   func() error { _, err := lim.Peek(ctx, tt.key, limit); return err },
@@ -90,9 +92,9 @@ func TestKeyBounds(t *testing.T) {
 			}
 		})
 	}
-	for _, n := range []int{0, -1, 1<<20 + 1} {
-		if _, err := client.New(vk, client.WithMaxKeyLen(n)); err == nil {
-			t.Errorf("WithMaxKeyLen(%d) accepted", n)
+	for _, n := range []int{-1, 1<<20 + 1} {
+		if _, err := client.New(vk, client.Options{MaxKeyLen: n}); err == nil {
+			t.Errorf("MaxKeyLen %d accepted", n)
 		}
 	}
 }
@@ -125,13 +127,13 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 		return []valkey.ValkeyResult{mock.Result(mock.ValkeyInt64(0)), mock.Result(mock.ValkeyBlobString(version))}
 	}}
 	nodes := nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}
-	lim := newLimiter(t, nodes, client.WithClock(clock.now))
+	lim := newLimiter(t, nodes, client.WithClock(client.Options{}, clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
 	ctx := context.Background()
 	admitted := 0
 	for range 20 {
 		res, err := lim.Allow(ctx, "k", limit)
-		if err != nil || res.Source != client.FromPolicy {
+		if err != nil || res.Source != client.FromFallback {
 			t.Fatalf("%+v, %v; want the local fallback's decision", res, err)
 		}
 		if res.Allowed {
@@ -142,8 +144,8 @@ func TestOlderLibraryFallsBack(t *testing.T) {
 		t.Fatalf("admitted %d (want 8: capacity 10, reserve 2), %d calls refused and %d version lookups (want 1 each)", admitted, refused, lookups)
 	}
 	version = "1.1.0"
-	clock.advance(client.DefaultBreakerCooldown)
-	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Source == client.FromPolicy || served != 1 {
+	clock.advance(time.Second)
+	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Source == client.FromFallback || served != 1 {
 		t.Fatalf("%+v, %v after a deploy and a cooldown; want the server's decision", res, err)
 	}
 }
@@ -185,7 +187,7 @@ func TestDenialCostsNoMoreThanAdmission(t *testing.T) {
 		}
 		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
 	}}
-	lim := newLimiter(t, vk)
+	lim := newLimiter(t, vk, client.Options{})
 	rules := []client.Rule{
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
@@ -244,7 +246,7 @@ func TestHintKeepsTheLongestRetryAfter(t *testing.T) {
 		}
 		return mock.Result(ints(1, 1000, 999, 0, 30_000, 0))
 	}}
-	lim := newLimiter(t, vk)
+	lim := newLimiter(t, vk, client.Options{})
 	rules := []client.Rule{
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Second}},
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
@@ -285,14 +287,14 @@ func TestOlderNodeDecidesTheHintedKeyFirst(t *testing.T) {
 		used[cmd[3]]++
 		return mock.Result(ints(1, limit, limit-used[cmd[3]], 0, 30_000, 0))
 	}}
-	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}}, client.Options{})
 	rules := []client.Rule{
 		{Key: "ip:10.0.0.1", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute}},
 		{Key: "user:alice", Limit: client.FixedWindow{Limit: 5, Window: time.Minute}},
 	}
 	for i := range 100 {
 		res, err := lim.AllowAll(context.Background(), rules)
-		if err != nil || res.Source == client.FromPolicy || res.Allowed != (i < 5) {
+		if err != nil || res.Source == client.FromFallback || res.Allowed != (i < 5) {
 			t.Fatalf("request %d: %+v, %v", i+1, res, err)
 		}
 	}
@@ -324,13 +326,13 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 		lookups.Add(1)
 		return on10.doMulti(c)
 	}}
-	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(clock.now))
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": node}}, client.WithClock(client.Options{}, clock.now))
 	limit := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Reserve: 2}
 	ctx := context.Background()
-	if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source != client.FromPolicy {
+	if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source != client.FromFallback {
 		t.Fatalf("%+v, %v; want a local decision", r, err)
 	}
-	clock.advance(client.DefaultBreakerCooldown)
+	clock.advance(time.Second)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() { _, _ = lim.Allow(ctx, "k", limit) })
@@ -345,9 +347,9 @@ func TestOlderNodeProbedOnce(t *testing.T) {
 		t.Errorf("%v allocations per local decision of a known 1.0.0 node, want 0", n)
 	}
 	upgraded.Store(true)
-	clock.advance(client.DefaultBreakerCooldown)
+	clock.advance(time.Second)
 	for range 3 {
-		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source == client.FromPolicy {
+		if r, err := lim.Allow(ctx, "k", limit); err != nil || r.Source == client.FromFallback {
 			t.Fatalf("%+v, %v after the upgrade; want the server's decision", r, err)
 		}
 	}
@@ -368,7 +370,7 @@ func TestRefundOwedUnderOlderNodeMemory(t *testing.T) {
 		}
 		return mock.Result(ints(1, 5, 4, 0, 1000, 0)) // a, on 1.1, admits (and is refunded)
 	}}
-	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}})
+	lim := newLimiter(t, nodesClient{scriptClient: vk, nodes: map[string]valkey.Client{"10.0.0.1:6379": on10}}, client.Options{})
 	fw := client.FixedWindow{Limit: 5, Window: time.Second}
 	for range 3 {
 		res, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: fw}})

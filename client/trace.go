@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Span names, by operation, and the attributes of every span (WithTracerProvider).
+// Span names, by operation, and the attributes of every span (Options.TracerProvider).
 var spanNames = [nOps]string{"rlfn.allow", "rlfn.peek", "rlfn.refund", "rlfn.acquire", "rlfn.release"}
 
 // Span names of AllowAll and PeekAll, by operation.
@@ -58,7 +58,7 @@ func (l *Limiter) tracedAll(ctx context.Context, op operation, rules []Rule, n i
 	return res, err
 }
 
-// limitAttrs appends a limit's algorithm and name, and its key with WithTraceKeys alone (keys
+// limitAttrs appends a limit's algorithm and name, and its key with Options.TraceKeys alone (keys
 // are often personal data).
 func (l *Limiter) limitAttrs(attrs []attribute.KeyValue, s spec, key string) []attribute.KeyValue {
 	attrs = append(attrs, attribute.String("rlfn.algorithm", s.alg.name))
@@ -90,15 +90,15 @@ func (l *Limiter) endSpan(span trace.Span, attrs []attribute.KeyValue, res Resul
 	span.SetAttributes(attrs...)
 }
 
-// source names who decided res, as MetricDecisions' rlfn.source does.
+// source names who decided res, as metricDecisions' rlfn.source does.
 func (l *Limiter) source(res Result) string {
 	switch res.Source {
 	case FromLease:
 		return sourceNames[srcLeased]
 	case FromDenialCache:
 		return sourceNames[srcCached]
-	case FromPolicy:
-		return sourceNames[l.policy]
+	case FromFallback:
+		return sourceNames[fallbackSrc[l.fallback]]
 	}
-	return sourceNames[0]
+	return sourceNames[srcServer]
 }

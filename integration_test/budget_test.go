@@ -103,14 +103,14 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				key := keyFor(t)
 				roomInWindow(t, tg.c, 60_000, 20*time.Second)
 				ctx := ctx5s(t)
-				opts := []client.Option{slowMachine, client.WithLeasedBudgets(16, time.Minute)}
+				opts := client.Options{Deadline: slowDeadline, Fallback: client.ReturnError, BudgetBatch: 16, BudgetAge: time.Minute}
 
 				// The killed one: a connection of its own, closed after it parked units.
 				kc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{clientAddr(t, tg)}, DisableCache: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				killed := harness.NewLimiter(t, kc, opts...)
+				killed := harness.NewLimiter(t, kc, opts)
 				var killedAdmitted int64
 				for i := 0; i < 40 && killed.Parked() == 0; i++ {
 					var wg sync.WaitGroup
@@ -134,7 +134,7 @@ func TestLeasedBudgetsNeverOverAdmit(t *testing.T) {
 				}
 				kc.Close()
 
-				lims := []*client.Limiter{harness.NewLimiter(t, tg.c, opts...), harness.NewLimiter(t, tg.c, opts...), harness.NewLimiter(t, tg.c, opts...)}
+				lims := []*client.Limiter{harness.NewLimiter(t, tg.c, opts), harness.NewLimiter(t, tg.c, opts), harness.NewLimiter(t, tg.c, opts)}
 				var admitted, denied atomic.Int64
 				var wg sync.WaitGroup
 				for g := range callers {
@@ -234,7 +234,12 @@ func TestLeasedBudgetsClose(t *testing.T) {
 				roomInWindow(t, tg.c, 60_000, 10*time.Second)
 				ctx := ctx5s(t)
 				cc := &countingClient{Client: tg.c}
-				lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+				lim := harness.NewLimiter(t, cc, client.Options{
+					Deadline:    slowDeadline,
+					Fallback:    client.ReturnError,
+					BudgetBatch: 32,
+					BudgetAge:   time.Minute,
+				})
 				admitted := hot(t, lim, key, l.limit, 2000)
 				for i := 0; i < 100 && lim.Parked() == 0; i++ {
 					admitted += hot(t, lim, key, l.limit, 1)
@@ -287,7 +292,12 @@ func TestLeasedBudgetsColdKeys(t *testing.T) {
 	tg := servers(t)[0]
 	ctx := ctx5s(t)
 	cc := &countingClient{Client: tg.c}
-	lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, 5*time.Millisecond))
+	lim := harness.NewLimiter(t, cc, client.Options{
+		Deadline:    slowDeadline,
+		Fallback:    client.ReturnError,
+		BudgetBatch: 64,
+		BudgetAge:   5 * time.Millisecond,
+	})
 	limit := client.TokenBucket{Capacity: 1000, Rate: 1000, Period: time.Second}
 	key := keyFor(t)
 	for i := range 20 {
@@ -319,7 +329,12 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 		const maxBatch = 8
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(maxBatch, time.Minute))
+		lim := harness.NewLimiter(t, cc, client.Options{
+			Deadline:    slowDeadline,
+			Fallback:    client.ReturnError,
+			BudgetBatch: maxBatch,
+			BudgetAge:   time.Minute,
+		})
 		limit := client.TokenBucket{Capacity: 3000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		stop := make(chan struct{})
@@ -383,7 +398,12 @@ func TestLeasedBudgetsBatchBound(t *testing.T) {
 func TestLeasedBudgetsSmallLimit(t *testing.T) {
 	tg := servers(t)[0]
 	cc := &countingClient{Client: tg.c}
-	lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+	lim := harness.NewLimiter(t, cc, client.Options{
+		Deadline:    slowDeadline,
+		Fallback:    client.ReturnError,
+		BudgetBatch: 64,
+		BudgetAge:   time.Minute,
+	})
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour, Reserve: 1}
 	key := keyFor(t)
 	admitted := hot(t, lim, key, limit, 400)
@@ -404,7 +424,12 @@ func TestLeasedBudgetsReserve(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(64, time.Minute))
+		lim := harness.NewLimiter(t, cc, client.Options{
+			Deadline:    slowDeadline,
+			Fallback:    client.ReturnError,
+			BudgetBatch: 64,
+			BudgetAge:   time.Minute,
+		})
 		limit := client.TokenBucket{Capacity: 20, Rate: 1, Period: time.Hour, Reserve: 3}
 		key := keyFor(t)
 		admitted := hot(t, lim, key, limit, 200)
@@ -436,7 +461,12 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 	tg := servers(t)[0]
 	t.Run("max_age", func(t *testing.T) {
 		cc := &countingClient{Client: tg.c}
-		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, 100*time.Millisecond))
+		lim := harness.NewLimiter(t, cc, client.Options{
+			Deadline:    slowDeadline,
+			Fallback:    client.ReturnError,
+			BudgetBatch: 32,
+			BudgetAge:   100 * time.Millisecond,
+		})
 		limit := client.TokenBucket{Capacity: 10_000, Rate: 1, Period: time.Hour}
 		key := keyFor(t)
 		var admitted int64
@@ -464,7 +494,12 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 	t.Run("window_end", func(t *testing.T) {
 		const window = 1000
 		cc := &countingClient{Client: tg.c}
-		lim := harness.NewLimiter(t, cc, slowMachine, client.WithLeasedBudgets(32, time.Minute))
+		lim := harness.NewLimiter(t, cc, client.Options{
+			Deadline:    slowDeadline,
+			Fallback:    client.ReturnError,
+			BudgetBatch: 32,
+			BudgetAge:   time.Minute,
+		})
 		limit := client.FixedWindow{Limit: 10_000, Window: window * time.Millisecond}
 		key := keyFor(t)
 		atWindowStart(t, tg.c, window)
@@ -502,8 +537,13 @@ func TestLeasedBudgetsAgeOut(t *testing.T) {
 func TestLeasedBudgetsMetrics(t *testing.T) {
 	tg := servers(t)[0]
 	reader := sdkmetric.NewManualReader()
-	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithLeasedBudgets(32, time.Minute),
-		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	lim := harness.NewLimiter(t, tg.c, client.Options{
+		Deadline:      slowDeadline,
+		Fallback:      client.ReturnError,
+		BudgetBatch:   32,
+		BudgetAge:     time.Minute,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
 	limit := client.TokenBucket{Capacity: 100_000, Rate: 1, Period: time.Hour}
 	key := keyFor(t)
 	admitted := hot(t, lim, key, limit, 1000)
@@ -538,13 +578,13 @@ func TestLeasedBudgetsMetrics(t *testing.T) {
 		return func(s attribute.Set) bool { got, _ := s.Value(attribute.Key(k)); return got.AsString() == v }
 	}
 	allowedFrom := func(src string) int64 {
-		return sum(client.MetricDecisions, func(s attribute.Set) bool {
+		return sum("rlfn.client.decisions", func(s attribute.Set) bool {
 			return is("rlfn.source", src)(s) && is("rlfn.outcome", "allowed")(s) && is("rlfn.operation", "allow")(s)
 		})
 	}
 	hits, server := allowedFrom("leased"), allowedFrom("server")
-	batches, units := sum(client.MetricLeasedBatches, nil), sum(client.MetricLeasedUnits, nil)
-	refunded := sum(client.MetricLeasedRefunded, is("rlfn.algorithm", "token_bucket"))
+	batches, units := sum("rlfn.client.leased.batches", nil), sum("rlfn.client.leased.units", nil)
+	refunded := sum("rlfn.client.leased.refunded", is("rlfn.algorithm", "token_bucket"))
 	t.Logf("%d admitted: %d hits, %d by the server; %d batches of %d units; %d parked, %d refunded",
 		admitted, hits, server, batches, units, parked, refunded)
 	if hits+server != admitted || hits == 0 || batches == 0 {

@@ -29,12 +29,16 @@ func TestClientCancelWhilePaused(t *testing.T) {
 			s := server.start(t)
 			c, admin := s.Client(t), s.Client(t)
 			loadCode(t, c, functions.Source)
-			lim := harness.NewLimiter(t, c, client.WithDeadline(cancelDeadline), client.WithPolicy(client.FailOpen),
-				client.WithBreaker(2, time.Minute))
+			lim := harness.NewLimiter(t, c, client.Options{
+				Deadline:        cancelDeadline,
+				Fallback:        client.FailOpen,
+				BreakerFailures: 2,
+				BreakerCooldown: time.Minute,
+			})
 			limit := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour}
 			key := "cancel:" + server.name
 
-			if res, err := lim.Allow(ctx5s(t), key, limit); err != nil || !res.Allowed || res.Source == client.FromPolicy {
+			if res, err := lim.Allow(ctx5s(t), key, limit); err != nil || !res.Allowed || res.Source == client.FromFallback {
 				t.Fatalf("first call: %+v, %v", res, err)
 			}
 			before := commandCalls(t, admin, "fcall")
@@ -91,7 +95,7 @@ func TestClientCancelWhilePaused(t *testing.T) {
 			unpause()
 
 			res, err := lim.Allow(ctx5s(t), key, limit)
-			if err != nil || res.Source == client.FromPolicy {
+			if err != nil || res.Source == client.FromFallback {
 				t.Fatalf("after the pause: %+v, %v; want the server's decision (cancels do not open the breaker)", res, err)
 			}
 			// The first call and this one charged 1 each; each cancelled call 0 or 1.

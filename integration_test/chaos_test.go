@@ -46,7 +46,7 @@ type chaosCall struct {
 
 // chaosWorker calls every algorithm in turn on one principal, whose slot is on shard.
 type chaosWorker struct {
-	policy client.Policy
+	policy client.Fallback
 	shard  int
 	key    string
 	calls  []chaosCall
@@ -124,7 +124,7 @@ func TestChaosFailover(t *testing.T) {
 		promotedAt.Sub(stoppedAt).Round(time.Millisecond))
 
 	phaseNames := []string{"before the kill", "no primary", "after the promotion"}
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			checkFailover(t, p, workers, phaseNames, failoverTimes{killAt, stoppedAt, lastReplica, promotedAt, recoverBy})
 		})
@@ -193,7 +193,7 @@ func TestChaosShardPaused(t *testing.T) {
 	time.Sleep(time.Until(recoverBy) + time.Second)
 	end()
 
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			var otherWorst, otherWorstPaused time.Duration
 			others, held, byPolicy, atDeadline, late := 0, 0, 0, 0, 0
@@ -210,7 +210,7 @@ func TestChaosShardPaused(t *testing.T) {
 					}
 				}
 				for _, c := range w.calls {
-					fromServer := c.err == nil && c.res.Source != client.FromPolicy
+					fromServer := c.err == nil && c.res.Source != client.FromFallback
 					if c.took > chaosDeadline+slack {
 						example := fmt.Sprintf("%s, sent %s after the pause: %+v, %v", c.took, c.start.Sub(pausedAt), c.res, c.err)
 						if w.shard != 0 {
@@ -276,7 +276,7 @@ func TestChaosShardPaused(t *testing.T) {
 
 // newChaosWorkers makes a Limiter of each policy on a client of cl, and a worker per Limiter
 // and shard: a principal whose slot is on the shard.
-func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[client.Policy]*client.Limiter) {
+func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[client.Fallback]*client.Limiter) {
 	t.Helper()
 	// Principals by shard: StartCluster spreads the slots evenly, primary i owning the i-th
 	// third.
@@ -295,12 +295,17 @@ func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[cli
 		return -1
 	}
 	var workers []*chaosWorker
-	limiters := map[client.Policy]*client.Limiter{}
+	limiters := map[client.Fallback]*client.Limiter{}
 	n := 0
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		vk := cl.Client(t, false)
-		limiters[p] = harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(chaosDeadline),
-			client.WithBreaker(chaosBreaker, chaosCooldown), client.WithInstances(chaosShare))
+		limiters[p] = harness.NewLimiter(t, vk, client.Options{
+			Fallback:        p,
+			Deadline:        chaosDeadline,
+			BreakerFailures: chaosBreaker,
+			BreakerCooldown: chaosCooldown,
+			Instances:       chaosShare,
+		})
 		for shard := range cl.Primaries {
 			for {
 				n++
@@ -318,12 +323,12 @@ func newChaosWorkers(t *testing.T, cl *harness.Cluster) ([]*chaosWorker, map[cli
 
 // warmChaos makes a call of each worker the server decides: the first call of a cold client
 // dials the cluster's nodes, which on a loaded machine may take longer than the deadline.
-func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limiters map[client.Policy]*client.Limiter) {
+func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limiters map[client.Fallback]*client.Limiter) {
 	t.Helper()
 	for _, w := range workers {
 		for i := 0; ; i++ {
 			res, err := limiters[w.policy].Allow(ctx, w.key, chaosLimits[0])
-			if err == nil && res.Source != client.FromPolicy {
+			if err == nil && res.Source != client.FromFallback {
 				break
 			}
 			if i == 50 {
@@ -335,7 +340,7 @@ func warmChaos(ctx context.Context, t *testing.T, workers []*chaosWorker, limite
 
 // runChaos starts the workers' calls, every algorithm in turn and a millisecond apart, and
 // returns what stops them and waits for them (also run when the test ends).
-func runChaos(t *testing.T, workers []*chaosWorker, limiters map[client.Policy]*client.Limiter) (end func()) {
+func runChaos(t *testing.T, workers []*chaosWorker, limiters map[client.Fallback]*client.Limiter) (end func()) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, w := range workers {
@@ -370,7 +375,7 @@ type failoverTimes struct {
 // shard's without a primary the policy's; after the promotion, the server's again from a
 // first one within recoverBy. A broken rule is reported once per shard and phase, with its
 // count and first instance.
-func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseNames []string, at failoverTimes) {
+func checkFailover(t *testing.T, p client.Fallback, workers []*chaosWorker, phaseNames []string, at failoverTimes) {
 	type phaseStats struct {
 		calls, byPolicy int
 		worst           time.Duration
@@ -408,7 +413,7 @@ func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseN
 			st := &stats[dead][ph]
 			st.calls++
 			st.worst = max(st.worst, c.took)
-			fromServer := c.err == nil && c.res.Source != client.FromPolicy
+			fromServer := c.err == nil && c.res.Source != client.FromFallback
 			if !fromServer {
 				st.byPolicy++
 			}
@@ -464,18 +469,18 @@ func checkFailover(t *testing.T, p client.Policy, workers []*chaosWorker, phaseN
 }
 
 // chaosPolicy checks a call the server could not decide against the policy's promise.
-func chaosPolicy(p client.Policy, c chaosCall) error {
+func chaosPolicy(p client.Fallback, c chaosCall) error {
 	res, err := c.res, c.err
 	ok := false
 	switch p {
 	case client.ReturnError:
 		ok = err != nil && res == (client.Result{})
 	case client.FailOpen:
-		ok = err == nil && res.Source == client.FromPolicy && res.Allowed && res.Limit == chaosLimit
+		ok = err == nil && res.Source == client.FromFallback && res.Allowed && res.Limit == chaosLimit
 	case client.FailClosed:
-		ok = err == nil && res.Source == client.FromPolicy && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
+		ok = err == nil && res.Source == client.FromFallback && !res.Allowed && res.RetryAfter > 0 && res.RetryAfter <= chaosCooldown
 	case client.LocalFallback:
-		ok = err == nil && res.Source == client.FromPolicy && res.Limit == chaosLimit/chaosShare
+		ok = err == nil && res.Source == client.FromFallback && res.Limit == chaosLimit/chaosShare
 	}
 	if !ok {
 		return fmt.Errorf("%+v, %v: not what %s promises", res, err, p)
@@ -500,7 +505,7 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 		if _, err := onPrimary.Allow(ctx, key, limit); err != nil {
 			t.Fatal(err)
 		}
-		stateKey := client.Key(client.DefaultPrefix, key, limit)
+		stateKey := onPrimary.Key(key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
 		onReplica := harness.NewLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
@@ -518,7 +523,7 @@ func TestChaosPeekReplicaLag(t *testing.T) {
 				t.Fatalf("round %d: a peek on the primary: %+v, %v; want %d remaining", i, p, err, r.Remaining)
 			}
 			q, err := onReplica.Peek(ctx, key, limit)
-			if err != nil || q.Source == client.FromPolicy || q.Remaining < r.Remaining || q.Remaining > lastSeen {
+			if err != nil || q.Source == client.FromFallback || q.Remaining < r.Remaining || q.Remaining > lastSeen {
 				t.Fatalf("round %d: a peek on the replica: %+v, %v; want from %d (current) to %d (its last answer)",
 					i, q, err, r.Remaining, lastSeen)
 			}

@@ -58,7 +58,7 @@ func TestClientRefund(t *testing.T) {
 					t.Fatalf("charge: %+v, %v", r, err)
 				}
 				r, err := lim.Refund(ctx, key, l.limit, 2)
-				if err != nil || !r.Allowed || r.Remaining != 2 || r.Source == client.FromPolicy {
+				if err != nil || !r.Allowed || r.Remaining != 2 || r.Source == client.FromFallback {
 					t.Fatalf("refund: %+v, %v; want 2 remaining", r, err)
 				}
 				if r, err := lim.AllowN(ctx, key, l.limit, 2); err != nil || !r.Allowed || r.Remaining != 0 {
@@ -242,13 +242,13 @@ func TestClientVersionErrorOn10(t *testing.T) {
 	s := harness.StartValkey(t)
 	loadCode(t, s.Client(t), old.Code)
 	vk := s.Client(t)
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
 			ctx := ctx5s(t)
-			lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
+			lim := harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: p})
 			tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 			k := keyFor(t)
-			if r, err := lim.Allow(ctx, k, tb); err != nil || !r.Allowed || r.Source == client.FromPolicy {
+			if r, err := lim.Allow(ctx, k, tb); err != nil || !r.Allowed || r.Source == client.FromFallback {
 				t.Fatalf("a 1.0 call: %+v, %v", r, err)
 			}
 			reserved := tb
@@ -279,11 +279,11 @@ func TestClientVersionErrorOn10(t *testing.T) {
 						t.Errorf("%s: got %v, want a *VersionError naming %s and %s", c.what, err, s.Addr, c.what)
 					}
 				case client.FailOpen:
-					if err != nil || r.Source != client.FromPolicy || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+					if err != nil || r.Source != client.FromFallback || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
 						t.Errorf("%s: %+v, %v; want admitted locally", c.what, r, err)
 					}
 				case client.LocalFallback:
-					if err != nil || r.Source != client.FromPolicy || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
+					if err != nil || r.Source != client.FromFallback || (c.what != "rl_token_bucket_refund" && !r.Allowed) {
 						t.Errorf("%s: %+v, %v; want decided (here admitted) locally", c.what, r, err)
 					}
 				}
@@ -293,7 +293,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			if n := commandCalls(t, vk, "fcall").Calls - fcalls; n != 1 {
 				t.Errorf("the node ran %d FCALL for %d calls that need 1.1.0, want 1", n, len(calls))
 			}
-			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Source == client.FromPolicy || r.Remaining != 4 {
+			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Source == client.FromFallback || r.Remaining != 4 {
 				t.Errorf("the calls the node could not decide took from its token bucket: %+v, %v", r, err)
 			}
 
@@ -312,7 +312,7 @@ func TestClientVersionErrorOn10(t *testing.T) {
 				}
 				return
 			}
-			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Source == client.FromPolicy {
+			if r, err := lim.AllowAll(ctx, across); err != nil || !r.Allowed || r.Source == client.FromFallback {
 				t.Errorf("AllowAll across keys: %+v, %v; want admitted by the node", r, err)
 			}
 			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining != 3 {
@@ -323,13 +323,13 @@ func TestClientVersionErrorOn10(t *testing.T) {
 			}
 			// the sliding log denies the next: by the node, and the token bucket's unit, if
 			// it took one first, stays taken (stricter, never more permissive)
-			if r, err := lim.AllowAll(ctx, across); err != nil || r.Allowed || r.Source == client.FromPolicy || r.Rule != 1 {
+			if r, err := lim.AllowAll(ctx, across); err != nil || r.Allowed || r.Source == client.FromFallback || r.Rule != 1 {
 				t.Errorf("AllowAll across keys over the log's limit: %+v, %v; want denied by the node, rule 1", r, err)
 			}
 			if r, err := lim.Peek(ctx, k, tb); err != nil || r.Remaining > 3 || r.Remaining < 2 {
 				t.Errorf("after a denial across keys: the token bucket %+v, %v; want 3 or 2 remaining", r, err)
 			}
-			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed || r.Source == client.FromPolicy {
+			if r, err := lim.Allow(client.Critical(ctx), k, reserved); err != nil || !r.Allowed || r.Source == client.FromFallback {
 				t.Errorf("a critical call sends no reserve, so 1.0 serves it: %+v, %v", r, err)
 			}
 		})
@@ -357,9 +357,9 @@ func TestClient11ServerGone(t *testing.T) {
 	tb := client.TokenBucket{Capacity: 8, Rate: 1, Period: time.Hour, Reserve: 2}
 	conc := client.Concurrency{Limit: 8, Lease: time.Minute}
 	rules := []client.Rule{{Key: "a", Limit: tb}, {Key: "a", Limit: client.FixedWindow{Limit: 8, Window: time.Hour}}, {Key: "b", Limit: tb}}
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		t.Run(p.String(), func(t *testing.T) {
-			lim := harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline), client.WithInstances(2))
+			lim := harness.NewLimiter(t, vk, client.Options{Fallback: p, Deadline: failDeadline, Instances: 2})
 			type out struct {
 				r   client.Result
 				err error
@@ -388,15 +388,15 @@ func TestClient11ServerGone(t *testing.T) {
 						t.Errorf("%s: %+v, want an error", name, o.r)
 					}
 				case client.FailOpen:
-					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromPolicy {
+					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromFallback {
 						t.Errorf("%s: %+v, %v; want a local admission", name, o.r, o.err)
 					}
 				case client.FailClosed:
-					if want := name == "refund"; o.err != nil || o.r.Allowed != want || o.r.Source != client.FromPolicy {
+					if want := name == "refund"; o.err != nil || o.r.Allowed != want || o.r.Source != client.FromFallback {
 						t.Errorf("%s: %+v, %v; want local, allowed %v", name, o.r, o.err, want)
 					}
 				case client.LocalFallback:
-					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromPolicy {
+					if o.err != nil || !o.r.Allowed || o.r.Source != client.FromFallback {
 						t.Errorf("%s: %+v, %v; want a local admission", name, o.r, o.err)
 					}
 				}

@@ -48,7 +48,7 @@ type record struct {
 // policyRun is one Limiter under a policy, with its own connection, so that its dials are its
 // own.
 type policyRun struct {
-	policy  client.Policy
+	policy  client.Fallback
 	lim     *client.Limiter
 	dials   atomic.Int64
 	reader  *sdkmetric.ManualReader
@@ -83,7 +83,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 
 	const workers = 3
 	var runs []*policyRun
-	for _, p := range []client.Policy{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
+	for _, p := range []client.Fallback{client.ReturnError, client.FailOpen, client.FailClosed, client.LocalFallback} {
 		r := &policyRun{policy: p, reader: sdkmetric.NewManualReader(), records: make([][]record, workers)}
 		vk, err := valkey.NewClient(valkey.ClientOption{
 			InitAddress:       []string{s.Addr},
@@ -98,9 +98,14 @@ func serverKilled(t *testing.T, s *harness.Server) {
 			t.Fatal(err)
 		}
 		t.Cleanup(vk.Close)
-		r.lim = harness.NewLimiter(t, vk, client.WithPolicy(p), client.WithDeadline(failDeadline),
-			client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
-			client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))))
+		r.lim = harness.NewLimiter(t, vk, client.Options{
+			Fallback:        p,
+			Deadline:        failDeadline,
+			BreakerFailures: failBreaker,
+			BreakerCooldown: failCooldown,
+			Instances:       instances,
+			MeterProvider:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader)),
+		})
 		for range workers {
 			r.keys = append(r.keys, keyFor(t))
 		}
@@ -195,16 +200,16 @@ func serverKilled(t *testing.T, s *harness.Server) {
 						}
 						switch ph.want {
 						case "server":
-							if rec.err != nil || rec.res.Source == client.FromPolicy {
+							if rec.err != nil || rec.res.Source == client.FromFallback {
 								t.Errorf("%s: %+v, %v; want the server's decision", ph.name, rec.res, rec.err)
 							}
 						case "policy", "policy, library absent":
 							checkPolicy(t, ph.name, r.policy, rec, ph.want != "policy")
 						case "recover":
-							if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromPolicy {
+							if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromFallback {
 								recovered = rec.start
 							}
-							if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromPolicy) {
+							if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromFallback) {
 								t.Errorf("%s, %s after recovery: %+v, %v; want the server's decision",
 									ph.name, rec.start.Sub(recovered), rec.res, rec.err)
 							}
@@ -221,7 +226,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 					if rec.took > failDeadline+slack {
 						t.Errorf("a call took %s, past the deadline %s + %s", rec.took, failDeadline, slack)
 					}
-					if rec.res.Source == client.FromPolicy {
+					if rec.res.Source == client.FromFallback {
 						local++
 						if rec.res.Allowed {
 							localAllowed++
@@ -256,7 +261,7 @@ func serverKilled(t *testing.T, s *harness.Server) {
 
 // checkPolicy checks a call made while the server could not decide: stopped, or back without
 // its library (notLoaded).
-func checkPolicy(t *testing.T, phase string, p client.Policy, rec record, notLoaded bool) {
+func checkPolicy(t *testing.T, phase string, p client.Fallback, rec record, notLoaded bool) {
 	t.Helper()
 	res, err := rec.res, rec.err
 	switch p {
@@ -269,15 +274,15 @@ func checkPolicy(t *testing.T, phase string, p client.Policy, rec record, notLoa
 			t.Errorf("%s: %+v, %v; want an error", phase, res, err)
 		}
 	case client.FailOpen:
-		if err != nil || res.Source != client.FromPolicy || !res.Allowed || res.Limit != failLimit.Capacity {
+		if err != nil || res.Source != client.FromFallback || !res.Allowed || res.Limit != failLimit.Capacity {
 			t.Errorf("%s: %+v, %v; want admitted, locally", phase, res, err)
 		}
 	case client.FailClosed:
-		if err != nil || res.Source != client.FromPolicy || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > failCooldown {
+		if err != nil || res.Source != client.FromFallback || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > failCooldown {
 			t.Errorf("%s: %+v, %v; want denied locally, RetryAfter within the cooldown", phase, res, err)
 		}
 	case client.LocalFallback:
-		if err != nil || res.Source != client.FromPolicy || res.Limit != failLimit.Capacity/instances {
+		if err != nil || res.Source != client.FromFallback || res.Limit != failLimit.Capacity/instances {
 			t.Errorf("%s: %+v, %v; want a local decision against the share", phase, res, err)
 		}
 	}
@@ -345,7 +350,7 @@ func transitions(t *testing.T, reader *sdkmetric.ManualReader, state string) int
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != client.MetricBreakerTransitions {
+			if m.Name != "rlfn.client.breaker.transitions" {
 				continue
 			}
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
@@ -392,18 +397,23 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 	}
 	t.Cleanup(vk.Close)
 	reader := sdkmetric.NewManualReader()
-	lim := harness.NewLimiter(t, vk, client.WithPolicy(client.LocalFallback), client.WithDeadline(failDeadline),
-		client.WithBreaker(failBreaker, failCooldown), client.WithInstances(instances),
-		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	lim := harness.NewLimiter(t, vk, client.Options{
+		Fallback:        client.LocalFallback,
+		Deadline:        failDeadline,
+		BreakerFailures: failBreaker,
+		BreakerCooldown: failCooldown,
+		Instances:       instances,
+		MeterProvider:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
 
 	key := keyFor(t)
-	if res, err := lim.Allow(ctx, key, failLimit); err != nil || res.Source == client.FromPolicy {
+	if res, err := lim.Allow(ctx, key, failLimit); err != nil || res.Source == client.FromFallback {
 		t.Fatalf("first call: %+v, %v", res, err)
 	}
 	var victim *harness.Server
 	for _, p := range cl.Primaries {
 		pc := p.Client(t)
-		n, err := pc.Do(ctx, pc.B().Exists().Key(client.Key(client.DefaultPrefix, key, failLimit)).Build()).AsInt64()
+		n, err := pc.Do(ctx, pc.B().Exists().Key(lim.Key(key, failLimit)).Build()).AsInt64()
 		if err == nil && n == 1 {
 			victim = p
 		}
@@ -457,7 +467,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			if rec.took > failDeadline+slack {
 				t.Errorf("a call took %s, past the deadline %s + %s", rec.took, failDeadline, slack)
 			}
-			if rec.res.Source == client.FromPolicy {
+			if rec.res.Source == client.FromFallback {
 				local++
 				if rec.res.Allowed {
 					allowedLocally++
@@ -465,7 +475,7 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			}
 			switch {
 			case rec.start.Before(killAt):
-				if rec.err != nil || rec.res.Source == client.FromPolicy {
+				if rec.err != nil || rec.res.Source == client.FromFallback {
 					t.Errorf("before the kill: %+v, %v; want the server's decision", rec.res, rec.err)
 				}
 			// A call is the policy's only if it ended before the load was sent: one that
@@ -473,10 +483,10 @@ func TestClientClusterPrimaryKilled(t *testing.T) {
 			case rec.start.After(stoppedAt) && rec.start.Add(rec.took).Before(loadSent):
 				checkPolicy(t, "primary down", client.LocalFallback, rec, false)
 			case rec.start.After(loadedAt):
-				if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromPolicy {
+				if recovered.IsZero() && rec.err == nil && rec.res.Source != client.FromFallback {
 					recovered = rec.start
 				}
-				if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromPolicy) {
+				if !recovered.IsZero() && (rec.err != nil || rec.res.Source == client.FromFallback) {
 					t.Errorf("after recovery: %+v, %v; want the server's decision", rec.res, rec.err)
 				}
 			}

@@ -59,7 +59,7 @@ func TestClientAdmitsThenDenies(t *testing.T) {
 						t.Fatal(err)
 					}
 					if !r.Allowed || r.Limit != 3 || r.Remaining != 3-i || r.RetryAfter != 0 ||
-						r.ResetAfter <= 0 || r.ResetAfter > l.reset || r.Source == client.FromPolicy {
+						r.ResetAfter <= 0 || r.ResetAfter > l.reset || r.Source == client.FromFallback {
 						t.Errorf("call %d: %+v", i, r)
 					}
 					if wantDelay := shape && i > 1; (r.Delay > 0) != wantDelay || r.Delay > 20*time.Minute {
@@ -82,9 +82,9 @@ func TestClientAdmitsThenDenies(t *testing.T) {
 					t.Errorf("cost 0: %+v, %v", r, err)
 				}
 				// the state is where Key says, so the CLI finds it
-				n, err := do(t, tg.c, tg.c.B().Exists().Key(client.Key(client.DefaultPrefix, key, l.limit)).Build()).AsInt64()
+				n, err := do(t, tg.c, tg.c.B().Exists().Key(lim.Key(key, l.limit)).Build()).AsInt64()
 				if err != nil || n != 1 {
-					t.Errorf("no state at %s: %d, %v", client.Key(client.DefaultPrefix, key, l.limit), n, err)
+					t.Errorf("no state at %s: %d, %v", lim.Key(key, l.limit), n, err)
 				}
 			})
 		}
@@ -97,7 +97,7 @@ func TestClientLibraryError(t *testing.T) {
 		ctx := ctx5s(t)
 		key := keyFor(t)
 		limit := client.SlidingWindow{Limit: 3, Window: time.Minute}
-		k := client.Key(client.DefaultPrefix, key, limit)
+		k := harness.NewLimiter(t, tg.c, slowMachine).Key(key, limit)
 		if err := do(t, tg.c, tg.c.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestClientPeekRunsOnAReplica(t *testing.T) {
 		if _, err := harness.NewLimiter(t, tg.c, slowMachine).AllowN(ctx, key, limit, 2); err != nil {
 			t.Fatal(err)
 		}
-		stateKey := client.Key(client.DefaultPrefix, key, limit)
+		stateKey := harness.NewLimiter(t, tg.c, slowMachine).Key(key, limit)
 		rep := tg.replicaFor(t, stateKey)
 		waitReplicated(t, rep, stateKey)
 
@@ -222,7 +222,7 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 // by ReturnError (the default policy, LocalFallback, decides such calls locally).
 func TestClientNotLoaded(t *testing.T) {
 	s := harness.StartValkey(t)
-	lim := harness.NewLimiter(t, s.Client(t), slowMachine, client.WithPolicy(client.ReturnError))
+	lim := harness.NewLimiter(t, s.Client(t), client.Options{Deadline: slowDeadline, Fallback: client.ReturnError})
 	ctx := ctx5s(t)
 	limit := client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}
 	for name, call := range map[string]func() (client.Result, error){
@@ -325,7 +325,7 @@ func TestClientHostileKeys(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		prefix := keyFor(t) + ":"
-		lim := harness.NewLimiter(t, tg.c, client.WithPrefix(prefix), slowMachine)
+		lim := harness.NewLimiter(t, tg.c, client.Options{Prefix: prefix, Deadline: slowDeadline, Fallback: client.ReturnError})
 		roomInWindow(t, tg.c, 60_000, 3*time.Second)
 		for round, want := range []bool{true, false} {
 			for _, l := range limits {
@@ -336,7 +336,7 @@ func TestClientHostileKeys(t *testing.T) {
 						if !errors.As(err, &ke) || ke.Len != 0 {
 							t.Errorf("round %d, the empty key, %T: %+v, %v; want a *KeyError", round+1, l, r, err)
 						}
-						if n, err := do(t, tg.c, tg.c.B().Exists().Key(client.Key(prefix, k.give, l)).Build()).AsInt64(); err != nil || n != 0 {
+						if n, err := do(t, tg.c, tg.c.B().Exists().Key(lim.Key(k.give, l)).Build()).AsInt64(); err != nil || n != 0 {
 							t.Errorf("the empty key, %T: its state key exists (%d, %v)", l, n, err)
 						}
 						continue
@@ -361,8 +361,9 @@ func TestClientHostileKeys(t *testing.T) {
 			want := slot(k.tag)
 			for _, l := range append(limits, client.SlidingLog{}, client.SlidingWindow{}, client.LeakyBucket{}) {
 				for _, p := range []string{prefix, "rl:", "{other}"} {
-					if got := slot(client.Key(p, k.give, l)); got != want {
-						t.Errorf("%s is in slot %d, want %d (that of %q)", client.Key(p, k.give, l), got, want, k.tag)
+					sk := harness.NewLimiter(t, tg.c, client.Options{Prefix: p}).Key(k.give, l)
+					if got := slot(sk); got != want {
+						t.Errorf("%s is in slot %d, want %d (that of %q)", sk, got, want, k.tag)
 					}
 				}
 			}
@@ -443,9 +444,8 @@ func BenchmarkClientAllow(b *testing.B) {
 // deadline: a test machine running other suites at once can take longer than that, and a
 // deadline is tested on its own (client_failure_test.go). And it returns every error
 // (ReturnError) rather than the default local fallback's decision, which would let such a test
-// pass with the server failing; a test of a policy names it after slowMachine, which wins.
-var slowMachine = both(client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
+// pass with the server failing; a test of a fallback names its own with slowDeadline.
+var slowMachine = client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}
 
-// both is an option applying a, then b. (O is client.Option, whose argument type is the
-// client's own: inferred, never named.)
-func both[O ~func(T), T any](a, b O) O { return func(o T) { a(o); b(o) } }
+// slowDeadline is slowMachine's deadline.
+const slowDeadline = 5 * time.Second

@@ -15,7 +15,7 @@ func TestDenialCache(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		cc := &countingClient{Client: tg.c}
-		lim := harness.NewLimiter(t, cc, slowMachine, client.WithDenialCache(1000))
+		lim := harness.NewLimiter(t, cc, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError, DenialCache: 1000})
 		limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: 400 * time.Millisecond}
 		key := keyFor(t)
 		for i := range 3 {

@@ -36,7 +36,7 @@ func TestClientAllowAllEach(t *testing.T) {
 			for i, w := range wants {
 				e := each[i]
 				if e.Allowed != w.allowed || e.Remaining != w.remaining || e.Limit != rules[i].Limit.Quota().Limit ||
-					e.Rule != i || e.Source == client.FromPolicy || e.ResetAfter <= 0 {
+					e.Rule != i || e.Source == client.FromFallback || e.ResetAfter <= 0 {
 					t.Errorf("%s: rule %d: %+v; want allowed %v, remaining %d, limit %d", call, i, e, w.allowed, w.remaining, rules[i].Limit.Quota().Limit)
 				}
 			}

@@ -35,7 +35,7 @@ func httpValkey(t *testing.T) (*harness.Server, valkey.Client) {
 
 // limitedServer serves "ok" behind the middleware over real HTTP on 127.0.0.1, every request
 // counted against the key in its X-Key header.
-func limitedServer(t *testing.T, lim httplimit.Limiter, opts httplimit.Options, next http.Handler) *httptest.Server {
+func limitedServer(t *testing.T, lim httplimit.Decider, opts httplimit.Options, next http.Handler) *httptest.Server {
 	t.Helper()
 	opts.Key = func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }
 	m, err := httplimit.New(lim, opts)
@@ -303,9 +303,8 @@ func TestHTTPServerGone(t *testing.T) {
 	policy := func(*http.Request) httplimit.Policy { return httplimit.Policy{Name: "api", Limit: limit} }
 	var errs sync.Map
 	onError := func(r *http.Request, err error) { errs.Store(r.URL.Path, err) }
-	returnError := client.WithPolicy(client.ReturnError)
-	open := limitedServer(t, harness.NewLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError, FailOpen: true}, nil)
-	closed := limitedServer(t, harness.NewLimiter(t, vk, slowMachine, returnError), httplimit.Options{Policy: policy, OnError: onError,
+	open := limitedServer(t, harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}), httplimit.Options{Policy: policy, OnError: onError, FailOpen: true}, nil)
+	closed := limitedServer(t, harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}), httplimit.Options{Policy: policy, OnError: onError,
 		ErrorStatus: http.StatusServiceUnavailable}, nil)
 	key := keyFor(t)
 

@@ -24,7 +24,7 @@ import (
 )
 
 // edgeServer serves "ok" behind m over real HTTP on 127.0.0.1.
-func edgeServer(t *testing.T, lim httplimit.Limiter, opts httplimit.Options) *httptest.Server {
+func edgeServer(t *testing.T, lim httplimit.Decider, opts httplimit.Options) *httptest.Server {
 	t.Helper()
 	m, err := httplimit.New(lim, opts)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestHTTPLogin(t *testing.T) {
 				return run + ":" + ip + " " + u, err
 			},
 			Policy: func(*http.Request) httplimit.Policy {
-				return httplimit.Policy{Name: "login", Limit: ipUser, HideQuota: true, Also: []httplimit.Rule{
+				return httplimit.Policy{Name: "login", Limit: ipUser, HideQuota: true, Also: []httplimit.AlsoLimit{
 					{Name: "login-ip", Limit: perIP, Key: func(r *http.Request) (string, error) {
 						ip, err := ips.Key(r)
 						return run + ":" + ip, err
@@ -243,7 +243,7 @@ func TestHTTPSeveralLimits(t *testing.T) {
 	srv := edgeServer(t, harness.NewLimiter(t, vk, slowMachine), httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Policy: func(r *http.Request) httplimit.Policy {
-			return httplimit.Policy{Name: "burst", Limit: burst, Also: []httplimit.Rule{{Name: "hourly", Limit: hourly}}}
+			return httplimit.Policy{Name: "burst", Limit: burst, Also: []httplimit.AlsoLimit{{Name: "hourly", Limit: hourly}}}
 		},
 		ProblemJSON: true,
 	})
@@ -344,7 +344,7 @@ func TestHTTPShadow(t *testing.T) {
 			switch r.URL.Path {
 			case "/rule":
 				return httplimit.Policy{Name: "api" + suffix, Limit: client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Second},
-					Also: []httplimit.Rule{{Name: "new" + suffix, Shadow: true, Limit: client.FixedWindow{Limit: 2, Window: time.Hour}}}}
+					Also: []httplimit.AlsoLimit{{Name: "new" + suffix, Shadow: true, Limit: client.FixedWindow{Limit: 2, Window: time.Hour}}}}
 			case "/route":
 				return httplimit.Policy{Name: "route" + suffix, Shadow: true, Limit: client.FixedWindow{Limit: 2, Window: time.Hour}}
 			}

@@ -26,7 +26,7 @@ import (
 // stopServer serves "ok" behind a middleware of opts over real HTTP on 127.0.0.1. Its
 // MaxHeaderBytes lets a request with a 1 MiB header reach the middleware, as a proxy that
 // allows one would pass it on.
-func stopServer(t *testing.T, lim httplimit.Limiter, opts httplimit.Options) (*httptest.Server, *httplimit.Middleware) {
+func stopServer(t *testing.T, lim httplimit.Decider, opts httplimit.Options) (*httptest.Server, *httplimit.Middleware) {
 	t.Helper()
 	m, err := httplimit.New(lim, opts)
 	if err != nil {
@@ -52,7 +52,7 @@ func perUserPerIP(t *testing.T, name string, user, ip client.Limit) httplimit.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httplimit.Policy{Name: name, Limit: user, Also: []httplimit.Rule{{Name: name + "-ip", Key: ips.Key, Limit: ip}}}
+	return httplimit.Policy{Name: name, Limit: user, Also: []httplimit.AlsoLimit{{Name: name + "-ip", Key: ips.Key, Limit: ip}}}
 }
 
 func usedMemory(t *testing.T, c valkey.Client) int64 {
@@ -121,8 +121,8 @@ func TestHTTPStopOldLibrary(t *testing.T) {
 		t.Errorf("%d served, %d refused; want %d and %d: the per-user limit", served, refused, perUser.Limit, requests-int(perUser.Limit))
 	}
 	// The node counted them: its log of the user is full, not a local stand-in's.
-	peek, err := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)).Peek(ctx5s(t), "api:"+user, perUser)
-	if err != nil || peek.Source == client.FromPolicy || peek.Remaining != 0 || peek.Allowed {
+	peek, err := harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}).Peek(ctx5s(t), "api:"+user, perUser)
+	if err != nil || peek.Source == client.FromFallback || peek.Remaining != 0 || peek.Allowed {
 		t.Errorf("the node's per-user limit: %+v, %v; want it full (Remaining 0)", peek, err)
 	}
 }
@@ -170,7 +170,7 @@ func TestHTTPStopMisconfigured(t *testing.T) {
 
 	for i, p := range []httplimit.Policy{space, zero} {
 		_, err := httplimit.New(harness.NewLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, Policies: []httplimit.Policy{p}})
-		var oe *httplimit.OptionError
+		var oe *httplimit.ConfigError
 		if !errors.As(err, &oe) || oe.Field != "Policies[0]" || !strings.Contains(err.Error(), strconv.Quote(p.Name)) {
 			t.Errorf("New with static policy %d: %v, want an *OptionError naming %q", i, err, p.Name)
 		}
@@ -265,9 +265,9 @@ func TestHTTPStopServerGone(t *testing.T) {
 	errs := make(chan error, 10)
 	onError := func(_ *http.Request, err error) { errs <- err }
 	local, _ := stopServer(t, harness.NewLimiter(t, vk, asShipped), httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
-	closed, _ := stopServer(t, harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
+	closed, _ := stopServer(t, harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}),
 		httplimit.Options{Key: userKey, Policy: policy, OnError: onError})
-	open, _ := stopServer(t, harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError)),
+	open, _ := stopServer(t, harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}),
 		httplimit.Options{Key: userKey, Policy: policy, OnError: onError, FailOpen: true})
 	user := strings.NewReplacer(":", "-", "/", "-").Replace(keyFor(t))
 	for _, srv := range []*httptest.Server{local, closed, open} {

@@ -174,10 +174,11 @@ func serviceCalls(t *testing.T, tg *target) error {
 	key := keyFor(t)
 	// the principal's state exists, so that its replica is known
 	probe := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour}
-	if _, err := harness.NewLimiter(t, tg.c, slowMachine).Allow(ctx, key, probe); err != nil {
+	probing := harness.NewLimiter(t, tg.c, slowMachine)
+	if _, err := probing.Allow(ctx, key, probe); err != nil {
 		t.Fatal(err)
 	}
-	stateKey := client.Key(client.DefaultPrefix, key, probe)
+	stateKey := probing.Key(key, probe)
 	rep := tg.replicaFor(t, stateKey)
 	waitReplicated(t, rep, stateKey)
 
@@ -186,7 +187,7 @@ func serviceCalls(t *testing.T, tg *target) error {
 		return err
 	}
 	// ReturnError: a call the server refuses must fail here, not be decided locally
-	lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(client.ReturnError))
+	lim := harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError})
 	if err := lim.CheckVersion(ctx, "1.1.0"); err != nil {
 		return fmt.Errorf("CheckVersion: %w", err)
 	}
@@ -320,7 +321,7 @@ func refused(t *testing.T, tg *target) {
 	}
 	// The client names the refusal: a Limiter whose prefix is outside rl:* gets it back (with
 	// ReturnError: the default policy decides a refused call locally).
-	_, err = harness.NewLimiter(t, vk, slowMachine, client.WithPrefix("other:"), client.WithPolicy(client.ReturnError)).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
+	_, err = harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError, Prefix: "other:"}).Allow(ctx, "x", client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Allow with the prefix other: as %s: %v; want NOPERM", svcUser, err)
 	}
@@ -354,18 +355,18 @@ func TestSecurityClientTLS(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Hour}
 	for i := range 4 {
 		r, err := lim.Allow(ctx, key, limit)
-		if err != nil || r.Source == client.FromPolicy || r.Allowed != (i < 3) {
+		if err != nil || r.Source == client.FromFallback || r.Allowed != (i < 3) {
 			t.Fatalf("Allow %d: %+v, %v", i+1, r, err)
 		}
 	}
-	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Source == client.FromPolicy || r.Allowed || r.Remaining != 0 {
+	if r, err := lim.Peek(ctx, key, limit); err != nil || r.Source == client.FromFallback || r.Allowed || r.Remaining != 0 {
 		t.Fatalf("Peek: %+v, %v", r, err)
 	}
-	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Source == client.FromPolicy || r.Remaining != 2 {
+	if r, err := lim.Refund(ctx, key, limit, 2); err != nil || r.Source == client.FromFallback || r.Remaining != 2 {
 		t.Fatalf("Refund: %+v, %v", r, err)
 	}
 	le, r, err := lim.Acquire(ctx, key, client.Concurrency{Limit: 1, Lease: time.Minute})
-	if err != nil || le == nil || r.Source == client.FromPolicy {
+	if err != nil || le == nil || r.Source == client.FromFallback {
 		t.Fatalf("Acquire: %+v, %v", r, err)
 	}
 	if r, err := le.Release(ctx); err != nil || !r.Allowed {

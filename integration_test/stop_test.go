@@ -22,7 +22,7 @@ import (
 // serving with no limit at all, on real servers, with the Limiter's defaults.
 
 // everyPolicy is every Policy, the default first.
-var everyPolicy = []client.Policy{client.LocalFallback, client.ReturnError, client.FailOpen, client.FailClosed}
+var everyPolicy = []client.Fallback{client.LocalFallback, client.ReturnError, client.FailOpen, client.FailClosed}
 
 // stopEnv is one Valkey with the working library, for the tests below that need an empty
 // server (DBSIZE 0) or its own command counts: started on first use, emptied by each.
@@ -62,9 +62,9 @@ func emptyServer(t *testing.T) valkey.Client {
 	return vk
 }
 
-// asShipped is slowMachine's deadline with the client's default policy: for the tests of what
-// a service gets by default.
-var asShipped = client.WithDeadline(5 * time.Second)
+// asShipped is slowMachine's deadline with the client's default fallback: for the tests of
+// what a service gets by default.
+var asShipped = client.Options{Deadline: slowDeadline}
 
 func dbsize(t *testing.T, vk valkey.Client) int64 {
 	t.Helper()
@@ -110,7 +110,7 @@ func TestStopReleaseSkew(t *testing.T) {
 				if unlimited == 1 {
 					t.Errorf("request %d: %v; served unlimited by a fail-open service", i+1, err)
 				}
-			case r.Source == client.FromPolicy:
+			case r.Source == client.FromFallback:
 				t.Errorf("request %d: %+v; want the node's decision", i+1, r)
 			case r.Allowed:
 				admitted++
@@ -129,7 +129,7 @@ func TestStopReleaseSkew(t *testing.T) {
 		if admitted != int(user.Limit) {
 			t.Errorf("%d of %d requests admitted, want the per-user limit, %d", admitted, requests, user.Limit)
 		}
-		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Source == client.FromPolicy || p.Remaining != 0 {
+		if p, err := lim.Peek(ctx, "user:"+k, user); err != nil || p.Source == client.FromFallback || p.Remaining != 0 {
 			t.Errorf("the user's limit after: %+v, %v; want 0 remaining", p, err)
 		}
 		// every admitted request counted; a refused one at most once (what a key took before
@@ -159,7 +159,7 @@ func TestStopReleaseSkew(t *testing.T) {
 		admitted := 0
 		for i := range 10 {
 			r, err := lim.Allow(ctx, k, reserved)
-			if err != nil || r.Source != client.FromPolicy {
+			if err != nil || r.Source != client.FromFallback {
 				t.Fatalf("call %d: %+v, %v; want the local fallback's decision", i+1, r, err)
 			}
 			if r.Allowed {
@@ -254,7 +254,7 @@ func clusterKeys(t *testing.T, cl *harness.Cluster, n int) [][]string {
 // A cluster loses a primary. With cluster-require-full-coverage yes (Valkey's default) every
 // shard answers CLUSTERDOWN until the dead one's replica is promoted; with no, the other
 // shards keep serving. Either way, with the Limiter's defaults, every request on a key of any
-// shard is decided, by the server or locally (client.FromPolicy), none is served unlimited (an
+// shard is decided, by the server or locally (client.FromFallback), none is served unlimited (an
 // error, which a fail-open service serves with no limit), and no key admits more than its limit
 // from either: the server's count and the local fallback's share (the whole limit: one
 // instance) each stay within it.
@@ -276,8 +276,12 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour}
 	// the defaults but for the deadline and the breaker, those of the failover tests
 	reader := sdkmetric.NewManualReader()
-	lim := harness.NewLimiter(t, cl.Client(t, false), client.WithDeadline(chaosDeadline), client.WithBreaker(chaosBreaker, chaosCooldown),
-		client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	lim := harness.NewLimiter(t, cl.Client(t, false), client.Options{
+		Deadline:        chaosDeadline,
+		BreakerFailures: chaosBreaker,
+		BreakerCooldown: chaosCooldown,
+		MeterProvider:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
 	keys := clusterKeys(t, cl, 2000)
 
 	// round kills the primary of shard victim under the workers' load, and returns their
@@ -290,7 +294,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 		for _, w := range workers {
 			for i := 0; ; i++ {
 				r, err := lim.Allow(ctx, w.keys[0], limit)
-				if err == nil && r.Source != client.FromPolicy {
+				if err == nil && r.Source != client.FromFallback {
 					break
 				}
 				if i == 50 {
@@ -408,7 +412,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 					if w.shard != victim {
 						healthyUnlimited++
 					}
-				case c.res.Source == client.FromPolicy:
+				case c.res.Source == client.FromFallback:
 					if w.shard == victim {
 						deadLocal++
 					} else {
@@ -462,7 +466,7 @@ func TestStopClusterWithoutFullCoverage(t *testing.T) {
 				continue
 			}
 			for _, c := range w.calls {
-				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Source == client.FromPolicy) {
+				if c.start.After(downFrom) && c.start.Before(downTo) && (c.err != nil || c.res.Source == client.FromFallback) {
 					healthyDown++
 				}
 			}
@@ -514,7 +518,7 @@ func TestStopBadLimit(t *testing.T) {
 	bad := client.TokenBucket{Capacity: 0, Rate: 1, Period: time.Second}
 	good := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	for _, p := range everyPolicy {
-		lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
+		lim := harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: p})
 		k := keyFor(t)
 		calls := []struct {
 			name string
@@ -579,7 +583,7 @@ func TestStopLongKey(t *testing.T) {
 	before := usedMemory()
 	keys := 0
 	for _, p := range everyPolicy {
-		lim := harness.NewLimiter(t, vk, slowMachine, client.WithPolicy(p))
+		lim := harness.NewLimiter(t, vk, client.Options{Deadline: slowDeadline, Fallback: p})
 		for i := range 5 {
 			keys++
 			huge := strings.Repeat(string(rune('a'+keys)), 1<<20)
@@ -589,7 +593,7 @@ func TestStopLongKey(t *testing.T) {
 				_, err = lim.AllowAll(ctx, []client.Rule{{Key: keyFor(t), Limit: limit}, {Key: huge, Limit: limit}})
 			}
 			var ke *client.KeyError
-			if !errors.As(err, &ke) || ke.Len != 1<<20 || ke.Max != client.DefaultMaxKeyLen {
+			if !errors.As(err, &ke) || ke.Len != 1<<20 || ke.Max != 512 {
 				t.Errorf("%s: a 1 MiB key: %v; want a *KeyError", p, err)
 			}
 		}
@@ -604,8 +608,8 @@ func TestStopLongKey(t *testing.T) {
 	}
 
 	lim := harness.NewLimiter(t, vk, asShipped)
-	long := strings.Repeat("k", client.DefaultMaxKeyLen)
-	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Source == client.FromPolicy {
+	long := strings.Repeat("k", 512)
+	if r, err := lim.Allow(ctx, long, limit); err != nil || !r.Allowed || r.Source == client.FromFallback {
 		t.Errorf("a key of %d bytes: %+v, %v; want admitted by the server", len(long), r, err)
 	}
 	if n := dbsize(t, vk); n != 1 {
@@ -634,7 +638,7 @@ func TestStopDenialCost(t *testing.T) {
 	for i := range requests {
 		before := fcalls(t, vk)
 		r, err := lim.AllowAll(ctx, rules)
-		if err != nil || r.Source == client.FromPolicy {
+		if err != nil || r.Source == client.FromFallback {
 			t.Fatalf("request %d: %+v, %v; want the server's decision", i+1, r, err)
 		}
 		n := fcalls(t, vk) - before
@@ -671,7 +675,7 @@ func clusterDownErrors(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != client.MetricErrors {
+			if m.Name != "rlfn.client.errors" {
 				continue
 			}
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {

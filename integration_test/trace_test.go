@@ -23,7 +23,7 @@ func TestTraces(t *testing.T) {
 	key := keyFor(t)
 	roomInWindow(t, tg.c, 60_000, 2*time.Second)
 
-	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp))
+	lim := harness.NewLimiter(t, tg.c, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError, TracerProvider: tp})
 	if r, err := lim.Allow(ctx, key, limit); err != nil || !r.Allowed {
 		t.Fatalf("%+v, %v", r, err)
 	}
@@ -38,7 +38,12 @@ func TestTraces(t *testing.T) {
 	if _, err := lim.Peek(canceled, key, limit); err == nil {
 		t.Fatal("a peek with a canceled context succeeded")
 	}
-	keyed := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	keyed := harness.NewLimiter(t, tg.c, client.Options{
+		Deadline:       slowDeadline,
+		Fallback:       client.ReturnError,
+		TracerProvider: tp,
+		TraceKeys:      true,
+	})
 	if _, err := keyed.Peek(ctx, key, limit); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +100,12 @@ func TestTracesAllAndLeases(t *testing.T) {
 	burst := client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}
 	rules := []client.Rule{{Key: key, Limit: burst}, {Key: key, Limit: perMinute}}
 	roomInWindow(t, tg.c, 60_000, 2*time.Second)
-	lim := harness.NewLimiter(t, tg.c, slowMachine, client.WithTracerProvider(tp), client.WithTraceKeys())
+	lim := harness.NewLimiter(t, tg.c, client.Options{
+		Deadline:       slowDeadline,
+		Fallback:       client.ReturnError,
+		TracerProvider: tp,
+		TraceKeys:      true,
+	})
 	if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
 		t.Fatalf("%+v, %v", r, err)
 	}

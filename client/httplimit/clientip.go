@@ -30,14 +30,14 @@ type ClientIPOptions struct {
 // ClientIP keys requests by the client's IP address, read from the proxies' header only when
 // it can be trusted: the rightmost address in it that is not a trusted proxy, which the
 // proxy nearest that client wrote. What the client wrote itself is to the left of it and
-// never read. Use its Key as an Options.Key or a Rule.Key.
+// never read. Use its Key as an Options.Key or an AlsoLimit.Key.
 type ClientIP struct {
 	trusted   []netip.Prefix
 	forwarded bool // Forwarded rather than X-Forwarded-For
 	v6Bits    int
 }
 
-// NewClientIP returns a ClientIP, or an *OptionError naming what opts got wrong.
+// NewClientIP returns a ClientIP, or an *ConfigError naming what opts got wrong.
 func NewClientIP(opts ClientIPOptions) (*ClientIP, error) {
 	c := &ClientIP{v6Bits: opts.IPv6Prefix}
 	switch http.CanonicalHeaderKey(opts.Header) {
@@ -45,18 +45,18 @@ func NewClientIP(opts ClientIPOptions) (*ClientIP, error) {
 	case "Forwarded":
 		c.forwarded = true
 	default:
-		return nil, &OptionError{Field: "ClientIPOptions.Header", Reason: fmt.Sprintf(`must be "X-Forwarded-For" or "Forwarded", got %q`, opts.Header)}
+		return nil, &ConfigError{Field: "ClientIPOptions.Header", Reason: fmt.Sprintf(`must be "X-Forwarded-For" or "Forwarded", got %q`, opts.Header)}
 	}
 	if c.v6Bits == 0 {
 		c.v6Bits = DefaultIPv6Prefix
 	}
 	if c.v6Bits < 1 || c.v6Bits > 128 {
-		return nil, &OptionError{Field: "ClientIPOptions.IPv6Prefix", Reason: fmt.Sprintf("must be from 1 to 128, got %d", opts.IPv6Prefix)}
+		return nil, &ConfigError{Field: "ClientIPOptions.IPv6Prefix", Reason: fmt.Sprintf("must be from 1 to 128, got %d", opts.IPv6Prefix)}
 	}
 	for _, s := range opts.TrustedProxies {
 		p, err := parseTrusted(s)
 		if err != nil {
-			return nil, &OptionError{Field: "ClientIPOptions.TrustedProxies", Reason: fmt.Sprintf("%q: want an IP address or a CIDR network", s)}
+			return nil, &ConfigError{Field: "ClientIPOptions.TrustedProxies", Reason: fmt.Sprintf("%q: want an IP address or a CIDR network", s)}
 		}
 		c.trusted = append(c.trusted, p)
 	}

@@ -182,9 +182,9 @@ func TestNewClientIPRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := NewClientIP(tt.give)
-		var oe *OptionError
+		var oe *ConfigError
 		if !errors.As(err, &oe) || oe.Field != tt.wantField || !strings.HasPrefix(err.Error(), "httplimit: ") {
-			t.Errorf("NewClientIP(%+v) = %v, want an *OptionError for %s", tt.give, err, tt.wantField)
+			t.Errorf("NewClientIP(%+v) = %v, want an *ConfigError for %s", tt.give, err, tt.wantField)
 		}
 	}
 	// an IPv4-mapped network is the IPv4 one

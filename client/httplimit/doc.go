@@ -38,7 +38,7 @@
 //
 // Policy.Also adds limits to a route, decided with its Limit all or nothing
 // (client.AllowAll): a request every limit admits counts against each, one that any refuses
-// counts against none. A Rule may count against a key of its own (Rule.Key): the login
+// counts against none. An AlsoLimit may count against a key of its own (AlsoLimit.Key): the login
 // pattern limits attempts per (IP, user), per IP and per user at once. RateLimit-Policy
 // lists every enforced limit, the one that decided first (when refused, the refusing one with
 // the longest wait; else the one with the fewest units left); RateLimit and the X-RateLimit-*
@@ -50,7 +50,7 @@
 //
 // # Rolling a limit out
 //
-// A limit in shadow (Policy.Shadow for the whole route, Rule.Shadow for one limit) is decided
+// A limit in shadow (Policy.Shadow for the whole route, AlsoLimit.Shadow for one limit) is decided
 // and counted in the limiter like an enforced one, beside the enforced decision, but never
 // refuses and sends no header: a request it would have refused is counted in
 // MetricWouldDeny (with Options.MeterProvider) and passed to Options.OnShadowDeny. The
@@ -98,18 +98,18 @@
 //     open, its library absent or too old. A *client.Limiter decides these itself under its
 //     default policy, client.LocalFallback (an in-process limiter with a share of each
 //     limit), so they reach the middleware only from a Limiter built with
-//     client.WithPolicy(client.ReturnError). Answered 503 Service Unavailable (a temporary
+//     client.Options{Fallback: client.ReturnError}. Answered 503 Service Unavailable (a temporary
 //     condition: a client or a load balancer may retry), or Options.ErrorStatus.
 //     Options.FailOpen serves them instead, with no limit and no rate-limit headers: a choice
 //     to make knowingly.
 //   - A configuration mistake: a Policy the middleware refuses (*PolicyError: a Name with a
-//     space, EnforcePercent 101, a Rule without a Limit), a limit the client refuses
+//     space, EnforcePercent 101, an AlsoLimit without a Limit), a limit the client refuses
 //     (*client.LimitError: a TokenBucket of Capacity 0), a key holding another algorithm's
-//     state (*client.LibraryError), a Limiter that cannot decide the Policy (ErrNoMultiLimiter,
+//     state (*client.LibraryError), a Limiter that cannot decide the Policy (ErrNoMultiDecider,
 //     ErrNoAcquirer). Answered 500 Internal Server Error, FailOpen or not: a limit that cannot
 //     be valid is a bug, which serving the route unlimited would hide. List the policies in
 //     Options.Policies and New refuses them at start-up instead.
-//   - A key the limits cannot count the request against: Options.Key's (or a Rule's) error
+//   - A key the limits cannot count the request against: Options.Key's (or an AlsoLimit's) error
 //     or empty key, or one the Limiter refuses as too long (*client.KeyError). The client's
 //     fault: answered 400 Bad Request, the body saying "missing or unreadable key", "missing
 //     key" or "key too long".
@@ -120,11 +120,11 @@
 //
 // # Keys
 //
-// The key a limit counts a request against is the Policy's (or the Rule's) Name, ':' and the
-// principal from Options.Key (or Rule.Key); the client stores its state under
-// client.Key("rl:", "<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket. The server holds each key for as long as its limiter's
+// The key a limit counts a request against is the Policy's (or the AlsoLimit's) Name, ':' and the
+// principal from Options.Key (or AlsoLimit.Key); the client stores its state under
+// the Limiter's Key("<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket. The server holds each key for as long as its limiter's
 // state lives (an hour for an hour's sliding log), so the client bounds it: at most
-// client.DefaultMaxKeyLen (512) bytes, name and ':' included, or what client.WithMaxKeyLen
+// 512 bytes (the client's Options.MaxKeyLen default), name and ':' included, or what Options.MaxKeyLen
 // sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
 // a long header) by a hash of it, e.g. hex.EncodeToString of its crypto/sha256 sum: 64 bytes,
 // the same for every request that carries it.
@@ -132,7 +132,7 @@
 // # Start-up
 //
 // A service whose routes' limits are constants lists them in Options.Policies: New refuses
-// one that cannot be valid, with an *OptionError naming it, and Middleware.Check verifies
+// one that cannot be valid, with an *ConfigError naming it, and Middleware.Check verifies
 // that every node runs the library release they need (Needs: 1.1.0 for several limits
 // at once, a Concurrency or a Reserve). A node that runs an older release still
 // limits (the client decides each limit it can, one at a time, and its policy the rest), but

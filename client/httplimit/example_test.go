@@ -27,7 +27,7 @@ func Example() {
 	}
 	defer vk.Close()
 
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func Example_concurrency() {
 	defer vk.Close()
 
 	inFlight := &client.Concurrency{Limit: 20, Lease: 30 * time.Second, Reserve: 4}
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func Example_login() {
 			return httplimit.Policy{
 				Name:  "login",
 				Limit: client.FixedWindow{Limit: 5, Window: time.Minute},
-				Also: []httplimit.Rule{
+				Also: []httplimit.AlsoLimit{
 					{Name: "login-ip", Key: ips.Key, Limit: client.SlidingWindow{Limit: 50, Window: time.Hour}},
 					{Name: "login-user", Key: user, Limit: client.SlidingWindow{Limit: 20, Window: time.Hour}},
 				},
@@ -169,10 +169,10 @@ func Example_startup() {
 	api := httplimit.Policy{
 		Name:  "api",
 		Limit: client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
-		Also: []httplimit.Rule{{Name: "api-ip", Key: ips.Key,
+		Also: []httplimit.AlsoLimit{{Name: "api-ip", Key: ips.Key,
 			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}},
 	}
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func Example_startup() {
 		Policies: []httplimit.Policy{api},
 	})
 	if err != nil {
-		log.Fatal(err) // an *httplimit.OptionError naming the policy
+		log.Fatal(err) // an *httplimit.ConfigError naming the policy
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -209,7 +209,7 @@ func ExampleNeeds() {
 	perUser := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
 	for _, p := range []httplimit.Policy{
 		{Name: "api", Limit: perUser},
-		{Name: "api-ip", Limit: perUser, Also: []httplimit.Rule{{Name: "ip", Key: httplimit.RemoteIP,
+		{Name: "api-ip", Limit: perUser, Also: []httplimit.AlsoLimit{{Name: "ip", Key: httplimit.RemoteIP,
 			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}}},
 		{Name: "payments", Limit: perUser, Concurrency: &client.Concurrency{Limit: 20, Lease: 30 * time.Second}},
 	} {
@@ -263,7 +263,7 @@ func Example_shadow() {
 	}
 	defer vk.Close()
 
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func Example_shadow() {
 			return httplimit.Policy{
 				Name:  "api",
 				Limit: client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
-				Also: []httplimit.Rule{{Name: "api-hour", Shadow: true,
+				Also: []httplimit.AlsoLimit{{Name: "api-hour", Shadow: true,
 					Limit: client.SlidingWindow{Limit: 20000, Window: time.Hour}}},
 				EnforcePercent: 100, // lower it to roll the route's limits out gradually
 			}
@@ -301,7 +301,7 @@ func ExampleTransport() {
 	}
 	defer vk.Close()
 
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -39,7 +39,7 @@ const (
 	unreleased
 )
 
-// ErrEmptyKey is the error of a Key (Options.Key or a Rule's) that returned "": no principal
+// ErrEmptyKey is the error of a Key (Options.Key or an AlsoLimit's) that returned "": no principal
 // to count the request against. An enforced limit answers it 400; a shadow limit passes it to
 // Options.OnError in a *ShadowKeyError.
 var ErrEmptyKey = errors.New("httplimit: the key is empty")
@@ -56,7 +56,7 @@ func classify(err error) failure {
 	case errors.As(err, &ke) || errors.Is(err, ErrEmptyKey):
 		return refusedKey
 	case errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &lib) ||
-		errors.Is(err, ErrNoMultiLimiter) || errors.Is(err, ErrNoAcquirer):
+		errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer):
 		return misconfigured
 	}
 	return unavailable

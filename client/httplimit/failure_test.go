@@ -23,7 +23,7 @@ func TestClassify(t *testing.T) {
 		{client.ErrNotLoaded, unavailable},
 		{&client.VersionError{Node: "n", Version: "1.0.0", Want: "1.1.0"}, unavailable},
 		{context.DeadlineExceeded, unavailable},
-		{&client.ReplyError{Function: "rl_fixed_window", Reason: "4 elements, want 6"}, unavailable},
+		{fmt.Errorf("client: rl_fixed_window: reply out of contract: 4 elements, want 6"), unavailable},
 		{&client.KeyError{Len: 600, Max: 512}, refusedKey},
 		{&client.KeyError{Max: 512}, refusedKey},
 		{ErrEmptyKey, refusedKey},
@@ -31,7 +31,7 @@ func TestClassify(t *testing.T) {
 		{&client.LimitError{Field: "TokenBucket.Capacity", Reason: "must be from 1"}, misconfigured},
 		{fmt.Errorf("wrapped: %w", &client.LimitError{Field: "rules[1].Limit", Reason: "must not be nil"}), misconfigured},
 		{&client.LibraryError{Function: "rl_fixed_window", Message: "key holds a list"}, misconfigured},
-		{ErrNoMultiLimiter, misconfigured},
+		{ErrNoMultiDecider, misconfigured},
 		{ErrNoAcquirer, misconfigured},
 	}
 	for _, tt := range tests {
@@ -91,9 +91,9 @@ func TestCompensationErrorKeepsTheDenial(t *testing.T) {
 		wantShadow []string
 	}{
 		{name: "enforced", wantStatus: http.StatusTooManyRequests,
-			policy: Policy{Name: "user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}}},
+			policy: Policy{Name: "user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}}},
 		{name: "in shadow", wantStatus: http.StatusOK, wantShadow: []string{"ip"},
-			policy: Policy{Name: "user", Limit: tokenBucket, Shadow: true, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}}},
+			policy: Policy{Name: "user", Limit: tokenBucket, Shadow: true, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,11 +138,11 @@ func TestEmptyKey(t *testing.T) {
 		wantShadow string // the policy of the *ShadowKeyError
 	}{
 		{name: "Options.Key", key: "", policy: Policy{Name: "api", Limit: tokenBucket}, wantStatus: 400},
-		{name: "a Rule's Key", key: "k",
-			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("")}}},
+		{name: "an AlsoLimit's Key", key: "k",
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("")}}},
 			wantStatus: 400},
-		{name: "a shadow Rule's Key", key: "k",
-			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey(""), Shadow: true}}},
+		{name: "a shadow AlsoLimit's Key", key: "k",
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey(""), Shadow: true}}},
 			wantStatus: 200, wantShadow: "ip"},
 		{name: "a route in shadow", key: "", policy: Policy{Name: "api", Limit: tokenBucket, Shadow: true},
 			wantStatus: 200, wantShadow: "api"},

@@ -19,13 +19,13 @@ import (
 	"github.com/rlfn/rlfn/client"
 )
 
-// Limiter is what the middleware needs of a *client.Limiter, so that any decision maker (a
+// Decider is what the middleware needs of a *client.Limiter, so that any decision maker (a
 // fake in tests, a wrapper that records decisions) can stand in for it.
-type Limiter interface {
+type Decider interface {
 	Allow(ctx context.Context, key string, limit client.Limit) (client.Result, error)
 }
 
-var _ Limiter = (*client.Limiter)(nil)
+var _ Decider = (*client.Limiter)(nil)
 
 // DefaultMaxDelay is Options.MaxDelay when it is zero.
 const DefaultMaxDelay = time.Second
@@ -57,8 +57,8 @@ type Policy struct {
 	// every one admits the request and counts it, or none counts it), each reported as an
 	// item of RateLimit-Policy. Rules of other keys (the login pattern: per (IP, user), per
 	// IP, per user) take their Key. The Limiter must be a *client.Limiter (or implement
-	// MultiLimiter) when more than one limit is enforced. Default (nil): Limit alone.
-	Also []Rule
+	// MultiDecider) when more than one limit is enforced. Default (nil): Limit alone.
+	Also []AlsoLimit
 	// HideQuota sends none of the RateLimit-Policy, RateLimit and X-RateLimit-* headers, and
 	// answers 429 with a body that names no policy and no wait: only Retry-After says when to
 	// come back. For authentication routes, where "4 attempts left" tells an attacker how
@@ -67,8 +67,8 @@ type Policy struct {
 	// Shadow decides the route's limits (counting the requests in the limiter, as enforced
 	// limits would) but serves every request: a denial is only counted, in the metric
 	// MetricWouldDeny, and sent to Options.OnShadowDeny. Shadow limits send no headers.
-	// Roll a new limit out in shadow, watch what it would deny, then enforce it. A Rule can be
-	// in shadow on its own (Rule.Shadow). Concurrency is always enforced. The shadow decision
+	// Roll a new limit out in shadow, watch what it would deny, then enforce it. An AlsoLimit can be
+	// in shadow on its own (AlsoLimit.Shadow). Concurrency is always enforced. The shadow decision
 	// runs beside the request and may end after the response: OnShadowDeny and OnError may be
 	// called once the request's context is over. A Key error does not refuse a request whose
 	// limits are all in shadow: it goes to OnError, and the request is served. Default: false.
@@ -80,10 +80,10 @@ type Policy struct {
 	EnforcePercent int
 }
 
-// Rule is a limit of a Policy beside its Limit (Policy.Also).
-type Rule struct {
+// AlsoLimit is a limit of a Policy beside its Limit (Policy.Also).
+type AlsoLimit struct {
 	// Name names the limit in the headers and scopes its state, as Policy.Name does; it must
-	// differ from the Policy's and from the other Rules' Names. Required.
+	// differ from the Policy's and from the other AlsoLimits' Names. Required.
 	Name string
 	// Limit is the limiter's configuration. Required.
 	Limit client.Limit
@@ -102,27 +102,27 @@ type Acquirer interface {
 
 var _ Acquirer = (*client.Limiter)(nil)
 
-// MultiLimiter is what a Policy enforcing several limits needs of the Limiter, as
+// MultiDecider is what a Policy enforcing several limits needs of the Limiter, as
 // *client.Limiter has it.
-type MultiLimiter interface {
+type MultiDecider interface {
 	AllowAll(ctx context.Context, rules []client.Rule) (client.Result, error)
 }
 
-var _ MultiLimiter = (*client.Limiter)(nil)
+var _ MultiDecider = (*client.Limiter)(nil)
 
-// EachLimiter is what a Policy enforcing several limits needs to report each of them in
-// RateLimit, as *client.Limiter has it (client.Limiter.AllowAllEach). With a MultiLimiter that
+// EachDecider is what a Policy enforcing several limits needs to report each of them in
+// RateLimit, as *client.Limiter has it (client.Limiter.AllowAllEach). With a MultiDecider that
 // is not one, RateLimit has the deciding limit alone.
-type EachLimiter interface {
+type EachDecider interface {
 	AllowAllEach(ctx context.Context, rules []client.Rule, n int64) (client.Result, []client.Result, error)
 }
 
-var _ EachLimiter = (*client.Limiter)(nil)
+var _ EachDecider = (*client.Limiter)(nil)
 
-// ErrNoMultiLimiter is passed to Options.OnError, and answered 500, when a Policy enforces
+// ErrNoMultiDecider is passed to Options.OnError, and answered 500, when a Policy enforces
 // several limits and the Limiter cannot decide them at once (it does not implement
-// MultiLimiter). New refuses such a Policy in Options.Policies.
-var ErrNoMultiLimiter = errors.New("httplimit: Policy.Also needs a Limiter that implements MultiLimiter, such as *client.Limiter")
+// MultiDecider). New refuses such a Policy in Options.Policies.
+var ErrNoMultiDecider = errors.New("httplimit: Policy.Also needs a Limiter that implements MultiDecider, such as *client.Limiter")
 
 // ErrNoAcquirer is passed to Options.OnError, and answered 500, when a Policy has a
 // Concurrency and the Limiter cannot take leases (it does not implement Acquirer). New refuses
@@ -136,15 +136,15 @@ type Options struct {
 	// empty key, answers 400 Bad Request without a decision ("missing or unreadable key",
 	// "missing key"), because a request that cannot be attributed would otherwise be served
 	// unlimited. The Limiter bounds the key it takes, the Policy's Name and ':' included
-	// (client.WithMaxKeyLen, client.DefaultMaxKeyLen bytes by default): a longer one is
+	// (client.Options.MaxKeyLen, 512 bytes by default): a longer one is
 	// answered 400 "key too long". Key a long identifier by a hash of it. Required.
 	Key func(r *http.Request) (string, error)
 	// Policy returns the limit of a request: per route, per tier. Required.
 	Policy func(r *http.Request) Policy
 	// Policies are the policies Policy returns, when they are known at start-up (every route's
 	// limits are constants): New refuses one that cannot be valid (its Name, a Limit the client
-	// would refuse, a Rule without a Name or a Limit, EnforcePercent out of range, a Limiter
-	// that cannot serve it) with an *OptionError naming it, and Check verifies that every node
+	// would refuse, an AlsoLimit without a Name or a Limit, EnforcePercent out of range, a Limiter
+	// that cannot serve it) with an *ConfigError naming it, and Check verifies that every node
 	// runs the library release they need. Policy may return others; they are checked when a
 	// request meets them. Default (nil): none.
 	Policies []Policy
@@ -170,7 +170,7 @@ type Options struct {
 	// OnError is called with each error that leaves a request without a decision, before it is
 	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
 	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
-	// request so), a *PolicyError, ErrNoMultiLimiter and ErrNoAcquirer. It also gets a
+	// request so), a *PolicyError, ErrNoMultiDecider and ErrNoAcquirer. It also gets a
 	// *client.CompensationError that comes with a denial, which is answered: the decision
 	// stands. A request whose context ended during the decision (its client went away) is
 	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
@@ -192,7 +192,7 @@ type Options struct {
 	// quota-exceeded type, naming the violated policy. Default: false, the JSON body of the
 	// package documentation.
 	ProblemJSON bool
-	// OnShadowDeny is called with the policy (the Rule's Name, or Policy.Name) of each request
+	// OnShadowDeny is called with the policy (the AlsoLimit's Name, or Policy.Name) of each request
 	// a limit in shadow would have denied; it must be safe for concurrent use. Default (nil):
 	// the denial is only counted in MetricWouldDeny (with MeterProvider).
 	OnShadowDeny func(r *http.Request, policy string)
@@ -220,24 +220,24 @@ const (
 // rlfn.policy, the limit's Name: the cost of enforcing it.
 const MetricWouldDeny = "rlfn.httplimit.would_deny"
 
-// OptionError reports Options that cannot work, found by New.
-type OptionError struct {
+// ConfigError reports Options that cannot work, found by New.
+type ConfigError struct {
 	Field  string // e.g. "Key", "Policies[2]"
 	Reason string // e.g. "is required"
 	Err    error  // what refused it, e.g. a *PolicyError for Policies; else nil
 }
 
-func (e *OptionError) Error() string { return "httplimit: Options." + e.Field + " " + e.Reason }
+func (e *ConfigError) Error() string { return "httplimit: Options." + e.Field + " " + e.Reason }
 
 // Unwrap returns the cause, so that errors.As finds a *PolicyError (and the
 // *client.LimitError in it).
-func (e *OptionError) Unwrap() error { return e.Err }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // PolicyError reports a Policy the middleware refuses. At request time it is passed to
 // Options.OnError and answered 500 (whatever FailOpen says): a limit that cannot be valid is a
 // bug, and serving the route with no limit would hide it. In Options.Policies, New refuses it.
 type PolicyError struct {
-	Name   string // the policy's (or the Rule's) Name
+	Name   string // the policy's (or the AlsoLimit's) Name
 	Reason string // e.g. "want letters, digits, '_', '.' or '-'"
 	Err    error  // the client's, when it refused a limit (a *client.LimitError); else nil
 }
@@ -252,7 +252,7 @@ func (e *PolicyError) Unwrap() error { return e.Err }
 // ShadowKeyError is passed to Options.OnError when the Key of a limit in shadow fails: the
 // request is served, and that limit is not decided.
 type ShadowKeyError struct {
-	Policy string // the Rule's Name, or Policy.Name
+	Policy string // the AlsoLimit's Name, or Policy.Name
 	Err    error
 }
 
@@ -264,7 +264,7 @@ func (e *ShadowKeyError) Unwrap() error { return e.Err }
 
 // Middleware rate-limits the requests of the handlers it wraps. It is safe for concurrent use.
 type Middleware struct {
-	lim       Limiter
+	lim       Decider
 	opts      Options
 	policies  []Policy            // Options.Policies, Names defaulted
 	log       *errorLog           // the default OnError
@@ -274,25 +274,25 @@ type Middleware struct {
 }
 
 // New returns a Middleware that asks lim for a decision on every request.
-func New(lim Limiter, opts Options) (*Middleware, error) {
+func New(lim Decider, opts Options) (*Middleware, error) {
 	if l, ok := lim.(*client.Limiter); ok && l == nil {
 		lim = nil // a typed nil: every request would panic
 	}
 	switch {
 	case lim == nil:
-		return nil, &OptionError{Field: "Limiter", Reason: "is required"}
+		return nil, &ConfigError{Field: "Limiter", Reason: "is required"}
 	case opts.Key == nil:
-		return nil, &OptionError{Field: "Key", Reason: "is required"}
+		return nil, &ConfigError{Field: "Key", Reason: "is required"}
 	case opts.Policy == nil:
-		return nil, &OptionError{Field: "Policy", Reason: "is required"}
+		return nil, &ConfigError{Field: "Policy", Reason: "is required"}
 	case opts.MaxDelay < 0:
-		return nil, &OptionError{Field: "MaxDelay", Reason: "must not be negative, got " + opts.MaxDelay.String()}
+		return nil, &ConfigError{Field: "MaxDelay", Reason: "must not be negative, got " + opts.MaxDelay.String()}
 	case opts.ErrorStatus != 0 && (opts.ErrorStatus < 400 || opts.ErrorStatus > 599):
-		return nil, &OptionError{Field: "ErrorStatus", Reason: fmt.Sprintf("must be 0 or from 400 to 599, got %d", opts.ErrorStatus)}
+		return nil, &ConfigError{Field: "ErrorStatus", Reason: fmt.Sprintf("must be 0 or from 400 to 599, got %d", opts.ErrorStatus)}
 	case opts.ErrorStatus != 0 && opts.FailOpen:
-		return nil, &OptionError{Field: "ErrorStatus", Reason: fmt.Sprintf("%d cannot be set with FailOpen, which serves those requests", opts.ErrorStatus)}
+		return nil, &ConfigError{Field: "ErrorStatus", Reason: fmt.Sprintf("%d cannot be set with FailOpen, which serves those requests", opts.ErrorStatus)}
 	case opts.Reset > ResetNone:
-		return nil, &OptionError{Field: "Reset", Reason: fmt.Sprintf("must be ResetUnix, ResetDelta or ResetNone, got %d", opts.Reset)}
+		return nil, &ConfigError{Field: "Reset", Reason: fmt.Sprintf("must be ResetUnix, ResetDelta or ResetNone, got %d", opts.Reset)}
 	}
 	if opts.MaxDelay == 0 {
 		opts.MaxDelay = DefaultMaxDelay
@@ -306,7 +306,7 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 			p.Name = DefaultPolicyName
 		}
 		if err := m.servable(p); err != nil {
-			return nil, &OptionError{Field: fmt.Sprintf("Policies[%d]", i), Reason: strings.TrimPrefix(err.Error(), "httplimit: "), Err: err}
+			return nil, &ConfigError{Field: fmt.Sprintf("Policies[%d]", i), Reason: strings.TrimPrefix(err.Error(), "httplimit: "), Err: err}
 		}
 		m.policies = append(m.policies, p)
 	}
@@ -320,7 +320,7 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 			metric.WithUnit("{request}"),
 			metric.WithDescription("Requests a limit in shadow would have denied."))
 		if err != nil {
-			return nil, &OptionError{Field: "MeterProvider", Reason: "creating " + MetricWouldDeny + ": " + err.Error()}
+			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricWouldDeny + ": " + err.Error()}
 		}
 		m.wouldDeny = c
 	}
@@ -328,15 +328,15 @@ func New(lim Limiter, opts Options) (*Middleware, error) {
 }
 
 // servable reports why the middleware could not serve p, a static policy, as a *PolicyError;
-// or ErrNoMultiLimiter, ErrNoAcquirer.
+// or ErrNoMultiDecider, ErrNoAcquirer.
 func (m *Middleware) servable(p Policy) error {
 	if err := validPolicy(p); err != nil {
 		return err
 	}
-	if _, ok := m.lim.(MultiLimiter); !ok {
+	if _, ok := m.lim.(MultiDecider); !ok {
 		for _, d := range decisions(p) {
 			if d.n > 1 {
-				return ErrNoMultiLimiter
+				return ErrNoMultiDecider
 			}
 		}
 	}
@@ -496,7 +496,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		// The shadow decision runs beside the enforced one and the handler, and the response
 		// does not wait for it: a roll-out must not add a round trip to the route's latency,
 		// nor a limiter's deadline when the server is gone. Its context outlives the response;
-		// the limiter's own deadline (client.WithDeadline) bounds how long it runs.
+		// the limiter's own deadline (client.Options.Deadline) bounds how long it runs.
 		m.shadows.Add(1)
 		go m.shadow(context.WithoutCancel(ctx), r, shadowRules, shadowQuotas)
 	}
@@ -511,7 +511,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	var res client.Result
 	var each []client.Result
 	var err error
-	if el, ok := m.lim.(EachLimiter); ok && len(enforcedRules) > 1 && !p.HideQuota {
+	if el, ok := m.lim.(EachDecider); ok && len(enforcedRules) > 1 && !p.HideQuota {
 		res, each, err = el.AllowAllEach(ctx, enforcedRules, 1)
 	} else {
 		res, err = m.decide(ctx, enforcedRules)
@@ -547,9 +547,9 @@ func (m *Middleware) decide(ctx context.Context, rules []client.Rule) (client.Re
 	if len(rules) == 1 {
 		return m.lim.Allow(ctx, rules[0].Key, rules[0].Limit)
 	}
-	ml, ok := m.lim.(MultiLimiter)
+	ml, ok := m.lim.(MultiDecider)
 	if !ok {
-		return client.Result{}, ErrNoMultiLimiter
+		return client.Result{}, ErrNoMultiDecider
 	}
 	return ml.AllowAll(ctx, rules)
 }
@@ -605,7 +605,7 @@ func checkPolicy(p *Policy) error {
 		case rule.Limit == nil:
 			return &PolicyError{Name: rule.Name, Reason: "Limit is required"}
 		case rule.Name == p.Name:
-			return &PolicyError{Name: rule.Name, Reason: "a Rule has the Name of its Policy"}
+			return &PolicyError{Name: rule.Name, Reason: "an AlsoLimit has the Name of its Policy"}
 		}
 		for _, o := range p.Also[:i] {
 			if o.Name == rule.Name {

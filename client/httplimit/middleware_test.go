@@ -219,7 +219,7 @@ func TestResponses(t *testing.T) {
 		},
 		{
 			name:      "key too long for the limiter: 400",
-			giveErr:   &client.KeyError{Len: 1 << 20, Max: client.DefaultMaxKeyLen},
+			giveErr:   &client.KeyError{Len: 1 << 20, Max: 512},
 			policy:    Policy{Name: "api", Limit: tokenBucket},
 			opts:      Options{FailOpen: true},
 			wantCalls: 1,
@@ -227,7 +227,7 @@ func TestResponses(t *testing.T) {
 		},
 		{
 			name:      "key too long for the limiter, problem+json",
-			giveErr:   &client.KeyError{Len: 1 << 20, Max: client.DefaultMaxKeyLen},
+			giveErr:   &client.KeyError{Len: 1 << 20, Max: 512},
 			policy:    Policy{Name: "api", Limit: tokenBucket},
 			opts:      Options{ProblemJSON: true},
 			wantCalls: 1,
@@ -282,14 +282,14 @@ func TestResponses(t *testing.T) {
 		{
 			name:      "several limits, allowed, the second binding",
 			give:      client.Result{Allowed: true, Limit: 1000, Remaining: 3, ResetAfter: time.Hour, Rule: 1},
-			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []AlsoLimit{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
 			wantCalls: 3,
 			wantKeys:  []string{"second:user:42", "hour:user:42", "day:user:42"},
 		},
 		{
 			name:      "several limits, denied by the third",
 			give:      client.Result{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 2},
-			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []AlsoLimit{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
 			wantCalls: 3,
 			wantKeys:  []string{"second:user:42", "hour:user:42", "day:user:42"},
 		},
@@ -301,7 +301,7 @@ func TestResponses(t *testing.T) {
 				{Allowed: true, Limit: 1000, Remaining: 3, ResetAfter: 3599 * time.Second, Rule: 1},
 				{Allowed: true, Limit: 5000, Remaining: 4000, ResetAfter: 20 * time.Hour, Rule: 2},
 			},
-			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []AlsoLimit{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
 			wantCalls: 3,
 		},
 		{
@@ -312,7 +312,7 @@ func TestResponses(t *testing.T) {
 				{Allowed: false, Limit: 1000, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Hour, Rule: 1},
 				{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 2},
 			},
-			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []AlsoLimit{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
 			wantCalls: 3,
 		},
 		{
@@ -323,7 +323,7 @@ func TestResponses(t *testing.T) {
 				{},
 				{Allowed: false, Limit: 5000, Remaining: 7, RetryAfter: client.Never, ResetAfter: 20 * time.Hour, Rule: 2},
 			},
-			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []Rule{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
+			policy:    Policy{Name: "second", Limit: tokenBucket, Also: []AlsoLimit{{Name: "hour", Limit: hourly}, {Name: "day", Limit: daily}}},
 			wantCalls: 3,
 		},
 		{
@@ -333,35 +333,35 @@ func TestResponses(t *testing.T) {
 				{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second},
 				{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Rule: 1},
 			},
-			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
 			wantCalls:  2,
 			wantNoEach: true,
 		},
 		{
 			name:      "several limits, keys of their own",
 			give:      client.Result{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute},
-			policy:    Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			policy:    Policy{Name: "ip-user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
 			wantCalls: 2,
 			wantKeys:  []string{"ip-user:user:42", "ip:10.0.0.1"},
 		},
 		{
 			name:    "several limits, a rule's key error",
-			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: func(*http.Request) (string, error) { return "", errors.New("no IP") }}}},
+			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: func(*http.Request) (string, error) { return "", errors.New("no IP") }}}},
 			wantErr: false,
 		},
 		{
 			name:    "several limits, a rule's empty key",
-			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("")}}},
+			policy:  Policy{Name: "ip-user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("")}}},
 			wantErr: false,
 		},
 		{
 			name:    "several limits, two of one name: 500",
-			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}, {Name: "b", Limit: daily}}},
+			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []AlsoLimit{{Name: "b", Limit: hourly}, {Name: "b", Limit: daily}}},
 			wantErr: true,
 		},
 		{
 			name:    "several limits, a rule without a limit, FailOpen: 500",
-			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b"}}},
+			policy:  Policy{Name: "a", Limit: tokenBucket, Also: []AlsoLimit{{Name: "b"}}},
 			opts:    Options{FailOpen: true},
 			wantErr: true,
 		},
@@ -373,7 +373,7 @@ func TestResponses(t *testing.T) {
 				{},
 				{Allowed: false, Limit: 5000, Remaining: 0, RetryAfter: 3 * time.Hour, ResetAfter: 20 * time.Hour, Rule: 1},
 			},
-			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
+			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
 			opts:      Options{FailOpen: true},
 			wantCalls: 2,
 			wantErr:   true,
@@ -382,7 +382,7 @@ func TestResponses(t *testing.T) {
 			name:       "several limits, hidden quota, refunds failed: the denial stands",
 			give:       client.Result{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Rule: 1},
 			giveErr:    &client.CompensationError{Rules: []int{0}, Err: fmt.Errorf("rules[0]: %w", errDown)},
-			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []Rule{{Name: "login-ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
+			policy:     Policy{Name: "login", Limit: tokenBucket, HideQuota: true, Also: []AlsoLimit{{Name: "login-ip", Limit: hourly, Key: constKey("10.0.0.1")}}},
 			wantCalls:  2,
 			wantErr:    true,
 			wantNoEach: true,
@@ -390,7 +390,7 @@ func TestResponses(t *testing.T) {
 		{
 			name:      "several limits, the decision failed and refunds too: 503",
 			giveErr:   errors.Join(errDown, &client.CompensationError{Rules: []int{0}, Err: fmt.Errorf("rules[0]: %w", errDown)}),
-			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
+			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: daily, Key: constKey("10.0.0.1")}}},
 			wantCalls: 2,
 			wantErr:   true,
 		},
@@ -593,7 +593,7 @@ func TestCancelledRequestIsNoFailure(t *testing.T) {
 	}
 }
 
-func mustNew(t testing.TB, lim Limiter, opts Options) *Middleware {
+func mustNew(t testing.TB, lim Decider, opts Options) *Middleware {
 	t.Helper()
 	if opts.Key == nil {
 		opts.Key = func(*http.Request) (string, error) { return "k", nil }
@@ -677,7 +677,7 @@ func TestNewRefusesOptions(t *testing.T) {
 	policy := func(*http.Request) Policy { return Policy{} }
 	tests := []struct {
 		name      string
-		lim       Limiter
+		lim       Decider
 		give      Options
 		wantField string
 	}{
@@ -693,9 +693,9 @@ func TestNewRefusesOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := New(tt.lim, tt.give)
-		var oe *OptionError
+		var oe *ConfigError
 		if !errors.As(err, &oe) || oe.Field != tt.wantField || !strings.HasPrefix(err.Error(), "httplimit: ") {
-			t.Errorf("%s: got %v, want an *OptionError for %s", tt.name, err, tt.wantField)
+			t.Errorf("%s: got %v, want an *ConfigError for %s", tt.name, err, tt.wantField)
 		}
 	}
 }

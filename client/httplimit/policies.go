@@ -55,7 +55,7 @@ func quoteAll(names []string) string {
 // 100 for the keys outside it).
 //
 // A node older than that does not stop limiting: the client decides what the node can (each
-// limit of a 1.0.0 node one at a time) and its client.Policy the rest. Check says when that
+// limit of a 1.0.0 node one at a time) and its client.Fallback the rest. Check says when that
 // would happen, before the first request.
 func Needs(p Policy) string {
 	if p.Concurrency != nil {

@@ -20,7 +20,7 @@ func TestNewRefusesPolicies(t *testing.T) {
 	good := Policy{Name: "api", Limit: tokenBucket}
 	tests := []struct {
 		name       string
-		lim        Limiter
+		lim        Decider
 		give       []Policy
 		wantField  string
 		wantReason string
@@ -35,22 +35,22 @@ func TestNewRefusesPolicies(t *testing.T) {
 			wantField: "Policies[0]", wantReason: `policy "default": Limit: FixedWindow.Window`, wantLimit: true},
 		{name: "a nil pointer limit", give: []Policy{{Name: "p", Limit: (*client.TokenBucket)(nil)}},
 			wantField: "Policies[0]", wantReason: "Limit: limit must not be nil", wantLimit: true},
-		{name: "a rule without a name", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []Rule{{Limit: hourly}}}},
+		{name: "a rule without a name", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []AlsoLimit{{Limit: hourly}}}},
 			wantField: "Policies[0]", wantReason: "Also[0].Name is required"},
-		{name: "a rule without a limit", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []Rule{{Name: "r"}}}},
+		{name: "a rule without a limit", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []AlsoLimit{{Name: "r"}}}},
 			wantField: "Policies[0]", wantReason: `policy "r": Limit is required`},
-		{name: "a rule's bad limit", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []Rule{{Name: "r", Limit: client.SlidingLog{Limit: 1}}}}},
+		{name: "a rule's bad limit", give: []Policy{{Name: "p", Limit: tokenBucket, Also: []AlsoLimit{{Name: "r", Limit: client.SlidingLog{Limit: 1}}}}},
 			wantField: "Policies[0]", wantReason: `policy "r": Limit: SlidingLog.Window`, wantLimit: true},
 		{name: "EnforcePercent 101", give: []Policy{{Name: "p", Limit: tokenBucket, EnforcePercent: 101}},
 			wantField: "Policies[0]", wantReason: "EnforcePercent must be from 0 to 100, got 101"},
 		{name: "a bad concurrency", give: []Policy{{Name: "p", Concurrency: &client.Concurrency{Limit: 1}}},
 			wantField: "Policies[0]", wantReason: "Concurrency: Concurrency.Lease", wantLimit: true},
-		{name: "several limits, no MultiLimiter", lim: &constant{admits},
-			give:      []Policy{{Name: "p", Limit: tokenBucket, Also: []Rule{{Name: "r", Limit: hourly}}}},
-			wantField: "Policies[0]", wantErr: ErrNoMultiLimiter},
-		{name: "a route in shadow for some keys, no MultiLimiter", lim: &constant{admits},
-			give:      []Policy{{Name: "p", Limit: tokenBucket, EnforcePercent: 50, Also: []Rule{{Name: "r", Limit: hourly, Shadow: true}}}},
-			wantField: "Policies[0]", wantErr: ErrNoMultiLimiter},
+		{name: "several limits, no MultiDecider", lim: &constant{admits},
+			give:      []Policy{{Name: "p", Limit: tokenBucket, Also: []AlsoLimit{{Name: "r", Limit: hourly}}}},
+			wantField: "Policies[0]", wantErr: ErrNoMultiDecider},
+		{name: "a route in shadow for some keys, no MultiDecider", lim: &constant{admits},
+			give:      []Policy{{Name: "p", Limit: tokenBucket, EnforcePercent: 50, Also: []AlsoLimit{{Name: "r", Limit: hourly, Shadow: true}}}},
+			wantField: "Policies[0]", wantErr: ErrNoMultiDecider},
 		{name: "concurrency, no Acquirer", lim: &fake{},
 			give:      []Policy{{Name: "p", Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}}},
 			wantField: "Policies[0]", wantErr: ErrNoAcquirer},
@@ -62,9 +62,9 @@ func TestNewRefusesPolicies(t *testing.T) {
 				lim = &fake{}
 			}
 			_, err := New(lim, Options{Key: key, Policy: policy, Policies: tt.give})
-			var oe *OptionError
+			var oe *ConfigError
 			if !errors.As(err, &oe) || oe.Field != tt.wantField {
-				t.Fatalf("got %v, want an *OptionError for %s", err, tt.wantField)
+				t.Fatalf("got %v, want an *ConfigError for %s", err, tt.wantField)
 			}
 			if !strings.Contains(err.Error(), tt.wantReason) || !strings.HasPrefix(err.Error(), "httplimit: Options."+tt.wantField+" ") {
 				t.Errorf("got %q, want it to hold %q", err, tt.wantReason)
@@ -82,7 +82,7 @@ func TestNewRefusesPolicies(t *testing.T) {
 	ok := []Policy{
 		good,
 		{},
-		{Name: "login", Limit: tokenBucket, Also: []Rule{{Name: "login-ip", Limit: hourly, Key: constKey("ip")}}},
+		{Name: "login", Limit: tokenBucket, Also: []AlsoLimit{{Name: "login-ip", Limit: hourly, Key: constKey("ip")}}},
 		{Name: "pay", Limit: client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}, Concurrency: &client.Concurrency{Limit: 2, Lease: time.Second}},
 	}
 	if _, err := New(&checker{}, Options{Key: key, Policy: policy, Policies: ok}); err != nil {
@@ -106,13 +106,13 @@ func TestNeeds(t *testing.T) {
 		{"one limit with a reserve", Policy{Limit: reserved}, "1.1.0"},
 		{"one limit, critical: still counted", Policy{Limit: reserved, Critical: true}, "1.1.0"},
 		{"a concurrency", Policy{Concurrency: lease}, "1.1.0"},
-		{"per user and per IP", Policy{Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}, "1.1.0"},
-		{"a rule alone", Policy{Also: []Rule{{Name: "ip", Limit: hourly}}}, "1.0.0"},
-		{"one enforced, one shadow: each decided alone", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
-		{"two shadow rules: decided at once", Policy{Limit: tokenBucket, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}, {Name: "d", Limit: daily, Shadow: true}}}, "1.1.0"},
-		{"a route in shadow", Policy{Limit: tokenBucket, Shadow: true, Also: []Rule{{Name: "h", Limit: hourly}}}, "1.1.0"},
-		{"the dial below 100: all in shadow for some keys", Policy{Limit: tokenBucket, EnforcePercent: 50, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.1.0"},
-		{"the dial at 100", Policy{Limit: tokenBucket, EnforcePercent: 100, Also: []Rule{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
+		{"per user and per IP", Policy{Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}, "1.1.0"},
+		{"a rule alone", Policy{Also: []AlsoLimit{{Name: "ip", Limit: hourly}}}, "1.0.0"},
+		{"one enforced, one shadow: each decided alone", Policy{Limit: tokenBucket, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
+		{"two shadow rules: decided at once", Policy{Limit: tokenBucket, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}, {Name: "d", Limit: daily, Shadow: true}}}, "1.1.0"},
+		{"a route in shadow", Policy{Limit: tokenBucket, Shadow: true, Also: []AlsoLimit{{Name: "h", Limit: hourly}}}, "1.1.0"},
+		{"the dial below 100: all in shadow for some keys", Policy{Limit: tokenBucket, EnforcePercent: 50, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}}}, "1.1.0"},
+		{"the dial at 100", Policy{Limit: tokenBucket, EnforcePercent: 100, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
 	}
 	for _, tt := range tests {
 		if got := Needs(tt.give); got != tt.want {
@@ -152,7 +152,7 @@ func (c *checker) CheckVersion(_ context.Context, min string) error {
 // it, for the older ones, and names the policies of each release a node lacks.
 func TestCheck(t *testing.T) {
 	one := Policy{Name: "api", Limit: tokenBucket}
-	two := Policy{Name: "user-ip", Limit: tokenBucket, Also: []Rule{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}
+	two := Policy{Name: "user-ip", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}
 	lease := Policy{Name: "pay", Concurrency: &client.Concurrency{Limit: 2, Lease: time.Second}}
 	down := errors.New("client: node 127.0.0.1:6379: connection refused")
 	tests := []struct {

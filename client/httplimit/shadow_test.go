@@ -129,7 +129,7 @@ func TestShadow(t *testing.T) {
 		{
 			name: "new rule in shadow would deny, the enforced one admits",
 			policy: Policy{Name: "api", Limit: tokenBucket,
-				Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}},
+				Also: []AlsoLimit{{Name: "new", Limit: hourly, Shadow: true}}},
 			results:     map[string]client.Result{"api": admits, "new": denies},
 			wantStatus:  200,
 			wantPolicy:  `"api";q=100;w=10`,
@@ -140,7 +140,7 @@ func TestShadow(t *testing.T) {
 		},
 		{
 			name: "two rules in shadow, one would deny: it is named",
-			policy: Policy{Name: "api", Limit: tokenBucket, Also: []Rule{
+			policy: Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{
 				{Name: "new1", Limit: hourly, Shadow: true}, {Name: "new2", Limit: daily, Shadow: true}}},
 			results:     map[string]client.Result{"api": admits, "new1": admits, "new2": denies},
 			wantStatus:  200,
@@ -153,7 +153,7 @@ func TestShadow(t *testing.T) {
 		{
 			name: "the enforced limit denies: refused, the shadow one still decided",
 			policy: Policy{Name: "api", Limit: tokenBucket,
-				Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}},
+				Also: []AlsoLimit{{Name: "new", Limit: hourly, Shadow: true}}},
 			results:     map[string]client.Result{"api": denies, "new": admits},
 			wantStatus:  429,
 			wantPolicy:  `"api";q=10;w=10`,
@@ -247,12 +247,12 @@ func TestEnforced(t *testing.T) {
 }
 
 // Several enforced limits need a Limiter with AllowAll: without one, the route is
-// misconfigured, answered 500 with ErrNoMultiLimiter, FailOpen or not.
+// misconfigured, answered 500 with ErrNoMultiDecider, FailOpen or not.
 func TestNoMultiLimiter(t *testing.T) {
 	var errs []error
 	m := mustNew(t, &constant{admits}, Options{
 		Policy: func(*http.Request) Policy {
-			return Policy{Name: "a", Limit: tokenBucket, Also: []Rule{{Name: "b", Limit: hourly}}}
+			return Policy{Name: "a", Limit: tokenBucket, Also: []AlsoLimit{{Name: "b", Limit: hourly}}}
 		},
 		OnError:  func(_ *http.Request, err error) { errs = append(errs, err) },
 		FailOpen: true,
@@ -260,8 +260,8 @@ func TestNoMultiLimiter(t *testing.T) {
 	served := false
 	rec := httptest.NewRecorder()
 	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if served || rec.Code != http.StatusInternalServerError || len(errs) != 1 || errs[0] != ErrNoMultiLimiter {
-		t.Errorf("served %v, status %d, OnError %v; want 500 and ErrNoMultiLimiter", served, rec.Code, errs)
+	if served || rec.Code != http.StatusInternalServerError || len(errs) != 1 || errs[0] != ErrNoMultiDecider {
+		t.Errorf("served %v, status %d, OnError %v; want 500 and ErrNoMultiDecider", served, rec.Code, errs)
 	}
 }
 
@@ -280,10 +280,10 @@ func BenchmarkSeveralLimits(b *testing.B) {
 		name   string
 		policy Policy
 	}{
-		{"three", Policy{Name: "login", Limit: tokenBucket, Also: []Rule{
+		{"three", Policy{Name: "login", Limit: tokenBucket, Also: []AlsoLimit{
 			{Name: "login-ip", Limit: hourly, Key: constKey("198.51.100.7")},
 			{Name: "login-user", Limit: daily, Key: constKey("alice")}}}},
-		{"shadow", Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "new", Limit: hourly, Shadow: true}}}},
+		{"shadow", Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "new", Limit: hourly, Shadow: true}}}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			m := mustNew(b, &constantMulti{constant{admits}}, Options{
@@ -395,10 +395,10 @@ func TestShadowKeyError(t *testing.T) {
 		wantKeys   []string
 	}{
 		{name: "a shadow rule's key", key: constKey("k"),
-			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "user", Limit: hourly, Key: bad, Shadow: true}}},
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "user", Limit: hourly, Key: bad, Shadow: true}}},
 			wantStatus: 200, wantErr: "user", wantKeys: []string{"api:k"}},
 		{name: "an enforced rule's key", key: constKey("k"),
-			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []Rule{{Name: "user", Limit: hourly, Key: bad}}},
+			policy:     Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "user", Limit: hourly, Key: bad}}},
 			wantStatus: 400},
 		{name: "a route in shadow: Options.Key", key: bad,
 			policy:     Policy{Name: "api", Limit: tokenBucket, Shadow: true},

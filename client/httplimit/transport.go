@@ -64,7 +64,7 @@ type TransportOptions struct {
 // cannot; client.FailOpen sends it unpaced.
 type Transport struct {
 	base http.RoundTripper
-	lim  Limiter
+	lim  Decider
 	opts TransportOptions
 }
 
@@ -86,23 +86,23 @@ func (e *WaitError) Error() string {
 }
 
 // NewTransport returns a Transport sending through base (http.DefaultTransport when nil),
-// or an *OptionError naming what opts got wrong.
-func NewTransport(base http.RoundTripper, lim Limiter, opts TransportOptions) (*Transport, error) {
+// or an *ConfigError naming what opts got wrong.
+func NewTransport(base http.RoundTripper, lim Decider, opts TransportOptions) (*Transport, error) {
 	if l, ok := lim.(*client.Limiter); ok && l == nil {
 		lim = nil
 	}
 	switch {
 	case lim == nil:
-		return nil, &OptionError{Field: "Limiter", Reason: "is required"}
+		return nil, &ConfigError{Field: "Limiter", Reason: "is required"}
 	case opts.Limit == nil:
-		return nil, &OptionError{Field: "TransportOptions.Limit", Reason: "is required"}
+		return nil, &ConfigError{Field: "TransportOptions.Limit", Reason: "is required"}
 	case opts.MaxWait < 0:
-		return nil, &OptionError{Field: "TransportOptions.MaxWait", Reason: "must not be negative, got " + opts.MaxWait.String()}
+		return nil, &ConfigError{Field: "TransportOptions.MaxWait", Reason: "must not be negative, got " + opts.MaxWait.String()}
 	case opts.Jitter > 1:
-		return nil, &OptionError{Field: "TransportOptions.Jitter", Reason: fmt.Sprintf("must be at most 1, got %g", opts.Jitter)}
+		return nil, &ConfigError{Field: "TransportOptions.Jitter", Reason: fmt.Sprintf("must be at most 1, got %g", opts.Jitter)}
 	}
 	if err := opts.Limit.Validate(); err != nil {
-		return nil, &OptionError{Field: "TransportOptions.Limit", Reason: err.Error()}
+		return nil, &ConfigError{Field: "TransportOptions.Limit", Reason: err.Error()}
 	}
 	if base == nil {
 		base = http.DefaultTransport

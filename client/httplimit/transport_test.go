@@ -456,7 +456,7 @@ func TestRetryAfter(t *testing.T) {
 func TestNewTransportRefuses(t *testing.T) {
 	tests := []struct {
 		name      string
-		lim       Limiter
+		lim       Decider
 		give      TransportOptions
 		wantField string
 	}{
@@ -469,9 +469,9 @@ func TestNewTransportRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := NewTransport(nil, tt.lim, tt.give)
-		var oe *OptionError
+		var oe *ConfigError
 		if !errors.As(err, &oe) || oe.Field != tt.wantField {
-			t.Errorf("%s: got %v, want an *OptionError for %s", tt.name, err, tt.wantField)
+			t.Errorf("%s: got %v, want an *ConfigError for %s", tt.name, err, tt.wantField)
 		}
 	}
 }

@@ -156,6 +156,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1500us"}, "--window must be a whole number of milliseconds, got 1.5ms"},
 		{[]string{"call", "leaky_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "1s", "--mode", "drip"}, "--mode is police or shape"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--repeat", "0"}, "--repeat must be at least 1"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--prefix", ""}, "--prefix must not be empty"},
 		{[]string{"call", "fixed_window", "k", "--limit", "x"}, `--limit "x" is not a decimal integer (see rlfn call --help)`},
 		{[]string{"call", "fixed_window", "k", "--limit", "1.5", "--window", "1s"}, `--limit "1.5" is not a decimal integer`},
 		{[]string{"call", "fixed_window", "k", "--limit", "1", "--window", "1"}, `--window "1": missing unit in duration "1"; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h (see rlfn call --help)`},

@@ -55,7 +55,7 @@ func callCommand() *cli.Command {
 			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
 			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: limitspec.Modes[0].String()},
 			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
-			&cli.StringFlag{Name: "id", Usage: fmt.Sprintf("concurrency: the lease holder `ID` (1 to %d bytes) to take, renew or --release", client.MaxLeaseID)},
+			&cli.StringFlag{Name: "id", Usage: fmt.Sprintf("concurrency: the lease holder `ID` (1 to %d bytes) to take, renew or --release", limitspec.MaxLeaseID)},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
 			decimalFlag("reserve", "leave `N` units (slots) to critical callers: admitted only if N are left after the call", 0),
 			&cli.BoolFlag{Name: "critical", Usage: "call as a critical caller, who may use the reserve"},
@@ -65,7 +65,7 @@ func callCommand() *cli.Command {
 			&cli.GenericFlag{Name: "also", Usage: "decide one more limit `SPEC` with the first, all or nothing (repeatable)", Value: &alsoFlag{}},
 			&cli.BoolFlag{Name: "peek", Usage: "only check, consuming nothing (FCALL_RO, which a replica may serve)"},
 			decimalFlag("repeat", "make the call `N` times", 1),
-			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's WithPrefix", Value: client.DefaultPrefix},
+			&cli.StringFlag{Name: "prefix", Usage: "key `PREFIX`, as the client's Options.Prefix", Value: "rl:"},
 			&cli.StringFlag{Name: "policy", Usage: "address the state of httplimit's policy `NAME`: the client's key is NAME:KEY, as the middleware composes it"},
 			jsonFlag(),
 		},
@@ -93,6 +93,8 @@ type callPlan struct {
 	conc     client.Concurrency // modeAcquire, modeRelease
 	id       string             // modeAcquire: "" takes a slot for a new random holder
 	rules    []client.Rule      // modeMulti; rules[0] is ALGORITHM KEY
+	stateKey string             // the server key of KEY's limiter (or of rules[0])
+	ruleKeys []string           // modeMulti: the server key of each rule
 	n        int64              // the cost, or the units refunded
 	most     int64              // the largest limit or capacity of the plan: no Result.Limit or Remaining is wider
 	peek     bool
@@ -138,8 +140,11 @@ func callAction(c *cli.Context) error {
 	// replaced by a fallback decision (the client's default policy).
 	// ReturnError: call shows what the server answers; a local decision would hide a node that
 	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
-	lim, err := client.New(vk, client.WithPrefix(plan.prefix), client.WithDeadline(c.Duration("timeout")),
-		client.WithPolicy(client.ReturnError))
+	lim, err := client.New(vk, client.Options{
+		Prefix:   plan.prefix,
+		Deadline: c.Duration("timeout"),
+		Fallback: client.ReturnError,
+	})
 	if err != nil {
 		return err
 	}
@@ -263,6 +268,11 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 	if decimalValue(c, "repeat") < 1 {
 		return nil, usageError(c, "--repeat must be at least 1")
 	}
+	if c.String("prefix") == "" {
+		// The client has no empty prefix (Options.Prefix "" is its default, "rl:"): the call
+		// would reach a key no Limiter uses.
+		return nil, usageError(c, `--prefix must not be empty (a service's Limiter uses "rl:" unless it set another)`)
+	}
 	key := c.Args().Get(1)
 	if c.IsSet("policy") {
 		if err := checkPolicyName(c.String("policy")); err != nil {
@@ -273,6 +283,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 	p := &callPlan{
 		prefix: c.String("prefix"), key: key, n: decimalValue(c, "cost"),
 		peek: c.Bool("peek"), critical: c.Bool("critical"), id: c.String("id"),
+		stateKey: spec.alg.Key(c.String("prefix"), key, spec.values),
 	}
 	also := *c.Generic("also").(*alsoFlag)
 	// Flags that do not go together, as "--a with --b" or "--a with ALGORITHM".
@@ -308,8 +319,8 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if err := p.conc.Validate(); err != nil {
 			return nil, usageError(c, spec.explain(err).Error())
 		}
-		if c.IsSet("id") && (len(p.id) < 1 || len(p.id) > client.MaxLeaseID) {
-			return nil, usageError(c, fmt.Sprintf("--id must be 1 to %d bytes", client.MaxLeaseID))
+		if c.IsSet("id") && (len(p.id) < 1 || len(p.id) > limitspec.MaxLeaseID) {
+			return nil, usageError(c, fmt.Sprintf("--id must be 1 to %d bytes", limitspec.MaxLeaseID))
 		}
 		return p, nil
 	case given("id", "release") != "":
@@ -338,7 +349,8 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 
 	p.mode = modeMulti
 	p.rules = []client.Rule{{Key: p.key, Limit: p.limit}}
-	seen := map[string]int{client.Key(p.prefix, p.key, p.limit): 1}
+	p.ruleKeys = []string{p.stateKey}
+	seen := map[string]int{p.stateKey: 1}
 	perKey := map[string]int{p.key: 1}
 	for _, text := range also {
 		s, err := parseSpec(text)
@@ -358,11 +370,12 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if err := r.Limit.Validate(); err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, s.explain(err)))
 		}
-		k := client.Key(p.prefix, r.Key, r.Limit)
+		k := s.alg.Key(p.prefix, r.Key, s.values)
 		if i, ok := seen[k]; ok {
 			return nil, usageError(c, fmt.Sprintf("--also %s: is the limiter of rule %d (%s): give one a name", text, i, k))
 		}
 		seen[k] = len(p.rules) + 1
+		p.ruleKeys = append(p.ruleKeys, k)
 		if perKey[r.Key]++; perKey[r.Key] > maxRulesPerKey {
 			return nil, usageError(c, fmt.Sprintf("--also %s: more than %d limits for key %s", text, maxRulesPerKey, r.Key))
 		}
@@ -397,17 +410,17 @@ func (p *callPlan) do(ctx context.Context, lim *client.Limiter) (callRow, error)
 	var err error
 	switch p.mode {
 	case modeAllow:
-		row.key = client.Key(p.prefix, p.key, p.limit)
+		row.key = p.stateKey
 		if p.peek {
 			row.res, err = lim.PeekN(ctx, p.key, p.limit, p.n)
 		} else {
 			row.res, err = lim.AllowN(ctx, p.key, p.limit, p.n)
 		}
 	case modeRefund:
-		row.key = client.Key(p.prefix, p.key, p.limit)
+		row.key = p.stateKey
 		row.res, err = lim.Refund(ctx, p.key, p.limit, p.n)
 	case modeAcquire, modeRelease:
-		row.key, row.id = client.ConcurrencyKey(p.prefix, p.key, p.conc), p.id
+		row.key, row.id = p.stateKey, p.id
 		var lease *client.Lease
 		switch {
 		case p.id == "":
@@ -432,12 +445,11 @@ func (p *callPlan) do(ctx context.Context, lim *client.Limiter) (callRow, error)
 			row.res, each, err = lim.AllowAllEach(ctx, p.rules, p.n)
 			for i, r := range each {
 				if r.Limit != 0 { // 0: its state could not be read
-					row.each = append(row.each, ruleRow{i + 1, client.Key(p.prefix, p.rules[i].Key, p.rules[i].Limit), r})
+					row.each = append(row.each, ruleRow{i + 1, p.ruleKeys[i], r})
 				}
 			}
 		}
-		r := p.rules[row.res.Rule]
-		row.key, row.rule = client.Key(p.prefix, r.Key, r.Limit), row.res.Rule+1
+		row.key, row.rule = p.ruleKeys[row.res.Rule], row.res.Rule+1
 	}
 	return row, err
 }
@@ -485,16 +497,10 @@ func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
 // keys are the server keys a row of the plan may name.
 func (p *callPlan) keys() []string {
 	switch p.mode {
-	case modeAcquire, modeRelease:
-		return []string{client.ConcurrencyKey(p.prefix, p.key, p.conc)}
 	case modeMulti:
-		keys := make([]string, len(p.rules))
-		for i, r := range p.rules {
-			keys[i] = client.Key(p.prefix, r.Key, r.Limit)
-		}
-		return keys
+		return p.ruleKeys
 	}
-	return []string{client.Key(p.prefix, p.key, p.limit)}
+	return []string{p.stateKey}
 }
 
 // add prints one call's row.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // A key holding a newline or an escape sequence (the principal is the caller's input, often
@@ -15,10 +16,10 @@ import (
 func TestCallOutputHostileKey(t *testing.T) {
 	limit := client.TokenBucket{Capacity: 2, Rate: 1, Period: time.Second}
 	for _, key := range []string{"we{ird}\n*key", "evil\x1b[2J\x1b]0;owned\x07", "bad\xffutf8", "tab\there"} {
-		p := &callPlan{mode: modeAllow, prefix: client.DefaultPrefix, key: key, limit: limit, n: 1, most: 2}
+		p := &callPlan{mode: modeAllow, prefix: "rl:", key: key, limit: limit, n: 1, most: 2, stateKey: keys.Compose("rl:", key, "token_bucket", "")}
 		var out bytes.Buffer
 		o := newCallOutput(&out, p, false)
-		row := callRow{key: client.Key(p.prefix, key, limit), res: client.Result{Allowed: true, Limit: 2, Remaining: 1}}
+		row := callRow{key: p.stateKey, res: client.Result{Allowed: true, Limit: 2, Remaining: 1}}
 		if err := o.add(row); err != nil {
 			t.Fatal(err)
 		}

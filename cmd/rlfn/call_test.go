@@ -335,13 +335,13 @@ func TestCallPolicy(t *testing.T) {
 	s := harness.StartValkey(t)
 	wantExit(t, rlfnAt(t, testReleases(t), s.Addr, "deploy", "--yes"), exitOK, "deploy")
 	vk := s.Client(t)
-	mw, err := httplimit.New(harness.NewLimiter(t, vk), httplimit.Options{
+	mw, err := httplimit.New(harness.NewLimiter(t, vk, client.Options{}), httplimit.Options{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
 		Policy: func(*http.Request) httplimit.Policy {
 			return httplimit.Policy{
 				Name:  "api",
 				Limit: client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Hour},
-				Also: []httplimit.Rule{{
+				Also: []httplimit.AlsoLimit{{
 					Name:  "per-ip",
 					Key:   func(*http.Request) (string, error) { return "192.0.2.7", nil },
 					Limit: client.FixedWindow{Limit: 10, Window: time.Hour},
@@ -392,7 +392,7 @@ func TestCallLongKey(t *testing.T) {
 	long := strings.Repeat("k", 1<<20)
 	r := rlfnAt(t, testReleases(t), s.Addr, "call", "fixed_window", long, "--limit", "10", "--window", "1m")
 	wantExit(t, r, exitError, "a 1 MiB key")
-	want := "rlfn: client: the key is 1048576 bytes, longer than the 512 WithMaxKeyLen allows (key a long identifier by a hash of it)\n"
+	want := "rlfn: client: the key is 1048576 bytes, longer than the 512 Options.MaxKeyLen allows (key a long identifier by a hash of it)\n"
 	if r.stderr != want {
 		t.Errorf("stderr %.200q, want %q", r.stderr, want)
 	}

@@ -87,7 +87,7 @@ func playgroundAction(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "rlfn playground: open http://%s/ (Ctrl-C stops it)\n", ln.Addr())
 	// Say at once what the page will say: the library is absent, or the server is not usable.
 	// The error holds what the server answered to rl_version: printable, as every server text.
-	lim, err := client.New(vk)
+	lim, err := client.New(vk, client.Options{})
 	if err != nil {
 		return err
 	}

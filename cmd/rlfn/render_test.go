@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go/mock"
+
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/versions"
@@ -275,6 +277,7 @@ func TestCallGolden(t *testing.T) {
 			{key: "rl:{global}:token_bucket", rule: 2, res: denied},
 		}},
 	} {
+		keyed(t, tt.plan)
 		var table, lines bytes.Buffer
 		for _, o := range []*callOutput{newCallOutput(&table, tt.plan, false), newCallOutput(&lines, tt.plan, true)} {
 			for _, r := range tt.rows {
@@ -293,6 +296,7 @@ func TestCallStreams(t *testing.T) {
 			{Key: "user:42", Limit: client.SlidingWindow{Limit: 5, Window: time.Minute}},
 			{Key: "global", Limit: client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}},
 		}}
+		keyed(t, plan)
 		var w countingWriter
 		o := newCallOutput(&w, plan, asJSON)
 		row := callRow{key: "rl:{global}:token_bucket", rule: 2, res: client.Result{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Minute}}
@@ -444,5 +448,26 @@ func TestRenderHostile(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("output:\n%s", b.String())
+	}
+}
+
+// keyed fills the server keys of a plan made by hand, as newCallPlan does, with the client's
+// own Key.
+func keyed(t *testing.T, p *callPlan) {
+	t.Helper()
+	lim, err := client.New(mock.NewClient(nil), client.Options{Prefix: p.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch p.mode {
+	case modeAcquire, modeRelease:
+		p.stateKey = lim.ConcurrencyKey(p.key, p.conc)
+	case modeMulti:
+		for _, r := range p.rules {
+			p.ruleKeys = append(p.ruleKeys, lim.Key(r.Key, r.Limit))
+		}
+		p.stateKey = p.ruleKeys[0]
+	default:
+		p.stateKey = lim.Key(p.key, p.limit)
 	}
 }

@@ -143,10 +143,10 @@ func TestLifecycle(t *testing.T) {
 				calls = append(calls, c)
 			}
 			if len(calls) != 4 || !calls[2].Allowed || calls[3].Allowed || calls[3].Remaining != 0 ||
-				calls[3].Key != client.Key(client.DefaultPrefix, "user:42", limit) || calls[3].RetryAfterMs <= 0 {
+				calls[3].Key != "rl:{user:42}:token_bucket" || calls[3].RetryAfterMs <= 0 {
 				t.Fatalf("call --repeat 4 on a bucket of 3 = %+v", calls)
 			}
-			lim := harness.NewLimiter(t, primary.Client(t), client.WithDeadline(5*time.Second))
+			lim := harness.NewLimiter(t, primary.Client(t), client.Options{Deadline: 5 * time.Second})
 			if res, err := lim.Peek(context.Background(), "user:42", limit); err != nil || res.Allowed || res.Remaining != 0 {
 				t.Fatalf("the client's Peek after the CLI's calls = %+v, %v; want the bucket empty", res, err)
 			}

@@ -36,7 +36,7 @@ func TestDeployUnderLoad(t *testing.T) {
 	requireVersion(t, cl, "1.0.0")
 
 	vk := cl.Client(t, false)
-	lim := harness.NewLimiter(t, vk, client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError)) // any failure is an error here
+	lim := harness.NewLimiter(t, vk, client.Options{Deadline: time.Second, Fallback: client.ReturnError}) // any failure is an error here
 	held := holdState(t, cl, vk)
 	before := fcalls(t, cl)
 
@@ -150,7 +150,7 @@ func load10(ctx context.Context, lim *client.Limiter, w int, phase *atomic.Int32
 			return // stopped mid-call: not a failure of the deploy
 		}
 		tl.calls.Add(1)
-		if err != nil || res.Source == client.FromPolicy {
+		if err != nil || res.Source == client.FromFallback {
 			tl.fail("%s %T: %v (source %v)", key, limit, err, res.Source)
 		} else if was == phaseAll110 && phase.Load() == phaseAll110 {
 			tl.on110.Add(1)
@@ -292,7 +292,7 @@ type heldKey struct {
 }
 
 // key is the held limiter's server key.
-func (k heldKey) key() string { return client.Key(k.prefix, k.principal, k.alg.limit) }
+func (k heldKey) key() string { return k.lim.Key(k.principal, k.alg.limit) }
 
 // holdState exhausts (even principals: every unit taken, then one more call denied) or
 // partly uses (odd ones: 2 of 5 taken) every algorithm of 5 units per slow, under 1.0.0.
@@ -315,14 +315,14 @@ func holdState(t *testing.T, cl *harness.Cluster, vk valkey.Client) *heldState {
 	// Both modes of a leaky bucket share a key: the shaping one gets a prefix of its own.
 	const shapePrefix = "rl:shape:"
 	lims := map[string]*client.Limiter{}
-	for _, prefix := range []string{client.DefaultPrefix, shapePrefix} {
-		lims[prefix] = harness.NewLimiter(t, vk, client.WithPrefix(prefix), client.WithDeadline(5*time.Second), client.WithPolicy(client.ReturnError))
+	for _, prefix := range []string{"rl:", shapePrefix} {
+		lims[prefix] = harness.NewLimiter(t, vk, client.Options{Prefix: prefix, Deadline: 5 * time.Second, Fallback: client.ReturnError})
 	}
 	h := &heldState{}
 	for _, principals := range perShard {
 		for i, p := range principals {
 			for _, a := range algorithms(5, slow) {
-				k := heldKey{prefix: client.DefaultPrefix, principal: p, alg: a}
+				k := heldKey{prefix: "rl:", principal: p, alg: a}
 				if len(a.post) > 0 && a.post[0] == "shape" {
 					k.prefix = shapePrefix
 				}

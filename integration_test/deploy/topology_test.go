@@ -102,7 +102,7 @@ func TestTopologyChanges(t *testing.T) {
 	}
 
 	// Every shard, the promoted one included, serves the limiters.
-	lim := harness.NewLimiter(t, cl.Client(t, false), client.WithDeadline(time.Second), client.WithPolicy(client.ReturnError))
+	lim := harness.NewLimiter(t, cl.Client(t, false), client.Options{Deadline: time.Second, Fallback: client.ReturnError})
 	for i := range 64 {
 		if _, err := lim.Allow(t.Context(), fmt.Sprint("failover:", i), client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}); err != nil {
 			t.Fatalf("Allow after the failover: %v", err)

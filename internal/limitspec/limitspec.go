@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // Kind is what a field holds.
@@ -66,6 +67,11 @@ var (
 		return client.FixedWindow{Limit: 1, Window: time.Duration(ms) * time.Millisecond}.Validate() == nil
 	}, math.MaxInt64/int64(time.Millisecond))
 )
+
+// MaxLeaseID is the longest lease holder id the library takes, in bytes (its MAX_ID): the
+// client checks an id only when it makes a Lease, so this one is declared, and the test holds
+// it to both.
+const MaxLeaseID = 128
 
 // The fields, each declared once for every algorithm that takes it.
 var (
@@ -194,6 +200,12 @@ func (a Algorithm) Field(name string) (Field, bool) {
 func (a Algorithm) Takes(name string) bool {
 	_, ok := a.Field(name)
 	return ok
+}
+
+// Key is the server key of key's limiter of this algorithm with v's Name under prefix: the
+// client's Limiter.Key (or ConcurrencyKey) of the limit a.Limit(v) builds.
+func (a Algorithm) Key(prefix, key string, v Values) string {
+	return keys.Compose(prefix, key, a.Name, v.Name)
 }
 
 // Leases reports whether a is concurrency: its calls take leases, and it has no client.Limit

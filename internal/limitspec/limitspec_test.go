@@ -7,9 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go/mock"
+
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
 )
+
+// testLimiter is a Limiter that composes keys under prefix; it sends nothing.
+func testLimiter(t *testing.T, prefix string) *client.Limiter {
+	t.Helper()
+	lim, err := client.New(mock.NewClient(nil), client.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
 
 // luaConst is a numeric constant the library declares: local NAME = 123.
 func luaConst(t *testing.T, name string) int64 {
@@ -36,7 +48,11 @@ func TestBoundsAreTheLibrarys(t *testing.T) {
 		{"MAX_INT", MaxUnits, "MaxUnits"},
 		{"MAX_LOG", maxLog, "a sliding log's limit"},
 		{"MAX_DURATION_MS", maxMs, "a duration in ms"},
-		{"MAX_ID", client.MaxLeaseID, "client.MaxLeaseID"},
+		{"MAX_ID", MaxLeaseID, "MaxLeaseID"},
+		{"MAX_ID", largest(func(n int64) bool {
+			_, err := testLimiter(t, "rl:").Lease("k", client.Concurrency{Limit: 1, Lease: time.Second}, strings.Repeat("i", int(n)))
+			return err == nil
+		}, 1<<20), "the client's longest lease id"},
 	} {
 		if want := luaConst(t, c.lua); c.got != want {
 			t.Errorf("%s = %d, want the library's %s = %d", c.what, c.got, c.lua, want)
@@ -76,8 +92,18 @@ func TestTable(t *testing.T) {
 		if got != want[a.Name] {
 			t.Errorf("%s: %#v, want %#v", a.Name, got, want[a.Name])
 		}
-		if l, ok := got.(client.Limit); ok && !strings.HasSuffix(client.Key("", "k", l), ":"+a.Name+":n") {
-			t.Errorf("%s: its limit's key is %q", a.Name, client.Key("", "k", l))
+		for _, prefix := range []string{"rl:", "p{}%:"} {
+			lim := testLimiter(t, prefix)
+			var clients string
+			switch l := got.(type) {
+			case client.Limit:
+				clients = lim.Key("a}b", l)
+			case client.Concurrency:
+				clients = lim.ConcurrencyKey("a}b", l)
+			}
+			if k := a.Key(prefix, "a}b", v); k != clients || !strings.HasSuffix(k, ":"+a.Name+":n") {
+				t.Errorf("%s: Key is %q, the client's %q", a.Name, k, clients)
+			}
 		}
 		if b, ok := Lookup(a.Name); !ok || b.Name != a.Name {
 			t.Errorf("Lookup(%q) = %v, %v", a.Name, b.Name, ok)

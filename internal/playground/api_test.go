@@ -165,7 +165,7 @@ func testSend(t *testing.T, e env) {
 	if key != "rlfn:playground:{token_bucket}:token_bucket" {
 		t.Errorf("token bucket key %q", key)
 	}
-	lim := harness.NewLimiter(t, e.vk, client.WithPrefix(playground.Prefix))
+	lim := harness.NewLimiter(t, e.vk, client.Options{Prefix: playground.Prefix})
 	res, err := lim.Peek(context.Background(), "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute})
 	if err != nil || res.Allowed || res.Remaining != 0 {
 		t.Errorf("a service's peek after the burst: %+v, %v; want denied, 0 remaining", res, err)
@@ -206,7 +206,7 @@ func TestAPIReset(t *testing.T) {
 	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":5,"windowMs":60000},"n":1}`); r.code != 200 {
 		t.Fatalf("send: %d %s", r.code, r.raw)
 	}
-	service := harness.NewLimiter(t, e.vk) // the default prefix, rl:
+	service := harness.NewLimiter(t, e.vk, client.Options{}) // the default prefix, rl:
 	if _, err := service.Allow(ctx, "token_bucket", client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Minute}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
-// Prefix starts every key the playground writes: client.Key(Prefix, card, limit), nothing
+// Prefix starts every key the playground writes: its Limiter's Key(card, limit), nothing
 // else. Reset deletes exactly those keys, so a service's keys (under the client's default
 // "rl:") are never touched.
 const Prefix = "rlfn:playground:"
@@ -63,11 +63,11 @@ var cardLimits = func() map[Card]cardLimit {
 	}
 }()
 
-// Key is the server key of the card's limiter: client.Key(Prefix, card, limit). The numbers
+// Key is the server key of the card's limiter, the playground Limiter's Key(card, limit). The numbers
 // of a limit are not part of a key, so it depends on the card alone.
 func (c Card) Key() string {
 	cl := cardLimits[c]
-	return client.Key(Prefix, string(c), cl.alg.Limit(limitspec.Values{Mode: cl.mode}))
+	return cl.alg.Key(Prefix, string(c), limitspec.Values{})
 }
 
 // Params are the numbers a card's form edits: Limit and WindowMs for the window cards,

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go/mock"
+
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/limitspec"
 )
@@ -83,6 +85,10 @@ func TestParseCard(t *testing.T) {
 
 // TestKeys: each card has a key of its own, under Prefix, as the client composes it.
 func TestKeys(t *testing.T) {
+	lim, err := client.New(mock.NewClient(nil), client.Options{Prefix: Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]Card{}
 	for _, c := range Cards {
 		k := c.Key()
@@ -99,8 +105,8 @@ func TestKeys(t *testing.T) {
 			t.Errorf("%s: defaults %+v: %v", c, d, err)
 			continue
 		}
-		if k != client.Key(Prefix, string(c), l) {
-			t.Errorf("%s: key %q is not the client's %q", c, k, client.Key(Prefix, string(c), l))
+		if want := lim.Key(string(c), l); k != want {
+			t.Errorf("%s: key %q is not the client's %q", c, k, want)
 		}
 	}
 }

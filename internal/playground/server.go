@@ -67,8 +67,11 @@ func New(vk valkey.Client, opts Options) (*Server, error) {
 	}
 	// ReturnError: the page shows what the server did, never a decision the client made up
 	// without it.
-	lim, err := client.New(vk, client.WithPrefix(Prefix), client.WithDeadline(opts.Deadline),
-		client.WithPolicy(client.ReturnError))
+	lim, err := client.New(vk, client.Options{
+		Prefix:   Prefix,
+		Deadline: opts.Deadline,
+		Fallback: client.ReturnError,
+	})
 	if err != nil {
 		return nil, err
 	}
