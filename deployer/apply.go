@@ -24,6 +24,25 @@ type Options struct {
 	Progress func(Event)
 }
 
+// check refuses a negative setting, which would otherwise read as "the default" (zero does):
+// a deploy run with settings other than those given is worse than none.
+func (o Options) check() error {
+	for _, f := range []struct {
+		name string
+		bad  bool
+		v    any
+	}{
+		{"Parallelism", o.Parallelism < 0, o.Parallelism},
+		{"VerifyTimeout", o.VerifyTimeout < 0, o.VerifyTimeout},
+		{"LockLease", o.LockLease < 0, o.LockLease},
+	} {
+		if f.bad {
+			return fmt.Errorf("deployer: Options.%s must not be negative, got %v", f.name, f.v)
+		}
+	}
+	return nil
+}
+
 func (o Options) withDefaults() Options {
 	if o.Parallelism <= 0 {
 		o.Parallelism = 4
@@ -176,6 +195,9 @@ func (r *run) report() Report {
 // the end. The Report is returned with every error, made once the lock is released (its
 // Warnings hold a failed release); a *PartialError carries the same Report.
 func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (Report, error) {
+	if err := opts.check(); err != nil {
+		return Report{}, err
+	}
 	r := newRun(t, p, opts)
 	err := r.deploy(ctx)
 	// The run is over, the lock released: the report is made once, and the error carries

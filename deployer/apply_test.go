@@ -458,3 +458,24 @@ func TestApplyReportOnce(t *testing.T) {
 		t.Errorf("phases %v, want %v", phases, want)
 	}
 }
+
+// A negative setting is refused before anything is sent: zero is "the default", and a deploy
+// run with other settings than those given would be worse than none.
+func TestApplyRefusesNegativeOptions(t *testing.T) {
+	for _, tt := range []struct {
+		give Options
+		want string
+	}{
+		{Options{Parallelism: -1}, "deployer: Options.Parallelism must not be negative, got -1"},
+		{Options{VerifyTimeout: -time.Second}, "deployer: Options.VerifyTimeout must not be negative, got -1s"},
+		{Options{LockLease: -time.Second}, "deployer: Options.LockLease must not be negative, got -1s"},
+	} {
+		var tg Target // no node: a call to one would panic
+		if _, err := tg.Apply(context.Background(), Plan{}, tt.give); err == nil || err.Error() != tt.want {
+			t.Errorf("%+v: got %v, want %s", tt.give, err, tt.want)
+		}
+	}
+	if err := (Options{}).check(); err != nil {
+		t.Errorf("the zero Options: %v", err)
+	}
+}
