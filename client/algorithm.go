@@ -74,7 +74,7 @@ type call struct {
 	// library refuses before writing anything, rather than taking units it cannot give back.
 	refundable bool
 	// extra is what a leased budget's batch takes beyond cost (budget.go): the server is asked
-	// for cost + extra, while a policy that decides instead judges cost alone.
+	// for cost + extra, while a Fallback that decides instead judges cost alone.
 	extra int64
 }
 

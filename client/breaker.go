@@ -49,7 +49,7 @@ type breaker struct {
 	mu sync.Mutex // serializes transitions
 
 	// old is set when the shard's node answered that its library is older than a call needs:
-	// calls that need more are decided by the policy without asking it, but for one call a
+	// calls that need more are decided by the Fallback without asking it, but for one call a
 	// cooldown (as the breaker's probe), so that a node still on 1.0.0 costs one refused call
 	// and one version lookup a cooldown, not two round trips per decision (and one each per
 	// call in flight when it is first found), and a deploy is seen within a cooldown.

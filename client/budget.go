@@ -289,10 +289,10 @@ func (bs *budgets) evict(sh *budgetShard, now int64) bool {
 // allowLeased decides c (see leasable) from key's budget: a parked unit when there is one,
 // else a batch from the server. now is the clock read by the caller, or 0.
 func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string, c call, now int64) (Result, error) {
-	bs := l.budgets
+	bs := l.near.budgets
 	b, now := bs.get(sk, key, c, now, l.clock)
 	if b == nil {
-		return l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], now))
+		return l.decide(ctx, opAllow, key, c, built{key: sk[:n], now: now})
 	}
 	// A call that waits for another call's batch keeps the Limiter's deadline from its first
 	// wait: waited (nil until then) ends the waits, and a call of its own after them gets what
@@ -300,8 +300,8 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 	var waited *tick
 	sctx := ctx
 	timedOut := func() (Result, error) {
-		// as when a call of its own times out: the policy decides
-		return l.fail(ctx, opAllow, key, c, kindTimeout, replyErr(c.alg.fn, context.DeadlineExceeded))
+		// as when a call of its own times out: the Fallback decides
+		return l.fail(ctx, opAllow, key, c, built{}, kindTimeout, replyErr(c.alg.fn, context.DeadlineExceeded))
 	}
 	for {
 		b.mu.Lock()
@@ -315,7 +315,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 				if waited != nil && waited.over() {
 					return timedOut()
 				}
-				return l.decideBuilt(sctx, opAllow, key, c, l.prebuilt(sk[:n], now))
+				return l.decide(sctx, opAllow, key, c, built{key: sk[:n], now: now})
 			}
 			continue
 		case b.units >= c.cost && now < b.expires:
@@ -323,7 +323,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			r := Result{Allowed: true, Limit: b.limit, Remaining: b.remaining + b.units,
 				ResetAfter: time.Duration(max(0, b.resetAt-now)), Source: FromLease}
 			b.mu.Unlock()
-			if m := l.metrics; m != nil {
+			if m := l.tel.meter(); m != nil {
 				m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][1][srcLeased]...)
 			}
 			return r, nil
@@ -334,7 +334,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			if waited != nil && waited.over() {
 				return timedOut()
 			}
-			return l.decide(sctx, opAllow, key, c)
+			return l.decide(sctx, opAllow, key, c, built{})
 		case b.fetching:
 			// One batch at a time per budget: the calls that come meanwhile wait for it, rather
 			// than each taking a batch of its own and parking more than maxBatch.
@@ -356,10 +356,10 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			case <-waited.done:
 				return timedOut()
 			}
-			if d := l.denials; d != nil {
+			if d := l.near.denials; d != nil {
 				// the batch was denied: its denial answers the calls that waited for it
 				if r, ok := d.get(sk, n, c.cost, l.clock()); ok {
-					l.countCached(ctx, c)
+					l.tel.countCached(ctx, c)
 					return r, nil
 				}
 			}
@@ -377,14 +377,14 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 
 // fetch takes a batch for a call of c on b, which it marked as fetching.
 func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) {
-	bs := l.budgets
+	bs := l.near.budgets
 	bs.rw.RLock()
 	defer bs.rw.RUnlock()
 	if bs.closed {
 		b.mu.Lock()
 		b.endFetch()
 		b.mu.Unlock()
-		return l.decide(ctx, opAllow, b.key, c)
+		return l.decide(ctx, opAllow, b.key, c, built{})
 	}
 
 	b.mu.Lock()
@@ -410,13 +410,13 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 		cc.extra = min(cc.extra, b.remaining)
 	}
 	b.mu.Unlock()
-	res, err := l.decide(ctx, opAllow, b.key, cc)
+	res, err := l.decide(ctx, opAllow, b.key, cc, built{})
 	batch := err == nil && res.Source != FromFallback && res.Allowed
 	if err == nil && res.Source != FromFallback && !res.Allowed && cc.extra > 0 {
 		// Denied with the batch: the exact call, so that a limited key is decided as without
 		// leased budgets.
 		cc.extra = 0
-		res, err = l.decide(ctx, opAllow, b.key, cc)
+		res, err = l.decide(ctx, opAllow, b.key, cc, built{})
 	}
 	now := l.clock()
 
@@ -444,11 +444,11 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 		b.k, b.fetched = 1, 0
 		stale += have
 	default:
-		// The server could not decide (the policy did), or the call failed: the parked units
+		// The server could not decide (the Fallback did), or the call failed: the parked units
 		// stay for the calls that come, and the next batch is of one unit.
 		b.k, b.fetched = 1, 0
 		if res.Allowed && err == nil {
-			// the policy admitted the rest of the cost: the call used these units too
+			// the Fallback admitted the rest of the cost: the call used these units too
 			have = 0
 		}
 		if now < b.expires {
@@ -462,7 +462,7 @@ func (l *Limiter) fetch(ctx context.Context, b *budget, c call) (Result, error) 
 	b.endFetch()
 	b.mu.Unlock()
 
-	if m := l.metrics; m != nil && batch && cc.extra > 0 {
+	if m := l.tel.meter(); m != nil && batch && cc.extra > 0 {
 		m.batches.Add(ctx, 1, m.algOpts[c.alg.id]...)
 		m.units.Add(ctx, cc.extra, m.algOpts[c.alg.id]...)
 	}
@@ -546,7 +546,7 @@ func (b *budget) schedule(l *Limiter, d time.Duration) {
 
 // ageOut gives back b's parked units once they are too old to hand out.
 func (l *Limiter) ageOut(b *budget) {
-	bs := l.budgets
+	bs := l.near.budgets
 	bs.rw.RLock()
 	defer bs.rw.RUnlock()
 	if bs.closed {
@@ -571,12 +571,11 @@ func (l *Limiter) ageOut(b *budget) {
 // refundParked gives n parked units back to the server. Under ReturnError a refund that fails
 // loses them: the limit under-admits until the state forgets them, never over-admits.
 func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64) error {
-	_, err := l.decide(ctx, opRefund, key, call{spec: sp, cost: n})
-	if err != nil {
+	// route drops the key's cached denials once the refund is made
+	if _, err := l.route(ctx, opRefund, key, call{spec: sp, cost: n}); err != nil {
 		return err
 	}
-	l.dropDenials(key, sp)
-	if m := l.metrics; m != nil {
+	if m := l.tel.meter(); m != nil {
 		m.refunded.Add(ctx, n, m.algOpts[sp.alg.id]...)
 	}
 	return nil
@@ -592,10 +591,13 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 // returns the refunds' errors, joined. A Limiter without leased budgets parks nothing: its
 // Close only stops the denial cache.
 func (l *Limiter) Close(ctx context.Context) error {
-	if d := l.denials; d != nil {
+	if l.near == nil {
+		return nil
+	}
+	if d := l.near.denials; d != nil {
 		d.shut.Store(true)
 	}
-	bs := l.budgets
+	bs := l.near.budgets
 	if bs == nil {
 		return nil
 	}
@@ -646,10 +648,10 @@ func (l *Limiter) Close(ctx context.Context) error {
 // Parked is how many units leased budgets hold in this process right now: taken from the
 // server, not handed out yet (Options.BudgetBatch). Zero without leased budgets.
 func (l *Limiter) Parked() int64 {
-	bs := l.budgets
-	if bs == nil {
+	if l.near == nil || l.near.budgets == nil {
 		return 0
 	}
+	bs := l.near.budgets
 	var n int64
 	for i := range bs.shards {
 		sh := &bs.shards[i]

@@ -147,7 +147,7 @@ func olderLibrary(err error) bool {
 // 1.1.0 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
 // every answering node runs 1.1.0 or later (the call's own error stands). When no node
 // answers, an RLERR about arguments still says that an older library refused the call, not
-// that the limit was bad: it becomes a *replyError, which the policy decides.
+// that the limit was bad: it becomes a *replyError, which the Fallback decides.
 func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) error {
 	nodes := l.vk.Nodes()
 	addrs := make([]string, 0, len(nodes))

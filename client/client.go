@@ -2,19 +2,23 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"reflect"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlfn/rlfn/internal/keys"
 )
+
+// This file is the core, top to bottom: the Limiter, New, every call a service makes, and the
+// one path a call takes to the server (run, route, decide). What an option turns on is
+// reached through a field of the Limiter: resilience (fallback.go), near (near.go), tel
+// (metrics.go, trace.go).
 
 // Limiter makes rate-limiting decisions with the ratelimit library's functions. It is safe for
 // concurrent use. Its state is its circuit breakers (one per cluster shard) and, with
@@ -23,21 +27,17 @@ import (
 type Limiter struct {
 	vk        valkey.Client
 	prefix    string // escaped, as Key writes it
+	maxKey    int    // the longest key a call takes (Options.MaxKeyLen)
 	deadline  time.Duration
 	deadlines deadlines
-	fallback  Fallback
-	maxKey    int // the longest key a call takes (Options.MaxKeyLen)
-	instances int64
-	breakers  *breakers
-	local     *localStore   // LocalFallback only
-	budgets   *budgets      // Options.BudgetBatch only
-	denials   *denials      // Options.DenialCache only
-	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
-	metrics   *metrics      // nil without a MeterProvider: nothing is recorded
-	tracer    trace.Tracer  // nil without a TracerProvider: no span
-	traceKeys bool
 	clock     func() int64
-	monoClock bool // clock is monotonicClock: a reading of it gives time.Since(clockBase)
+	monoClock bool          // clock is monotonicClock: a reading of it gives time.Since(clockBase)
+	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
+
+	// What an option turns on lives in files of its own, behind these fields.
+	resilience            // the breakers and the Fallback (fallback.go): always
+	near       *nearby    // leased budgets and the denial cache (near.go): nil unless set
+	tel        *telemetry // metrics and spans (metrics.go, trace.go): nil unless set
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -70,14 +70,16 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 	l := &Limiter{
 		vk:        vk,
 		prefix:    string(keys.AppendEscaped(nil, r.Prefix)),
-		deadline:  r.Deadline,
-		fallback:  r.Fallback,
 		maxKey:    r.MaxKeyLen,
-		instances: int64(r.Instances),
-		breakers:  newBreakers(vk, r.BreakerFailures, r.BreakerCooldown),
-		hints:     sync.OnceValue(newHints),
+		deadline:  r.Deadline,
 		clock:     monotonicClock,
 		monoClock: true,
+		hints:     sync.OnceValue(newHints),
+		resilience: resilience{
+			breakers:  newBreakers(vk, r.BreakerFailures, r.BreakerCooldown),
+			fallback:  r.Fallback,
+			instances: int64(r.Instances),
+		},
 	}
 	if r.clock != nil {
 		l.clock, l.monoClock = r.clock, false
@@ -85,16 +87,20 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 	if r.Fallback == LocalFallback {
 		l.local = newLocalStore(r.LocalKeys)
 	}
-	l.metrics = m
-	if r.TracerProvider != nil {
-		l.tracer = r.TracerProvider.Tracer("github.com/rlfn/rlfn/client")
-		l.traceKeys = r.TraceKeys
+	if r.BudgetBatch > 0 || r.DenialCache > 0 {
+		l.near = &nearby{}
+		if r.BudgetBatch > 0 {
+			l.near.budgets = newBudgets(r.BudgetBatch, r.BudgetAge)
+		}
+		if r.DenialCache > 0 {
+			l.near.denials = newDenials(r.DenialCache)
+		}
 	}
-	if r.BudgetBatch > 0 {
-		l.budgets = newBudgets(r.BudgetBatch, r.BudgetAge)
-	}
-	if r.DenialCache > 0 {
-		l.denials = newDenials(r.DenialCache)
+	if m != nil || r.TracerProvider != nil {
+		l.tel = &telemetry{m: m, traceKeys: r.TraceKeys}
+		if r.TracerProvider != nil {
+			l.tel.tracer = r.TracerProvider.Tracer("github.com/rlfn/rlfn/client")
+		}
 	}
 	return l, nil
 }
@@ -106,15 +112,13 @@ var clockBase = time.Now()
 // monotonicClock is the default clock: Unix nanoseconds, advancing with the monotonic clock.
 func monotonicClock() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
 
-// prebuilt is what a call on sk's server key (sk[:n] of stateKey) has built already: the server
-// key, and time.Since(clockBase) from now, a reading of the Limiter's clock (0: none), when the
-// clock is monotonicClock.
-func (l *Limiter) prebuilt(sk []byte, now int64) built {
-	p := built{key: sk}
-	if l.monoClock && now != 0 {
-		p.mono = time.Duration(now - clockBase.UnixNano())
+// mono is time.Since(clockBase) at the clock reading now, when the clock is monotonicClock
+// (else 0: a test clock is not the time, and the deadline reads the time itself).
+func (l *Limiter) mono(now int64) time.Duration {
+	if l.monoClock {
+		return time.Duration(now - clockBase.UnixNano())
 	}
-	return p
+	return 0
 }
 
 // Allow takes one unit from key's limiter.
@@ -133,58 +137,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err != nil {
 		return Result{}, err
 	}
-	if l.tracer != nil {
-		return l.traced(ctx, opAllow, key, c)
-	}
-	return l.allow(ctx, key, c)
-}
-
-func (l *Limiter) allow(ctx context.Context, key string, c call) (Result, error) {
-	if l.budgets == nil && l.denials == nil {
-		return l.decide(ctx, opAllow, key, c)
-	}
-	return l.allowNear(ctx, key, c)
-}
-
-// allowNear decides c with the denial cache and the leased budgets, which answer without the
-// server when they can.
-func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, error) {
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	var b [192]byte
-	sk, n := l.stateKey(b[:0], key, c)
-	d := l.denials
-	if d != nil && d.shut.Load() {
-		d = nil
-	}
-	bs := l.budgets
-	leased := bs != nil && !bs.isShut.Load() && c.leasable()
-	var sent int64 // 0: not read; a cold key's budget lookup reads it then
-	if d != nil {
-		sent = l.clock()
-		if r, ok := d.get(sk, n, c.cost, sent); ok {
-			l.countCached(ctx, c)
-			return r, nil
-		}
-	}
-	var res Result
-	var err error
-	if leased {
-		res, err = l.allowLeased(ctx, sk, n, key, c, sent)
-	} else {
-		res, err = l.decideBuilt(ctx, opAllow, key, c, l.prebuilt(sk[:n], sent))
-	}
-	if d != nil && err == nil && !res.Allowed && res.Source != FromFallback && res.Source != FromDenialCache {
-		d.put(sk, n, c.cost, sent, l.clock(), res)
-	}
-	return res, err
-}
-
-func (l *Limiter) countCached(ctx context.Context, c call) {
-	if m := l.metrics; m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][0][srcCached]...)
-	}
+	return l.run(ctx, opAllow, key, c)
 }
 
 // Peek reports whether one unit would be admitted now, consuming nothing.
@@ -204,10 +157,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 	if err != nil {
 		return Result{}, err
 	}
-	if l.tracer != nil {
-		return l.traced(ctx, opPeek, key, c)
-	}
-	return l.decide(ctx, opPeek, key, c)
+	return l.run(ctx, opPeek, key, c)
 }
 
 // Refund gives n units (0 to 999999999999999) back to key's limiter, as far as its state
@@ -217,7 +167,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 // with the limiter's state after it (Allowed, RetryAfter 0). Charge a predicted cost with
 // AllowN, then refund what the work did not use.
 //
-// A refund is not idempotent: it is never retried, by the client or by the policy. The
+// A refund is not idempotent: it is never retried, by the client or by the Fallback. The
 // deadline, the breaker and the Fallback apply as to AllowN (LocalFallback refunds the local
 // limiter; FailOpen and FailClosed refund nothing).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
@@ -230,114 +180,240 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	if err := checkInt("refund", n, 0, maxInt); err != nil {
 		return Result{}, err
 	}
-	c := call{spec: limit.spec(), cost: n}
-	if l.tracer != nil {
-		return l.traced(ctx, opRefund, key, c)
+	return l.run(ctx, opRefund, key, call{spec: limit.spec(), cost: n})
+}
+
+// Rule is one limit of a decision on several: Key's limiter of Limit.
+type Rule struct {
+	Key   string // the principal, as Allow takes it; rules of one Key are decided in one call
+	Limit Limit  // required: a nil Limit is a *LimitError
+}
+
+// AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.
+func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
+	return l.AllowAllN(ctx, rules, 1)
+}
+
+// AllowAllN takes n units from every rule's limiter, all or nothing: either every limit admits
+// and each consumes n, or none consumes anything. The Result is the reply of the limit that
+// decided, whose index in rules is Result.Rule: when denied, the denying limit with the
+// longest RetryAfter (Never above all); when admitted, the one with the fewest Remaining.
+// ResetAfter is the longest of all, Delay the longest when admitted.
+//
+// Rules of one Key (one principal, so one cluster slot) are decided by one atomic rl_multi
+// call, up to 16 of them (library 1.1.0); two of one algorithm need distinct Names. Rules of
+// different Keys (the login triple (IP, user), IP and user; a merchant's limit and a global
+// one) are decided side by side, each Key by one call, and when any denies or fails, the units
+// the others took are refunded: no limit ever admits more than it allows, though a concurrent
+// call may, rarely, see a unit that is about to be refunded. A Key whose limit said it would
+// deny the next call is asked first, alone, and its denial ends the decision; the other Keys are
+// then peeked (FCALL_RO), for the longest RetryAfter: a refused request costs the server no
+// more calls than an admitted one, and takes nothing to refund.
+//
+// Refunds need library 1.1.0. A node that still runs 1.0.0 refuses a Key's single rule before
+// it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
+// a time, the first denial ending the decision: what such a Key took before another denied
+// stays taken (stricter for a while, never more permissive). Several rules of one Key (one
+// rl_multi) on a 1.0 node are decided by the Fallback. No limit turns into no limit. Under
+// ReturnError, the call returns the node's *VersionError instead, with nothing taken.
+//
+// Each call keeps the deadline, the breaker and the Fallback; when the server cannot decide one
+// Key's rules, the Fallback decides them (LocalFallback: all or nothing, locally). The first
+// error, in rule order, is returned after the refunds. A refund that fails (under ReturnError,
+// the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
+// or, after a denial, returned with the denial's Result, which stands.
+func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
+	return l.all(ctx, opAllow, rules, n, nil)
+}
+
+// AllowAllEach is AllowAllN that also reports each rule's own limiter, in rule order: what the
+// response of a route with several limits shows for every one of them (client/httplimit's
+// RateLimit items). The decision is AllowAllN's, and so is the binding Result.
+//
+// each[i].Limit, Remaining and ResetAfter are rule i's limiter right after the decision (after
+// the refunds of a denied decision across keys). Allowed is whether that limit admitted the
+// cost (always, when the decision admitted); when it did not, RetryAfter is its own wait.
+// Rule is i, Source is FromFallback when the Fallback decided it. A rule decided alone (the only rule of
+// its Key) has its call's Result, Delay included. Rules of one Key share one rl_multi, whose
+// reply is the binding limit's alone: their own state is read by a peek of each, pipelined
+// behind the rl_multi on its connection (one round trip, one more call per rule for the
+// server), so it is the state just after the decision, which a concurrent call may already
+// have changed; their Delay is zero (the binding Result has the decision's). A rule whose
+// state could not be read (its peek failed, or its Key's call did, with the error returned)
+// is the zero Result, Limit 0.
+func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {
+	each := make([]Result, len(rules))
+	res, err := l.all(ctx, opAllow, rules, n, each)
+	return res, each, err
+}
+
+// PeekAll reports whether one unit of every rule would be admitted now, consuming nothing;
+// Result.Rule names the limit that decides, as for AllowAll. See PeekAllN.
+func (l *Limiter) PeekAll(ctx context.Context, rules []Rule) (Result, error) {
+	return l.PeekAllN(ctx, rules, 1)
+}
+
+// PeekAllN reports whether n units of every rule would be admitted now, consuming nothing.
+// Since a peek's Remaining does not subtract its cost, an admitted PeekAllN may name another
+// limit than AllowAllN would; a denied one names the same.
+func (l *Limiter) PeekAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
+	return l.all(ctx, opPeek, rules, n, nil)
+}
+
+// Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
+// from crypto/rand: ids never collide across processes). When admitted it returns the Lease,
+// which the caller releases when done (Release) and renews before it expires if the work takes
+// longer (Renew); when denied, a nil Lease and a Result whose RetryAfter is when enough leases
+// will have expired (a release may come sooner).
+//
+// A call that is not Critical leaves c.Reserve slots free. The deadline, the breaker and the
+// Fallback apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Lease, Result, error) {
+	var b [16]byte
+	rand.Read(b[:])
+	lease, err := l.Lease(key, c, hex.EncodeToString(b[:]))
+	if err != nil {
+		return nil, Result{}, err
 	}
-	return l.refund(ctx, key, c)
-}
-
-func (l *Limiter) refund(ctx context.Context, key string, c call) (Result, error) {
-	res, err := l.decide(ctx, opRefund, key, c)
-	if err == nil {
-		l.dropDenials(key, c.spec)
+	res, err := lease.Renew(ctx)
+	if err != nil || !res.Allowed {
+		return nil, res, err
 	}
-	return res, err
+	return lease, res, nil
 }
 
-// decide asks the server unless the breaker is open, and turns a failure into the policy's
-// decision.
-func (l *Limiter) decide(ctx context.Context, op operation, key string, c call) (Result, error) {
-	return l.decideBuilt(ctx, op, key, c, built{})
+// Lease returns the lease of holder id (1 to 128 bytes) on key's Concurrency limit,
+// without a call: to renew or release a lease taken elsewhere (by another process, or by
+// rlfn call). Renew takes its slot if id holds none.
+func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
+	if err := l.checkKey(key); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(id) < 1 || len(id) > maxLeaseID {
+		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to " + strconv.Itoa(maxLeaseID) + " bytes"}
+	}
+	return &Lease{lim: l, key: key, limit: c, id: id}, nil
 }
 
-// built is what a caller of decideBuilt has computed already, so that the call does not
-// compute it again: leased budgets build the server key and read the clock for every call,
-// the spread case's cold keys included, and each costs about as much again.
+// run is the path of every call on one limit: its span when traced, then route.
+func (l *Limiter) run(ctx context.Context, op operation, key string, c call) (Result, error) {
+	if l.tel.tracing() {
+		return l.traced(ctx, op, key, c)
+	}
+	return l.route(ctx, op, key, c)
+}
+
+// route decides c: an Allow through the leased budgets and the denial cache when they are on
+// (near.go), every call by decide; a refund then forgets the key's cached denials.
+func (l *Limiter) route(ctx context.Context, op operation, key string, c call) (Result, error) {
+	switch {
+	case op == opAllow && l.near != nil:
+		return l.allowNear(ctx, key, c)
+	case op == opRefund && l.near != nil:
+		var kb [192]byte
+		b := built{key: keys.Append(kb[:0], l.prefix, key, c.alg.name, c.name)}
+		res, err := l.decide(ctx, op, key, c, b)
+		if err == nil {
+			l.dropDenials(b.key)
+		}
+		return res, err
+	}
+	return l.decide(ctx, op, key, c, built{})
+}
+
+// built is what a call computes once and passes down: its server key and its clock reading.
+// A caller that made them already (the hot-key paths) passes them to decide; else decide does.
 type built struct {
-	key  []byte        // key's server key (appendKey), nil if not built
-	mono time.Duration // time.Since(clockBase) when the call began, 0 if not read
+	key []byte // key's server key (keys.Append), nil if not made yet
+	now int64  // the Limiter's clock when the call began, 0 if not read yet
 }
 
-// decideBuilt is decide with what the caller built already.
-func (l *Limiter) decideBuilt(ctx context.Context, op operation, key string, c call, pre built) (Result, error) {
+// decide asks the server unless the breaker is open, and turns a failure into the Fallback's
+// decision. The server key and the clock reading are made once, here or by the caller (b);
+// a call the server failed reads the clock once more, when it failed: the breaker's cooldown
+// and the Fallback's decision run from then.
+func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, b built) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	var kb [192]byte
+	if b.key == nil {
+		b.key = keys.Append(kb[:0], l.prefix, key, c.alg.name, c.name)
+	}
+	if b.now == 0 {
+		b.now = l.clock()
+	}
 	newer := needs11(op, c)
-	a, kind, err := l.begin(ctx, key, newer)
+	a, kind, err := l.begin(ctx, key, newer, b.now)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, c.needs(op)) // the caller reads it: its own need, not another call's
 		}
-		return l.fail(ctx, op, key, c, kind, err)
+		return l.fail(ctx, op, key, c, b, kind, err)
 	}
-	res, err := l.server(ctx, op, key, c, pre)
-	kind = l.settle(ctx, a, c.alg.id, op, res, err)
+	res, err := l.server(ctx, op, c, b)
+	sent := b.now
+	if err != nil {
+		b.now = l.clock()
+	}
+	kind = l.settle(ctx, a, c.alg.id, op, res, err, b.now)
 	if kind == kindNone && newer {
 		a.br.forgetOld()
 	}
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
-		var b [128]byte
-		l.local.drop(keys.Append(b[:0], l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
+		l.local.drop(b.key, sent, b.now)
 	}
 	if err == nil {
 		return res, nil
 	}
 	if !kind.failure() {
-		l.countError(ctx, c.alg.id, op, kind)
+		l.tel.countError(ctx, c.alg.id, op, kind)
 		return Result{}, err
 	}
-	return l.fail(ctx, op, key, c, kind, err)
+	return l.fail(ctx, op, key, c, b, kind, err)
 }
 
 // attempt is a call on its way to the server, past the breaker.
 type attempt struct {
 	br        *breaker  // the breaker of the key's node
 	probe     bool      // the breaker's probe
-	start     time.Time // for metricDuration; zero without metrics
+	start     time.Time // for the duration metric; zero without metrics
 	dropLocal bool      // local state exists: the server's answer drops the keys' (see drop)
-	sent      int64     // when the call was sent, for drop
 }
 
 // begin lets a call on key through the breaker of key's node, or returns why not: the breaker
 // is open, or the call needs a newer library (needsNewer) than the node answered it runs a
-// moment ago.
-func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool) (attempt, errKind, error) {
+// moment ago. now is the call's clock reading.
+func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool, now int64) (attempt, errKind, error) {
 	br := l.breakerOf(key)
 	if needsNewer && br.old.Load() != nil {
-		if err := br.tooOld(l.clock()); err != nil {
+		if err := br.tooOld(now); err != nil {
 			return attempt{}, kindVersion, err
 		}
 	}
-	pass, probe := br.acquire(l.clock)
+	pass, probe := br.acquire(func() int64 { return now })
 	if !pass {
 		return attempt{}, kindCircuitOpen, ErrCircuitOpen
 	}
 	if probe {
-		l.transition(ctx, halfOpen)
+		l.tel.transition(ctx, halfOpen)
 	}
 	a := attempt{br: br, probe: probe}
-	if l.metrics != nil {
+	if l.tel.meter() != nil {
 		a.start = time.Now()
 	}
-	// Only an answer to a call sent after a key's local state began drops it (see drop); with
-	// no local state at all, there is nothing to drop and no need to read the clock.
-	if a.dropLocal = l.local != nil && l.local.used(); a.dropLocal {
-		a.sent = l.clock()
-	}
+	// Only an answer to a call sent after a key's local state began drops it (see drop).
+	a.dropLocal = l.local != nil && l.local.used()
 	return a, kindNone, nil
 }
 
-// needs11 reports whether c needs library 1.1.0: a reserve, a refund, a
-// concurrency lease, or a call that must be refundable.
-func needs11(op operation, c call) bool {
-	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0
-}
-
-// settle classifies a server call's outcome, moves the breaker and records the call.
-func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operation, res Result, err error) errKind {
+// settle classifies a server call's outcome, moves the breaker and records the call. now is
+// when the call ended, read only when it failed (see decide).
+func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operation, res Result, err error, now int64) errKind {
 	probe, start := a.probe, a.start
 	kind := kindNone
 	if err != nil {
@@ -347,23 +423,23 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 	case kind == kindVersion:
 		var ve *VersionError
 		if errors.As(err, &ve) {
-			a.br.old.Store(&oldLibrary{err: ve, until: l.clock() + a.br.cooldown})
+			a.br.old.Store(&oldLibrary{err: ve, until: now + a.br.cooldown})
 		}
-		l.transition(ctx, a.br.success(probe))
+		l.tel.transition(ctx, a.br.success(probe))
 	case kind.unanswered():
-		s := a.br.failure(probe, l.clock())
+		s := a.br.failure(probe, now)
 		if s == open {
 			// a failover or a resharding may have given the node's slots to another
 			l.refreshSlots(true)
 		}
-		l.transition(ctx, s)
+		l.tel.transition(ctx, s)
 	case kind == kindCanceled:
-		l.transition(ctx, a.br.release(probe))
+		l.tel.transition(ctx, a.br.release(probe))
 	default:
 		// the server answered, if only with an error
-		l.transition(ctx, a.br.success(probe))
+		l.tel.transition(ctx, a.br.success(probe))
 	}
-	if m := l.metrics; m != nil {
+	if m := l.tel.meter(); m != nil {
 		out := outError
 		if err == nil {
 			out = outDenied
@@ -379,173 +455,24 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 	return kind
 }
 
-// server runs c on the server, within the deadline.
-func (l *Limiter) server(ctx context.Context, op operation, key string, c call, pre built) (Result, error) {
-	ctx, rel := l.withDeadline(ctx, pre.mono)
+// server runs c on the server, within the deadline, with the call's server key and clock
+// reading (b).
+func (l *Limiter) server(ctx context.Context, op operation, c call, b built) (Result, error) {
+	ctx, rel := l.withDeadline(ctx, l.mono(b.now))
 	defer rel.release()
 	fn := c.function(op)
 	reserve := c.sendsReserve(op)
-	res, err := decode(fn, rel.result(l.vk.Do(ctx, l.command(op == opPeek, fn, key, pre.key, c, reserve))))
+	res, err := decode(fn, rel.result(l.vk.Do(ctx, l.command(op == opPeek, fn, b.key, c, reserve))))
 	if op == opPeek && errors.Is(err, ErrNotLoaded) {
 		// FCALL is not read-only, so every client sends it to the primary; the peek function
 		// runs under FCALL as well (no-writes only permits FCALL_RO, it does not require it).
-		res, err = decode(fn, rel.result(l.vk.Do(ctx, l.command(false, fn, key, pre.key, c, reserve))))
+		res, err = decode(fn, rel.result(l.vk.Do(ctx, l.command(false, fn, b.key, c, reserve))))
 	}
 	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
 		// A 1.0 library has no such function, or takes no reserve.
-		var b [128]byte
-		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)), err)
+		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(b.key), err)
 	}
 	return res, err
-}
-
-// function is the library function c runs for op.
-func (c *call) function(op operation) string {
-	switch op {
-	case opPeek:
-		return c.alg.peek
-	case opRefund, opRelease:
-		return c.alg.refund
-	}
-	return c.alg.fn
-}
-
-// sendsReserve reports whether c's command for op ends with the reserve argument: a limit with
-// one, and a call that must be refundable (so that a 1.0 library refuses it before it takes
-// anything).
-func (c *call) sendsReserve(op operation) bool {
-	return op != opRefund && op != opRelease && (c.reserve > 0 || c.refundable)
-}
-
-// needs names what of library 1.1.0 c relies on for op, for a *VersionError: the function, its
-// reserve argument, or the refund that AllowAll may have to make.
-func (c *call) needs(op operation) string {
-	switch {
-	case c.refundable:
-		return c.alg.refund
-	case c.sendsReserve(op) && c.alg != concurrencyAlg:
-		return c.function(op) + " reserve"
-	}
-	return c.function(op)
-}
-
-// forCall is the *VersionError a breaker remembered (another call's) as the error of a call
-// that needs what.
-func forCall(err error, what string) error {
-	ve, ok := err.(*VersionError)
-	if !ok || ve.Function == what {
-		return err
-	}
-	v := *ve
-	v.Function = what
-	return &v
-}
-
-// fail applies the policy to a call the server could not decide.
-func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, kind errKind, err error) (Result, error) {
-	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && l.fallback != ReturnError {
-		// The node can decide this limit, only not refundably: AllowAll does (decideAcross,
-		// olderNode), rather than the policy. (ReturnError wants the error: the decision
-		// would not be all or nothing as asked.)
-		return Result{}, err
-	}
-	l.countError(ctx, c.alg.id, op, kind)
-	if l.fallback == ReturnError {
-		return Result{}, err
-	}
-	r := l.fallbackResult(op, key, c)
-	if m := l.metrics; m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
-	}
-	return r, nil
-}
-
-// fallbackResult is the decision of the Limiter's policy (not ReturnError) on c.
-func (l *Limiter) fallbackResult(op operation, key string, c call) Result {
-	limit, need := c.limit, c.cost+c.reserve
-	giveBack := op == opRefund || op == opRelease
-	var r Result
-	switch l.fallback {
-	case FailOpen:
-		r = Result{Allowed: true, Limit: limit, Remaining: max(0, limit-need), Source: FromFallback}
-		switch {
-		case giveBack:
-			r.Remaining = limit
-		case need > limit:
-			r = Result{Limit: limit, Remaining: max(0, limit-c.reserve), RetryAfter: Never, Source: FromFallback}
-		}
-	case FailClosed:
-		wait := l.breakerOf(key).retryAfter(l.clock())
-		r = Result{Limit: limit, RetryAfter: wait, ResetAfter: wait, Source: FromFallback}
-		switch {
-		case giveBack:
-			r = Result{Allowed: true, Limit: limit, Source: FromFallback}
-		case need > limit:
-			r.RetryAfter = Never
-		}
-	case LocalFallback:
-		var b [128]byte
-		k := keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)
-		if giveBack {
-			r = l.local.refund(k, c, l.instances, l.clock())
-		} else {
-			r = l.local.decide(k, c, l.instances, l.clock(), op != opPeek)
-		}
-	}
-	return r
-}
-
-func (l *Limiter) countError(ctx context.Context, subject int, op operation, kind errKind) {
-	if m := l.metrics; m != nil {
-		m.errors.Add(ctx, 1, m.errorOpts[subject][op][kind]...)
-	}
-}
-
-// transition follows the breaker into a new state (none when s < 0).
-func (l *Limiter) transition(ctx context.Context, s breakerState) {
-	if s < 0 {
-		return
-	}
-	if m := l.metrics; m != nil {
-		m.transitions.Add(ctx, 1, m.transitionOpts[s]...)
-	}
-}
-
-// classify tells what err means; ctx is the caller's.
-func classify(ctx context.Context, err error) errKind {
-	var le *LibraryError
-	var re *replyError
-	var ve *VersionError
-	switch {
-	case errors.As(err, &le):
-		return kindLibrary
-	case errors.As(err, &ve) && ve.Version != "":
-		return kindVersion
-	case errors.Is(err, ErrNotLoaded):
-		return kindNotLoaded
-	case errors.As(err, &re):
-		return kindReply
-	case errors.Is(ctx.Err(), context.Canceled):
-		return kindCanceled
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-		return kindTimeout
-	}
-	// replyErr wraps the server's error, and IsValkeyErr does not unwrap
-	var vke *valkey.ValkeyError
-	if errors.As(err, &vke) {
-		if vke.IsClusterDown() || vke.IsTryAgain() {
-			return kindClusterDown
-		}
-		return kindServer
-	}
-	return kindUnreachable
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // prepare validates a key, a limit and a cost, and makes the call, with the limit's reserve
@@ -598,112 +525,4 @@ func isNil(limit Limit) bool {
 	}
 	v := reflect.ValueOf(limit)
 	return v.Kind() == reflect.Pointer && v.IsNil()
-}
-
-// command builds FCALL (or FCALL_RO) fn 1 key args... [reserve], with key's server key sk
-// when the caller built it already (else nil). A command is built for each call and never
-// reused, because valkey-go recycles it once Do returns; so it needs no Pin.
-func (l *Limiter) command(readOnly bool, fn, key string, sk []byte, c call, reserve bool) valkey.Completed {
-	// The key and every argument are written into one buffer and converted to one string that
-	// the arguments slice: one allocation per call rather than one per argument.
-	var b [192]byte
-	var e [8]int
-	var buf []byte
-	if sk != nil {
-		buf = append(b[:0], sk...)
-	} else {
-		buf = keys.Append(b[:0], l.prefix, key, c.alg.name, c.name)
-	}
-	ends := append(e[:0], len(buf))
-	buf, ends = c.appendArgs(buf, ends)
-	if reserve {
-		buf = appendInt(buf, c.reserve)
-		ends = append(ends, len(buf))
-	}
-	s := string(buf)
-	var argv [len(e)]string
-	args := argv[:0]
-	for i := 1; i < len(ends); i++ {
-		args = append(args, s[ends[i-1]:ends[i]])
-	}
-	k := s[:ends[0]]
-	if readOnly {
-		return l.vk.B().FcallRo().Function(fn).Numkeys(1).Key(k).Arg(args...).Build()
-	}
-	return l.vk.B().Fcall().Function(fn).Numkeys(1).Key(k).Arg(args...).Build()
-}
-
-// maxMs is the largest number of milliseconds a time.Duration holds.
-const maxMs = int64(1<<63-1) / int64(time.Millisecond)
-
-// decode turns fn's reply into a Result, or into this package's error for it.
-func decode(fn string, res valkey.ValkeyResult) (Result, error) {
-	r, _, err := decodeN(fn, res, 6)
-	return r, err
-}
-
-// decodeN decodes a reply of at least n integers (6, or 7 for rl_multi, whose seventh is the
-// binding limit's 1-based index, returned as the second value).
-func decodeN(fn string, res valkey.ValkeyResult, n int) (Result, int64, error) {
-	if err := res.Error(); err != nil && !valkey.IsValkeyNil(err) {
-		return Result{}, 0, replyErr(fn, err)
-	}
-	arr, err := res.ToArray()
-	if err != nil {
-		return Result{}, 0, &replyError{Function: fn, Reason: err.Error()}
-	}
-	// Within a major version the reply may grow: later elements are for later clients.
-	if len(arr) < n {
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("%d elements, want %d", len(arr), n)}
-	}
-	var v [7]int64
-	for i := range n {
-		if v[i], err = arr[i].ToInt64(); err != nil {
-			return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
-		}
-	}
-	allowed, limit, remaining, retry, reset, delay := v[0], v[1], v[2], v[3], v[4], v[5]
-	switch {
-	case allowed != 0 && allowed != 1:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
-	case remaining < 0:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
-	case retry < -1 || retry > maxMs || reset < 0 || reset > maxMs || delay < 0 || delay > maxMs:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf(
-			"durations out of range: retry_after_ms %d, reset_after_ms %d, delay_ms %d", retry, reset, delay)}
-	}
-	r := Result{
-		Allowed:    allowed == 1,
-		Limit:      limit,
-		Remaining:  remaining,
-		RetryAfter: time.Duration(retry) * time.Millisecond,
-		ResetAfter: time.Duration(reset) * time.Millisecond,
-		Delay:      time.Duration(delay) * time.Millisecond,
-	}
-	if retry == -1 {
-		r.RetryAfter = Never
-	}
-	return r, v[6], nil
-}
-
-// replyErr classifies an error reply: RLERR, a missing function, or anything else (the
-// network, the context, another server error), which is wrapped so that errors.Is still sees
-// context.DeadlineExceeded or a *valkey.ValkeyError.
-func replyErr(fn string, err error) error {
-	if verr, ok := valkey.IsValkeyErr(err); ok {
-		msg := verr.Error()
-		if rest, ok := strings.CutPrefix(msg, "RLERR "); ok {
-			return &LibraryError{Function: fn, Message: rest}
-		}
-		if notFound(msg) {
-			return ErrNotLoaded
-		}
-	}
-	return fmt.Errorf("client: %s: %w", fn, err)
-}
-
-// notFound reports the server's answer to FCALL of a function it does not have ("ERR
-// Function not found"; valkey-go strips the "ERR ").
-func notFound(msg string) bool {
-	return strings.HasPrefix(msg, "Function not found")
 }

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rlfn/rlfn/internal/keys"
 )
 
 // The denial cache (Options.DenialCache): a denial consumes nothing and, refunds aside, a limiter
@@ -166,14 +164,4 @@ func lastUntil(list []denial) int64 {
 		last = max(last, e.until)
 	}
 	return last
-}
-
-// dropDenials forgets the denials of key's limiter of sp's algorithm: a refund through this
-// Limiter may admit them now.
-func (l *Limiter) dropDenials(key string, sp spec) {
-	if l.denials == nil {
-		return
-	}
-	var b [128]byte
-	l.denials.drop(keys.Append(b[:0], l.prefix, key, sp.alg.name, sp.name))
 }

@@ -1,5 +1,23 @@
-// Package client is the typed Go client of the ratelimit library: Allow, AllowN and Peek run
-// its functions with FCALL (and FCALL_RO on replicas) through a valkey.Client the caller owns.
+// Package client is the typed Go client of the ratelimit library: a Limiter runs its functions
+// with FCALL (and FCALL_RO on replicas) through a valkey.Client the caller owns.
+//
+//	lim, err := client.New(vk, client.Options{}) // every default: see Options
+//	if err != nil {
+//		return err
+//	}
+//	limit := client.TokenBucket{Capacity: 10, Rate: 5, Period: time.Second}
+//	res, err := lim.Allow(ctx, "user:42", limit)
+//	switch {
+//	case err != nil:
+//		// a bad key or limit, RLERR, a canceled request: what no Fallback decides
+//	case !res.Allowed:
+//		// refuse; res.RetryAfter says when to come back (Never: the cost exceeds the limit)
+//	}
+//
+// A limit is a value of one of the algorithms (FixedWindow, SlidingLog, SlidingWindow,
+// TokenBucket, LeakyBucket; Concurrency for leases); its numbers are not part of the key, so a
+// changed limit keeps its principals' state. Result says what was decided, and where
+// (Result.Source).
 //
 // # When the server is slow or gone
 //
@@ -11,7 +29,7 @@
 // admission (FailOpen: no limit while the server is gone), or the error (ReturnError).
 // Decisions made in-process have Result.Source FromFallback and err == nil. A node whose library is too
 // old for a call (a reserve, a refund, a lease on 1.0.0) and a cluster that answers
-// CLUSTERDOWN are among what the policy decides: a limit never turns into no limit by default.
+// CLUSTERDOWN are among what the Fallback decides: a limit never turns into no limit by default.
 //
 // # Leased budgets
 //

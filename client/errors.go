@@ -10,7 +10,7 @@ import (
 // found"): the library is loaded once per server by a deploy, never by this client.
 var ErrNotLoaded = errors.New("client: the ratelimit library is not loaded on the server")
 
-// ErrCircuitOpen is returned, with the ReturnError policy, by the calls made while the circuit
+// ErrCircuitOpen is returned, under the ReturnError Fallback, by the calls made while the circuit
 // breaker is open: the server failed repeatedly, and no call is sent until the breaker's probe.
 var ErrCircuitOpen = errors.New("client: circuit breaker open: the server failed repeatedly; no call is sent until its cooldown ends")
 

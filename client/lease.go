@@ -2,11 +2,8 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -55,44 +52,6 @@ type Lease struct {
 // new slot for a holder that is done, and leak it until it expires.
 var ErrLeaseReleased = errors.New("client: lease already released")
 
-// Acquire takes a slot of key's Concurrency limit for a new holder with a random id (128 bits
-// from crypto/rand: ids never collide across processes). When admitted it returns the Lease,
-// which the caller releases when done (Release) and renews before it expires if the work takes
-// longer (Renew); when denied, a nil Lease and a Result whose RetryAfter is when enough leases
-// will have expired (a release may come sooner).
-//
-// A call that is not Critical leaves c.Reserve slots free. The deadline, the breaker and the
-// Fallback apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
-func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Lease, Result, error) {
-	var b [16]byte
-	rand.Read(b[:])
-	lease, err := l.Lease(key, c, hex.EncodeToString(b[:]))
-	if err != nil {
-		return nil, Result{}, err
-	}
-	res, err := lease.Renew(ctx)
-	if err != nil || !res.Allowed {
-		return nil, res, err
-	}
-	return lease, res, nil
-}
-
-// Lease returns the lease of holder id (1 to 128 bytes) on key's Concurrency limit,
-// without a call: to renew or release a lease taken elsewhere (by another process, or by
-// rlfn call). Renew takes its slot if id holds none.
-func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
-	if err := l.checkKey(key); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if len(id) < 1 || len(id) > maxLeaseID {
-		return nil, &LimitError{Field: "lease id", Reason: "must be 1 to " + strconv.Itoa(maxLeaseID) + " bytes"}
-	}
-	return &Lease{lim: l, key: key, limit: c, id: id}, nil
-}
-
 // ID is the lease holder's id.
 func (le *Lease) ID() string { return le.id }
 
@@ -108,10 +67,7 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
 	c.judgeReserve(ctx)
-	if le.lim.tracer != nil {
-		return le.lim.traced(ctx, opAcquire, le.key, c)
-	}
-	return le.lim.decide(ctx, opAcquire, le.key, c)
+	return le.lim.run(ctx, opAcquire, le.key, c)
 }
 
 // Release frees the lease's slot: Allowed reports whether it still held one (false when it had
@@ -127,13 +83,7 @@ func (le *Lease) Release(ctx context.Context) (Result, error) {
 	defer le.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
 	c := call{spec: le.limit.spec(le.id), cost: 1}
-	var res Result
-	var err error
-	if le.lim.tracer != nil {
-		res, err = le.lim.traced(ctx, opRelease, le.key, c)
-	} else {
-		res, err = le.lim.decide(ctx, opRelease, le.key, c)
-	}
+	res, err := le.lim.run(ctx, opRelease, le.key, c)
 	le.released = le.released || err == nil
 	return res, err
 }

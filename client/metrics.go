@@ -1,11 +1,13 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Instrument names: the package documentation says what each counts, by which attributes.
@@ -19,7 +21,7 @@ const (
 	metricBreakerTransitions = "rlfn.client.breaker.transitions"
 )
 
-// errKind is what a call's error means for the breaker, the policy and the errors metric.
+// errKind is what a call's error means for the breaker, the Fallback and the errors metric.
 type errKind uint8
 
 const (
@@ -40,7 +42,7 @@ const (
 var kindNames = [nKinds]string{"", "timeout", "unreachable", "circuit_open", "not_loaded",
 	"server_error", "reply_error", "library_error", "version", "canceled", "cluster_down"}
 
-// failure reports whether the server could not decide: the policy applies. A library error (the
+// failure reports whether the server could not decide: the Fallback applies. A library error (the
 // key holds other state) or a canceled call is the caller's. A library too old for the call is
 // not: the node cannot decide that limit, and no limit at all would be the worst answer.
 func (k errKind) failure() bool {
@@ -120,9 +122,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := &metrics{}
 	var errs [7]error
 	m.decisions, errs[0] = meter.Int64Counter(metricDecisions, metric.WithUnit("{decision}"),
-		metric.WithDescription("Rate-limiting decisions, by the server or by a failure policy."))
+		metric.WithDescription("Rate-limiting decisions, by the server or by a fallback."))
 	m.errors, errs[1] = meter.Int64Counter(metricErrors, metric.WithUnit("{error}"),
-		metric.WithDescription("Errors met by calls, whether returned or decided by a failure policy."))
+		metric.WithDescription("Errors met by calls, whether returned or decided by a fallback."))
 	m.duration, errs[2] = meter.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Latency of the calls sent to the server."),
 		// A call takes tens of microseconds on a LAN and at most the deadline.
@@ -171,4 +173,53 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		m.transitionOpts[s] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
 	return m, nil
+}
+
+// telemetry is what Options.MeterProvider and TracerProvider turn on (metrics here, spans in
+// trace.go): nil when neither is given, and then each of its uses is one nil check.
+type telemetry struct {
+	m         *metrics     // nil without a MeterProvider
+	tracer    trace.Tracer // nil without a TracerProvider
+	traceKeys bool         // Options.TraceKeys
+}
+
+// meter is t's metrics, nil when none are recorded.
+func (t *telemetry) meter() *metrics {
+	if t == nil {
+		return nil
+	}
+	return t.m
+}
+
+// tracing reports whether calls make spans.
+func (t *telemetry) tracing() bool { return t != nil && t.tracer != nil }
+
+func (t *telemetry) countError(ctx context.Context, subject int, op operation, kind errKind) {
+	if m := t.meter(); m != nil {
+		m.errors.Add(ctx, 1, m.errorOpts[subject][op][kind]...)
+	}
+}
+
+// transition follows the breaker into a new state (none when s < 0).
+func (t *telemetry) transition(ctx context.Context, s breakerState) {
+	if s < 0 {
+		return
+	}
+	if m := t.meter(); m != nil {
+		m.transitions.Add(ctx, 1, m.transitionOpts[s]...)
+	}
+}
+
+// countCached counts a denial the denial cache answered.
+func (t *telemetry) countCached(ctx context.Context, c call) {
+	if m := t.meter(); m != nil {
+		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][0][srcCached]...)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

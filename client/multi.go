@@ -16,83 +16,6 @@ import (
 // maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
 const maxMulti = 16
 
-// Rule is one limit of a decision on several: Key's limiter of Limit.
-type Rule struct {
-	Key   string // the principal, as Allow takes it; rules of one Key are decided in one call
-	Limit Limit  // required: a nil Limit is a *LimitError
-}
-
-// AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.
-func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
-	return l.AllowAllN(ctx, rules, 1)
-}
-
-// AllowAllN takes n units from every rule's limiter, all or nothing: either every limit admits
-// and each consumes n, or none consumes anything. The Result is the reply of the limit that
-// decided, whose index in rules is Result.Rule: when denied, the denying limit with the
-// longest RetryAfter (Never above all); when admitted, the one with the fewest Remaining.
-// ResetAfter is the longest of all, Delay the longest when admitted.
-//
-// Rules of one Key (one principal, so one cluster slot) are decided by one atomic rl_multi
-// call, up to 16 of them (library 1.1.0); two of one algorithm need distinct Names. Rules of
-// different Keys (the login triple (IP, user), IP and user; a merchant's limit and a global
-// one) are decided side by side, each Key by one call, and when any denies or fails, the units
-// the others took are refunded: no limit ever admits more than it allows, though a concurrent
-// call may, rarely, see a unit that is about to be refunded. A Key whose limit said it would
-// deny the next call is asked first, alone, and its denial ends the decision; the other Keys are
-// then peeked (FCALL_RO), for the longest RetryAfter: a refused request costs the server no
-// more calls than an admitted one, and takes nothing to refund.
-//
-// Refunds need library 1.1.0. A node that still runs 1.0.0 refuses a Key's single rule before
-// it takes anything; that rule is then decided as 1.0 decides it, after the others, one Key at
-// a time, the first denial ending the decision: what such a Key took before another denied
-// stays taken (stricter for a while, never more permissive). Several rules of one Key (one
-// rl_multi) on a 1.0 node are decided by the Fallback. No limit turns into no limit. Under
-// ReturnError, the call returns the node's *VersionError instead, with nothing taken.
-//
-// Each call keeps the deadline, the breaker and the Fallback; when the server cannot decide one
-// Key's rules, the policy decides them (LocalFallback: all or nothing, locally). The first
-// error, in rule order, is returned after the refunds. A refund that fails (under ReturnError,
-// the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
-// or, after a denial, returned with the denial's Result, which stands.
-func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opAllow, rules, n, nil)
-}
-
-// AllowAllEach is AllowAllN that also reports each rule's own limiter, in rule order: what the
-// response of a route with several limits shows for every one of them (client/httplimit's
-// RateLimit items). The decision is AllowAllN's, and so is the binding Result.
-//
-// each[i].Limit, Remaining and ResetAfter are rule i's limiter right after the decision (after
-// the refunds of a denied decision across keys). Allowed is whether that limit admitted the
-// cost (always, when the decision admitted); when it did not, RetryAfter is its own wait.
-// Rule is i, Local is set when the policy decided it. A rule decided alone (the only rule of
-// its Key) has its call's Result, Delay included. Rules of one Key share one rl_multi, whose
-// reply is the binding limit's alone: their own state is read by a peek of each, pipelined
-// behind the rl_multi on its connection (one round trip, one more call per rule for the
-// server), so it is the state just after the decision, which a concurrent call may already
-// have changed; their Delay is zero (the binding Result has the decision's). A rule whose
-// state could not be read (its peek failed, or its Key's call did, with the error returned)
-// is the zero Result, Limit 0.
-func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {
-	each := make([]Result, len(rules))
-	res, err := l.all(ctx, opAllow, rules, n, each)
-	return res, each, err
-}
-
-// PeekAll reports whether one unit of every rule would be admitted now, consuming nothing;
-// Result.Rule names the limit that decides, as for AllowAll. See PeekAllN.
-func (l *Limiter) PeekAll(ctx context.Context, rules []Rule) (Result, error) {
-	return l.PeekAllN(ctx, rules, 1)
-}
-
-// PeekAllN reports whether n units of every rule would be admitted now, consuming nothing.
-// Since a peek's Remaining does not subtract its cost, an admitted PeekAllN may name another
-// limit than AllowAllN would; a denied one names the same.
-func (l *Limiter) PeekAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opPeek, rules, n, nil)
-}
-
 // group is the rules of one Key.
 type group struct {
 	key   string
@@ -101,7 +24,7 @@ type group struct {
 	res   Result
 	err   error
 	each  []Result // AllowAllEach: each call's own state, for a group of several calls
-	// decided: the group was sent (or its policy decided it). A decision across keys that a
+	// decided: the group was sent (or its Fallback decided it). A decision across keys that a
 	// group denied leaves the groups after it undecided: they took nothing.
 	decided bool
 	// kept: its node cannot refund (library 1.0.0), so what it took stays taken when another
@@ -116,7 +39,7 @@ type group struct {
 // all decides rules (AllowAllN, PeekAllN), under a span of its own when traced; each, when
 // not nil, gets every rule's own state (AllowAllEach).
 func (l *Limiter) all(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
-	if l.tracer != nil {
+	if l.tel.tracing() {
 		return l.tracedAll(ctx, op, rules, n, each)
 	}
 	return l.decideAll(ctx, op, rules, n, each)
@@ -149,7 +72,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			if op == opPeek {
 				c.refundable = false // a peek takes nothing to refund
 			}
-			g.res, g.err = l.decide(ctx, op, g.key, c)
+			g.res, g.err = l.decide(ctx, op, g.key, c, built{})
 		} else {
 			if each != nil {
 				g.each = make([]Result, len(g.calls))
@@ -258,7 +181,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 //     anything) is decided by the node as 1.0 decides it, one such group at a time (hinted
 //     ones first, right after their phase), and the first denial ends the decision. What
 //     those took before a later denial stays taken (kept): stricter for a while, never more
-//     permissive, and no limit the node can decide is handed to the policy.
+//     permissive, and no limit the node can decide is handed to the Fallback.
 func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	h := l.hints()
 	now := l.clock()
@@ -329,7 +252,7 @@ func anyGroup(*group) bool { return true }
 
 // olderNode reports a group that a node refused only because its library cannot refund
 // (1.0.0): its single call is one 1.0 decides (no reserve), marked refundable by AllowAll, and
-// the policy is not ReturnError (which returns the error: see fail).
+// the Fallback is not ReturnError (which returns the error: see fail).
 func (l *Limiter) olderNode(g *group) bool {
 	var ve *VersionError
 	return l.fallback != ReturnError && len(g.calls) == 1 && g.calls[0].refundable &&
@@ -403,15 +326,15 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 			switch {
 			case c.cost == 0:
 			case g.res.Source == FromFallback:
-				// The policy admitted without the server, which took nothing: a refund there
+				// The Fallback admitted without the server, which took nothing: a refund there
 				// would give back units other requests took. LocalFallback took them locally.
 				if l.fallback == LocalFallback {
-					after(each, g.rules[j], l.fallbackResult(opRefund, g.key, c), nil)
+					after(each, g.rules[j], l.fallbackResult(opRefund, g.key, c, built{}), nil)
 				}
 			default:
-				c.refundable = false // a refund is the policy's when the server cannot make it
+				c.refundable = false // a refund is the Fallback's when the server cannot make it
 				wg.Go(func() {
-					r, err := l.decide(ctx, opRefund, g.key, c)
+					r, err := l.decide(ctx, opRefund, g.key, c, built{})
 					after(each, g.rules[j], r, err)
 					errs[g.rules[j]] = err
 				})
@@ -485,31 +408,36 @@ func binding(results []Result) (Result, int) {
 }
 
 // decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
-// cannot, by the policy. It returns the binding Result and its index in cs. each, when not
-// nil, gets each call's own state (see serverMulti), or the policy's decision of it.
+// cannot, by the Fallback. It returns the binding Result and its index in cs. each, when not
+// nil, gets each call's own state (see serverMulti), or the Fallback's decision of it.
 func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
-	a, kind, err := l.begin(ctx, key, true)
+	sent := l.clock()
+	a, kind, err := l.begin(ctx, key, true, sent)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, multiFunction(op))
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
-	res, i, err := l.serverMulti(ctx, op, key, cs, each)
-	kind = l.settle(ctx, a, multiSubject, op, res, err)
+	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent)
+	now := sent
+	if err != nil {
+		now = l.clock() // when it failed, as decide
+	}
+	kind = l.settle(ctx, a, multiSubject, op, res, err, now)
 	if kind == kindNone {
 		a.br.forgetOld()
 	}
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
-			l.local.drop(keys.Append(nil, l.prefix, key, c.alg.name, c.name), a.sent, l.clock())
+			l.local.drop(keys.Append(nil, l.prefix, key, c.alg.name, c.name), sent, now)
 		}
 	}
 	if err == nil {
 		return res, i, nil
 	}
 	if !kind.failure() {
-		l.countError(ctx, multiSubject, op, kind)
+		l.tel.countError(ctx, multiSubject, op, kind)
 		return Result{}, 0, err
 	}
 	return l.failMulti(ctx, op, key, cs, kind, err, each)
@@ -519,8 +447,8 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 // own state from a peek of it pipelined behind the rl_multi (the limit's Remaining and
 // ResetAfter after the decision, and whether it alone would admit the cost), or the zero
 // Result where the peek failed: the decision stands.
-func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
-	ctx, rel := l.withDeadline(ctx, 0)
+func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result, now int64) (Result, int, error) {
+	ctx, rel := l.withDeadline(ctx, l.mono(now))
 	defer rel.release()
 	fn := multiFunction(op)
 	stateKeys := make([]string, len(cs))
@@ -558,7 +486,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		cmds := make(valkey.Commands, 1, 1+len(cs))
 		cmds[0] = command(op == opPeek)
 		for i := range cs {
-			cmds = append(cmds, l.command(false, cs[i].alg.peek, key, nil, cs[i], true))
+			cmds = append(cmds, l.command(false, cs[i].alg.peek, []byte(stateKeys[i]), cs[i], true))
 		}
 		replies := l.vk.DoMulti(ctx, cmds...)
 		res, idx, err = decodeN(fn, rel.result(replies[0]), 7)
@@ -592,24 +520,24 @@ func multiFunction(op operation) string {
 	return "rl_multi"
 }
 
-// failMulti applies the policy to one key's calls the server could not decide: each is
+// failMulti applies the Fallback to one key's calls the server could not decide: each is
 // decided as a single call would be, all or nothing.
 func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error, each []Result) (Result, int, error) {
-	l.countError(ctx, multiSubject, op, kind)
+	l.tel.countError(ctx, multiSubject, op, kind)
 	if l.fallback == ReturnError {
 		return Result{}, 0, err
 	}
 	results := make([]Result, len(cs))
 	for i, c := range cs {
-		results[i] = l.fallbackResult(opPeek, key, c)
+		results[i] = l.fallbackResult(opPeek, key, c, built{})
 	}
 	r, b := binding(results)
 	if op == opAllow && r.Allowed {
 		for i, c := range cs {
-			if results[i] = l.fallbackResult(opAllow, key, c); !results[i].Allowed {
+			if results[i] = l.fallbackResult(opAllow, key, c, built{}); !results[i].Allowed {
 				// a concurrent local call took the room meanwhile: give back what this took
 				for _, d := range cs[:i] {
-					l.fallbackResult(opRefund, key, d)
+					l.fallbackResult(opRefund, key, d, built{})
 				}
 				break
 			}
@@ -617,7 +545,7 @@ func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []
 		r, b = binding(results)
 	}
 	copy(each, results)
-	if m := l.metrics; m != nil {
+	if m := l.tel.meter(); m != nil {
 		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
 	}
 	return r, b, nil

@@ -34,7 +34,7 @@ func TestSourceNames(t *testing.T) {
 		{LocalFallback, FromLease, "leased"},
 		{LocalFallback, FromDenialCache, "denial_cache"},
 	} {
-		l := &Limiter{fallback: tt.policy}
+		l := &Limiter{resilience: resilience{fallback: tt.policy}}
 		if got := l.source(Result{Source: tt.give}); got != tt.want {
 			t.Errorf("%s under %s: rlfn.source %q, want %q", tt.give, tt.policy, got, tt.want)
 		}

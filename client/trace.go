@@ -17,18 +17,9 @@ var allSpanNames = [nOps]string{opAllow: "rlfn.allow_all", opPeek: "rlfn.peek_al
 // traced runs c as op under a span of its own, a child of ctx's, so that a traced valkey-go
 // client's FCALL span is the span's child.
 func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) (Result, error) {
-	ctx, span := l.tracer.Start(ctx, spanNames[op], trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := l.tel.tracer.Start(ctx, spanNames[op], trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
-	var res Result
-	var err error
-	switch op {
-	case opAllow:
-		res, err = l.allow(ctx, key, c)
-	case opRefund:
-		res, err = l.refund(ctx, key, c)
-	default:
-		res, err = l.decide(ctx, op, key, c)
-	}
+	res, err := l.route(ctx, op, key, c)
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs,
 		attribute.String("rlfn.operation", opNames[op]),
@@ -41,7 +32,7 @@ func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) 
 // tracedAll runs all (AllowAll, PeekAll) under a span of its own: the number of rules, and
 // the deciding rule's index, limit and outcome.
 func (l *Limiter) tracedAll(ctx context.Context, op operation, rules []Rule, n int64, each []Result) (Result, error) {
-	ctx, span := l.tracer.Start(ctx, allSpanNames[op], trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := l.tel.tracer.Start(ctx, allSpanNames[op], trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	res, err := l.decideAll(ctx, op, rules, n, each)
 	attrs := make([]attribute.KeyValue, 0, 10)
@@ -65,7 +56,7 @@ func (l *Limiter) limitAttrs(attrs []attribute.KeyValue, s spec, key string) []a
 	if s.name != "" {
 		attrs = append(attrs, attribute.String("rlfn.limit.name", s.name))
 	}
-	if l.traceKeys {
+	if l.tel.traceKeys {
 		attrs = append(attrs, attribute.String("ratelimit.key", key))
 	}
 	return attrs

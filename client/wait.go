@@ -31,7 +31,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // (ErrWaitPastDeadline; for a Delay, the admitted units are refunded first), and for a cost no
 // wait admits (ErrCostOverLimit). When ctx ends during a wait it returns ctx.Err(). An error of
 // AllowN (or ErrCircuitOpen under ReturnError) is returned as it is; under a Fallback, the
-// policy's decision is waited on as the server's would be.
+// Fallback's decision is waited on as the server's would be.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int64) error {
 	for {
 		res, err := l.AllowN(ctx, key, limit, n)
