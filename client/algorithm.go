@@ -1,5 +1,11 @@
 package client
 
+import (
+	"time"
+
+	"github.com/rlfn/rlfn/internal/needs"
+)
+
 // algorithm is one of the library's algorithms: everything the client knows of it. Each Limit
 // type names its own (Limit.spec), and newAlgorithm takes every piece, so an algorithm that
 // lacks one fails to compile rather than falling through to another's code.
@@ -11,6 +17,7 @@ type algorithm struct {
 	refund string // rl_<name>_refund (for concurrency: rl_concurrency_release)
 	argv   argv   // how its parameters are laid out in ARGV
 	local  localAlgorithm
+	since  string // the library release that has it (internal/needs)
 }
 
 // argv is the layout of an algorithm's ARGV, before the optional trailing reserve.
@@ -21,22 +28,29 @@ const (
 	bucketArgv                  // capacity rate period_ms cost
 	leakyArgv                   // capacity rate period_ms cost mode
 	concurrencyArgv             // limit lease_ms id
+	calendarArgv                // limit b1 b2 b3 b4 cost
+	blockArgv                   // [duration_ms]: rl_block's alone
 )
 
-func newAlgorithm(id int, name string, refund string, a argv, local localAlgorithm) *algorithm {
-	return &algorithm{id: id, name: name, fn: "rl_" + name, peek: "rl_" + name + "_peek", refund: refund, argv: a, local: local}
+func newAlgorithm(id int, name string, refund string, a argv, local localAlgorithm, since string) *algorithm {
+	return &algorithm{id: id, name: name, fn: "rl_" + name, peek: "rl_" + name + "_peek", refund: refund, argv: a, local: local, since: since}
 }
 
 var (
-	fixedWindowAlg   = newAlgorithm(0, "fixed_window", "rl_fixed_window_refund", windowArgv, localFixedWindow{})
-	slidingLogAlg    = newAlgorithm(1, "sliding_log", "rl_sliding_log_refund", windowArgv, localSlidingLog{})
-	slidingWindowAlg = newAlgorithm(2, "sliding_window", "rl_sliding_window_refund", windowArgv, localSlidingWindow{})
-	tokenBucketAlg   = newAlgorithm(3, "token_bucket", "rl_token_bucket_refund", bucketArgv, localBucket{})
-	leakyBucketAlg   = newAlgorithm(4, "leaky_bucket", "rl_leaky_bucket_refund", leakyArgv, localBucket{leaky: true})
+	fixedWindowAlg   = newAlgorithm(0, "fixed_window", "rl_fixed_window_refund", windowArgv, localFixedWindow{}, needs.V10)
+	slidingLogAlg    = newAlgorithm(1, "sliding_log", "rl_sliding_log_refund", windowArgv, localSlidingLog{}, needs.V10)
+	slidingWindowAlg = newAlgorithm(2, "sliding_window", "rl_sliding_window_refund", windowArgv, localSlidingWindow{}, needs.V10)
+	tokenBucketAlg   = newAlgorithm(3, "token_bucket", "rl_token_bucket_refund", bucketArgv, localBucket{}, needs.V10)
+	leakyBucketAlg   = newAlgorithm(4, "leaky_bucket", "rl_leaky_bucket_refund", leakyArgv, localBucket{leaky: true}, needs.V10)
 	// concurrency is not one of rl_multi's algorithms, but its calls go the same way.
-	concurrencyAlg = newAlgorithm(5, "concurrency", "rl_concurrency_release", concurrencyArgv, localConcurrency{})
+	concurrencyAlg = newAlgorithm(5, "concurrency", "rl_concurrency_release", concurrencyArgv, localConcurrency{}, needs.V11)
+	calendarAlg    = newAlgorithm(6, "calendar", "rl_calendar_refund", calendarArgv, localCalendar{}, needs.V12)
+	// block is a principal's block (Limiter.Block, a limit's Penalty): not a limit, so no
+	// local equivalent; its calls go the same way, rl_block as the "limiter", rl_unblock as
+	// the "refund".
+	blockAlg = newAlgorithm(7, "block", "rl_unblock", blockArgv, nil, needs.V12)
 
-	algorithms = [...]*algorithm{fixedWindowAlg, slidingLogAlg, slidingWindowAlg, tokenBucketAlg, leakyBucketAlg, concurrencyAlg}
+	algorithms = [...]*algorithm{fixedWindowAlg, slidingLogAlg, slidingWindowAlg, tokenBucketAlg, leakyBucketAlg, concurrencyAlg, calendarAlg, blockAlg}
 )
 
 // Metric subjects: every algorithm, then rl_multi.
@@ -55,6 +69,11 @@ type params struct {
 	reserve int64  // units kept for critical callers
 	name    string // the optional suffix of the key (Limit's Name)
 	id      string // concurrency: the lease holder
+	penalty int64  // ms a denial blocks the principal for (a limit's Penalty); 0: none
+	// calendar: the period and anchor, and the call's boundaries (call.bound)
+	period Period
+	anchor time.Time
+	bounds [4]int64
 }
 
 // spec is a limit as the client sends it: its algorithm and its numbers.
@@ -104,6 +123,16 @@ func (c *call) appendArgs(buf []byte, ends []int) ([]byte, []int) {
 		num(p.ms)
 		buf = append(buf, p.id...)
 		ends = append(ends, len(buf))
+	case calendarArgv:
+		num(p.limit)
+		for _, b := range p.bounds {
+			num(b)
+		}
+		num(c.cost + c.extra)
+	case blockArgv:
+		if p.ms > 0 {
+			num(p.ms)
+		}
 	}
 	return buf, ends
 }

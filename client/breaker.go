@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlfn/rlfn/versions"
 )
 
 // breakerState is where a circuit breaker stands.
@@ -62,13 +64,17 @@ type oldLibrary struct {
 	until int64
 }
 
-// tooOld returns the error its node answered a call that needed a newer library, unless that
-// was a cooldown ago or more: then one call, the first to get here, goes to the node again
-// (the memory moves a cooldown on for the others), and nil lets it.
-func (b *breaker) tooOld(now int64) *VersionError {
+// tooOld returns the error its node answered a call that needed a newer library, for a call
+// that needs want, unless the node's release has it (a node on 1.1.0 serves 1.1 calls while
+// it refuses 1.2 ones), or that was a cooldown ago or more: then one call, the first to get
+// here, goes to the node again (the memory moves a cooldown on for the others), and nil lets
+// it.
+func (b *breaker) tooOld(now int64, want string) *VersionError {
 	o := b.old.Load()
 	switch {
 	case o == nil:
+		return nil
+	case o.err.Version != "" && versions.Valid(o.err.Version) && versions.Compare(o.err.Version, want) >= 0:
 		return nil
 	case now < o.until:
 		return o.err
@@ -78,9 +84,11 @@ func (b *breaker) tooOld(now int64) *VersionError {
 	return o.err
 }
 
-// forgetOld forgets that the node's library was too old: a call that needed more succeeded.
-func (b *breaker) forgetOld() {
-	if b.old.Load() != nil {
+// forgetOld forgets that the node's library was too old: a call that needed want, as much
+// as the call the node refused or more, succeeded (a deploy reached it). A call that needed
+// less says nothing of it.
+func (b *breaker) forgetOld(want string) {
+	if o := b.old.Load(); o != nil && versions.Compare(want, o.err.Want) >= 0 {
 		b.old.Store(nil)
 	}
 }

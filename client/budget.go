@@ -158,26 +158,26 @@ func newBudgets(maxBatch int64, maxAge time.Duration) *budgets {
 // log would lose its exactness, Shape mode its spacing (a Delay per request); a Critical call
 // on a limit with a reserve goes to the server, because a batch taken without the reserve
 // would park units of the reserve in this process, out of reach of other processes' critical
-// calls.
+// calls. A limit with a Penalty goes to the server too: its block is decided with it there.
 func (c *call) leasable() bool {
 	switch {
-	case c.cost < 1 || c.reserve != c.params.reserve:
+	case c.cost < 1 || c.reserve != c.params.reserve || c.penalty > 0:
 		return false
 	case c.alg == leakyBucketAlg:
 		return c.params.mode == Police
 	}
-	return c.alg == fixedWindowAlg || c.alg == slidingWindowAlg || c.alg == tokenBucketAlg
+	return c.alg == fixedWindowAlg || c.alg == slidingWindowAlg || c.alg == tokenBucketAlg || c.alg == calendarAlg
 }
 
 // stateKey appends what tells budgets and denials apart: the server key, whose length it
-// returns too, then the limit's numbers and the reserve (a changed limit is another budget,
-// and its denials another's).
+// returns too, then the limit's numbers, the reserve, the penalty and a calendar's window (a
+// changed limit is another budget, and its denials another's).
 func (l *Limiter) stateKey(buf []byte, key string, c call) ([]byte, int) {
 	buf = keys.Append(buf, l.prefix, key, c.alg.name, c.name)
 	n := len(buf)
 	buf = append(buf, 0)
 	// in binary: only compared, never read, and five decimal numbers took a third of the time
-	for _, v := range [...]int64{c.limit, c.rate, c.ms, int64(c.mode), c.reserve} {
+	for _, v := range [...]int64{c.limit, c.rate, c.ms, int64(c.mode), c.reserve, c.penalty, c.bounds[1]} {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 	}
 	return buf, n
@@ -524,7 +524,7 @@ func (bs *budgets) lifetime(alg *algorithm, windowMs, sent int64, reset, deadlin
 	expires, refundBy = sent+bs.maxAge, math.MaxInt64
 	var end time.Duration // from sent to the end of the window
 	switch alg {
-	case fixedWindowAlg:
+	case fixedWindowAlg, calendarAlg:
 		end = reset - time.Millisecond
 	case slidingWindowAlg:
 		end = reset - time.Duration(windowMs)*time.Millisecond - time.Millisecond

@@ -63,8 +63,8 @@ func (l *Limiter) CheckVersion(ctx context.Context, min string) error {
 }
 
 // CheckRules validates rules (as AllowAll would, keys included) and verifies that every primary
-// runs the library release they need: 1.1.0 for several rules or a Reserve, else 1.0.0
-// (Acquire, Refund and a Concurrency limit need 1.1.0 too). It is the check at start-up of a
+// runs the library release they need: 1.2.0 for a Calendar or a Penalty, 1.1.0 for several
+// rules or a Reserve, else 1.0.0 (Acquire, Refund and a Concurrency limit need 1.1.0 too). It is the check at start-up of a
 // service whose limits are known then, so that it learns of a node still on 1.0.0 before its
 // first request. A *LimitError or *KeyError is returned as it is; the nodes' errors as from
 // CheckVersion.
@@ -76,9 +76,14 @@ func (l *Limiter) CheckRules(ctx context.Context, rules ...Rule) error {
 	if _, err := l.groupRules(ctx, rules, 1); err != nil {
 		return err
 	}
-	reserved := false
+	reserved, v12 := false, false
 	for _, r := range rules {
-		reserved = reserved || r.Limit.spec().params.reserve > 0
+		s := r.Limit.spec()
+		reserved = reserved || s.reserve > 0
+		v12 = v12 || wants(opAllow, call{spec: s}) == needs.V12
+	}
+	if v12 {
+		return l.CheckVersion(ctx, needs.V12)
 	}
 	return l.CheckVersion(ctx, needs.Release(len(rules), reserved))
 }
@@ -140,15 +145,16 @@ func olderLibrary(err error) bool {
 		(strings.Contains(le.Message, " takes ") || strings.Contains(le.Message, "unknown algorithm"))
 }
 
-// versionError finds out why fn failed with err, an answer a 1.0 library would give: it asks
+// versionError finds out why fn failed with err, an answer an older library would give (one
+// older than want): it asks
 // every node the client knows, at once, for rl_version, with EXISTS key before it, which in a
 // cluster only the owner of key's slot answers (the others redirect), so that the node named
 // is the one that served the call. It returns a *VersionError for a node older than
-// 1.1.0 (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
-// every answering node runs 1.1.0 or later (the call's own error stands). When no node
+// want (or, without the library, one that is errors.Is ErrNotLoaded); err itself when
+// every answering node runs want or later (the call's own error stands). When no node
 // answers, an RLERR about arguments still says that an older library refused the call, not
 // that the limit was bad: it becomes a *replyError, which the Fallback decides.
-func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) error {
+func (l *Limiter) versionError(ctx context.Context, fn, key, want string, err error) error {
 	nodes := l.vk.Nodes()
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -198,9 +204,9 @@ func (l *Limiter) versionError(ctx context.Context, fn, key string, err error) e
 		lookupErr = cmp.Or(lookupErr, a.err)
 		switch {
 		case a.absent && absent == nil:
-			absent = &VersionError{Node: addrs[i], Want: needs.V11, Function: fn}
-		case a.answered && versions.Valid(a.version) && versions.Compare(a.version, needs.V11) < 0:
-			return &VersionError{Node: addrs[i], Version: a.version, Want: needs.V11, Function: fn}
+			absent = &VersionError{Node: addrs[i], Want: want, Function: fn}
+		case a.answered && versions.Valid(a.version) && versions.Compare(a.version, want) < 0:
+			return &VersionError{Node: addrs[i], Version: a.version, Want: want, Function: fn}
 		}
 	}
 	if absent != nil {

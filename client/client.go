@@ -13,6 +13,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/internal/keys"
+
+	"github.com/rlfn/rlfn/internal/needs"
 )
 
 // This file is the core, top to bottom: the Limiter, New, every call a service makes, and the
@@ -180,7 +182,13 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	if err := checkInt("refund", n, 0, maxInt); err != nil {
 		return Result{}, err
 	}
-	return l.run(ctx, opRefund, key, call{spec: limit.spec(), cost: n})
+	c := call{spec: limit.spec(), cost: n}
+	if c.alg == calendarAlg {
+		if err := c.bound(l.clock()); err != nil {
+			return Result{}, err
+		}
+	}
+	return l.run(ctx, opRefund, key, c)
 }
 
 // Rule is one limit of a decision on several: Key's limiter of Limit.
@@ -298,6 +306,51 @@ func (l *Limiter) Lease(key string, c Concurrency, id string) (*Lease, error) {
 	return &Lease{lim: l, key: key, limit: c, id: id}, nil
 }
 
+// Block blocks key for d (1ms to 10^11ms; library 1.2.0), replacing any block it has: an
+// operator may lengthen or shorten one. While blocked, every call on key of a limit with a
+// Penalty is refused (Result.Blocked), without consuming anything. The Result describes the
+// block after the call: Blocked, and RetryAfter and ResetAfter its remaining time.
+//
+// Block, Unblock and PeekBlock are operators' calls: they go to the server within the
+// Limiter's deadline, and what fails is returned, never decided by the Fallback.
+func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) (Result, error) {
+	ms, err := milliseconds("block duration", d)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.blockCall(ctx, opAllow, key, ms)
+}
+
+// Unblock lifts key's block (library 1.2.0). Result.Blocked is false after it.
+func (l *Limiter) Unblock(ctx context.Context, key string) (Result, error) {
+	return l.blockCall(ctx, opRefund, key, 0)
+}
+
+// PeekBlock reports key's block (library 1.2.0) without changing it: Result.Blocked, and
+// RetryAfter its remaining time.
+func (l *Limiter) PeekBlock(ctx context.Context, key string) (Result, error) {
+	return l.blockCall(ctx, opPeek, key, 0)
+}
+
+// blockCall runs rl_block (opAllow, for ms), rl_unblock (opRefund) or rl_block_peek (opPeek)
+// on key's block.
+func (l *Limiter) blockCall(ctx context.Context, op operation, key string, ms int64) (Result, error) {
+	if err := l.checkKey(key); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	var kb [192]byte
+	b := built{key: keys.Append(kb[:0], l.prefix, key, blockAlg.name, ""), now: l.clock()}
+	res, err := l.server(ctx, op, call{spec: spec{alg: blockAlg, params: params{ms: ms}}}, b)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Blocked = !res.Allowed
+	return res, nil
+}
+
 // run is the path of every call on one limit: its span when traced, then route.
 func (l *Limiter) run(ctx context.Context, op operation, key string, c call) (Result, error) {
 	if l.tel.tracing() {
@@ -346,8 +399,13 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, 
 	if b.now == 0 {
 		b.now = l.clock()
 	}
-	newer := needs11(op, c)
-	a, kind, err := l.begin(ctx, key, newer, b.now)
+	if c.penalty > 0 && (op == opAllow || op == opPeek) {
+		// the limit and the principal's block, in one rl_multi
+		res, _, err := l.decideMulti(ctx, op, key, []call{c}, nil, c.penalty)
+		return res, err
+	}
+	want := wants(op, c)
+	a, kind, err := l.begin(ctx, key, want, b.now)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, c.needs(op)) // the caller reads it: its own need, not another call's
@@ -360,8 +418,8 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, 
 		b.now = l.clock()
 	}
 	kind = l.settle(ctx, a, c.alg.id, op, res, err, b.now)
-	if kind == kindNone && newer {
-		a.br.forgetOld()
+	if kind == kindNone && want != "" {
+		a.br.forgetOld(want)
 	}
 	if kind == kindNone && a.dropLocal {
 		// The server decides key again, and its state is the truth: the local one is memory.
@@ -386,12 +444,12 @@ type attempt struct {
 }
 
 // begin lets a call on key through the breaker of key's node, or returns why not: the breaker
-// is open, or the call needs a newer library (needsNewer) than the node answered it runs a
-// moment ago. now is the call's clock reading.
-func (l *Limiter) begin(ctx context.Context, key string, needsNewer bool, now int64) (attempt, errKind, error) {
+// is open, or the call needs a newer library (want) than the node answered it runs a moment
+// ago. now is the call's clock reading.
+func (l *Limiter) begin(ctx context.Context, key string, want string, now int64) (attempt, errKind, error) {
 	br := l.breakerOf(key)
-	if needsNewer && br.old.Load() != nil {
-		if err := br.tooOld(now); err != nil {
+	if want != "" && br.old.Load() != nil {
+		if err := br.tooOld(now, want); err != nil {
 			return attempt{}, kindVersion, err
 		}
 	}
@@ -468,9 +526,9 @@ func (l *Limiter) server(ctx context.Context, op operation, c call, b built) (Re
 		// runs under FCALL as well (no-writes only permits FCALL_RO, it does not require it).
 		res, err = decode(fn, rel.result(l.vk.Do(ctx, l.command(false, fn, b.key, c, reserve))))
 	}
-	if err != nil && (reserve || op == opRefund || c.alg == concurrencyAlg) && olderLibrary(err) {
-		// A 1.0 library has no such function, or takes no reserve.
-		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(b.key), err)
+	if err != nil && (reserve || op == opRefund || c.alg.since != needs.V10) && olderLibrary(err) {
+		// An older library has no such function, or takes no reserve.
+		return Result{}, l.versionError(rel.wrapped(ctx), c.needs(op), string(b.key), wants(op, c), err)
 	}
 	return res, err
 }
@@ -489,6 +547,11 @@ func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64)
 	}
 	c := call{spec: limit.spec(), cost: n}
 	c.judgeReserve(ctx)
+	if c.alg == calendarAlg {
+		if err := c.bound(l.clock()); err != nil {
+			return call{}, err
+		}
+	}
 	return c, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/internal/keys"
+
+	"github.com/rlfn/rlfn/internal/needs"
 )
 
 // resilience is what keeps a Limiter deciding when its server cannot: a circuit breaker per
@@ -20,10 +22,17 @@ type resilience struct {
 	instances int64       // Options.Instances, LocalFallback's share of each limit
 }
 
-// needs11 reports whether c needs library 1.1.0: a reserve, a refund, a
-// concurrency lease, or a call that must be refundable.
-func needs11(op operation, c call) bool {
-	return op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0
+// wants is the library release c needs for op beyond 1.0.0, or "" for none: 1.2.0 for a
+// calendar, a block and a Penalty; 1.1.0 for a reserve, a refund, a concurrency lease, or a
+// call that must be refundable.
+func wants(op operation, c call) string {
+	switch {
+	case c.alg.since == needs.V12 || c.penalty > 0 && (op == opAllow || op == opPeek):
+		return needs.V12
+	case op == opRefund || op == opRelease || c.alg == concurrencyAlg || c.refundable || c.reserve > 0:
+		return needs.V11
+	}
+	return ""
 }
 
 // needs names what of library 1.1.0 c relies on for op, for a *VersionError: the function, its

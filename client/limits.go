@@ -59,6 +59,15 @@ type FixedWindow struct {
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms (about 3 years)
 	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
 	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
+	// Penalty, when set (1ms to 10^11ms, library 1.2.0), blocks the principal for that long
+	// once this limit denies it: every call of a limit with a Penalty on that key is then
+	// refused until the block ends (Result.Blocked, RetryAfter its remaining time), and a
+	// call refused during a block never lengthens it. The limit and the principal's block
+	// are decided in one rl_multi call, in the principal's slot. Default 0: no penalty, and
+	// the call does not look at blocks (one call as before). Key the limit by a principal
+	// the server authenticated: a penalty on a key a client can forge (an address read from
+	// a header nobody checked) lets an attacker lock its victim out.
+	Penalty time.Duration
 }
 
 // Validate implements Limit.
@@ -69,14 +78,17 @@ func (l FixedWindow) Validate() error {
 	if _, err := milliseconds("FixedWindow.Window", l.Window); err != nil {
 		return err
 	}
-	return checkInt("FixedWindow.Reserve", l.Reserve, 0, l.Limit)
+	if err := checkInt("FixedWindow.Reserve", l.Reserve, 0, l.Limit); err != nil {
+		return err
+	}
+	return checkPenalty("FixedWindow.Penalty", l.Penalty)
 }
 
 // Quota implements Limit.
 func (l FixedWindow) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
 
 func (l FixedWindow) spec() spec {
-	return spec{fixedWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
+	return spec{fixedWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name, penalty: l.Penalty.Milliseconds()}}
 }
 
 // SlidingLog admits at most Limit units in any span of Window, exactly: the server keeps one
@@ -86,6 +98,7 @@ type SlidingLog struct {
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
 	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
 	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
+	Penalty time.Duration // 0 (none), or 1ms to 10^11ms: a denial blocks the principal this long (library 1.2.0; see FixedWindow)
 }
 
 // Validate implements Limit.
@@ -96,14 +109,17 @@ func (l SlidingLog) Validate() error {
 	if _, err := milliseconds("SlidingLog.Window", l.Window); err != nil {
 		return err
 	}
-	return checkInt("SlidingLog.Reserve", l.Reserve, 0, l.Limit)
+	if err := checkInt("SlidingLog.Reserve", l.Reserve, 0, l.Limit); err != nil {
+		return err
+	}
+	return checkPenalty("SlidingLog.Penalty", l.Penalty)
 }
 
 // Quota implements Limit.
 func (l SlidingLog) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
 
 func (l SlidingLog) spec() spec {
-	return spec{slidingLogAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
+	return spec{slidingLogAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name, penalty: l.Penalty.Milliseconds()}}
 }
 
 // SlidingWindow admits while the previous window's count, weighted by how much of it the
@@ -114,6 +130,7 @@ type SlidingWindow struct {
 	Window  time.Duration // a whole number of milliseconds, 1ms to 10^11ms
 	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
 	Name    string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
+	Penalty time.Duration // 0 (none), or 1ms to 10^11ms: a denial blocks the principal this long (library 1.2.0; see FixedWindow)
 }
 
 // Validate implements Limit.
@@ -131,14 +148,17 @@ func (l SlidingWindow) Validate() error {
 		return &LimitError{Field: "SlidingWindow.Limit", Reason: fmt.Sprintf(
 			"* Window in milliseconds must be below 2^53, got %d * %d", l.Limit, ms)}
 	}
-	return checkInt("SlidingWindow.Reserve", l.Reserve, 0, l.Limit)
+	if err := checkInt("SlidingWindow.Reserve", l.Reserve, 0, l.Limit); err != nil {
+		return err
+	}
+	return checkPenalty("SlidingWindow.Penalty", l.Penalty)
 }
 
 // Quota implements Limit.
 func (l SlidingWindow) Quota() Quota { return Quota{Limit: l.Limit, Window: l.Window} }
 
 func (l SlidingWindow) spec() spec {
-	return spec{slidingWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name}}
+	return spec{slidingWindowAlg, params{limit: l.Limit, ms: l.Window.Milliseconds(), reserve: l.Reserve, name: l.Name, penalty: l.Penalty.Milliseconds()}}
 }
 
 // TokenBucket allows bursts of up to Capacity units and refills Rate units per Period,
@@ -149,6 +169,7 @@ type TokenBucket struct {
 	Period   time.Duration // a whole number of milliseconds, 1ms to 10^11ms
 	Reserve  int64         // 0 to Capacity, default 0 (none): units only critical calls may take (see Limit)
 	Name     string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
+	Penalty  time.Duration // 0 (none), or 1ms to 10^11ms: a denial blocks the principal this long (library 1.2.0; see FixedWindow)
 }
 
 // Validate implements Limit.
@@ -157,7 +178,10 @@ func (l TokenBucket) Validate() error {
 		l.Capacity, l.Rate, l.Period); err != nil {
 		return err
 	}
-	return checkInt("TokenBucket.Reserve", l.Reserve, 0, l.Capacity)
+	if err := checkInt("TokenBucket.Reserve", l.Reserve, 0, l.Capacity); err != nil {
+		return err
+	}
+	return checkPenalty("TokenBucket.Penalty", l.Penalty)
 }
 
 // Quota implements Limit.
@@ -166,7 +190,7 @@ func (l TokenBucket) Quota() Quota {
 }
 
 func (l TokenBucket) spec() spec {
-	return spec{tokenBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), reserve: l.Reserve, name: l.Name}}
+	return spec{tokenBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), reserve: l.Reserve, name: l.Name, penalty: l.Penalty.Milliseconds()}}
 }
 
 // Mode is what a leaky bucket does with a request.
@@ -203,6 +227,7 @@ type LeakyBucket struct {
 	Mode     Mode          // Police (the zero value) or Shape
 	Reserve  int64         // 0 to Capacity, default 0 (none): units only critical calls may take (see Limit)
 	Name     string        // default "": the key without a name; set, a second limit of this algorithm for one principal (see Limit)
+	Penalty  time.Duration // 0 (none), or 1ms to 10^11ms: a denial blocks the principal this long (library 1.2.0; see FixedWindow)
 }
 
 // Validate implements Limit.
@@ -214,7 +239,10 @@ func (l LeakyBucket) Validate() error {
 	if l.Mode != Police && l.Mode != Shape {
 		return &LimitError{Field: "LeakyBucket.Mode", Reason: "must be Police or Shape, got " + l.Mode.String()}
 	}
-	return checkInt("LeakyBucket.Reserve", l.Reserve, 0, l.Capacity)
+	if err := checkInt("LeakyBucket.Reserve", l.Reserve, 0, l.Capacity); err != nil {
+		return err
+	}
+	return checkPenalty("LeakyBucket.Penalty", l.Penalty)
 }
 
 // Quota implements Limit.
@@ -228,7 +256,7 @@ func (l LeakyBucket) Quota() Quota {
 }
 
 func (l LeakyBucket) spec() spec {
-	return spec{leakyBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), mode: l.Mode, reserve: l.Reserve, name: l.Name}}
+	return spec{leakyBucketAlg, params{limit: l.Capacity, rate: l.Rate, ms: l.Period.Milliseconds(), mode: l.Mode, reserve: l.Reserve, name: l.Name, penalty: l.Penalty.Milliseconds()}}
 }
 
 // bucketWindow is ceil(capacity * period / rate) in whole milliseconds, exactly (the product
@@ -305,6 +333,15 @@ func milliseconds(field string, d time.Duration) (int64, error) {
 		return 0, &LimitError{Field: field, Reason: fmt.Sprintf("must be at most %dms (about 3 years), got %s", maxDurationMs, d)}
 	}
 	return d.Milliseconds(), nil
+}
+
+// checkPenalty refuses a Penalty the library would refuse; 0 is none.
+func checkPenalty(field string, d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	_, err := milliseconds(field, d)
+	return err
 }
 
 // checkCost refuses a cost the library would refuse. A cost above the limit is not an error:

@@ -11,6 +11,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/internal/keys"
+	"github.com/rlfn/rlfn/internal/needs"
 )
 
 // maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
@@ -77,7 +78,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			if each != nil {
 				g.each = make([]Result, len(g.calls))
 			}
-			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each)
+			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each, penaltyOf(g.calls))
 		}
 		g.res.Rule = g.rules[i]
 	}
@@ -269,6 +270,7 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 	}
 	var groups []group
 	byKey := map[string]int{}
+	var now int64 // read for the first calendar's boundaries, shared by the others
 	for i, r := range rules {
 		if err := l.checkKey(r.Key); err != nil {
 			return nil, err
@@ -287,6 +289,14 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 		}
 		c := call{spec: r.Limit.spec(), cost: n}
 		c.judgeReserve(ctx)
+		if c.alg == calendarAlg {
+			if now == 0 {
+				now = l.clock()
+			}
+			if err := c.bound(now); err != nil {
+				return nil, err
+			}
+		}
 		gi, ok := byKey[r.Key]
 		if !ok {
 			gi = len(groups)
@@ -410,23 +420,35 @@ func binding(results []Result) (Result, int) {
 // decideMulti decides the calls of one key with rl_multi (rl_multi_peek), or, when the server
 // cannot, by the Fallback. It returns the binding Result and its index in cs. each, when not
 // nil, gets each call's own state (see serverMulti), or the Fallback's decision of it.
-func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result) (Result, int, error) {
+//
+// penalty is the principal's block group: -1 for none; else its penalty_ms (0: only observed).
+// A decision the block refused has Result.Blocked, and index 0.
+func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result, penalty int64) (Result, int, error) {
 	sent := l.clock()
-	a, kind, err := l.begin(ctx, key, true, sent)
+	want := needs.V11
+	for i := range cs {
+		if w := wants(op, cs[i]); w == needs.V12 {
+			want = w
+		}
+	}
+	if penalty >= 0 {
+		want = needs.V12
+	}
+	a, kind, err := l.begin(ctx, key, want, sent)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, multiFunction(op))
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
-	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent)
+	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent, penalty, want)
 	now := sent
 	if err != nil {
 		now = l.clock() // when it failed, as decide
 	}
 	kind = l.settle(ctx, a, multiSubject, op, res, err, now)
 	if kind == kindNone {
-		a.br.forgetOld()
+		a.br.forgetOld(want)
 	}
 	if kind == kindNone && a.dropLocal {
 		for _, c := range cs {
@@ -447,7 +469,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 // own state from a peek of it pipelined behind the rl_multi (the limit's Remaining and
 // ResetAfter after the decision, and whether it alone would admit the cost), or the zero
 // Result where the peek failed: the decision stands.
-func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result, now int64) (Result, int, error) {
+func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result, now, penalty int64, want string) (Result, int, error) {
 	ctx, rel := l.withDeadline(ctx, l.mono(now))
 	defer rel.release()
 	fn := multiFunction(op)
@@ -466,6 +488,14 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 			from = end
 		}
 		args = append(args, strconv.FormatInt(c.reserve, 10))
+	}
+	groups := len(cs)
+	if penalty >= 0 {
+		// the principal's block, beside its limits in its slot; last, so that the limits'
+		// indexes are theirs
+		stateKeys = append(stateKeys, string(keys.Append(nil, l.prefix, key, blockAlg.name, "")))
+		args = append(args, blockAlg.name, strconv.FormatInt(penalty, 10))
+		groups++
 	}
 	// one command per Do: valkey-go recycles a command once it is sent
 	command := func(readOnly bool) valkey.Completed {
@@ -502,14 +532,34 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if err != nil {
 		if olderLibrary(err) {
-			err = l.versionError(rel.wrapped(ctx), fn, stateKeys[0], err)
+			what := fn
+			if penalty >= 0 {
+				what = fn + " block"
+			}
+			err = l.versionError(rel.wrapped(ctx), what, stateKeys[0], want, err)
 		}
 		return Result{}, 0, err
 	}
-	if idx < 1 || idx > int64(len(cs)) {
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, len(cs))}
+	if idx < 1 || idx > int64(groups) {
+		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("binding index %d, want 1 to %d", idx, groups)}
+	}
+	if int(idx) > len(cs) {
+		res.Blocked = true
+		return res, 0, nil
 	}
 	return res, int(idx - 1), nil
+}
+
+// penaltyOf is the block group of one key's calls: the longest Penalty among them, or -1
+// when none has one (a key's limits share its one block).
+func penaltyOf(cs []call) int64 {
+	p := int64(-1)
+	for i := range cs {
+		if cs[i].penalty > 0 {
+			p = max(p, cs[i].penalty)
+		}
+	}
+	return p
 }
 
 // multiFunction is the function of rl_multi for op.

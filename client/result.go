@@ -44,6 +44,11 @@ type Result struct {
 	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero
 	// for every other call.
 	Rule int
+	// Blocked reports a denial by the principal's block (library 1.2.0: a limit's Penalty,
+	// or Limiter.Block): RetryAfter and ResetAfter are the block's remaining time, and Limit
+	// and Remaining are the block's (0). For Limiter.Block and PeekBlock, whether the key is
+	// blocked after the call.
+	Blocked bool
 }
 
 // Source is where a decision came from.

@@ -7,6 +7,7 @@ package needs
 const (
 	V10 = "1.0.0" // the first: every limiter and its peek
 	V11 = "1.1.0" // reserve, refunds, concurrency leases and rl_multi
+	V12 = "1.2.0" // calendar windows and blocks
 )
 
 // Release is the release that deciding n limits at once needs, reserved telling whether one of
