@@ -437,7 +437,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 	a, kind, err := l.begin(ctx, key, want, sent)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
-			err = forCall(err, multiFunction(op))
+			err = forCall(err, multiNeeds(op, penalty))
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
@@ -532,11 +532,7 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	}
 	if err != nil {
 		if olderLibrary(err) {
-			what := fn
-			if penalty >= 0 {
-				what = fn + " block"
-			}
-			err = l.versionError(rel.wrapped(ctx), what, stateKeys[0], want, err)
+			err = l.versionError(rel.wrapped(ctx), multiNeeds(op, penalty), stateKeys[0], want, err)
 		}
 		return Result{}, 0, err
 	}
@@ -560,6 +556,15 @@ func penaltyOf(cs []call) int64 {
 		}
 	}
 	return p
+}
+
+// multiNeeds names what an rl_multi call relies on, for a *VersionError: the function, or its
+// block group.
+func multiNeeds(op operation, penalty int64) string {
+	if penalty >= 0 {
+		return multiFunction(op) + " block"
+	}
+	return multiFunction(op)
 }
 
 // multiFunction is the function of rl_multi for op.

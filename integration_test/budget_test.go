@@ -76,6 +76,8 @@ func leasedLimits(l int64) []struct {
 		{"sliding_window", client.SlidingWindow{Limit: l, Window: time.Minute}},
 		{"token_bucket", client.TokenBucket{Capacity: l, Rate: 1, Period: time.Hour}},
 		{"leaky_bucket", client.LeakyBucket{Capacity: l, Rate: 1, Period: time.Hour}},
+		// a UTC day whose window ends half a day from now, far from the test
+		{"calendar", client.Calendar{Limit: l, Period: client.Day, Anchor: time.Now().UTC().Add(12 * time.Hour)}},
 	}
 }
 
