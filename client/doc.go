@@ -15,7 +15,7 @@
 //	}
 //
 // A limit is a value of one of the algorithms (FixedWindow, SlidingLog, SlidingWindow,
-// TokenBucket, LeakyBucket; Concurrency for leases); its numbers are not part of the key, so a
+// TokenBucket, LeakyBucket, Calendar; Concurrency for leases); its numbers are not part of the key, so a
 // changed limit keeps its principals' state. Result says what was decided, and where
 // (Result.Source).
 //

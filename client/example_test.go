@@ -371,3 +371,71 @@ func ExampleOptions_leasedBudgets() {
 		fmt.Printf("503, retry in %s\n", res.RetryAfter)
 	}
 }
+
+// A monthly quota billed on the customer's day, in the customer's zone: 10,000 calls from
+// midnight Berlin time on the 31st (the month's last day when it has fewer) to the next.
+// Denied, RetryAfter is the time to the window's end. Library 1.2.0.
+func ExampleCalendar() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin") // never time.Local: the client refuses it
+	if err != nil {
+		log.Fatal(err)
+	}
+	monthly := client.Limit(client.Calendar{
+		Limit:  10_000,
+		Period: client.Month,
+		Anchor: time.Date(2026, 1, 31, 0, 0, 0, 0, berlin),
+	})
+	res, err := lim.Allow(context.Background(), "customer:42", monthly)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("quota spent, renewed in %s\n", res.RetryAfter.Round(time.Hour))
+	}
+}
+
+// A login limit whose denial blocks the account for 15 minutes: the limit and the block are
+// decided in one call, and a request refused during the block never lengthens it. An operator
+// lifts a block with Unblock (or rlfn unblock). Library 1.2.0.
+func ExampleLimiter_Block() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	logins := client.Limit(client.SlidingWindow{Limit: 5, Window: time.Minute, Penalty: 15 * time.Minute})
+	res, err := lim.Allow(ctx, "account:42", logins)
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case res.Blocked:
+		fmt.Printf("account blocked for %s\n", res.RetryAfter)
+	case !res.Allowed:
+		fmt.Printf("too many attempts, retry in %s\n", res.RetryAfter)
+	}
+
+	// an operator's hand: block for an hour, read it back, lift it
+	if _, err := lim.Block(ctx, "account:42", time.Hour); err != nil {
+		log.Fatal(err)
+	}
+	if b, err := lim.PeekBlock(ctx, "account:42"); err == nil && b.Blocked {
+		fmt.Printf("blocked for %s more\n", b.RetryAfter)
+	}
+	if _, err := lim.Unblock(ctx, "account:42"); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -18,24 +18,26 @@ const (
 	maxSafe       = 1 << 53         // MAX_SAFE: the library's arithmetic is exact below it
 )
 
-// Limit is a limiter's configuration: FixedWindow, SlidingLog, SlidingWindow, TokenBucket or
-// LeakyBucket. It is a value: a call may use any limit, and a changed limit applies to the
+// Limit is a limiter's configuration: FixedWindow, SlidingLog, SlidingWindow, TokenBucket,
+// LeakyBucket or Calendar. It is a value: a call may use any limit, and a changed limit applies to the
 // state the previous one left (the key does not depend on its numbers). Keep limits that are
 // used on every request in variables of type Limit: a struct converted to the interface at
 // each call costs an allocation each time.
 //
-// Every limit has two optional fields. Reserve (library 1.1.0) keeps that many units for
+// Every limit has three optional fields. Reserve (library 1.1.0) keeps that many units for
 // critical callers: a call whose context is not marked with Critical is admitted only if at
 // least Reserve units are left after it, so that a critical caller can still use them. Name
 // (any string) tells apart two limits of one algorithm for one principal (per second and per
-// hour): it is part of the key (see Key), in the principal's cluster slot.
+// hour): it is part of the key (see Limiter.Key), in the principal's cluster slot. Penalty
+// (library 1.2.0) blocks the principal for that long once the limit denies it (see
+// FixedWindow.Penalty).
 type Limit interface {
 	// Validate reports, as a *LimitError, why the library would refuse this limit.
 	Validate() error
 	// Quota is the limit as rate-limit headers describe it.
 	Quota() Quota
 	// spec is the limit's algorithm and numbers; unexported, because the library has
-	// exactly these five limiters.
+	// exactly these six limiters.
 	spec() spec
 }
 

@@ -33,6 +33,8 @@ var required = map[string][]string{
 		"example_test.go:ExampleOptions_fallback",
 		"example_test.go:ExampleOptions_leasedBudgets",
 		"example_test.go:ExampleOptions_tracing",
+		"example_test.go:ExampleCalendar",
+		"example_test.go:ExampleLimiter_Block",
 		"docs_test.go:ExampleLimiter_Acquire",
 		"docs_test.go:ExampleCritical",
 		"docs_test.go:Example_longKey",
