@@ -247,3 +247,27 @@ func TestRelease12LocalCalendar(t *testing.T) {
 		t.Fatalf("the next day: %+v, %v", r, err)
 	}
 }
+
+// The denial cache honours a block: a call refused by the principal's block is answered from
+// memory, still blocked, until the block's remaining time has passed, and not longer.
+func TestRelease12DenialCacheKeepsBlock(t *testing.T) {
+	clock := newFakeClock()
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_multi", "2", "rl:{u}:fixed_window", "rl:{u}:block",
+		"fixed_window", "5", "1000", "1", "0", "block", "60000")).Return(mock.Result(ints(0, 0, 0, 2000, 2000, 0, 2))).Times(2)
+	lim := newLimiter(t, vk, client.WithClock(client.Options{DenialCache: 10}, clock.now))
+	fw := client.Limit(client.FixedWindow{Limit: 5, Window: time.Second, Penalty: time.Minute})
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "u", fw); err != nil || !r.Blocked || r.Source != client.FromServer {
+		t.Fatalf("the server's denial: %+v, %v", r, err)
+	}
+	clock.advance(1500 * time.Millisecond)
+	r, err := lim.Allow(ctx, "u", fw)
+	if err != nil || !r.Blocked || r.Source != client.FromDenialCache || r.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("from the cache: %+v, %v; want blocked 500ms more", r, err)
+	}
+	clock.advance(500 * time.Millisecond)
+	if r, err := lim.Allow(ctx, "u", fw); err != nil || r.Source != client.FromServer {
+		t.Fatalf("after the block's time: %+v, %v; want the server asked again", r, err)
+	}
+}
