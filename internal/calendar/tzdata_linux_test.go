@@ -4,6 +4,7 @@ package calendar
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -38,7 +39,7 @@ func TestEmbeddedTZData(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		t.Skipf("no user namespaces to hide the system's tzdata in: %v", err)
+		unavailable(t, fmt.Sprintf("no user namespaces to hide the system's tzdata in: %v", err))
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("with the embedded tzdata: %v\n%s", err, out.String())
