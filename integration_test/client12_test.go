@@ -215,3 +215,30 @@ func TestClientVersionErrorOn11(t *testing.T) {
 		t.Error("CheckRules of a calendar on 1.1.0 found nothing")
 	}
 }
+
+// AllowAll across keys with a calendar: all or nothing, so a denial by the other key leaves
+// the calendar's window as it was (refunded, or never taken when the denying key is asked
+// first), and an admission takes from both.
+func TestClientCalendarAcrossKeys(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		user, global := keyFor(t)+":user", keyFor(t)+":global"
+		monthly := client.Calendar{Limit: 5, Period: client.Month, Anchor: time.Now().UTC().AddDate(0, 0, 10)}
+		ceiling := client.TokenBucket{Capacity: 2, Rate: 1, Period: time.Hour}
+		rules := []client.Rule{{Key: user, Limit: monthly}, {Key: global, Limit: ceiling}}
+		for i := range 2 {
+			if r, err := lim.AllowAll(ctx, rules); err != nil || !r.Allowed {
+				t.Fatalf("decision %d: %+v, %v", i+1, r, err)
+			}
+		}
+		for range 3 {
+			if r, err := lim.AllowAll(ctx, rules); err != nil || r.Allowed || r.Rule != 1 {
+				t.Fatalf("with the ceiling spent: %+v, %v", r, err)
+			}
+		}
+		if r, err := lim.Peek(ctx, user, monthly); err != nil || r.Remaining != 3 {
+			t.Errorf("the calendar after 2 admitted and 3 denied decisions: %+v, %v; want 3 left", r, err)
+		}
+	})
+}
