@@ -543,6 +543,9 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		res.Blocked = true
 		return res, 0, nil
 	}
+	// A limit that denies sets the block in the same call: the principal is blocked now,
+	// though the limit's own wait, longer than the penalty, is the one that binds.
+	res.Blocked = op == opAllow && penalty > 0 && !res.Allowed
 	return res, int(idx - 1), nil
 }
 

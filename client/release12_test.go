@@ -88,6 +88,21 @@ func TestRelease12Commands(t *testing.T) {
 			},
 		},
 		{
+			name: "a limit whose own wait outlasts the penalty binds, and the principal is blocked",
+			at:   march31,
+			want: []string{"FCALL", "rl_multi", "2", "rl:{u}:fixed_window", "rl:{u}:block",
+				"fixed_window", "5", "3600000", "1", "0", "block", "60000"},
+			reply: mock.Result(ints(0, 5, 0, 1800000, 1800000, 0, 1)),
+			do: func(l *client.Limiter) (client.Result, error) {
+				return l.Allow(ctx, "u", client.FixedWindow{Limit: 5, Window: time.Hour, Penalty: time.Minute})
+			},
+			check: func(t *testing.T, r client.Result) {
+				if !r.Blocked || r.Allowed || r.Limit != 5 || r.RetryAfter != 30*time.Minute {
+					t.Errorf("got %+v, want the window's denial, blocked", r)
+				}
+			},
+		},
+		{
 			name: "its peek looks at the block too",
 			at:   march31,
 			want: []string{"FCALL_RO", "rl_multi_peek", "2", "rl:{u}:fixed_window", "rl:{u}:block",

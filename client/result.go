@@ -44,10 +44,12 @@ type Result struct {
 	// RetryAfter; when admitted, the one with the fewest Remaining (ties: the first). Zero
 	// for every other call.
 	Rule int
-	// Blocked reports a denial by the principal's block (library 1.2.0: a limit's Penalty,
-	// or Limiter.Block): RetryAfter and ResetAfter are the block's remaining time, and Limit
-	// and Remaining are the block's (0). For Limiter.Block and PeekBlock, whether the key is
-	// blocked after the call.
+	// Blocked reports a denial while the principal is blocked (library 1.2.0: a limit's
+	// Penalty, or Limiter.Block): by its block, or by a limit that denied and so blocked it
+	// in the same call. RetryAfter is the longer wait of the two. When the block decided
+	// (its wait is the longer), Limit and Remaining are the block's, 0, and ResetAfter is its
+	// remaining time; a Peek reports a block only then. For Limiter.Block and PeekBlock,
+	// whether the key is blocked after the call.
 	Blocked bool
 }
 
