@@ -84,12 +84,20 @@ func (b *breaker) tooOld(now int64, want string) *VersionError {
 	return o.err
 }
 
-// forgetOld forgets that the node's library was too old: a call that needed want, as much
-// as the call the node refused or more, succeeded (a deploy reached it). A call that needed
-// less says nothing of it.
+// forgetOld learns from a call that needed want and succeeded: the node runs want at least.
+// When that is as much as the call it refused needed, it is forgotten (a deploy reached it);
+// else the memory keeps that the node runs want, so that tooOld lets those calls through (a
+// 1.0 node that refused a 1.2 call and was then upgraded to 1.1 serves 1.1 calls at once).
 func (b *breaker) forgetOld(want string) {
-	if o := b.old.Load(); o != nil && versions.Compare(want, o.err.Want) >= 0 {
-		b.old.Store(nil)
+	o := b.old.Load()
+	switch {
+	case o == nil:
+	case versions.Compare(want, o.err.Want) >= 0:
+		b.old.CompareAndSwap(o, nil)
+	case o.err.Version == "" || !versions.Valid(o.err.Version) || versions.Compare(o.err.Version, want) < 0:
+		e := *o.err
+		e.Version = want
+		b.old.CompareAndSwap(o, &oldLibrary{err: &e, until: o.until})
 	}
 }
 

@@ -193,3 +193,25 @@ func TestBreakerProbeRacesReopening(t *testing.T) {
 		t.Fatalf("at 30: pass %v probe %v, want the probe", p, pr)
 	}
 }
+
+// The memory of an old node learns from the calls it serves: a node that refused a 1.2 call
+// while on 1.0.0, then upgraded to 1.1.0, serves 1.1 calls as soon as one of them succeeds,
+// and is forgotten once a 1.2 call succeeds.
+func TestOldLibraryLearns(t *testing.T) {
+	b := newBreaker(5, time.Second)
+	b.old.Store(&oldLibrary{err: &VersionError{Node: "n", Version: "1.0.0", Want: "1.2.0", Function: "rl_calendar"}, until: int64(time.Hour)})
+	if b.tooOld(0, "1.1.0") == nil {
+		t.Fatal("a 1.1 call let through a node known to run 1.0.0")
+	}
+	b.forgetOld("1.1.0") // the probe of the cooldown: a 1.1 call the node served
+	if err := b.tooOld(0, "1.1.0"); err != nil {
+		t.Fatalf("a 1.1 call after the node served one: %v", err)
+	}
+	if b.tooOld(0, "1.2.0") == nil {
+		t.Fatal("the node's refusal of 1.2 calls was forgotten by a 1.1 call")
+	}
+	b.forgetOld("1.2.0")
+	if b.old.Load() != nil {
+		t.Fatal("a 1.2 call the node served did not clear the memory")
+	}
+}

@@ -114,6 +114,17 @@ var clockBase = time.Now()
 // monotonicClock is the default clock: Unix nanoseconds, advancing with the monotonic clock.
 func monotonicClock() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
 
+// wallClock is the time by the host's wall clock (Unix nanoseconds), for a calendar's
+// boundaries: those name calendar dates, and a clock step since start-up (NTP settling after
+// boot, a resume from suspend) must move them, which the monotonic clock would not. A test
+// clock stands for both.
+func (l *Limiter) wallClock() int64 {
+	if l.monoClock {
+		return time.Now().UnixNano()
+	}
+	return l.clock()
+}
+
 // mono is time.Since(clockBase) at the clock reading now, when the clock is monotonicClock
 // (else 0: a test clock is not the time, and the deadline reads the time itself).
 func (l *Limiter) mono(now int64) time.Duration {
@@ -184,7 +195,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	}
 	c := call{spec: limit.spec(), cost: n}
 	if c.alg == calendarAlg {
-		if err := c.bound(l.clock()); err != nil {
+		if err := c.bound(l.wallClock()); err != nil {
 			return Result{}, err
 		}
 	}
@@ -347,6 +358,10 @@ func (l *Limiter) blockCall(ctx context.Context, op operation, key string, ms in
 	if err != nil {
 		return Result{}, err
 	}
+	if op != opPeek && l.near != nil && l.near.denials != nil {
+		// the principal's cached denials were made under the block this call changed
+		l.near.denials.dropPrincipal(keys.Append(kb[:0], l.prefix, key, "", ""))
+	}
 	res.Blocked = !res.Allowed
 	return res, nil
 }
@@ -392,6 +407,11 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, 
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	if c.penalty > 0 && (op == opAllow || op == opPeek) {
+		// the limit and the principal's block, in one rl_multi, which makes its keys
+		res, _, err := l.decideMulti(ctx, op, key, []call{c}, nil, c.penalty, b.now)
+		return res, err
+	}
 	var kb [192]byte
 	if b.key == nil {
 		b.key = keys.Append(kb[:0], l.prefix, key, c.alg.name, c.name)
@@ -399,16 +419,11 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, 
 	if b.now == 0 {
 		b.now = l.clock()
 	}
-	if c.penalty > 0 && (op == opAllow || op == opPeek) {
-		// the limit and the principal's block, in one rl_multi
-		res, _, err := l.decideMulti(ctx, op, key, []call{c}, nil, c.penalty)
-		return res, err
-	}
 	want := wants(op, c)
 	a, kind, err := l.begin(ctx, key, want, b.now)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
-			err = forCall(err, c.needs(op)) // the caller reads it: its own need, not another call's
+			err = forCall(err, c.needs(op), want) // the caller reads it: its own need, not another call's
 		}
 		return l.fail(ctx, op, key, c, b, kind, err)
 	}
@@ -548,7 +563,7 @@ func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64)
 	c := call{spec: limit.spec(), cost: n}
 	c.judgeReserve(ctx)
 	if c.alg == calendarAlg {
-		if err := c.bound(l.clock()); err != nil {
+		if err := c.bound(l.wallClock()); err != nil {
 			return call{}, err
 		}
 	}

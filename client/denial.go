@@ -3,6 +3,7 @@ package client
 import (
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,6 +119,22 @@ func (d *denials) drop(serverKey []byte) {
 	sh.mu.Lock()
 	delete(sh.m, string(serverKey))
 	sh.mu.Unlock()
+}
+
+// dropPrincipal forgets every denial of the server keys that begin with prefix, a principal's
+// (its Block or Unblock through this Limiter changed what they would answer). It walks every
+// shard: an operator's call, not a request's.
+func (d *denials) dropPrincipal(prefix []byte) {
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		for k := range sh.m {
+			if strings.HasPrefix(k, string(prefix)) {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // len is how many server keys hold denials, expired ones included until swept.

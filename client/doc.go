@@ -37,8 +37,9 @@
 // attack) at what one server core runs. With Options.BudgetBatch and BudgetAge, a Limiter
 // takes units of a hot key in batches: AllowN(k) at the server, one call, then hands them out
 // to the calls that follow without the server. Budgets are per key, limit and reserve, for the
-// token bucket, the leaky bucket in Police mode, the fixed window and the sliding window
-// counter. The bounds:
+// token bucket, the leaky bucket in Police mode, the fixed window, the sliding window counter
+// and the calendar (never a limit with a Penalty, whose block the server decides with it).
+// The bounds:
 //
 //   - Never over the limit: a unit is consumed at the server before it is handed out, so
 //     across any number of processes the total admitted never exceeds what the server
@@ -113,7 +114,8 @@
 //   - rlfn.client.errors counts the errors calls met ({error}), returned or decided by a
 //     fallback, by rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable,
 //     cluster_down (CLUSTERDOWN, TRYAGAIN), circuit_open, not_loaded, server_error,
-//     reply_error, library_error, version (a 1.1 feature on an older library) or canceled.
+//     reply_error, library_error, version (a 1.1 or 1.2 feature on an older library) or
+//     canceled.
 //     Limits and keys refused before any call (*LimitError, *KeyError) are not counted.
 //   - rlfn.client.call.duration is the latency of the calls sent to the server, in seconds,
 //     by rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).

@@ -48,21 +48,21 @@ func (c *call) needs(op operation) string {
 }
 
 // forCall is the *VersionError a breaker remembered (another call's) as the error of a call
-// that needs what.
-func forCall(err error, what string) error {
+// that needs what, of release want.
+func forCall(err error, what, want string) error {
 	ve, ok := err.(*VersionError)
-	if !ok || ve.Function == what {
+	if !ok || ve.Function == what && ve.Want == want {
 		return err
 	}
 	v := *ve
-	v.Function = what
+	v.Function, v.Want = what, want
 	return &v
 }
 
 // fail applies the Fallback to a call the server could not decide; b is the call's server key
 // and clock reading, when made.
 func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, b built, kind errKind, err error) (Result, error) {
-	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && l.fallback != ReturnError {
+	if kind == kindVersion && op == opAllow && c.refundable && c.reserve == 0 && c.alg.since == needs.V10 && c.penalty == 0 && l.fallback != ReturnError {
 		// The node can decide this limit, only not refundably: AllowAll does (decideAcross,
 		// olderNode), rather than the Fallback. (ReturnError wants the error: the decision
 		// would not be all or nothing as asked.)
@@ -107,7 +107,7 @@ func (l *Limiter) fallbackResult(op operation, key string, c call, b built) Resu
 			r.RetryAfter = Never
 		}
 	case LocalFallback:
-		var kb [128]byte
+		var kb [192]byte
 		if b.key == nil {
 			b.key = keys.Append(kb[:0], l.prefix, key, c.alg.name, c.name)
 		}

@@ -65,8 +65,11 @@ type FixedWindow struct {
 	// once this limit denies it: every call of a limit with a Penalty on that key is then
 	// refused until the block ends (Result.Blocked, RetryAfter its remaining time), and a
 	// call refused during a block never lengthens it. The limit and the principal's block
-	// are decided in one rl_multi call, in the principal's slot. Default 0: no penalty, and
-	// the call does not look at blocks (one call as before). Key the limit by a principal
+	// are decided in one rl_multi call, in the principal's slot. A principal has one block:
+	// in AllowAll, the rules of one Key share it when any of them has a Penalty, so that a
+	// denial by any of them blocks the Key for the longest Penalty among them, and the block
+	// refuses them all. Default 0: no penalty, and the call does not look at blocks (one call
+	// as before). Key the limit by a principal
 	// the server authenticated: a penalty on a key a client can forge (an address read from
 	// a header nobody checked) lets an attacker lock its victim out.
 	Penalty time.Duration

@@ -78,7 +78,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			if each != nil {
 				g.each = make([]Result, len(g.calls))
 			}
-			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each, penaltyOf(g.calls))
+			g.res, i, g.err = l.decideMulti(ctx, op, g.key, g.calls, g.each, penaltyOf(g.calls), 0)
 		}
 		g.res.Rule = g.rules[i]
 	}
@@ -256,8 +256,9 @@ func anyGroup(*group) bool { return true }
 // the Fallback is not ReturnError (which returns the error: see fail).
 func (l *Limiter) olderNode(g *group) bool {
 	var ve *VersionError
-	return l.fallback != ReturnError && len(g.calls) == 1 && g.calls[0].refundable &&
-		g.calls[0].reserve == 0 && errors.As(g.err, &ve) && ve.Version != ""
+	c := &g.calls[0]
+	return l.fallback != ReturnError && len(g.calls) == 1 && c.refundable && c.reserve == 0 &&
+		c.alg.since == needs.V10 && c.penalty == 0 && errors.As(g.err, &ve) && ve.Version != ""
 }
 
 // groupRules validates rules and groups them by Key, in the order of their first rule.
@@ -291,7 +292,7 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 		c.judgeReserve(ctx)
 		if c.alg == calendarAlg {
 			if now == 0 {
-				now = l.clock()
+				now = l.wallClock()
 			}
 			if err := c.bound(now); err != nil {
 				return nil, err
@@ -310,7 +311,11 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 					"has the Key, algorithm and Name of rules[%d]: one limiter cannot be two (give one a Name)", g.rules[j])}
 			}
 		}
-		if len(g.calls) == maxMulti {
+		if len(g.calls) == maxMulti || len(g.calls) == maxMulti-1 && (c.penalty > 0 || penaltyOf(g.calls) >= 0) {
+			if len(g.calls) < maxMulti {
+				return nil, &LimitError{Field: fmt.Sprintf("rules[%d].Limit", i), Reason: fmt.Sprintf(
+					"is the 16th rule of Key %q: at most %d per key when one has a Penalty (the key's block is one more)", r.Key, maxMulti-1)}
+			}
 			return nil, &LimitError{Field: fmt.Sprintf("rules[%d].Limit", i), Reason: fmt.Sprintf("is the 17th rule of Key %q: at most %d per key", r.Key, maxMulti)}
 		}
 		g.rules = append(g.rules, i)
@@ -423,8 +428,11 @@ func binding(results []Result) (Result, int) {
 //
 // penalty is the principal's block group: -1 for none; else its penalty_ms (0: only observed).
 // A decision the block refused has Result.Blocked, and index 0.
-func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result, penalty int64) (Result, int, error) {
-	sent := l.clock()
+// sent is the call's clock reading when its caller made one, else 0.
+func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs []call, each []Result, penalty, sent int64) (Result, int, error) {
+	if sent == 0 {
+		sent = l.clock()
+	}
 	want := needs.V11
 	for i := range cs {
 		if w := wants(op, cs[i]); w == needs.V12 {
@@ -437,7 +445,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 	a, kind, err := l.begin(ctx, key, want, sent)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
-			err = forCall(err, multiNeeds(op, penalty))
+			err = forCall(err, multiNeeds(op, penalty), want)
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}

@@ -72,10 +72,11 @@ type Options struct {
 	// units are handed out for at most BudgetAge (1ms to 1 minute) after it was sent, then
 	// given back. Set both or neither. Default (0, 0): off, one call per decision.
 	//
-	// They apply to the token bucket, the leaky bucket in Police mode, the fixed window and
-	// the sliding window counter, for AllowN with a cost of at least 1; never to the sliding
-	// log (whose exactness batches would break), Shape mode, concurrency leases, peeks,
-	// AllowAll or Critical calls on a limit with a Reserve. A Limiter with leased budgets owns
+	// They apply to the token bucket, the leaky bucket in Police mode, the fixed window, the
+	// sliding window counter and the calendar (a batch never outlives its window), for AllowN
+	// with a cost of at least 1; never to the sliding log (whose exactness batches would
+	// break), Shape mode, a limit with a Penalty (its block is decided with it at the
+	// server), concurrency leases, peeks, AllowAll or Critical calls on a limit with a Reserve. A Limiter with leased budgets owns
 	// parked units: call Close when done with it.
 	BudgetBatch int64
 	BudgetAge   time.Duration
@@ -116,8 +117,8 @@ const (
 // Fallback is what a call does when the server cannot decide it: the server is unreachable,
 // the call ran past its deadline, the circuit breaker is open, the cluster is down
 // (CLUSTERDOWN, TRYAGAIN: as a dead shard), the node's library is older than the call needs
-// (a *VersionError: a reserve, a refund, a lease or rl_multi on a node still running 1.0.0),
-// or the server answered with an error that is not the caller's (ErrNotLoaded, LOADING, OOM,
+// (a *VersionError: a reserve, a refund, a lease or rl_multi on a node still running 1.0.0; a
+// calendar or a penalty on one running 1.1.0), or the server answered with an error that is not the caller's (ErrNotLoaded, LOADING, OOM,
 // NOPERM, a reply out of contract...).
 //
 // A *LimitError and a *KeyError (refused before any call) and a *LibraryError (RLERR: the key

@@ -286,3 +286,45 @@ func TestRelease12DenialCacheKeepsBlock(t *testing.T) {
 		t.Fatalf("after the block's time: %+v, %v; want the server asked again", r, err)
 	}
 }
+
+// A principal's rules with a Penalty are decided with its block, one key more: at most 15 of
+// them per key, refused before any call rather than by the server.
+func TestRelease12RulesWithPenalty(t *testing.T) {
+	lim := newLimiter(t, mock.NewClient(nil), client.Options{})
+	var rules []client.Rule
+	for i := range 16 {
+		rules = append(rules, client.Rule{Key: "u", Limit: client.FixedWindow{Limit: 5, Window: time.Second, Name: strconv.Itoa(i)}})
+	}
+	rules[0].Limit = client.FixedWindow{Limit: 5, Window: time.Second, Name: "0", Penalty: time.Minute}
+	var le *client.LimitError
+	if _, err := lim.AllowAll(context.Background(), rules); !errors.As(err, &le) || le.Field != "rules[15].Limit" {
+		t.Fatalf("16 rules of a key with a penalty: %v", err)
+	}
+}
+
+// Unblock and Block through a Limiter drop the principal's cached denials: they were made
+// under the block the call changed. (Another process's Unblock is not seen: its denials last
+// until their RetryAfter.)
+func TestRelease12UnblockDropsCachedDenials(t *testing.T) {
+	clock := newFakeClock()
+	vk := mock.NewClient(gomock.NewController(t))
+	multi := mock.Match("FCALL", "rl_multi", "2", "rl:{u}:fixed_window", "rl:{u}:block",
+		"fixed_window", "5", "1000", "1", "0", "block", "60000")
+	gomock.InOrder(
+		vk.EXPECT().Do(gomock.Any(), multi).Return(mock.Result(ints(0, 0, 0, 60000, 60000, 0, 2))),
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_unblock", "1", "rl:{u}:block")).Return(mock.Result(ints(1, 0, 0, 0, 0, 0))),
+		vk.EXPECT().Do(gomock.Any(), multi).Return(mock.Result(ints(1, 5, 4, 0, 1000, 0, 1))),
+	)
+	lim := newLimiter(t, vk, client.WithClock(client.Options{DenialCache: 10}, clock.now))
+	fw := client.Limit(client.FixedWindow{Limit: 5, Window: time.Second, Penalty: time.Minute})
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "u", fw); err != nil || !r.Blocked {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if _, err := lim.Unblock(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "u", fw); err != nil || !r.Allowed || r.Source != client.FromServer {
+		t.Fatalf("after Unblock: %+v, %v; want the server's admission", r, err)
+	}
+}

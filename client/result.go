@@ -47,8 +47,8 @@ type Result struct {
 	// Blocked reports a denial while the principal is blocked (library 1.2.0: a limit's
 	// Penalty, or Limiter.Block): by its block, or by a limit that denied and so blocked it
 	// in the same call. RetryAfter is the longer wait of the two. When the block decided
-	// (its wait is the longer), Limit and Remaining are the block's, 0, and ResetAfter is its
-	// remaining time; a Peek reports a block only then. For Limiter.Block and PeekBlock,
+	// (its wait is the longer), Limit and Remaining are the block's, 0; a Peek reports a
+	// block only then. ResetAfter is the longest of the decision's, as for AllowAll. For Limiter.Block and PeekBlock,
 	// whether the key is blocked after the call.
 	Blocked bool
 }
