@@ -169,8 +169,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "fortnight"}, `--period is day, week, month or year for a calendar, not "fortnight"`},
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "1h"}, `--period is day, week, month or year for a calendar, not "1h"`},
 		{[]string{"call", "token_bucket", "k", "--capacity", "5", "--rate", "1", "--period", "month"}, `--period "month": invalid duration "month"; write a duration with its unit`},
-		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--zone", "Mars/Olympus"}, `--zone "Mars/Olympus" does not load: unknown time zone Mars/Olympus; give an IANA name such as Europe/Berlin, or UTC`},
+		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--zone", "Mars/Olympus"}, `call: --zone "Mars/Olympus" does not load as a time zone: give an IANA name such as Europe/Berlin, or UTC (see rlfn call --help)`},
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--zone", ""}, `--zone "" is not a time zone`},
+		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--zone", "Europe/Berlin\n\x1b[2J"}, `--zone "Europe/Berlin\n\x1b[2J" does not load as a time zone`}, // quoted, on one line
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--zone", "Local"}, `--zone "Local" is not a time zone`},
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--anchor", "2026-01-31T00:00Z"}, `--anchor "2026-01-31T00:00Z" is not a date and clock time such as 2026-01-31T00:00 (no offset: the zone gives it)`},
 		{[]string{"call", "calendar", "k", "--limit", "5", "--period", "month", "--anchor", ""}, "--anchor is empty"},

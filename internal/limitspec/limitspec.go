@@ -344,7 +344,9 @@ func LoadZone(name string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return nil, fmt.Errorf("%q does not load: %v; give an IANA name such as Europe/Berlin, or UTC", name, err)
+		// Not err's text, which repeats the name unquoted: a name is often pasted, and may
+		// hold anything.
+		return nil, fmt.Errorf("%q does not load as a time zone: give an IANA name such as Europe/Berlin, or UTC", name)
 	}
 	return loc, nil
 }

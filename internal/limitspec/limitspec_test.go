@@ -344,3 +344,33 @@ func TestBlockForBounds(t *testing.T) {
 		t.Errorf("BlockFor is %d to %d, want 1 to the library's MAX_DURATION_MS", BlockFor.Min, BlockFor.Max)
 	}
 }
+
+// TestAlgorithmsAreTheLibrarys: the table's algorithms are the library's, in its order: each
+// limit one of its ALGORITHMS (rl_<name>, and a group of rl_multi), concurrency its own
+// functions. (The block key is the client's, see TestBlockKey.)
+func TestAlgorithmsAreTheLibrarys(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local ALGORITHMS = \{([^}]*)\}`).FindStringSubmatch(functions.Source)
+	if m == nil {
+		t.Fatal("functions/ratelimit.lua declares no ALGORITHMS")
+	}
+	var lua []string
+	for _, v := range strings.Split(m[1], ",") {
+		lua = append(lua, strings.TrimSpace(v))
+	}
+	var limits []string
+	for _, a := range Algorithms {
+		if a.Leases() {
+			if !strings.Contains(functions.Source, "function_name = 'rl_"+a.Name+"'") {
+				t.Errorf("the library registers no rl_%s", a.Name)
+			}
+			continue
+		}
+		limits = append(limits, a.Name)
+		if !regexp.MustCompile(`(?m)^  name = '` + a.Name + `',`).MatchString(functions.Source) {
+			t.Errorf("the library has no algorithm named %s", a.Name)
+		}
+	}
+	if strings.Join(limits, " ") != strings.Join(lua, " ") {
+		t.Errorf("the table's limits are %v, the library's ALGORITHMS %v", limits, lua)
+	}
+}
