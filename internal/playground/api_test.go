@@ -16,6 +16,7 @@ import (
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/internal/playground"
+	"github.com/rlfn/rlfn/versions"
 )
 
 type decision struct {
@@ -708,5 +709,37 @@ func TestAPITimeout(t *testing.T) {
 	pause("ALL")
 	if st := do(t, http.MethodGet, srv.URL+"/api/status", ""); st.code != 200 || st.body.Loaded || !strings.Contains(st.body.Error, want) {
 		t.Errorf("status of a paused server: %d %s; want 200, not loaded, and %q", st.code, st.raw, want)
+	}
+}
+
+// TestAPIOldLibrary: on a server running 1.1.0 the cards of 1.1 work, while the calendar card
+// and the penalty switch are refused (503) naming the node, its release and the one needed,
+// with the deploy command; nothing is written for them.
+func TestAPIOldLibrary(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	v11, ok := versions.Embedded().Find("1.1.0")
+	if !ok {
+		t.Fatal("1.1.0 is not embedded")
+	}
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(v11.Code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	e := serve(t, vk, "redis://"+s.Addr)
+	for _, body := range []string{
+		`{"card":"calendar","params":{"limit":2},"n":1}`,
+		`{"card":"fixed_window","params":{"limit":2,"windowMs":1000,"penaltyMs":1000},"n":1}`,
+	} {
+		r := post(t, e.page+"/api/send", body)
+		if r.code != http.StatusServiceUnavailable || !r.body.Absent || !strings.Contains(r.body.Error, s.Addr) ||
+			!strings.Contains(r.body.Error, "1.1.0") || !strings.Contains(r.body.Error, "1.2.0") || r.body.Deploy == "" {
+			t.Errorf("%s on 1.1.0: %d %s", body, r.code, r.raw)
+		}
+	}
+	if n := dbsize(t, vk); n != 0 {
+		t.Errorf("%d keys written by refused calls", n)
+	}
+	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":2,"windowMs":1000},"n":1}`); r.code != 200 {
+		t.Errorf("a 1.1 card on 1.1.0: %d %s", r.code, r.raw)
 	}
 }
