@@ -85,6 +85,8 @@ func New() *cli.App {
 			diffCommand(),
 			deployCommand(),
 			callCommand(),
+			blockCommand(),
+			unblockCommand(),
 			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {

@@ -25,8 +25,8 @@ func callCommand() *cli.Command {
 		Usage:        "make a decision as a service would, on the same key",
 		ArgsUsage:    "ALGORITHM KEY",
 		Description: "ALGORITHM is fixed_window, sliding_log, sliding_window (--limit, --window), token_bucket\n" +
-			"or leaky_bucket (--capacity, --rate, --period; leaky_bucket also --mode), or concurrency\n" +
-			"(--limit slots, --lease).\n" +
+			"or leaky_bucket (--capacity, --rate, --period; leaky_bucket also --mode), calendar (--limit,\n" +
+			"--period, and --anchor, --zone), or concurrency (--limit slots, --lease).\n" +
 			"KEY is the principal (user:42); the server key is composed as the Go client composes it,\n" +
 			"<prefix>{<key>}:<algorithm>[:<name>], so the call reads and changes the state a service sees.\n" +
 			"A service on client/httplimit scopes each policy's state by its name: the client's key is\n" +
@@ -46,14 +46,28 @@ func callCommand() *cli.Command {
 			"                Policy.Also keys its state by its own Name, e.g. policy=login-ip,key=192.0.2.7);\n" +
 			"                e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
 			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
-			"                the rows (N) under it are the other limits, as the call left them.",
+			"                the rows (N) under it are the other limits, as the call left them.\n" +
+			"\n" +
+			"With library 1.2.0:\n" +
+			"  calendar      at most --limit units per --period: day, week, month or year, starting at\n" +
+			"                --anchor's clock time (a date and time as the wall clock of --zone reads\n" +
+			"                it, e.g. --anchor 2026-01-31T00:00 --zone Europe/Berlin: months start on\n" +
+			"                the 31st, or the month's last day). Default: midnight UTC, weeks from\n" +
+			"                Monday, months from the 1st, years from 1 January; --zone alone, the same\n" +
+			"                in that zone. RETRY AFTER of a denial is the time to the window's end.\n" +
+			"  --penalty D   a denial blocks KEY for D (every algorithm but concurrency; penalty= in\n" +
+			"                --also): until then every call with a --penalty on KEY is refused, ALLOWED\n" +
+			"                reads \"blocked\" and RETRY AFTER is the block's time left (see rlfn block).",
 		Flags: []cli.Flag{
-			decimalFlag("limit", "`N` units per window (fixed_window, sliding_log, sliding_window), or slots (concurrency)", 0),
+			decimalFlag("limit", "`N` units per window (fixed_window, sliding_log, sliding_window, calendar), or slots (concurrency)", 0),
 			&cli.DurationFlag{Name: "window", Usage: "window `DURATION` (fixed_window, sliding_log, sliding_window)"},
 			decimalFlag("capacity", "bucket capacity `N` (token_bucket, leaky_bucket)", 0),
 			decimalFlag("rate", "`N` units refilled or leaked per period (token_bucket, leaky_bucket)", 0),
-			&cli.DurationFlag{Name: "period", Usage: "`DURATION` of one rate period (token_bucket, leaky_bucket)"},
+			textFlag("period", "a `PERIOD`: the DURATION of one rate period (token_bucket, leaky_bucket), or day, week, month or year (calendar)"),
 			&cli.StringFlag{Name: "mode", Usage: "leaky_bucket `MODE`: police (reject when full) or shape (delay)", Value: limitspec.Modes[0].String()},
+			textFlag("anchor", "calendar: windows start at `TIME`'s clock time, weekday (week), day of month (month), date (year), e.g. 2026-01-31T00:00, as --zone's clocks read it"),
+			textFlag("zone", "calendar: the time `ZONE` of --anchor, an IANA name such as Europe/Berlin (default UTC)"),
+			&cli.DurationFlag{Name: "penalty", Usage: "a denial blocks KEY for `DURATION`: until then calls with a --penalty are refused (" + strings.Join(takers("penalty"), ", ") + ")"},
 			&cli.DurationFlag{Name: "lease", Usage: "concurrency: a lease lasts `DURATION` unless renewed"},
 			&cli.StringFlag{Name: "id", Usage: fmt.Sprintf("concurrency: the lease holder `ID` (1 to %d bytes) to take, renew or --release", limitspec.MaxLeaseID)},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: free --id's slot"},
@@ -71,6 +85,17 @@ func callCommand() *cli.Command {
 		},
 		Action: callAction,
 	}
+}
+
+// takers are the algorithms that take the field named name, for a flag's usage.
+func takers(name string) []string {
+	var names []string
+	for _, a := range limitspec.Algorithms {
+		if a.Takes(name) {
+			names = append(names, a.Name)
+		}
+	}
+	return names
 }
 
 // callMode is what one call does.
@@ -97,6 +122,7 @@ type callPlan struct {
 	ruleKeys []string           // modeMulti: the server key of each rule
 	n        int64              // the cost, or the units refunded
 	most     int64              // the largest limit or capacity of the plan: no Result.Limit or Remaining is wider
+	wait     time.Duration      // the longest wait a calendar window or a penalty of the plan may reply, 0 if none
 	peek     bool
 	critical bool
 }
@@ -107,47 +133,17 @@ func callAction(c *cli.Context) error {
 		return err
 	}
 	repeat := decimalValue(c, "repeat")
-	opt, err := clientOption(c)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
 	if plan.critical {
 		ctx = client.Critical(ctx)
 	}
-	// A peek only reads (FCALL_RO): the node the URL names answers it, a replica too, also
-	// when its primary is down. Anything else writes, on the primary.
-	seed := opt.InitAddress[0]
-	var topo deployer.Topology // unknown for a peek
-	if !plan.peek {
-		if opt, topo, err = towardPrimary(ctx, opt); err != nil {
-			return err
-		}
-	}
-	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
-	vk, err := valkey.NewClient(opt)
-	if err != nil {
-		node := opt.InitAddress[0]
-		if node != seed {
-			node += " (the primary of " + seed + ", where the call writes)"
-		}
-		return connectHint(opt, fmt.Errorf("%s: %w", node, &deployer.ConnectError{Err: err}))
-	}
-	defer vk.Close()
-	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
-	// service's hot path rather than a person across a slow link; errors are returned, never
-	// replaced by a fallback decision (the client's default policy).
-	// ReturnError: call shows what the server answers; a local decision would hide a node that
-	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
-	lim, err := client.New(vk, client.Options{
-		Prefix:   plan.prefix,
-		Deadline: c.Duration("timeout"),
-		Fallback: client.ReturnError,
-	})
+	d, err := dialLimiter(ctx, c, plan.prefix, plan.peek)
 	if err != nil {
 		return err
 	}
+	defer d.close()
+	lim, opt, topo := d.lim, d.opt, d.topo
 
 	// Each row is printed as its call returns: --repeat may be a billion.
 	out := newCallOutput(c.App.Writer, plan, c.Bool("json"))
@@ -165,6 +161,55 @@ func callAction(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// dialed is a Limiter of the server --url names, for one command.
+type dialed struct {
+	lim   *client.Limiter
+	opt   valkey.ClientOption // where calls that write go (the primary), and reads
+	topo  deployer.Topology   // unknown when only reading
+	close func()
+}
+
+// dialLimiter connects to the server --url names as a service's client would, with prefix.
+// A command that only reads (FCALL_RO) is answered by the node the URL names, a replica too,
+// also when its primary is down. Anything else writes, on the primary.
+func dialLimiter(ctx context.Context, c *cli.Context, prefix string, readOnly bool) (*dialed, error) {
+	opt, err := clientOption(c)
+	if err != nil {
+		return nil, err
+	}
+	seed := opt.InitAddress[0]
+	var topo deployer.Topology // unknown for a read
+	if !readOnly {
+		if opt, topo, err = towardPrimary(ctx, opt); err != nil {
+			return nil, err
+		}
+	}
+	opt.SendToReplicas = func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
+	vk, err := valkey.NewClient(opt)
+	if err != nil {
+		node := opt.InitAddress[0]
+		if node != seed {
+			node += " (the primary of " + seed + ", where the call writes)"
+		}
+		return nil, connectHint(opt, fmt.Errorf("%s: %w", node, &deployer.ConnectError{Err: err}))
+	}
+	// The command's --timeout bounds each call, not the client's 100ms default, which suits a
+	// service's hot path rather than a person across a slow link; errors are returned, never
+	// replaced by a fallback decision (the client's default policy).
+	// ReturnError: rlfn shows what the server answers; a local decision would hide a node that
+	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
+	lim, err := client.New(vk, client.Options{
+		Prefix:   prefix,
+		Deadline: c.Duration("timeout"),
+		Fallback: client.ReturnError,
+	})
+	if err != nil {
+		vk.Close()
+		return nil, err
+	}
+	return &dialed{lim: lim, opt: opt, topo: topo, close: vk.Close}, nil
 }
 
 // towardPrimary points opt at the primary when its URL names a replica of a standalone
@@ -327,7 +372,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		return nil, conflict(given("id", "release"), spec.algorithm)
 	}
 
-	p.limit, p.most = spec.build(), spec.most()
+	p.limit, p.most, p.wait = spec.build(), spec.most(), spec.longestWait()
 	if err := p.limit.Validate(); err != nil {
 		return nil, usageError(c, spec.explain(err).Error())
 	}
@@ -380,7 +425,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 			return nil, usageError(c, fmt.Sprintf("--also %s: more than %d limits for key %s", text, maxRulesPerKey, r.Key))
 		}
 		p.rules = append(p.rules, r)
-		p.most = max(p.most, s.most())
+		p.most, p.wait = max(p.most, s.most()), max(p.wait, s.longestWait())
 	}
 	return p, nil
 }
@@ -469,6 +514,12 @@ func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
 		return o
 	}
 	key, units := 0, len(strconv.FormatInt(p.most, 10))
+	// A window of days or a long penalty replies waits wider than the headers: its columns are
+	// as wide as its longest, so that the rows stay aligned.
+	wait := 0
+	if p.wait > 0 {
+		wait = len(human(p.wait - time.Millisecond))
+	}
 	for _, k := range p.keys() {
 		key = max(key, len(printable(k)))
 	}
@@ -485,10 +536,10 @@ func newCallOutput(w io.Writer, p *callPlan, asJSON bool) *callOutput {
 			"KEY", "ID", "HELD", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER")
 	case modeMulti:
 		// the other limits' rows are "(N)"
-		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))) + 2, key, 0, units, units},
+		o.t = newColumns(w, []int{len(strconv.Itoa(len(p.rules))) + 2, key, 0, units, units, wait, wait},
 			"RULE", "KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
 	default:
-		o.t = newColumns(w, []int{key, 0, units, units},
+		o.t = newColumns(w, []int{key, 0, units, units, wait, wait},
 			"KEY", "ALLOWED", "LIMIT", "REMAINING", "RETRY AFTER", "RESET AFTER", "DELAY")
 	}
 	return o
@@ -550,6 +601,7 @@ type callJSON struct {
 	ID           *string     `json:"id,omitempty"`   // concurrency: the lease holder; "" when a new holder was refused
 	Rule         *int        `json:"rule,omitempty"` // --also: the limit that decided, 1 for ALGORITHM KEY
 	Allowed      bool        `json:"allowed"`        // a release: whether the holder held a slot
+	Blocked      bool        `json:"blocked"`        // denied by KEY's block (a --penalty), not by the limit
 	Limit        int64       `json:"limit"`
 	Remaining    int64       `json:"remaining"`
 	RetryAfterMs int64       `json:"retry_after_ms"` // -1: the cost exceeds the limit, no wait admits it
@@ -573,7 +625,7 @@ type limitJSON struct {
 func resultJSON(mode callMode, row callRow) callJSON {
 	r := row.res
 	j := callJSON{
-		Key: row.key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+		Key: row.key, Allowed: r.Allowed, Blocked: r.Blocked, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds(),
 	}
 	switch mode {
@@ -592,8 +644,19 @@ func resultJSON(mode callMode, row callRow) callJSON {
 // resultCells are a Result's cells of a table row: KEY, ALLOWED, LIMIT, REMAINING, RETRY AFTER,
 // RESET AFTER, DELAY.
 func resultCells(key string, r client.Result) []string {
-	return []string{key, yesNo(r.Allowed), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
+	return []string{key, allowed(r), strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Remaining, 10),
 		human(r.RetryAfter), human(r.ResetAfter), human(r.Delay)}
+}
+
+// allowed is a Result's ALLOWED cell: "blocked" for a denial by the principal's block, whose
+// LIMIT and REMAINING are the block's 0 and RETRY AFTER its time left, so that the row does
+// not read as a limit of 0; a marker rather than a column, since a row is blocked only when
+// denied and every other row (and every script reading the columns) stays as it was.
+func allowed(r client.Result) string {
+	if r.Blocked {
+		return "blocked"
+	}
+	return yesNo(r.Allowed)
 }
 
 func yesNo(b bool) string {

@@ -23,7 +23,11 @@ type limitSpec struct {
 	set       map[string]bool     // the fields given
 	values    limitspec.Values    // the numbers; the mode is parsed from mode by check
 	mode      string
-	policy    string // an --also spec's policy=, set["policy"] when given
+	// raw holds, as written, the fields whose reading depends on the algorithm (period: a
+	// bucket's duration or a calendar's day, week, month or year) or on each other (a
+	// calendar's anchor, read in its zone); check reads them.
+	raw    map[string]string
+	policy string // an --also spec's policy=, set["policy"] when given
 	// field names a field in messages: "--limit" for a flag, "limit=" in an --also spec.
 	field func(string) string
 }
@@ -60,14 +64,79 @@ func (s *limitSpec) check() error {
 		}
 	}
 	for _, f := range alg.Fields {
-		if f.Kind != limitspec.Mode && !s.set[f.Name] {
+		if !f.Optional && !s.set[f.Name] {
 			return fmt.Errorf("%s needs %s", s.algorithm, s.field(f.Name))
 		}
 	}
 	if s.values.Mode, ok = limitspec.ParseMode(s.mode); !ok {
 		return fmt.Errorf("%s is %s, not %q", s.field("mode"), or(modeNames()...), s.mode)
 	}
+	return s.readRaw()
+}
+
+// rawFields are the fields a limitSpec keeps as written until its algorithm is known: those
+// whose name some algorithm gives a calendar's period, anchor or zone.
+var rawFields = func() map[string]bool {
+	m := map[string]bool{}
+	for _, a := range limitspec.Algorithms {
+		for _, f := range a.Fields {
+			switch f.Kind {
+			case limitspec.Calendar, limitspec.Time, limitspec.Zone:
+				m[f.Name] = true
+			}
+		}
+	}
+	return m
+}()
+
+// readRaw reads the raw fields the checked algorithm takes, as its own fields' kinds say.
+func (s *limitSpec) readRaw() error {
+	for _, f := range s.alg.Fields {
+		text, given := s.raw[f.Name]
+		if !given || !s.set[f.Name] {
+			continue
+		}
+		switch f.Kind {
+		case limitspec.Duration:
+			d, err := time.ParseDuration(text)
+			if err != nil {
+				return fmt.Errorf("%s %q: %s; write a duration with its unit, e.g. 500ms, 1s, 1m, 1h",
+					s.field(f.Name), text, strings.TrimPrefix(err.Error(), "time: "))
+			}
+			*s.values.Duration(f.Name) = d
+		case limitspec.Calendar:
+			p, ok := limitspec.ParsePeriod(text)
+			if !ok {
+				return fmt.Errorf("%s is %s for a calendar, not %q", s.field(f.Name), or(periodNames()...), text)
+			}
+			s.values.Calendar = p
+		}
+	}
+	if !s.alg.Takes("anchor") {
+		return nil
+	}
+	if s.set["zone"] {
+		if _, err := limitspec.LoadZone(s.raw["zone"]); err != nil {
+			return fmt.Errorf("%s %v", s.field("zone"), err)
+		}
+	}
+	if s.set["anchor"] && s.raw["anchor"] == "" {
+		return fmt.Errorf("%s is empty: give a date and clock time such as 2026-01-31T00:00", s.field("anchor"))
+	}
+	var err error
+	if s.values.Anchor, err = limitspec.Anchor(s.raw["anchor"], s.raw["zone"]); err != nil {
+		return fmt.Errorf("%s %v", s.field("anchor"), err)
+	}
 	return nil
+}
+
+// periodNames are a calendar's periods as the command line names them.
+func periodNames() []string {
+	var names []string
+	for _, p := range limitspec.Periods {
+		names = append(names, p.String())
+	}
+	return names
 }
 
 // clientField is a limit's field as the client names it in a *client.LimitError: Window, or
@@ -113,14 +182,39 @@ func (s *limitSpec) concurrency() client.Concurrency { return limitspec.Concurre
 // most is the limit or capacity of the spec: no Result.Limit or Remaining is wider.
 func (s *limitSpec) most() int64 { return max(s.values.Limit, s.values.Capacity) }
 
+// longestWait is the longest wait the spec's limit may reply, when it can exceed an hour or
+// so: a calendar's longest window (a day of 25 hours, a month of 31 days), or its penalty.
+func (s *limitSpec) longestWait() time.Duration {
+	var window time.Duration
+	day := 24 * time.Hour
+	switch s.values.Calendar {
+	case client.Day:
+		window = day + time.Hour
+	case client.Week:
+		window = 7*day + time.Hour
+	case client.Month:
+		window = 31*day + time.Hour
+	case client.Year:
+		window = 366*day + time.Hour
+	}
+	if s.alg.Name != "calendar" {
+		window = 0
+	}
+	return max(window, s.values.Penalty)
+}
+
 // flagSpec is the limit of call's ALGORITHM and flags, checked.
 func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 	s := &limitSpec{
-		algorithm: algorithm, set: map[string]bool{},
+		algorithm: algorithm, set: map[string]bool{}, raw: map[string]string{},
 		field: func(f string) string { return "--" + f },
 	}
 	for _, f := range limitspec.Fields() {
 		s.set[f.Name] = c.IsSet(f.Name)
+		if rawFields[f.Name] {
+			s.raw[f.Name] = c.Generic(f.Name).(*textValue).s
+			continue
+		}
 		switch f.Kind {
 		case limitspec.Count:
 			*s.values.Count(f.Name) = decimalValue(c, f.Name)
@@ -136,12 +230,12 @@ func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 }
 
 // parseSpec reads an --also spec, ALGORITHM,field=value,...: the fields are call's flags
-// (limit, window, capacity, rate, period, mode, reserve, name), key, the principal (default:
+// (limit, window, capacity, rate, period, mode, anchor, zone, penalty, reserve, name), key, the principal (default:
 // the call's KEY), and policy, the httplimit name that scopes it (default: the call's
 // --policy). A value cannot hold a comma.
 func parseSpec(text string) (*limitSpec, error) {
 	parts := strings.Split(text, ",")
-	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, mode: limitspec.Modes[0].String(), field: func(f string) string { return f + "=" }}
+	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, raw: map[string]string{}, mode: limitspec.Modes[0].String(), field: func(f string) string { return f + "=" }}
 	for _, p := range parts[1:] {
 		f, v, ok := strings.Cut(p, "=")
 		if !ok {
@@ -152,6 +246,8 @@ func parseSpec(text string) (*limitSpec, error) {
 		}
 		var err error
 		switch n, d := s.values.Count(f), s.values.Duration(f); {
+		case rawFields[f]:
+			s.raw[f] = v
 		case n != nil:
 			if *n, err = parseDecimal(v); err != nil {
 				return nil, fmt.Errorf("%s %v", s.field(f), err) // e.g. limit= "0x10" is not a decimal integer
@@ -207,6 +303,19 @@ func alsoFields() []string {
 		}
 	}
 	return names
+}
+
+// textValue is a flag's text kept as written: --period, --anchor and --zone, which check reads
+// once it knows the algorithm (--period is a duration for a bucket, a day, week, month or year
+// for a calendar).
+type textValue struct{ s string }
+
+func (t *textValue) Set(v string) error { t.s = v; return nil }
+func (t *textValue) String() string     { return t.s }
+
+// textFlag is a flag read by check, as written.
+func textFlag(name, usage string) *cli.GenericFlag {
+	return &cli.GenericFlag{Name: name, Usage: usage, Value: &textValue{}}
 }
 
 // alsoFlag collects the repeated --also specs as given; they are parsed with the call's KEY.

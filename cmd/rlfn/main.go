@@ -2,7 +2,12 @@
 // clusters, and calls its functions the way the Go client does.
 package main
 
-import "os"
+import (
+	"os"
+	// Go's copy of the zone database: --zone loads on a host without one (a slim container
+	// image), and a calendar's windows are the same wherever rlfn runs.
+	_ "time/tzdata"
+)
 
 // main is the only place that exits: everything else returns an error, which run turns into
 // an exit code, so tests drive the whole command in-process.

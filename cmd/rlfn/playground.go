@@ -23,7 +23,7 @@ func playgroundCommand() *cli.Command {
 	return &cli.Command{
 		OnUsageError: usageErrorHandler,
 		Name:         "playground",
-		Usage:        "serve a page on which the six limiters decide, on the server --url names",
+		Usage:        "serve a page on which every limiter of the library decides, on the server --url names",
 		ArgsUsage:    " ",
 		Description: "Serves one page (no external asset: it works offline) whose cards call the deployed\n" +
 			"library through the Go client, as a service would, on keys of their own under\n" +

@@ -270,6 +270,17 @@ func TestCallGolden(t *testing.T) {
 				{3, "rl:{global}:token_bucket", client.Result{Limit: 10, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}},
 			}},
 		}},
+		// A penalty: the denial that sets the block, then a call the block refuses (its limit
+		// and remaining the block's 0, its retry the block's time left).
+		{"penalty", &callPlan{mode: modeAllow, prefix: "rl:", key: "user:42", limit: client.FixedWindow{Limit: 10, Window: time.Minute, Penalty: 15 * time.Minute}, most: 10}, []callRow{
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Limit: 10, RetryAfter: 15 * time.Minute, ResetAfter: 15 * time.Minute}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Blocked: true, RetryAfter: 14*time.Minute + 58*time.Second, ResetAfter: 14*time.Minute + 58*time.Second}},
+		}},
+		// A month's windows: waits of days, in columns as wide as the longest.
+		{"calendar", &callPlan{mode: modeAllow, prefix: "rl:", key: "shop:7", limit: client.Calendar{Limit: 10000, Period: client.Month}, most: 10000, wait: 31*24*time.Hour + time.Hour}, []callRow{
+			{key: "rl:{shop:7}:calendar", res: client.Result{Allowed: true, Limit: 10000, Remaining: 1, ResetAfter: 82*time.Hour + 37*time.Minute + 29703*time.Millisecond}},
+			{key: "rl:{shop:7}:calendar", res: client.Result{Limit: 10000, RetryAfter: 82*time.Hour + 37*time.Minute + 29696*time.Millisecond, ResetAfter: 82*time.Hour + 37*time.Minute + 29696*time.Millisecond}},
+		}},
 		{"multi-peek", &callPlan{mode: modeMulti, prefix: "rl:", key: "user:42", most: 10, peek: true, rules: []client.Rule{
 			{Key: "user:42", Limit: client.SlidingWindow{Limit: 5, Window: time.Minute}},
 			{Key: "global", Limit: bucket},
@@ -405,6 +416,7 @@ func TestJSONShapes(t *testing.T) {
 
 	d := keys(t, diffJSON{To: "1.1.0", Steps: []stepJSON{step}, Diffs: diffsJSON(fixturePlan), Warnings: step.Warnings})
 	same(t, "diff --json", d, "to pending current steps diffs warnings")
+	same(t, "block --json", keys(t, blockJSON{}), "key blocked retry_after_ms")
 }
 
 // TestRenderHostile: every string of a server's in every table and line for people is

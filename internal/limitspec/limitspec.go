@@ -8,6 +8,7 @@
 package limitspec
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"time"
@@ -24,6 +25,9 @@ const (
 	Duration             // a whole number of milliseconds: a window, a period, a lease
 	Mode                 // a leaky bucket's mode, by its name (see ParseMode)
 	Text                 // a limit's Name
+	Calendar             // a calendar's period, by its name: day, week, month or year (see ParsePeriod)
+	Time                 // a calendar's anchor: a date and clock time in its zone (see Anchor)
+	Zone                 // a calendar's time zone, by its IANA name (see Anchor)
 )
 
 // Field is one field of a limit, named as the tools name it: rlfn call's --limit and limit=,
@@ -36,13 +40,16 @@ type Field struct {
 	// a Text. Validate still judges the limit as a whole (a reserve up to the limit, a sliding
 	// window's Limit * Window below 2^53).
 	Min, Max int64
+	// Optional fields may be left out: a Mode (police), a Penalty (none), a calendar's
+	// anchor and zone (midnight UTC, weeks from Monday, months from the 1st).
+	Optional bool
 }
 
 // Algorithm is one of the library's algorithms as the tools take it.
 type Algorithm struct {
 	Name string // as the library and the client's keys name it: fixed_window
 	// Fields are the fields it takes, in the order of the tools' messages; every algorithm
-	// takes Shared too. Each one but a Mode (police by default) must be given.
+	// takes Shared too. Each one but the Optional ones must be given.
 	Fields []Field
 	// limit builds its client limit; nil for concurrency, which is no client.Limit: its calls
 	// take leases (see Concurrency).
@@ -66,6 +73,14 @@ var (
 	maxMs = largest(func(ms int64) bool {
 		return client.FixedWindow{Limit: 1, Window: time.Duration(ms) * time.Millisecond}.Validate() == nil
 	}, math.MaxInt64/int64(time.Millisecond))
+	// maxPenaltyMs is the longest Penalty in milliseconds (its least, 0, is none).
+	maxPenaltyMs = largest(func(ms int64) bool {
+		return client.FixedWindow{Limit: 1, Window: time.Millisecond, Penalty: time.Duration(ms) * time.Millisecond}.Validate() == nil
+	}, math.MaxInt64/int64(time.Millisecond))
+	// maxCalendarLimit is a calendar's largest limit.
+	maxCalendarLimit = largest(func(n int64) bool {
+		return client.Calendar{Limit: n, Period: client.Day}.Validate() == nil
+	}, math.MaxInt64)
 )
 
 // MaxLeaseID is the longest lease holder id the library takes, in bytes (its MAX_ID): the
@@ -81,9 +96,22 @@ var (
 	capacity = Field{Name: "capacity", Kind: Count, Min: 1, Max: MaxUnits}
 	rate     = Field{Name: "rate", Kind: Count, Min: 1, Max: MaxUnits}
 	period   = Field{Name: "period", Kind: Duration, Min: 1, Max: maxMs}
-	mode     = Field{Name: "mode", Kind: Mode}
+	mode     = Field{Name: "mode", Kind: Mode, Optional: true}
 	lease    = Field{Name: "lease", Kind: Duration, Min: 1, Max: maxMs}
+	// penalty is every limit's (not concurrency's, which has no denial to punish): how long a
+	// denial blocks the principal, 0 for none.
+	penalty = Field{Name: "penalty", Kind: Duration, Min: 0, Max: maxPenaltyMs, Optional: true}
+	// A calendar's period shares its name with a bucket's (the tools' --period and period=),
+	// not its kind: which one a tool reads is the algorithm's (see Algorithm.Field).
+	calLimit = Field{Name: "limit", Kind: Count, Min: 1, Max: maxCalendarLimit}
+	calendar = Field{Name: "period", Kind: Calendar}
+	anchor   = Field{Name: "anchor", Kind: Time, Optional: true}
+	zone     = Field{Name: "zone", Kind: Zone, Optional: true}
 )
+
+// BlockFor is how long an operator's block lasts (the client's Limiter.Block): the bounds of a
+// Penalty, but at least 1ms, since a block of 0 is none.
+var BlockFor = Field{Name: "for", Kind: Duration, Min: 1, Max: maxPenaltyMs}
 
 // Shared are the fields every algorithm takes, optional: the units kept for critical callers
 // (up to the limit), and the name that tells two limits of one algorithm apart.
@@ -94,20 +122,23 @@ var Shared = []Field{
 
 // Algorithms are the library's algorithms, in the order the tools list them.
 var Algorithms = []Algorithm{
-	{"fixed_window", []Field{limit, window}, func(v Values) client.Limit {
-		return client.FixedWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	{"fixed_window", []Field{limit, window, penalty}, func(v Values) client.Limit {
+		return client.FixedWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
 	}},
-	{"sliding_log", []Field{logLimit, window}, func(v Values) client.Limit {
-		return client.SlidingLog{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	{"sliding_log", []Field{logLimit, window, penalty}, func(v Values) client.Limit {
+		return client.SlidingLog{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
 	}},
-	{"sliding_window", []Field{limit, window}, func(v Values) client.Limit {
-		return client.SlidingWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name}
+	{"sliding_window", []Field{limit, window, penalty}, func(v Values) client.Limit {
+		return client.SlidingWindow{Limit: v.Limit, Window: v.Window, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
 	}},
-	{"token_bucket", []Field{capacity, rate, period}, func(v Values) client.Limit {
-		return client.TokenBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Reserve: v.Reserve, Name: v.Name}
+	{"token_bucket", []Field{capacity, rate, period, penalty}, func(v Values) client.Limit {
+		return client.TokenBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
 	}},
-	{"leaky_bucket", []Field{capacity, rate, period, mode}, func(v Values) client.Limit {
-		return client.LeakyBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Mode: v.Mode, Reserve: v.Reserve, Name: v.Name}
+	{"leaky_bucket", []Field{capacity, rate, period, mode, penalty}, func(v Values) client.Limit {
+		return client.LeakyBucket{Capacity: v.Capacity, Rate: v.Rate, Period: v.Period, Mode: v.Mode, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
+	}},
+	{"calendar", []Field{calLimit, calendar, anchor, zone, penalty}, func(v Values) client.Limit {
+		return client.Calendar{Limit: v.Limit, Period: v.Calendar, Anchor: v.Anchor, Reserve: v.Reserve, Name: v.Name, Penalty: v.Penalty}
 	}},
 	{"concurrency", []Field{limit, lease}, nil},
 }
@@ -115,9 +146,13 @@ var Algorithms = []Algorithm{
 // Values are a limit's fields as given; each algorithm reads its own.
 type Values struct {
 	Limit, Capacity, Rate, Reserve int64
-	Window, Period, Lease          time.Duration
+	Window, Period, Lease, Penalty time.Duration
 	Mode                           client.Mode
 	Name                           string
+	Calendar                       client.Period // a calendar's period (its field is "period")
+	// Anchor is a calendar's anchor, in its zone: the anchor and zone fields together (see
+	// Anchor).
+	Anchor time.Time
 }
 
 // Count is the Count field named name, for a tool that reads fields by name; nil if there is
@@ -145,6 +180,8 @@ func (v *Values) Duration(name string) *time.Duration {
 		return &v.Period
 	case lease.Name:
 		return &v.Lease
+	case penalty.Name:
+		return &v.Penalty
 	}
 	return nil
 }
@@ -168,8 +205,10 @@ func Names() []string {
 	return names
 }
 
-// Fields is every field, in the order the tools check them: each algorithm's as they first
-// appear, then Shared.
+// Fields is every field name once, in the order the tools check them: each algorithm's as
+// they first appear, then Shared. A name two algorithms give fields of different kinds
+// (period: a bucket's duration, a calendar's day, week, month or year) is listed once, as it
+// first appears: Algorithm.Field is each algorithm's own.
 func Fields() []Field {
 	var all []Field
 	seen := map[string]bool{}
@@ -208,6 +247,13 @@ func (a Algorithm) Key(prefix, key string, v Values) string {
 	return keys.Compose(prefix, key, a.Name, v.Name)
 }
 
+// BlockKey is the server key of key's block under prefix, <prefix>{<key>}:block: the key
+// Limiter.Block, Unblock and PeekBlock reach, and that a limit's Penalty sets. It shares the
+// principal's slot with the principal's limiters, so one call decides both.
+func BlockKey(prefix, key string) string {
+	return keys.Compose(prefix, key, "block", "")
+}
+
 // Leases reports whether a is concurrency: its calls take leases, and it has no client.Limit
 // (see Concurrency).
 func (a Algorithm) Leases() bool { return a.limit == nil }
@@ -236,6 +282,73 @@ func ParseMode(s string) (client.Mode, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Periods are a calendar's periods, in order.
+var Periods = []client.Period{client.Day, client.Week, client.Month, client.Year}
+
+// ParsePeriod is the calendar period named s, as client.Period's String names it: day, week,
+// month or year.
+func ParsePeriod(s string) (client.Period, bool) {
+	for _, p := range Periods {
+		if p.String() == s {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// anchorLayouts are the anchors a tool takes, as the clock on the zone's wall reads them:
+// no offset, since the zone gives it (and a daylight saving change moves it).
+var anchorLayouts = []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
+
+// zoneAnchor is where windows start in a zone when no anchor is given: local midnight on
+// Monday 1 January 2001, so that days start at midnight, weeks on Monday, months on the 1st
+// and years on 1 January, as the client's zero anchor does in UTC.
+var zoneAnchor = time.Date(2001, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// Anchor is a calendar's anchor from the tools' anchor and zone fields: text is a date and
+// clock time as the zone's clocks read it (2026-01-31T00:00, 2026-01-31T09:30:00, or a date
+// alone for midnight), zone an IANA name (Europe/Berlin; default UTC). Neither given is the
+// client's zero anchor; a zone alone is local midnight, weeks from Monday, months from the
+// 1st, years from 1 January. A zone that does not load is an error, and so is "Local": the
+// client refuses time.Local, whose zone is whatever the process's environment says.
+func Anchor(text, zoneName string) (time.Time, error) {
+	if text == "" && zoneName == "" {
+		return time.Time{}, nil
+	}
+	loc := time.UTC
+	if zoneName != "" {
+		var err error
+		if loc, err = LoadZone(zoneName); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if text == "" {
+		y, m, d := zoneAnchor.Date()
+		return time.Date(y, m, d, 0, 0, 0, 0, loc), nil
+	}
+	for _, layout := range anchorLayouts {
+		if t, err := time.ParseInLocation(layout, text, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a date and clock time such as 2026-01-31T00:00 (no offset: the zone gives it)", text)
+}
+
+// LoadZone loads the time zone named name (an IANA name such as Europe/Berlin, or UTC).
+func LoadZone(name string) (*time.Location, error) {
+	if name == "" || name == "Local" {
+		// LoadLocation takes "" for UTC and "Local" for time.Local: neither names a zone.
+		return nil, fmt.Errorf("%q is not a time zone: give an IANA name such as Europe/Berlin, or UTC", name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		// Not err's text, which repeats the name unquoted: a name is often pasted, and may
+		// hold anything.
+		return nil, fmt.Errorf("%q does not load as a time zone: give an IANA name such as Europe/Berlin, or UTC", name)
+	}
+	return loc, nil
 }
 
 // largest is the largest n in [1, hi] for which valid holds, valid holding from 1 up to it and

@@ -1,6 +1,8 @@
 package limitspec
 
 import (
+	"context"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
@@ -48,6 +51,8 @@ func TestBoundsAreTheLibrarys(t *testing.T) {
 		{"MAX_INT", MaxUnits, "MaxUnits"},
 		{"MAX_LOG", maxLog, "a sliding log's limit"},
 		{"MAX_DURATION_MS", maxMs, "a duration in ms"},
+		{"MAX_DURATION_MS", maxPenaltyMs, "a penalty in ms"},
+		{"MAX_INT", maxCalendarLimit, "a calendar's limit"},
 		{"MAX_ID", MaxLeaseID, "MaxLeaseID"},
 		{"MAX_ID", largest(func(n int64) bool {
 			_, err := testLimiter(t, "rl:").Lease("k", client.Concurrency{Limit: 1, Lease: time.Second}, strings.Repeat("i", int(n)))
@@ -71,14 +76,21 @@ func TestLargest(t *testing.T) {
 // TestTable: every algorithm builds the client limit of its name, every field has a place in
 // Values, and each field's bounds are what Validate accepts (and refuses) around them.
 func TestTable(t *testing.T) {
+	berlin, err := LoadZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 31, 0, 0, 0, 0, berlin)
+	p := 7 * time.Second
 	v := Values{Limit: 3, Capacity: 4, Rate: 5, Reserve: 1, Window: time.Second, Period: 2 * time.Second,
-		Lease: 3 * time.Second, Mode: client.Shape, Name: "n"}
+		Lease: 3 * time.Second, Mode: client.Shape, Name: "n", Penalty: p, Calendar: client.Month, Anchor: at}
 	want := map[string]any{
-		"fixed_window":   client.FixedWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
-		"sliding_log":    client.SlidingLog{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
-		"sliding_window": client.SlidingWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n"},
-		"token_bucket":   client.TokenBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Reserve: 1, Name: "n"},
-		"leaky_bucket":   client.LeakyBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Mode: client.Shape, Reserve: 1, Name: "n"},
+		"fixed_window":   client.FixedWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n", Penalty: p},
+		"sliding_log":    client.SlidingLog{Limit: 3, Window: time.Second, Reserve: 1, Name: "n", Penalty: p},
+		"sliding_window": client.SlidingWindow{Limit: 3, Window: time.Second, Reserve: 1, Name: "n", Penalty: p},
+		"token_bucket":   client.TokenBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Reserve: 1, Name: "n", Penalty: p},
+		"leaky_bucket":   client.LeakyBucket{Capacity: 4, Rate: 5, Period: 2 * time.Second, Mode: client.Shape, Reserve: 1, Name: "n", Penalty: p},
+		"calendar":       client.Calendar{Limit: 3, Period: client.Month, Anchor: at, Reserve: 1, Name: "n", Penalty: p},
 		"concurrency":    client.Concurrency{Limit: 3, Lease: 3 * time.Second, Reserve: 1, Name: "n"},
 	}
 	if len(Algorithms) != len(want) {
@@ -89,7 +101,7 @@ func TestTable(t *testing.T) {
 		if a.Leases() {
 			got = Concurrency(v)
 		}
-		if got != want[a.Name] {
+		if !reflect.DeepEqual(got, want[a.Name]) {
 			t.Errorf("%s: %#v, want %#v", a.Name, got, want[a.Name])
 		}
 		for _, prefix := range []string{"rl:", "p{}%:"} {
@@ -109,10 +121,13 @@ func TestTable(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v", a.Name, b.Name, ok)
 		}
 		for _, f := range append(a.Fields, Shared...) {
-			if !a.Takes(f.Name) {
-				t.Errorf("%s does not take its field %s", a.Name, f.Name)
+			if g, ok := a.Field(f.Name); !ok || g != f {
+				t.Errorf("%s: Field(%s) = %+v, %v; want its own %+v", a.Name, f.Name, g, ok, f)
 			}
 			checkBounds(t, a, v, f)
+		}
+		if a.Takes("penalty") == a.Leases() {
+			t.Errorf("%s: takes a penalty %v, leases %v: every limit takes one, concurrency none", a.Name, a.Takes("penalty"), a.Leases())
 		}
 	}
 	if _, ok := Lookup("leaky-bucket"); ok {
@@ -144,7 +159,7 @@ func checkBounds(t *testing.T, a Algorithm, base Values, f Field) {
 	}
 	validate := func(n int64) error {
 		// the widest other fields: a bucket of rate 1000 per ms is one tick per unit
-		v := Values{Limit: 1, Capacity: 1, Rate: 1000, Window: time.Millisecond, Period: time.Millisecond, Lease: time.Millisecond}
+		v := Values{Limit: 1, Capacity: 1, Rate: 1000, Window: time.Millisecond, Period: time.Millisecond, Lease: time.Millisecond, Calendar: client.Day}
 		if f.Name == "reserve" {
 			v.Limit, v.Capacity = f.Max, f.Max
 			if a.Name == "sliding_log" {
@@ -176,10 +191,10 @@ func TestFields(t *testing.T) {
 	for _, f := range Fields() {
 		names = append(names, f.Name)
 	}
-	if got, want := strings.Join(names, " "), "limit window capacity rate period mode lease reserve name"; got != want {
+	if got, want := strings.Join(names, " "), "limit window penalty capacity rate period mode anchor zone lease reserve name"; got != want {
 		t.Errorf("Fields() = %s, want %s", got, want)
 	}
-	if got := strings.Join(Names(), " "); got != "fixed_window sliding_log sliding_window token_bucket leaky_bucket concurrency" {
+	if got := strings.Join(Names(), " "); got != "fixed_window sliding_log sliding_window token_bucket leaky_bucket calendar concurrency" {
 		t.Errorf("Names() = %s", got)
 	}
 }
@@ -236,5 +251,126 @@ func TestRetryAfterMs(t *testing.T) {
 		if got := RetryAfterMs(tt.give); got != tt.want {
 			t.Errorf("RetryAfterMs(%s) = %d, want %d", tt.give, got, tt.want)
 		}
+	}
+}
+
+func TestParsePeriod(t *testing.T) {
+	for _, c := range []struct {
+		give string
+		want client.Period
+		ok   bool
+	}{{"day", client.Day, true}, {"week", client.Week, true}, {"month", client.Month, true}, {"year", client.Year, true},
+		{"Month", 0, false}, {"", 0, false}, {"1h", 0, false}, {"fortnight", 0, false}} {
+		if got, ok := ParsePeriod(c.give); got != c.want || ok != c.ok {
+			t.Errorf("ParsePeriod(%q) = %v, %v", c.give, got, ok)
+		}
+	}
+}
+
+// Anchor reads a local date and clock time in the zone named, refuses a zone that does not
+// load (time.Local above all) and an offset, and gives a zone alone the zero anchor's
+// meaning in that zone.
+func TestAnchor(t *testing.T) {
+	berlin, err := LoadZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text, zone string
+		want       time.Time
+		err        string
+	}{
+		{"", "", time.Time{}, ""},
+		{"2026-01-31T00:00", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), ""},
+		{"2026-01-31T09:30:15", "", time.Date(2026, 1, 31, 9, 30, 15, 0, time.UTC), ""},
+		{"2026-01-31T09:30:15.250", "UTC", time.Date(2026, 1, 31, 9, 30, 15, 250e6, time.UTC), ""},
+		{"2026-01-31", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), ""},
+		{"", "Europe/Berlin", time.Date(2001, 1, 1, 0, 0, 0, 0, berlin), ""},
+		{"2026-01-31T00:00+01:00", "", time.Time{}, "no offset"},
+		{"31/01/2026", "", time.Time{}, "not a date and clock time"},
+		{"2026-02-30T00:00", "", time.Time{}, "not a date and clock time"},
+		{"2026-01-31T00:00", "Mars/Olympus", time.Time{}, `"Mars/Olympus" does not load`},
+		{"2026-01-31T00:00", "../../etc/passwd", time.Time{}, "does not load"},
+		{"", "Local", time.Time{}, `"Local" is not a time zone`},
+	} {
+		got, err := Anchor(c.text, c.zone)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("Anchor(%q, %q): %v", c.text, c.zone, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("Anchor(%q, %q) = %v, %v; want an error saying %q", c.text, c.zone, got, err, c.err)
+		case c.err == "" && (!got.Equal(c.want) || got.Location().String() != c.want.Location().String()):
+			t.Errorf("Anchor(%q, %q) = %v, want %v", c.text, c.zone, got, c.want)
+		}
+	}
+	if wd := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).Weekday(); wd != time.Monday {
+		t.Errorf("a zone's default anchor is a %s, want a Monday", wd)
+	}
+}
+
+// BlockKey is the key the client's Block sends: checked on the command itself.
+func TestBlockKey(t *testing.T) {
+	for _, prefix := range []string{"rl:", "p{}%:"} {
+		vk := mock.NewClient(gomock.NewController(t))
+		want := BlockKey(prefix, "a}b")
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_block", "1", want, "1000")).Return(mock.Result(mock.ValkeyArray(
+			mock.ValkeyInt64(0), mock.ValkeyInt64(0), mock.ValkeyInt64(0), mock.ValkeyInt64(1000), mock.ValkeyInt64(1000), mock.ValkeyInt64(0))))
+		lim, err := client.New(vk, client.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Block(context.Background(), "a}b", time.Second); err != nil {
+			t.Errorf("prefix %q: Block did not send rl_block on %s: %v", prefix, want, err)
+		}
+	}
+}
+
+// BlockFor's bounds are what Block takes: the mock expects no call, so a duration Block sends
+// fails the test, and one it refuses must be refused before sending.
+func TestBlockForBounds(t *testing.T) {
+	lim, err := client.New(mock.NewClient(gomock.NewController(t)), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range []int64{BlockFor.Min - 1, BlockFor.Max + 1} {
+		if _, err := lim.Block(context.Background(), "k", time.Duration(ms)*time.Millisecond); err == nil {
+			t.Errorf("Block for %dms: no error", ms)
+		}
+	}
+	if _, err := lim.Block(context.Background(), "k", 1500*time.Microsecond); err == nil {
+		t.Error("Block for 1.5ms: no error")
+	}
+	if BlockFor.Min != 1 || BlockFor.Max != luaConst(t, "MAX_DURATION_MS") {
+		t.Errorf("BlockFor is %d to %d, want 1 to the library's MAX_DURATION_MS", BlockFor.Min, BlockFor.Max)
+	}
+}
+
+// TestAlgorithmsAreTheLibrarys: the table's algorithms are the library's, in its order: each
+// limit one of its ALGORITHMS (rl_<name>, and a group of rl_multi), concurrency its own
+// functions. (The block key is the client's, see TestBlockKey.)
+func TestAlgorithmsAreTheLibrarys(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local ALGORITHMS = \{([^}]*)\}`).FindStringSubmatch(functions.Source)
+	if m == nil {
+		t.Fatal("functions/ratelimit.lua declares no ALGORITHMS")
+	}
+	var lua []string
+	for _, v := range strings.Split(m[1], ",") {
+		lua = append(lua, strings.TrimSpace(v))
+	}
+	var limits []string
+	for _, a := range Algorithms {
+		if a.Leases() {
+			if !strings.Contains(functions.Source, "function_name = 'rl_"+a.Name+"'") {
+				t.Errorf("the library registers no rl_%s", a.Name)
+			}
+			continue
+		}
+		limits = append(limits, a.Name)
+		if !regexp.MustCompile(`(?m)^  name = '` + a.Name + `',`).MatchString(functions.Source) {
+			t.Errorf("the library has no algorithm named %s", a.Name)
+		}
+	}
+	if strings.Join(limits, " ") != strings.Join(lua, " ") {
+		t.Errorf("the table's limits are %v, the library's ALGORITHMS %v", limits, lua)
 	}
 }

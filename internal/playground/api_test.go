@@ -16,6 +16,7 @@ import (
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/internal/playground"
+	"github.com/rlfn/rlfn/versions"
 )
 
 type decision struct {
@@ -26,6 +27,26 @@ type decision struct {
 	RetryAfterMs int64   `json:"retryAfterMs"`
 	ResetAfterMs int64   `json:"resetAfterMs"`
 	DelayMs      int64   `json:"delayMs"`
+	Blocked      bool    `json:"blocked"`
+	WindowEnd    float64 `json:"windowEnd"`
+}
+
+// cardInfo is what the status tells the page of a card.
+type cardInfo struct {
+	ID       string           `json:"id"`
+	Defaults map[string]int64 `json:"defaults"`
+	Penalty  *struct {
+		Name     string `json:"name"`
+		Min      int64  `json:"min"`
+		Max      int64  `json:"max"`
+		Default  int64  `json:"default"`
+		BlockKey string `json:"blockKey"`
+	} `json:"penalty"`
+	Calendar *struct {
+		Period    string  `json:"period"`
+		Zone      string  `json:"zone"`
+		WindowEnd float64 `json:"windowEnd"`
+	} `json:"calendar"`
 }
 
 type reply struct {
@@ -44,7 +65,21 @@ type reply struct {
 		Edge      float64               `json:"edge"`
 		Warning   string                `json:"warning"`
 		ByCard    map[string][]decision `json:"byCard"`
+		Cards     []cardInfo            `json:"cards"`
+		Now       float64               `json:"now"`
 	}
+}
+
+// cardParams are the params of a card's kind: window's for the window cards, bucket's for
+// the buckets, the limit alone for the calendar (its period is the card's, its anchor zero).
+func cardParams(card playground.Card, window, bucket, calendar string) string {
+	switch {
+	case strings.HasPrefix(string(card), "token") || strings.HasPrefix(string(card), "leaky"):
+		return bucket
+	case card == playground.Calendar:
+		return calendar
+	}
+	return window
 }
 
 // do sends one request to the page's server: a POST of body as JSON unless body is nil.
@@ -249,6 +284,118 @@ func TestAPIReset(t *testing.T) {
 	}
 }
 
+// TestAPICalendar: the calendar card's status gives an anchor a minute or two ahead and the
+// end of its window; a send admits up to the limit in the window that holds the server's now,
+// each decision naming the window's end; once the anchor's clock time passes, a new window
+// (a day long) admits again. The test's anchor is a few seconds ahead, as the page's would
+// be after a minute.
+func TestAPICalendar(t *testing.T) {
+	e := served(t, true)
+	st := do(t, http.MethodGet, e.page+"/api/status", "")
+	var cal *cardInfo
+	for i, c := range st.body.Cards {
+		if c.ID == "calendar" {
+			cal = &st.body.Cards[i]
+		}
+	}
+	if cal == nil || cal.Calendar == nil || cal.Calendar.Period != "day" || cal.Calendar.Zone != "UTC" {
+		t.Fatalf("status: no calendar card of a day in UTC: %s", st.raw)
+	}
+	anchor := cal.Defaults["anchorMs"]
+	if ahead := float64(anchor) - st.body.Now; ahead < 59000 || ahead > 121000 || anchor%60000 != 0 || cal.Calendar.WindowEnd != float64(anchor) {
+		t.Errorf("status: anchor %d, %.0fms ahead of the server's %.0f, window end %.0f; want a whole minute 1 to 2 minutes ahead, the window's end",
+			anchor, ahead, st.body.Now, cal.Calendar.WindowEnd)
+	}
+
+	end := int64(serverTime(t, e.vk)) + 2500
+	send := func(n int) []decision {
+		t.Helper()
+		r := post(t, e.page+"/api/send", `{"card":"calendar","params":{"limit":3,"anchorMs":`+strconv.FormatInt(end, 10)+`},"n":`+strconv.Itoa(n)+`}`)
+		if r.code != 200 || len(r.body.Decisions) != n {
+			t.Fatalf("send: %d %s", r.code, r.raw)
+		}
+		return r.body.Decisions
+	}
+	ds := send(4)
+	if a, d := count(ds); a != 3 || d != 1 {
+		t.Errorf("4 on a calendar of 3: %d admitted, %d denied", a, d)
+	}
+	for i, d := range ds {
+		if d.WindowEnd != float64(end) {
+			t.Errorf("decision %d: window end %.0f, want the anchor %d", i, d.WindowEnd, end)
+		}
+	}
+	if d := ds[3]; d.RetryAfterMs <= 0 || d.RetryAfterMs > 2500 || float64(d.RetryAfterMs) < float64(end)-d.At-50 {
+		t.Errorf("the denial %+v: want retry after the window's end, %.0fms away", d, float64(end)-d.At)
+	}
+	if k := playground.Calendar.Key(); k != "rlfn:playground:{calendar}:calendar" {
+		t.Errorf("calendar key %q", k)
+	}
+	time.Sleep(time.Duration(float64(end)-serverTime(t, e.vk)+100) * time.Millisecond)
+	ds = send(1)
+	if d := ds[0]; !d.Allowed || d.Remaining != 2 || d.WindowEnd != float64(end+86400000) {
+		t.Errorf("after the window's end: %+v; want admitted in a new window ending a day later", d)
+	}
+	if r := post(t, e.page+"/api/send", `{"card":"calendar","params":{"limit":3,"periodMs":1000},"n":1}`); r.code != 400 || !strings.Contains(r.body.Error, "does not apply to calendar") {
+		t.Errorf("a calendar with a period of its own: %d %s", r.code, r.raw)
+	}
+}
+
+// TestAPIPenalty: with penaltyMs, the fixed window card's denial blocks its key (the block
+// key next to its limiter's); its calls are refused as blocked until the block ends; Reset
+// deletes both keys.
+func TestAPIPenalty(t *testing.T) {
+	e := served(t, true)
+	st := do(t, http.MethodGet, e.page+"/api/status", "")
+	for _, c := range st.body.Cards {
+		if (c.Penalty != nil) != (c.ID == "fixed_window") {
+			t.Errorf("card %s: penalty switch %+v", c.ID, c.Penalty)
+		}
+		if c.Penalty != nil && (c.Penalty.Name != "penaltyMs" || c.Penalty.BlockKey != playground.FixedWindow.BlockKey() || c.Penalty.Min != 1) {
+			t.Errorf("the switch: %+v", *c.Penalty)
+		}
+	}
+	body := `{"card":"fixed_window","params":{"limit":2,"windowMs":500,"penaltyMs":1500},"n":4}`
+	r := post(t, e.page+"/api/send", body)
+	if r.code != 200 || len(r.body.Decisions) != 4 {
+		t.Fatalf("send: %d %s", r.code, r.raw)
+	}
+	ds := r.body.Decisions
+	if !ds[0].Allowed || !ds[1].Allowed || ds[2].Allowed || !ds[2].Blocked || ds[2].RetryAfterMs != 1500 || !ds[3].Blocked || ds[3].Limit != 0 {
+		t.Errorf("2 admitted, then blocked for 1500ms: %s", r.raw)
+	}
+	ttl, err := e.vk.Do(context.Background(), e.vk.B().Pttl().Key(playground.FixedWindow.BlockKey()).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > 1500 {
+		t.Errorf("the block key's PTTL %d, %v", ttl, err)
+	}
+	// the window (500ms) ends before the block: still blocked
+	time.Sleep(600 * time.Millisecond)
+	if r := post(t, e.page+"/api/send", body); r.code != 200 || !r.body.Decisions[0].Blocked {
+		t.Errorf("after the window, within the block: %s", r.raw)
+	}
+	time.Sleep(1000 * time.Millisecond)
+	if r := post(t, e.page+"/api/send", body); r.code != 200 || !r.body.Decisions[0].Allowed || r.body.Decisions[0].Blocked {
+		t.Errorf("after the block: %s", r.raw)
+	}
+	// a new block, then Reset: both keys go
+	post(t, e.page+"/api/send", body)
+	if n := dbsize(t, e.vk); n != 2 {
+		t.Errorf("%d keys, want the limiter's and the block's", n)
+	}
+	if r := post(t, e.page+"/api/reset", `{"card":"fixed_window"}`); r.code != 200 || !r.body.Deleted {
+		t.Errorf("reset: %d %s", r.code, r.raw)
+	}
+	if n := dbsize(t, e.vk); n != 0 {
+		t.Errorf("%d keys after the reset, want none", n)
+	}
+	if r := post(t, e.page+"/api/send", body); r.code != 200 || !r.body.Decisions[0].Allowed {
+		t.Errorf("after the reset: %s", r.raw)
+	}
+	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":2,"windowMs":500,"penaltyMs":-1},"n":1}`); r.code != 400 || !strings.Contains(r.body.Error, "params.penaltyMs") {
+		t.Errorf("a negative penalty: %d %s", r.code, r.raw)
+	}
+}
+
 // TestAPIForeignState: a card's key that holds something else is the library's RLERR, shown
 // as such (409), and left as it is until Reset deletes it.
 func TestAPIForeignState(t *testing.T) {
@@ -449,10 +596,7 @@ func TestAPICluster(t *testing.T) {
 
 	window, bucket := `{"limit":3,"windowMs":60000}`, `{"capacity":3,"rate":1,"periodMs":60000}`
 	for _, card := range playground.Cards {
-		p := window
-		if strings.HasPrefix(string(card), "token") || strings.HasPrefix(string(card), "leaky") {
-			p = bucket
-		}
+		p := cardParams(card, window, bucket, `{"limit":3}`)
 		r := post(t, e.page+"/api/send", `{"card":"`+string(card)+`","params":`+p+`,"n":5}`)
 		if a, d := count(r.body.Decisions); r.code != 200 || a != 3 || d != 2 {
 			t.Errorf("%s: %d, %d admitted, %d denied; want 3 and 2\n%s", card, r.code, a, d, r.raw)
@@ -521,11 +665,11 @@ func TestAPIACLUser(t *testing.T) {
 	if st := do(t, http.MethodGet, e.page+"/api/status", ""); !st.body.Loaded {
 		t.Fatalf("status: %s", st.raw)
 	}
-	window, bucket := `{"limit":3,"windowMs":1000}`, `{"capacity":3,"rate":1,"periodMs":1000}`
+	window, bucket := `{"limit":3,"windowMs":1000,"penaltyMs":1000}`, `{"capacity":3,"rate":1,"periodMs":1000}`
 	for _, card := range playground.Cards {
-		p := window
-		if strings.HasPrefix(string(card), "token") || strings.HasPrefix(string(card), "leaky") {
-			p = bucket
+		p := cardParams(card, window, bucket, `{"limit":3}`)
+		if card != playground.FixedWindow {
+			p = strings.Replace(p, `,"penaltyMs":1000`, "", 1)
 		}
 		body := `{"card":"` + string(card) + `","params":` + p + `,"n":4}`
 		if r := post(t, e.page+"/api/send", body); r.code != 200 || len(r.body.Decisions) != 4 {
@@ -565,5 +709,37 @@ func TestAPITimeout(t *testing.T) {
 	pause("ALL")
 	if st := do(t, http.MethodGet, srv.URL+"/api/status", ""); st.code != 200 || st.body.Loaded || !strings.Contains(st.body.Error, want) {
 		t.Errorf("status of a paused server: %d %s; want 200, not loaded, and %q", st.code, st.raw, want)
+	}
+}
+
+// TestAPIOldLibrary: on a server running 1.1.0 the cards of 1.1 work, while the calendar card
+// and the penalty switch are refused (503) naming the node, its release and the one needed,
+// with the deploy command; nothing is written for them.
+func TestAPIOldLibrary(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	v11, ok := versions.Embedded().Find("1.1.0")
+	if !ok {
+		t.Fatal("1.1.0 is not embedded")
+	}
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(v11.Code).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	e := serve(t, vk, "redis://"+s.Addr)
+	for _, body := range []string{
+		`{"card":"calendar","params":{"limit":2},"n":1}`,
+		`{"card":"fixed_window","params":{"limit":2,"windowMs":1000,"penaltyMs":1000},"n":1}`,
+	} {
+		r := post(t, e.page+"/api/send", body)
+		if r.code != http.StatusServiceUnavailable || !r.body.Absent || !strings.Contains(r.body.Error, s.Addr) ||
+			!strings.Contains(r.body.Error, "1.1.0") || !strings.Contains(r.body.Error, "1.2.0") || r.body.Deploy == "" {
+			t.Errorf("%s on 1.1.0: %d %s", body, r.code, r.raw)
+		}
+	}
+	if n := dbsize(t, vk); n != 0 {
+		t.Errorf("%d keys written by refused calls", n)
+	}
+	if r := post(t, e.page+"/api/send", `{"card":"fixed_window","params":{"limit":2,"windowMs":1000},"n":1}`); r.code != 200 {
+		t.Errorf("a 1.1 card on 1.1.0: %d %s", r.code, r.raw)
 	}
 }

@@ -287,3 +287,96 @@ func TestBrowserServerStops(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitTrue waits until js is true in the page, for up to d.
+func waitTrue(js string, d time.Duration) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			return fmt.Errorf("waiting for %s: %w", js, err)
+		}
+		return nil
+	})
+}
+
+// startsWith is the JS that the text of the element with id starts with prefix.
+func startsWith(id, prefix string) string {
+	return fmt.Sprintf(`String((document.getElementById(%q) || {}).textContent).startsWith(%q)`, id, prefix)
+}
+
+// TestBrowserCalendarAndPenalty: the calendar card shows its window's end counting down, its
+// burst denies past the limit, and once the window ends (a few seconds after loading here,
+// Options.CalendarLead) a send is admitted in a new window; the fixed window card's penalty
+// switch makes a denial block the card, the page counting the block down until it ends.
+func TestBrowserCalendarAndPenalty(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	load(t, vk)
+	url := "redis://" + s.Addr
+	srv := httptest.NewServer(newServer(t, vk, playground.Options{Server: url, CalendarLead: 6 * time.Second}))
+	t.Cleanup(srv.Close)
+	ctx := browser(t, 1400, 1000)
+
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL),
+		chromedp.WaitVisible(chromedp.ID("calendar-limit")),
+		waitText("status", "Connected to "+url+": library ratelimit "+workingVersion+" is loaded."),
+		waitTrue(startsWith("calendar-window", "This window ends at "), 5*time.Second),
+		chromedp.SetValue(chromedp.ID("calendar-limit"), "3"),
+		chromedp.SetValue(chromedp.ID("calendar-burst-n"), "5"),
+		chromedp.Click(chromedp.ID("calendar-burst")),
+		waitText("calendar-admitted", "3"),
+		waitText("calendar-denied", "2"),
+		waitTrue(startsWith("calendar-window", "The window ended at "), 10*time.Second),
+		chromedp.Click(chromedp.ID("calendar-send")),
+		waitText("calendar-admitted", "4"),
+		waitText("calendar-remaining", "2"),
+		waitTrue(startsWith("calendar-window", "This window ends at "), 5*time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The card has no switch; the fixed window's starts off, its number disabled until on.
+	state, err := chromedp.Run(ctx, chromedp.Evaluate[[]bool](`[!!document.getElementById('calendar-penalty'),
+		document.getElementById('fixed_window-penalty').checked, document.getElementById('fixed_window-penaltyMs').disabled]`))
+	if err != nil || !slices.Equal(state, []bool{false, false, true}) {
+		t.Errorf("the switches: %v (%v); want none on the calendar, the fixed window's off and its number disabled", state, err)
+	}
+
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("fixed_window-penalty")),
+		chromedp.SetValue(chromedp.ID("fixed_window-penaltyMs"), "2500"),
+		chromedp.SetValue(chromedp.ID("fixed_window-limit"), "2"),
+		chromedp.SetValue(chromedp.ID("fixed_window-burst-n"), "4"),
+		chromedp.Click(chromedp.ID("fixed_window-burst")),
+		waitText("fixed_window-admitted", "2"),
+		waitText("fixed_window-denied", "2"),
+		waitText("fixed_window-blocked", "2"),
+		waitTrue(`!document.getElementById('fixed_window-block').hidden`, 2*time.Second),
+		waitTrue(startsWith("fixed_window-block", "Blocked by the penalty: "), 2*time.Second),
+		// it counts down, and goes when the block ends
+		waitTrue(`document.getElementById('fixed_window-block').hidden`, 5*time.Second),
+		chromedp.Click(chromedp.ID("fixed_window-send")),
+		waitText("fixed_window-admitted", "3"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bad penalty is the page's error, before any call.
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("fixed_window-penaltyMs"), "0"),
+		chromedp.Click(chromedp.ID("fixed_window-send")),
+		waitText("fixed_window-error", "Penalty (ms) must be a whole number from 1 to 100000000000."),
+		waitText("fixed_window-admitted", "3"),
+		// Reset deletes the limiter's key and the block's
+		chromedp.Click(chromedp.ID("fixed_window-reset")),
+		waitTrue(startsWith("fixed_window-last", "Reset: the keys"), 5*time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := dbsize(t, vk); n != 1 {
+		t.Errorf("%d keys after the fixed window's reset, want the calendar's alone", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/calendar"
 	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
@@ -15,7 +16,7 @@ import (
 // "rl:") are never touched.
 const Prefix = "rlfn:playground:"
 
-// Card is one of the page's six limiters. It is also the principal of the card's key, so each
+// Card is one of the page's seven limiters. It is also the principal of the card's key, so each
 // card has a state of its own, the two leaky bucket cards included (both modes of a leaky
 // bucket share a key per principal).
 type Card string
@@ -28,21 +29,25 @@ const (
 	TokenBucket   Card = "token_bucket"
 	LeakyPolice   Card = "leaky_police"
 	LeakyShape    Card = "leaky_shape"
+	Calendar      Card = "calendar"
 )
 
 // Cards lists every card, in the page's order.
-var Cards = []Card{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyPolice, LeakyShape}
+var Cards = []Card{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyPolice, LeakyShape, Calendar}
 
 func (c Card) valid() bool {
 	_, ok := cardLimits[c]
 	return ok
 }
 
-// cardLimit is the algorithm of a card in the tools' table and, for a leaky bucket, the mode
-// the card fixes (its form has no mode).
+// cardLimit is the algorithm of a card in the tools' table, what the card fixes (its form has
+// no field for it): a leaky bucket's mode, a calendar's period (its zone is UTC, its anchor
+// the page's), and whether its form offers the penalty switch.
 type cardLimit struct {
-	alg  limitspec.Algorithm
-	mode client.Mode
+	alg     limitspec.Algorithm
+	mode    client.Mode
+	period  client.Period
+	penalty bool
 }
 
 var cardLimits = func() map[Card]cardLimit {
@@ -54,12 +59,17 @@ var cardLimits = func() map[Card]cardLimit {
 		return a
 	}
 	return map[Card]cardLimit{
-		FixedWindow:   {alg: alg("fixed_window")},
+		// One card has the penalty switch: the fixed window, whose denials are the easiest to
+		// cause and whose window is shorter than a penalty worth watching.
+		FixedWindow:   {alg: alg("fixed_window"), penalty: true},
 		SlidingLog:    {alg: alg("sliding_log")},
 		SlidingWindow: {alg: alg("sliding_window")},
 		TokenBucket:   {alg: alg("token_bucket")},
 		LeakyPolice:   {alg: alg("leaky_bucket"), mode: client.Police},
 		LeakyShape:    {alg: alg("leaky_bucket"), mode: client.Shape},
+		// A day, so that a window that ends while the page is watched (its anchor a minute
+		// or two ahead) is followed by one a day long, as a daily quota's is.
+		Calendar: {alg: alg("calendar"), period: client.Day},
 	}
 }()
 
@@ -70,15 +80,25 @@ func (c Card) Key() string {
 	return cl.alg.Key(Prefix, string(c), limitspec.Values{})
 }
 
+// BlockKey is the server key of the card's block, which a penalty sets: the card is the
+// principal, so each card has a block of its own.
+func (c Card) BlockKey() string { return limitspec.BlockKey(Prefix, string(c)) }
+
 // Params are the numbers a card's form edits: Limit and WindowMs for the window cards,
-// Capacity, Rate and PeriodMs for the buckets. Durations are whole milliseconds, as the
-// library counts them.
+// Capacity, Rate and PeriodMs for the buckets, Limit and AnchorMs for the calendar; PenaltyMs
+// when a card's penalty switch is on. Durations are whole milliseconds, as the library counts
+// them.
 type Params struct {
 	Limit    int64 `json:"limit,omitempty"`
 	WindowMs int64 `json:"windowMs,omitempty"`
 	Capacity int64 `json:"capacity,omitempty"`
 	Rate     int64 `json:"rate,omitempty"`
 	PeriodMs int64 `json:"periodMs,omitempty"`
+	// AnchorMs is the calendar's anchor, Unix milliseconds in UTC: its clock time starts
+	// each day's window. 0 is the client's zero anchor, midnight UTC.
+	AnchorMs int64 `json:"anchorMs,omitempty"`
+	// PenaltyMs, when not 0, blocks the card's key that long after a denial.
+	PenaltyMs int64 `json:"penaltyMs,omitempty"`
 }
 
 // param is one number of Params: its field in the tools' table, and its name in the API (a
@@ -98,6 +118,8 @@ func (p *Params) params() []param {
 		{"capacity", "capacity", &p.Capacity},
 		{"rate", "rate", &p.Rate},
 		{"period", "periodMs", &p.PeriodMs},
+		{"anchor", "anchorMs", &p.AnchorMs},
+		{"penalty", "penaltyMs", &p.PenaltyMs},
 	}
 }
 
@@ -110,7 +132,17 @@ var Defaults = map[Card]Params{
 	TokenBucket:   {Capacity: 5, Rate: 1, PeriodMs: 1000},
 	LeakyPolice:   {Capacity: 5, Rate: 1, PeriodMs: 1000},
 	LeakyShape:    {Capacity: 5, Rate: 1, PeriodMs: 1000},
+	// the anchor is the status's: a minute or two ahead of the server's clock (see anchorFor)
+	Calendar: {Limit: 5},
 }
+
+// DefaultPenaltyMs is the penalty the switch starts with: longer than the fixed window's
+// default 5s window, so that the block, not the window, is what a denial waits for.
+const DefaultPenaltyMs = 8000
+
+// maxAnchorMs is the latest anchor the API takes: the library's latest boundary. Only the
+// anchor's clock time counts for a day, so no later one is needed.
+const maxAnchorMs = calendar.MaxMs
 
 // RequestError is a request the API refuses before anything is sent to the server: the
 // page answers it with 400 and its message.
@@ -145,7 +177,7 @@ func limitOf(c Card, p Params) (client.Limit, error) {
 			return nil, &RequestError{Field: "params." + q.json, Reason: "does not apply to " + string(c)}
 		}
 	}
-	v := limitspec.Values{Mode: cl.mode}
+	v := limitspec.Values{Mode: cl.mode, Calendar: cl.period}
 	for _, q := range ps {
 		f, ok := cl.alg.Field(q.field)
 		switch {
@@ -157,7 +189,19 @@ func limitOf(c Card, p Params) (client.Limit, error) {
 				return nil, &RequestError{Field: "params." + q.json, Reason: fmt.Sprintf("must be from %d to %d, got %d", f.Min, f.Max, *q.v)}
 			}
 			*v.Duration(f.Name) = time.Duration(*q.v) * time.Millisecond
-		default:
+		case f.Kind == limitspec.Time:
+			if *q.v < 0 || *q.v > maxAnchorMs {
+				return nil, &RequestError{Field: "params." + q.json, Reason: fmt.Sprintf("must be from 0 to %d, got %d", int64(maxAnchorMs), *q.v)}
+			}
+			if *q.v > 0 {
+				v.Anchor = time.UnixMilli(*q.v).UTC()
+			}
+		case f.Kind == limitspec.Calendar:
+			// the card's period is fixed
+			if *q.v != 0 {
+				return nil, &RequestError{Field: "params." + q.json, Reason: fmt.Sprintf("does not apply to %s: its period is a %s", c, cl.period)}
+			}
+		case f.Kind == limitspec.Count:
 			*v.Count(f.Name) = *q.v
 		}
 	}
@@ -181,12 +225,13 @@ type formField struct {
 	Max   int64  `json:"max"`
 }
 
-// form is the numbers of c's form, in the form's order.
+// form is the numbers of c's form, in the form's order: its counts and durations, but the
+// penalty, which has a switch of its own (see penaltyField), and what the card fixes.
 func (c Card) form() []formField {
 	var fs []formField
 	for _, q := range (&Params{}).params() {
 		f, ok := cardLimits[c].alg.Field(q.field)
-		if !ok {
+		if !ok || f.Kind != limitspec.Count && f.Kind != limitspec.Duration || f.Name == "penalty" {
 			continue
 		}
 		label := strings.ToUpper(f.Name[:1]) + f.Name[1:]
@@ -196,6 +241,17 @@ func (c Card) form() []formField {
 		fs = append(fs, formField{Name: q.json, Label: label, Min: f.Min, Max: f.Max})
 	}
 	return fs
+}
+
+// penaltyField is the number of c's penalty switch, with the table's bounds (from 1: off is
+// the switch's), or nil for a card without one.
+func (c Card) penaltyField() *formField {
+	cl := cardLimits[c]
+	f, ok := cl.alg.Field("penalty")
+	if !cl.penalty || !ok {
+		return nil
+	}
+	return &formField{Name: "penaltyMs", Label: "Penalty (ms)", Min: max(1, f.Min), Max: f.Max}
 }
 
 // MaxBurst is the most requests one Burst sends: enough to empty any limit worth watching,

@@ -3,6 +3,7 @@ package playground
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -30,9 +31,14 @@ func TestLimitOf(t *testing.T) {
 		{TokenBucket, Params{Capacity: 5, Rate: 1, PeriodMs: 1000}, client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second}},
 		{LeakyPolice, Params{Capacity: 5, Rate: 2, PeriodMs: 1000}, client.LeakyBucket{Capacity: 5, Rate: 2, Period: time.Second, Mode: client.Police}},
 		{LeakyShape, Params{Capacity: 5, Rate: 2, PeriodMs: 1000}, client.LeakyBucket{Capacity: 5, Rate: 2, Period: time.Second, Mode: client.Shape}},
+		{FixedWindow, Params{Limit: 5, WindowMs: 5000, PenaltyMs: 8000}, client.FixedWindow{Limit: 5, Window: 5 * time.Second, Penalty: 8 * time.Second}},
+		{TokenBucket, Params{Capacity: 5, Rate: 1, PeriodMs: 1000, PenaltyMs: 1}, client.TokenBucket{Capacity: 5, Rate: 1, Period: time.Second, Penalty: time.Millisecond}},
+		// a day in UTC from the anchor's clock time; 0 is the client's zero anchor
+		{Calendar, Params{Limit: 5, AnchorMs: 1795000000000}, client.Calendar{Limit: 5, Period: client.Day, Anchor: time.UnixMilli(1795000000000).UTC()}},
+		{Calendar, Params{Limit: 5}, client.Calendar{Limit: 5, Period: client.Day}},
 	} {
 		got, err := limitOf(c.card, c.give)
-		if err != nil || got != c.want {
+		if err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("limitOf(%s, %+v) = %#v, %v; want %#v", c.card, c.give, got, err, c.want)
 		}
 	}
@@ -60,6 +66,14 @@ func TestLimitOfRefuses(t *testing.T) {
 		{TokenBucket, Params{Capacity: 5, Rate: 1, PeriodMs: 1, Limit: 5}, "params.limit does not apply to token_bucket"},
 		{LeakyShape, Params{Capacity: 5, Rate: 1, PeriodMs: 1, WindowMs: 5}, "params.windowMs does not apply to leaky_shape"},
 		{LeakyPolice, Params{Capacity: 5, Rate: 0, PeriodMs: 1000}, "LeakyBucket.Rate must be from 1"},
+		{FixedWindow, Params{Limit: 5, WindowMs: 1000, PenaltyMs: -1}, "params.penaltyMs must be from 0 to 100000000000, got -1"},
+		{FixedWindow, Params{Limit: 5, WindowMs: 1000, PenaltyMs: maxDurationMs + 1}, "params.penaltyMs must be from 0"},
+		{FixedWindow, Params{Limit: 5, WindowMs: 1000, AnchorMs: 1}, "params.anchorMs does not apply to fixed_window"},
+		{Calendar, Params{Limit: 5, PeriodMs: 1000}, "params.periodMs does not apply to calendar: its period is a day"},
+		{Calendar, Params{Limit: 5, WindowMs: 1000}, "params.windowMs does not apply to calendar"},
+		{Calendar, Params{Limit: 5, AnchorMs: -1}, "params.anchorMs must be from 0 to 999999999999999, got -1"},
+		{Calendar, Params{Limit: 5, AnchorMs: 1e15}, "params.anchorMs must be from 0"},
+		{Calendar, Params{Limit: 0}, "Calendar.Limit must be from 1"},
 	} {
 		_, err := limitOf(c.card, c.give)
 		var re *RequestError
@@ -108,6 +122,42 @@ func TestKeys(t *testing.T) {
 		if want := lim.Key(string(c), l); k != want {
 			t.Errorf("%s: key %q is not the client's %q", c, k, want)
 		}
+		if b := c.BlockKey(); b != Prefix+"{"+string(c)+"}:block" {
+			t.Errorf("%s: block key %q", c, b)
+		}
+	}
+}
+
+// TestPenaltyField: the fixed window card has the switch, with the table's bounds from 1 (off
+// is the switch's); its default is within them; no other card has one.
+func TestPenaltyField(t *testing.T) {
+	for _, c := range Cards {
+		f := c.penaltyField()
+		if (f != nil) != (c == FixedWindow) {
+			t.Errorf("%s: penalty switch %+v", c, f)
+		}
+		if f != nil && (f.Name != "penaltyMs" || f.Min != 1 || f.Max != maxDurationMs || DefaultPenaltyMs < f.Min || DefaultPenaltyMs > f.Max) {
+			t.Errorf("%s: penalty field %+v, default %d", c, f, DefaultPenaltyMs)
+		}
+	}
+	// longer than the card's default window: the block is what a denial waits for
+	if DefaultPenaltyMs <= Defaults[FixedWindow].WindowMs {
+		t.Errorf("DefaultPenaltyMs %d is not longer than the fixed window's %dms", DefaultPenaltyMs, Defaults[FixedWindow].WindowMs)
+	}
+}
+
+// TestAnchorFor: the calendar's first window ends a minute or two ahead by default, at a whole
+// minute; or lead ahead, at a whole second.
+func TestAnchorFor(t *testing.T) {
+	for _, now := range []int64{1795000000000, 1795000000001, 1795000059999, 1795000060000} {
+		a := anchorFor(now, 0)
+		if a%60000 != 0 || a-now < 60000 || a-now > 120000 {
+			t.Errorf("anchorFor(%d, 0) = %d: %dms ahead", now, a, a-now)
+		}
+		b := anchorFor(now, 3*time.Second)
+		if b%1000 != 0 || b-now < 3000 || b-now >= 4000 {
+			t.Errorf("anchorFor(%d, 3s) = %d: %dms ahead", now, b, b-now)
+		}
 	}
 }
 
@@ -126,7 +176,7 @@ func TestCheckBurst(t *testing.T) {
 // tools' table.
 func TestParamNames(t *testing.T) {
 	var p Params
-	raw, _ := json.Marshal(Params{Limit: 1, WindowMs: 1, Capacity: 1, Rate: 1, PeriodMs: 1})
+	raw, _ := json.Marshal(Params{Limit: 1, WindowMs: 1, Capacity: 1, Rate: 1, PeriodMs: 1, AnchorMs: 1, PenaltyMs: 1})
 	var tags map[string]int64
 	if err := json.Unmarshal(raw, &tags); err != nil {
 		t.Fatal(err)
@@ -162,6 +212,7 @@ func TestForm(t *testing.T) {
 		TokenBucket:   bucket,
 		LeakyPolice:   bucket,
 		LeakyShape:    bucket,
+		Calendar:      {{"limit", "Limit", 1, maxInt}},
 	}
 	for _, c := range Cards {
 		got := c.form()

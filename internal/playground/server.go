@@ -19,6 +19,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/calendar"
 	"github.com/rlfn/rlfn/internal/limitspec"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	// Deadline bounds each call to the server; default 2s. The page is a person waiting, not
 	// a service's hot path (the client's own default is 100ms).
 	Deadline time.Duration
+	// CalendarLead is how far ahead of the server's clock, when the page loads, the calendar
+	// card's first window ends (rounded up to a whole second); default: the next whole minute
+	// at least a minute ahead, so that the window rolls over while the page is watched.
+	CalendarLead time.Duration
 }
 
 // Server is the playground's HTTP handler: the page, and an API that reaches nothing but the
@@ -136,16 +141,34 @@ func asset(name, contentType string) http.HandlerFunc {
 type Decision struct {
 	At           float64 `json:"at"` // server time of the decision, Unix milliseconds
 	Allowed      bool    `json:"allowed"`
+	Blocked      bool    `json:"blocked"` // denied by the card's block (a penalty): retryAfterMs is its time left
 	Limit        int64   `json:"limit"`
 	Remaining    int64   `json:"remaining"`
 	RetryAfterMs int64   `json:"retryAfterMs"` // -1: never (the cost exceeds the limit)
 	ResetAfterMs int64   `json:"resetAfterMs"`
 	DelayMs      int64   `json:"delayMs"` // leaky bucket in shape mode: hold it this long
+	// WindowEnd is, for a calendar, the end of the window that held the decision (server
+	// Unix milliseconds): when its count starts again.
+	WindowEnd float64 `json:"windowEnd,omitempty"`
 }
 
 func decision(r client.Result, at float64) Decision {
-	return Decision{At: at, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+	return Decision{At: at, Allowed: r.Allowed, Blocked: r.Blocked, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMs: limitspec.RetryAfterMs(r.RetryAfter), ResetAfterMs: r.ResetAfter.Milliseconds(), DelayMs: r.Delay.Milliseconds()}
+}
+
+// windowEnd is the end of l's window at server time at (Unix milliseconds), for a calendar;
+// 0 for any other limit, or boundaries the client could not compute (the call has failed then).
+func windowEnd(l client.Limit, at float64) float64 {
+	c, ok := l.(client.Calendar)
+	if !ok {
+		return 0
+	}
+	b, err := calendar.Windows(calendar.Period(c.Period), c.Anchor, time.UnixMilli(int64(at)))
+	if err != nil {
+		return 0
+	}
+	return float64(b[2])
 }
 
 type errorBody struct {
@@ -160,6 +183,22 @@ type cardInfo struct {
 	Key      string      `json:"key"`
 	Defaults Params      `json:"defaults"`
 	Fields   []formField `json:"fields"` // the form's numbers and their bounds
+	// Penalty is the card's penalty switch, its number and bounds; absent when it has none.
+	Penalty *penaltyInfo `json:"penalty,omitempty"`
+	// Calendar is, for the calendar card, what it fixes and when its window ends.
+	Calendar *calendarInfo `json:"calendar,omitempty"`
+}
+
+type penaltyInfo struct {
+	formField
+	Default  int64  `json:"default"`
+	BlockKey string `json:"blockKey"`
+}
+
+type calendarInfo struct {
+	Period    string  `json:"period"`    // day
+	Zone      string  `json:"zone"`      // UTC
+	WindowEnd float64 `json:"windowEnd"` // the end of the window of the default anchor, server Unix ms
 }
 
 type statusBody struct {
@@ -183,12 +222,28 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Deadline)
 	defer cancel()
 	body := statusBody{Deploy: s.opts.Deploy, Server: s.opts.Server, Prefix: Prefix}
-	for _, c := range Cards {
-		body.Cards = append(body.Cards, cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c], Fields: c.form()})
-	}
 	clk, err := s.clock(ctx)
+	nowMs := time.Now().UnixMilli() // the cards are drawn without the server too
 	if err == nil {
 		body.Now = clk.now()
+		nowMs = int64(body.Now)
+	}
+	for _, c := range Cards {
+		info := cardInfo{ID: c, Key: c.Key(), Defaults: Defaults[c], Fields: c.form()}
+		if f := c.penaltyField(); f != nil {
+			info.Penalty = &penaltyInfo{formField: *f, Default: DefaultPenaltyMs, BlockKey: c.BlockKey()}
+		}
+		if cl := cardLimits[c]; cl.alg.Takes("anchor") {
+			info.Defaults.AnchorMs = anchorFor(nowMs, s.opts.CalendarLead)
+			l, lerr := limitOf(c, info.Defaults)
+			if lerr != nil {
+				panic("playground: the calendar card's defaults: " + lerr.Error()) // a bug: TestForm
+			}
+			info.Calendar = &calendarInfo{Period: cl.period.String(), Zone: "UTC", WindowEnd: windowEnd(l, float64(nowMs))}
+		}
+		body.Cards = append(body.Cards, info)
+	}
+	if err == nil {
 		err = s.lim.Check(ctx)
 	}
 	var ve *client.VersionError
@@ -263,7 +318,9 @@ func (s *Server) burst(ctx context.Context, clk serverClock, card Card, l client
 		if err != nil {
 			return ds, err
 		}
-		ds = append(ds, decision(res, clk.at(start, time.Now())))
+		d := decision(res, clk.at(start, time.Now()))
+		d.WindowEnd = windowEnd(l, d.At)
+		ds = append(ds, d)
 	}
 	return ds, nil
 }
@@ -275,10 +332,11 @@ type resetRequest struct {
 type resetBody struct {
 	Card    Card   `json:"card"`
 	Key     string `json:"key"`
-	Deleted bool   `json:"deleted"` // false: the key was already gone (a fresh or expired limiter)
+	Deleted bool   `json:"deleted"` // false: the keys were already gone (a fresh or expired limiter, no block)
 }
 
-// reset deletes the card's key, and only it: the limiter starts afresh.
+// reset deletes the card's keys, its limiter's and its block's, and only them: the limiter
+// starts afresh, unblocked.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	var req resetRequest
 	if err := decode(w, r, &req); err != nil {
@@ -301,7 +359,8 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 func (s *Server) del(ctx context.Context, c Card) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
 	defer cancel()
-	return s.vk.Do(ctx, s.vk.B().Del().Key(c.Key()).Build()).AsInt64()
+	// One DEL: both keys are in the card's slot.
+	return s.vk.Do(ctx, s.vk.B().Del().Key(c.Key(), c.BlockKey()).Build()).AsInt64()
 }
 
 type boundaryRequest struct {
@@ -412,6 +471,20 @@ func maxLimit(params map[Card]Params) int64 {
 		n = max(n, p.Limit)
 	}
 	return n
+}
+
+// anchorFor is the calendar card's anchor for a page loaded at nowMs (server Unix ms): lead
+// ahead, rounded up to a whole second; by default the next whole minute at least a minute
+// ahead. Only its clock time counts for a day's windows: the first window ends there, a day
+// after it started.
+func anchorFor(nowMs int64, lead time.Duration) int64 {
+	if lead <= 0 {
+		const minute = 60_000
+		return (nowMs+minute)/minute*minute + minute
+	}
+	const second = 1000
+	at := nowMs + lead.Milliseconds()
+	return (at + second - 1) / second * second
 }
 
 // serverClock reads the server's time from this process's clock: offsetUs is the server's

@@ -1,4 +1,4 @@
-// rlfn playground: six cards that call the ratelimit library through the playground's API,
+// rlfn playground: seven cards that call the ratelimit library through the playground's API,
 // and draw each decision at the server's time. Plain JS and SVG: no build step, no external
 // asset, so the page works offline. Every string from the server goes in with textContent.
 'use strict';
@@ -38,7 +38,12 @@ const INFO = {
     title: 'Leaky bucket · shape', shaped: true,
     blurb: 'The same bucket, admitting with a delay: requests leave evenly spaced, and are rejected only when the queue is full.',
   },
+  calendar: {
+    title: 'Calendar · day',
+    blurb: "At most Limit per calendar day, each starting at the anchor's clock time in its zone. Here the first window ends a minute or two after the page loaded: watch the quota start again.",
+  },
 };
+const DAY_MS = 86400000;
 
 const cards = new Map();
 let offset = null; // server time minus performance.now(), in ms
@@ -126,6 +131,7 @@ function buildCard(info) {
   node.querySelector('.keyname').textContent = 'key ' + info.key;
   node.querySelector('.timeline').setAttribute('aria-label', meta.title + ': its decisions of the last 10 seconds; the counts above sum them up');
   if (!meta.shaped) node.querySelector('.shaped-only').hidden = true;
+  if (!info.penalty) node.querySelector('.blocked-only').hidden = true;
 
   const fieldBox = node.querySelector('.fields');
   const inputs = {};
@@ -140,6 +146,23 @@ function buildCard(info) {
     fieldBox.append(l);
     inputs[name] = input;
   }
+  // The penalty switch: when on, a denial blocks the card's key for the penalty.
+  const penaltyBox = node.querySelector('.penalty');
+  let penalty = null;
+  if (info.penalty) {
+    const f = info.penalty;
+    const on = penaltyBox.querySelector('.penalty-on');
+    Object.assign(on, { id: id + '-penalty', name: 'penalty' });
+    const ms = penaltyBox.querySelector('.penalty-ms');
+    Object.assign(ms, { id: id + '-penaltyMs', name: f.name, min: f.min, max: f.max, step: 1, value: f.default });
+    penaltyBox.querySelector('.penalty-label').textContent = f.label;
+    penaltyBox.querySelector('.penalty-key').textContent = 'blocks key ' + f.blockKey;
+    penalty = { on, ms, field: f };
+    on.addEventListener('change', () => { ms.disabled = !on.checked; });
+    ms.disabled = true;
+  } else {
+    penaltyBox.remove();
+  }
   const burstN = node.querySelector('.burst-n');
   burstN.id = id + '-burst-n';
   const burst = node.querySelector('.burst');
@@ -151,15 +174,25 @@ function buildCard(info) {
     if (e.key === 'Enter') { e.preventDefault(); burst.click(); }
   });
   for (const cls of ['send', 'burst', 'reset']) node.querySelector('.' + cls).id = id + '-' + cls;
-  for (const cls of ['admitted-count', 'denied-count', 'shaped-count', 'remaining']) node.querySelector('.' + cls).id = id + '-' + cls.replace('-count', '');
+  for (const cls of ['admitted-count', 'denied-count', 'shaped-count', 'blocked-count', 'remaining']) node.querySelector('.' + cls).id = id + '-' + cls.replace('-count', '');
   node.querySelector('.error').id = id + '-error';
+  node.querySelector('.block').id = id + '-block';
+  node.querySelector('.window').id = id + '-window';
+  node.querySelector('.last').id = id + '-last';
 
   const card = {
     id, meta, fields: info.fields, node, inputs, burstN, decisions: [], edge: null, busy: false, inBoundary: false,
-    counts: { admitted: 0, denied: 0, shaped: 0 }, remaining: null, windowMs: info.defaults.windowMs || null,
+    counts: { admitted: 0, denied: 0, shaped: 0, blocked: 0 }, remaining: null, windowMs: info.defaults.windowMs || null,
+    penalty, blockedUntil: null,
+    // A calendar's window: its anchor (sent with every request) and the end of the window the
+    // last decision (or the page's load) was in.
+    calendar: info.calendar || null, anchorMs: info.defaults.anchorMs || 0,
+    windowEnd: info.calendar ? info.calendar.windowEnd : null,
     svg: node.querySelector('.timeline'),
     error: node.querySelector('.error'),
     last: node.querySelector('.last'),
+    block: node.querySelector('.block'),
+    window: node.querySelector('.window'),
   };
   if (inputs.windowMs) {
     inputs.windowMs.addEventListener('input', () => {
@@ -176,7 +209,44 @@ function buildCard(info) {
   node.querySelector('.reset').addEventListener('click', () => reset(card));
   document.getElementById('cards').append(node);
   cards.set(id, card);
+  tick(card);
   draw(card);
+}
+
+// ---- clocks: a block counting down, a calendar window ending -------------------------------
+
+function seconds(ms) {
+  return (Math.max(0, ms) / 1000).toFixed(1) + ' s';
+}
+
+// utcTime is a server time as a UTC clock reads it: 14:05:00 UTC.
+function utcTime(ms) {
+  return new Date(ms).toISOString().slice(11, 19) + ' UTC';
+}
+
+// tick redraws what counts down: the card's block, and its calendar window.
+function tick(card) {
+  const now = serverNow();
+  if (card.blockedUntil !== null && card.blockedUntil <= now) card.blockedUntil = null;
+  const blocked = card.blockedUntil !== null;
+  card.block.hidden = !blocked;
+  card.node.classList.toggle('is-blocked', blocked);
+  if (blocked) card.block.textContent = 'Blocked by the penalty: ' + seconds(card.blockedUntil - now) + ' left (until ' + utcTime(card.blockedUntil) + ')';
+  if (!card.calendar) {
+    card.window.hidden = true;
+    return;
+  }
+  const end = card.windowEnd;
+  if (end === null) {
+    card.window.textContent = '';
+  } else if (end > now) {
+    card.window.textContent = 'This window ends at ' + utcTime(end) + ', in ' + seconds(end - now) + '.';
+  } else {
+    // A day's windows in UTC are a day long: the next one ends a day after.
+    card.window.textContent = 'The window ended at ' + utcTime(end) + ': the next request counts in a new one, ending ' +
+      utcTime(end + DAY_MS) + ' tomorrow.';
+  }
+  card.node.classList.toggle('window-ended', end !== null && end <= now);
 }
 
 // params reads a card's form; null (with the card's error shown) when a field is not a whole
@@ -192,6 +262,17 @@ function params(card) {
     }
     p[name] = v;
   }
+  if (card.penalty && card.penalty.on.checked) {
+    const { ms, field } = card.penalty;
+    const v = Number(ms.value);
+    if (ms.value.trim() === '' || !Number.isSafeInteger(v) || v < field.min || v > field.max) {
+      showError(card, field.label + ' must be a whole number from ' + field.min + ' to ' + field.max + '.');
+      ms.focus();
+      return null;
+    }
+    p[field.name] = v;
+  }
+  if (card.calendar) p.anchorMs = card.anchorMs;
   if (p.windowMs) card.windowMs = p.windowMs;
   return p;
 }
@@ -250,6 +331,7 @@ async function reset(card) {
     if (!r.ok) return handleError(card, r);
     clearCard(card);
     card.last.textContent = r.body.deleted ? 'Reset: the key was deleted.' : 'Reset: the key was already gone.';
+    if (card.penalty) card.last.textContent = r.body.deleted ? 'Reset: the keys (limiter and block) were deleted.' : 'Reset: the keys were already gone.';
   } finally {
     card.busy = false;
     endBusy(card);
@@ -259,32 +341,41 @@ async function reset(card) {
 function clearCard(card) {
   card.decisions = [];
   card.edge = null;
-  card.counts = { admitted: 0, denied: 0, shaped: 0 };
+  card.counts = { admitted: 0, denied: 0, shaped: 0, blocked: 0 };
   card.remaining = null;
+  card.blockedUntil = null;
   showError(card, '');
   renderCounts(card);
+  tick(card);
   draw(card);
 }
 
 function addDecisions(card, ds) {
   for (const d of ds) {
     card.decisions.push(d);
-    if (!d.allowed) card.counts.denied++;
-    else {
+    if (!d.allowed) {
+      card.counts.denied++;
+      if (d.blocked) card.counts.blocked++;
+    } else {
       card.counts.admitted++;
       if (d.delayMs > 0) card.counts.shaped++;
     }
     card.remaining = d.remaining;
+    // A denial by the block says how long it has left; an admission, that there is none.
+    card.blockedUntil = d.blocked ? d.at + d.retryAfterMs : (d.allowed ? null : card.blockedUntil);
+    if (d.windowEnd) card.windowEnd = d.windowEnd;
   }
   // Forget what has scrolled off: the longest a mark lives is the span plus its delay.
   const old = serverNow() - SPAN_MS;
   card.decisions = card.decisions.filter((d) => d.at + d.delayMs >= old).slice(-MAX_MARKS);
   if (ds.length) card.last.textContent = describe(ds[ds.length - 1]);
   renderCounts(card);
+  tick(card);
   draw(card);
 }
 
 function describe(d) {
+  if (d.blocked) return 'Last: blocked by the penalty, retry in ' + d.retryAfterMs + ' ms';
   if (!d.allowed) {
     const retry = d.retryAfterMs < 0 ? 'never (more than the limit)' : 'in ' + d.retryAfterMs + ' ms';
     return 'Last: denied, retry ' + retry + ' · reset after ' + d.resetAfterMs + ' ms';
@@ -298,6 +389,7 @@ function renderCounts(card) {
   q('admitted-count').textContent = card.counts.admitted;
   q('denied-count').textContent = card.counts.denied;
   q('shaped-count').textContent = card.counts.shaped;
+  q('blocked-count').textContent = card.counts.blocked;
   q('remaining').textContent = card.remaining === null ? '–' : card.remaining;
 }
 
@@ -334,6 +426,12 @@ function draw(card) {
       svg.append(el('line', { x1: x(e), x2: x(e), y1: top, y2: lane + 4, stroke: '#8a94a3', 'stroke-dasharray': '3 3' }));
     }
   }
+  // A calendar's window end, once it is on screen.
+  if (card.windowEnd !== null && card.windowEnd >= t0 && card.windowEnd <= now) {
+    const xe = x(card.windowEnd);
+    svg.append(el('line', { x1: xe, x2: xe, y1: top, y2: lane + 4, stroke: '#1d232b', 'stroke-width': 1.5 }));
+    svg.append(el('text', { x: xe + 3, y: top + 8 }, 'new window'));
+  }
   if (card.edge !== null && card.edge >= t0) {
     svg.append(el('line', { x1: x(card.edge), x2: x(card.edge), y1: top, y2: lane + 4, stroke: '#1d232b', 'stroke-width': 1.5, 'stroke-dasharray': '5 2' }));
     svg.append(el('text', { x: x(card.edge) + 3, y: top + 8 }, 'edge'));
@@ -363,7 +461,9 @@ function draw(card) {
     const n = stacks.get(col) || 0;
     stacks.set(col, n + 1);
     const yd = lane - Math.min(n, 10) * 5.5;
-    if (!d.allowed) {
+    if (d.blocked) {
+      svg.append(el('path', { d: `M${xd - 2.5} ${yd - 2.5}l5 5m0 -5l-5 5`, stroke: '#8430ce', 'stroke-width': 1.8 }));
+    } else if (!d.allowed) {
       svg.append(el('path', { d: `M${xd - 2.5} ${yd - 2.5}l5 5m0 -5l-5 5`, stroke: '#d93025', 'stroke-width': 1.8 }));
     } else if (d.delayMs > 0) {
       const xe = Math.min(right, x(d.at + d.delayMs));
@@ -440,7 +540,7 @@ async function start() {
   document.getElementById('boundary').addEventListener('click', boundary);
   document.getElementById('reset-all').addEventListener('click', resetAll);
   // Redraw so that marks scroll left as server time passes; nothing is drawn in a hidden tab.
-  setInterval(() => { if (!document.hidden) for (const c of cards.values()) draw(c); }, 250);
+  setInterval(() => { if (!document.hidden) for (const c of cards.values()) { tick(c); draw(c); } }, 250);
   window.addEventListener('resize', () => { for (const c of cards.values()) draw(c); });
 }
 

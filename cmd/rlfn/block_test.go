@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/internal/calendar"
+	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/versions"
+)
+
+// loadCode loads code as the ratelimit library on s: the working copy (1.2.0), which is not
+// released yet, or a release's.
+func loadCode(t *testing.T, s *harness.Server, code string) valkey.Client {
+	t.Helper()
+	vk := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vk.Do(ctx, vk.B().FunctionLoad().Replace().FunctionCode(code).Build()).Error(); err != nil {
+		t.Fatalf("FUNCTION LOAD: %v", err)
+	}
+	return vk
+}
+
+// keysOn is every key on the server vk reaches, sorted.
+func keysOn(t *testing.T, vk valkey.Client) []string {
+	t.Helper()
+	ks, err := vk.Do(context.Background(), vk.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// blockOf runs an rlfn block command with --json and decodes it.
+func blockOf(t *testing.T, addr string, args ...string) blockJSON {
+	t.Helper()
+	r := rlfnAt(t, nil, addr, append(args, "--json")...)
+	wantExit(t, r, exitOK, strings.Join(args, " "))
+	var b blockJSON
+	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil {
+		t.Fatalf("%s --json: %v\n%s", strings.Join(args, " "), err, r.stdout)
+	}
+	return b
+}
+
+// TestCalendarCall: rlfn call calendar admits up to its limit in the window that holds now,
+// then denies until the window's end, in the anchor's zone; a calendar in another zone, or of
+// another period, is another window on the same key's name only if named.
+func TestCalendarCall(t *testing.T) {
+	s := harness.StartValkey(t)
+	loadCode(t, s, functions.Source)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args   []string
+		period calendar.Period
+		anchor time.Time
+	}{
+		{[]string{"--period", "day"}, calendar.Day, time.Time{}},
+		{[]string{"--period", "month", "--anchor", "2026-01-31T00:00", "--zone", "Europe/Berlin"}, calendar.Month, time.Date(2026, 1, 31, 0, 0, 0, 0, berlin)},
+		{[]string{"--period", "week", "--zone", "Europe/Berlin"}, calendar.Week, time.Date(2001, 1, 1, 0, 0, 0, 0, berlin)},
+	} {
+		key := "cal:" + tt.period.String()
+		got := calls(t, s.Addr, append([]string{"calendar", key, "--limit", "3", "--repeat", "4"}, tt.args...)...)
+		b, err := calendar.Windows(tt.period, tt.anchor, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCalls(t, key, got, [3]int64{1, 2, 0}, [3]int64{1, 1, 0}, [3]int64{1, 0, 0}, [3]int64{0, 0, 0})
+		// Denied until the window ends: the server's clock is this host's, within a second.
+		left := b[2] - time.Now().UnixMilli()
+		if d := got[3]; d.RetryAfterMs < left-2000 || d.RetryAfterMs > left+2000 || d.ResetAfterMs != d.RetryAfterMs || d.Blocked {
+			t.Errorf("%v: denial %+v, want retry and reset after about %dms (the window's end, %s)", tt.args, d, left, time.UnixMilli(b[2]))
+		}
+		if d := got[3]; d.Key != "rl:{"+key+"}:calendar" {
+			t.Errorf("%v: key %q", tt.args, d.Key)
+		}
+	}
+	// The table names the denial's wait to the window's end.
+	r := rlfnAt(t, nil, s.Addr, "call", "calendar", "cal:day", "--limit", "3", "--period", "day")
+	if wantExit(t, r, exitOK, "a fourth call"); !strings.Contains(r.stdout, " no ") {
+		t.Errorf("a fourth call in the day's window:\n%s", r.stdout)
+	}
+}
+
+// TestPenaltyCall: with --penalty, the denial blocks KEY; the next call is refused by the
+// block (ALLOWED reads blocked, --json's blocked is true, retry after is the block's time
+// left), and rlfn block --peek sees it.
+func TestPenaltyCall(t *testing.T) {
+	s := harness.StartValkey(t)
+	loadCode(t, s, functions.Source)
+	// The window is shorter than the penalty: a denial replies the longest wait of the limit
+	// and the block, so a block shorter than the window's rest would not show.
+	fw := []string{"fixed_window", "p", "--limit", "1", "--window", "1s", "--penalty", "1m"}
+	got := calls(t, s.Addr, append(fw, "--repeat", "3")...)
+	wantCalls(t, "--penalty 1m", got, [3]int64{1, 0, 0}, [3]int64{0, 0, 0}, [3]int64{0, 0, 0})
+	// The denial sets the block, which denies it too, for longer than the window: the block
+	// is what it replies.
+	if !got[1].Blocked || got[1].RetryAfterMs != 60000 || got[1].Limit != 0 {
+		t.Errorf("the denial that sets the penalty: %+v, want blocked, limit 0, retry after the penalty's 60000ms", got[1])
+	}
+	if d := got[2]; !d.Blocked || d.Limit != 0 || d.RetryAfterMs <= 55000 || d.RetryAfterMs > 60000 {
+		t.Errorf("the call after: %+v, want blocked, limit 0, retry after the block's time left", d)
+	}
+	r := rlfnAt(t, nil, s.Addr, append([]string{"call"}, fw...)...)
+	wantExit(t, r, exitOK, "a blocked call")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "  blocked  ") {
+		t.Errorf("a blocked call's row:\n%s", r.stdout)
+	}
+	if b := blockOf(t, s.Addr, "block", "p", "--peek"); !b.Blocked || b.Key != "rl:{p}:block" {
+		t.Errorf("block --peek after a penalty: %+v", b)
+	}
+	// penalty= in --also: the calendar's denial blocks the key of its rule.
+	got = calls(t, s.Addr, "fixed_window", "q", "--limit", "5", "--window", "1h", "--also", "calendar,limit=1,period=day,penalty=48h", "--repeat", "3")
+	if len(got) != 3 || !got[0].Allowed || got[0].Blocked || got[1].Allowed || !got[1].Blocked || got[2].Allowed || !got[2].Blocked ||
+		got[2].RetryAfterMs <= 172790000 || got[2].RetryAfterMs > 172800000 {
+		t.Errorf("penalty= in --also: %+v; want admitted, then denied by the 48h block twice", got)
+	}
+}
+
+// TestBlockCommands: block, block --peek and unblock round trip, seen by a service's client
+// (a limit with a Penalty on the key), with --prefix and --policy composing the key as call
+// does; the table's goldens.
+func TestBlockCommands(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := loadCode(t, s, functions.Source)
+	lim, err := client.New(vk, client.Options{Prefix: "svc:", Fallback: client.ReturnError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := client.FixedWindow{Limit: 10, Window: time.Hour, Penalty: time.Second}
+	ctx := context.Background()
+	allow := func(what string, blocked bool) {
+		t.Helper()
+		res, err := lim.Allow(ctx, "api:alice", limit)
+		if err != nil || res.Blocked != blocked || res.Allowed == blocked {
+			t.Fatalf("%s: the client's call: %+v, %v; want blocked %v", what, res, err, blocked)
+		}
+	}
+	key := []string{"alice", "--prefix", "svc:", "--policy", "api"}
+	allow("before", false)
+
+	r := rlfnAt(t, nil, s.Addr, append([]string{"block"}, append(key, "--for", "10m")...)...)
+	wantExit(t, r, exitOK, "block --for 10m")
+	golden(t, "block.golden", r.stdout)
+	allow("blocked by rlfn block", true)
+	if b := blockOf(t, s.Addr, append([]string{"block"}, append(key, "--peek")...)...); !b.Blocked || b.Key != "svc:{api:alice}:block" || b.RetryAfterMs <= 590000 || b.RetryAfterMs > 600000 {
+		t.Errorf("block --peek: %+v", b)
+	}
+	// a second block replaces the first: shorter
+	if b := blockOf(t, s.Addr, append([]string{"block"}, append(key, "--for", "2m")...)...); !b.Blocked || b.RetryAfterMs != 120000 {
+		t.Errorf("block --for 2m over 10m: %+v, want 120000ms left", b)
+	}
+
+	r = rlfnAt(t, nil, s.Addr, append([]string{"unblock"}, key...)...)
+	wantExit(t, r, exitOK, "unblock")
+	golden(t, "unblock.golden", r.stdout)
+	allow("after rlfn unblock", false)
+	if b := blockOf(t, s.Addr, append([]string{"block"}, append(key, "--peek")...)...); b.Blocked || b.RetryAfterMs != 0 {
+		t.Errorf("block --peek after unblock: %+v", b)
+	}
+	if b := blockOf(t, s.Addr, append([]string{"unblock"}, key...)...); b.Blocked {
+		t.Errorf("unblock of a key without a block: %+v", b)
+	}
+	if ks := keysOn(t, vk); len(ks) != 1 || ks[0] != "svc:{api:alice}:fixed_window" {
+		t.Errorf("keys after the round trip: %q, want the limiter's only", ks)
+	}
+
+	// A hostile key: quoted on one row, exact in JSON.
+	hostile := "evil\x1b[2J\nkey"
+	r = rlfnAt(t, nil, s.Addr, "block", hostile, "--for", "1s")
+	wantExit(t, r, exitOK, "block a hostile key")
+	if strings.Contains(r.stdout, "\x1b") || strings.Count(r.stdout, "\n") != 2 {
+		t.Errorf("block of a hostile key prints %q", r.stdout)
+	}
+	if b := blockOf(t, s.Addr, "block", hostile, "--peek"); b.Key != "rl:{"+hostile+"}:block" || !b.Blocked {
+		t.Errorf("block --peek of a hostile key: %+v", b)
+	}
+}
+
+// TestBlockOnOldServer: a 1.1.0 node answers the 1.2 calls (calendar, --penalty, block,
+// unblock, block --peek) with one line naming the node and the release needed, advice to
+// deploy, exit 1, and nothing written; its 1.1 calls still work.
+func TestBlockOnOldServer(t *testing.T) {
+	s := harness.StartValkey(t)
+	v11, ok := versions.Embedded().Find("1.1.0")
+	if !ok {
+		t.Fatal("1.1.0 is not embedded")
+	}
+	vk := loadCode(t, s, v11.Code)
+	for _, args := range [][]string{
+		{"call", "calendar", "k", "--limit", "5", "--period", "month"},
+		{"call", "fixed_window", "k", "--limit", "5", "--window", "1m", "--penalty", "1m"},
+		{"call", "fixed_window", "k", "--limit", "5", "--window", "1m", "--also", "calendar,limit=5,period=day"},
+		{"block", "k", "--for", "1m"},
+		{"block", "k", "--peek"},
+		{"unblock", "k"},
+	} {
+		for _, asJSON := range []bool{false, true} {
+			a := args
+			if asJSON {
+				a = append(a[:len(a):len(a)], "--json")
+			}
+			r := rlfnAt(t, nil, s.Addr, a...)
+			wantExit(t, r, exitError, strings.Join(a, " "))
+			line := strings.TrimSpace(r.stderr)
+			if strings.Contains(line, "\n") || !strings.Contains(line, s.Addr) || !strings.Contains(line, "1.1.0") ||
+				!strings.Contains(line, "1.2.0") || !strings.Contains(line, "(run rlfn deploy)") {
+				t.Errorf("%s on 1.1.0: stderr %q, want one line naming %s, 1.1.0, 1.2.0 and rlfn deploy", strings.Join(a, " "), r.stderr, s.Addr)
+			}
+			if asJSON {
+				wantErrorJSON(t, r)
+			}
+		}
+	}
+	if ks := keysOn(t, vk); len(ks) != 0 {
+		t.Errorf("1.2 calls on 1.1.0 wrote %q", ks)
+	}
+	calls(t, s.Addr, "fixed_window", "k", "--limit", "5", "--window", "1m", "--reserve", "1")
+}
+
+// TestBlockBadFlags: mistakes on a live 1.2.0 server are refused before any call (exit 1,
+// one line, as every usage error of rlfn) and change nothing there, a block in place included.
+func TestBlockBadFlags(t *testing.T) {
+	s := harness.StartValkey(t)
+	vk := loadCode(t, s, functions.Source)
+	blockOf(t, s.Addr, "block", "b", "--for", "1h")
+	before := keysOn(t, vk)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"call", "calendar", "b", "--limit", "5"}, "calendar needs --period"},
+		{[]string{"call", "calendar", "b", "--limit", "5", "--period", "1h"}, `--period is day, week, month or year for a calendar, not "1h"`},
+		{[]string{"call", "calendar", "b", "--limit", "5", "--period", "month", "--zone", "Mars/Olympus"}, `--zone "Mars/Olympus" does not load`},
+		{[]string{"call", "calendar", "b", "--limit", "5", "--period", "month", "--zone", "Local"}, `--zone "Local" is not a time zone`},
+		{[]string{"call", "calendar", "b", "--limit", "5", "--period", "month", "--anchor", "2026-01-31T00:00+01:00"}, "--anchor"},
+		{[]string{"call", "fixed_window", "b", "--limit", "5", "--window", "1m", "--penalty", "1.5ms"}, "--penalty must be a whole number of milliseconds, got 1.5ms"},
+		{[]string{"call", "fixed_window", "b", "--limit", "5", "--window", "1m", "--anchor", "2026-01-31"}, "--anchor does not apply to fixed_window"},
+		{[]string{"block", "b", "--for", "0s"}, "--for must be at least 1ms, got 0s"},
+		{[]string{"block", "b", "--for", "1.5ms"}, "--for must be a whole number of milliseconds"},
+		{[]string{"block", "b"}, "needs --for DURATION to block KEY, or --peek to read its block"},
+		{[]string{"block", "b", "--for", "1m", "--peek"}, "--for does not go with --peek"},
+		{[]string{"unblock", "b", "c"}, `takes KEY only; extra "c" after KEY "b"`},
+		{[]string{"unblock", "b", "--policy", "a:b"}, "httplimit names hold"},
+	} {
+		r := rlfnAt(t, nil, s.Addr, tt.args...)
+		wantExit(t, r, exitError, strings.Join(tt.args, " "))
+		if !strings.Contains(r.stderr, tt.want) || r.stdout != "" {
+			t.Errorf("%s: stderr %q, stdout %q; want %q", strings.Join(tt.args, " "), r.stderr, r.stdout, tt.want)
+		}
+	}
+	if after := keysOn(t, vk); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Errorf("keys %q after the mistakes, %q before", after, before)
+	}
+	if b := blockOf(t, s.Addr, "block", "b", "--peek"); !b.Blocked || b.RetryAfterMs < 3590000 {
+		t.Errorf("the block after the mistakes: %+v", b)
+	}
+}
