@@ -49,7 +49,7 @@ echo "A bad limit is refused before anything is sent (exit code 1):"
 if "$work/rlfn" call token_bucket user:42 --capacity 3 --rate 0 --period 1s; then exit 1; fi
 echo
 echo "The demo removes its servers as it ends. To run a Valkey of your own, deploy the library on it and"
-echo "open the playground, where the six limiters decide in a browser (Ctrl-C stops the page):"
+echo "open the playground, where the seven limiters decide in a browser (Ctrl-C stops the page):"
 echo
 echo "  docker run -d --name rlfn-valkey --network host $image valkey-server --bind 127.0.0.1 --port 6379 --save ''"
 echo "  go run ./cmd/rlfn --url redis://127.0.0.1:6379 deploy --yes --accept-warning lua-security"
