@@ -40,9 +40,9 @@ type quota struct {
 //
 // A decision the principal's block refused (res.Blocked) replies the block's limit, 0: the
 // headers say the deciding limit's quota instead, with r=0 (nothing is admissible while
-// blocked), and t its wait, the block's remaining time. A Calendar's reset is its window's
-// end: a window that holds no units yet has none in the reply (ResetAfter 0), so the
-// calendar's boundaries give it.
+// blocked), and t its wait, the block's remaining time. A Calendar's w is the length of the
+// window that holds now, and its reset the window's end, both from its boundaries: a window
+// that holds no units yet has no reset in the reply (ResetAfter 0).
 func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
 	t := res.ResetAfter
 	if len(each) > 0 && each[0].Limit != 0 {
@@ -66,9 +66,13 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 		}
 		return wall
 	}
-	if t <= 0 && !retry {
+	// A Calendar's reset is its window's end by its boundaries, whether or not the reply has
+	// one (a window that holds no units has none), and X-RateLimit-Reset counts from the
+	// clock that read them: the end itself, not the coarse clock's tick later.
+	calendarReset := false
+	if !retry {
 		if _, left, ok := calendarSpan(quotas[0].limit, clock); ok {
-			t = left
+			t, calendarReset = left, true
 		}
 	}
 	limit := res.Limit
@@ -114,10 +118,8 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 		et := e.ResetAfter
 		if !e.Allowed && e.RetryAfter != client.Never {
 			et = e.RetryAfter
-		} else if et <= 0 {
-			if _, left, ok := calendarSpan(quotas[i].limit, clock); ok {
-				et = left
-			}
+		} else if _, left, ok := calendarSpan(quotas[i].limit, clock); ok {
+			et = left
 		}
 		buf = append(append(append(buf, `, "`...), quotas[i].name...), `";r=`...)
 		buf = strconv.AppendInt(buf, e.Remaining, 10)
@@ -130,7 +132,11 @@ func (m *Middleware) setHeaders(h http.Header, hide bool, quotas []quota, res cl
 	ends[3] = len(buf)
 	n := 4
 	if m.opts.Reset == ResetUnix {
-		buf = appendUnix(buf, m.now(), t)
+		from := wall
+		if !calendarReset {
+			from = m.now()
+		}
+		buf = appendUnix(buf, from, t)
 		ends[4] = len(buf)
 		n = 5
 	}
@@ -324,7 +330,7 @@ func (b body) appendProblem(buf []byte, status int) []byte {
 		if b.Blocked {
 			// An extension member a program reads, and the detail a person does: the wait is the
 			// block's, which further requests do not shorten, nor lengthen.
-			buf = append(buf, `,"detail":"blocked: the policy's penalty, or an operator, blocks this client until Retry-After","blocked":true`...)
+			buf = append(buf, `,"detail":"blocked until Retry-After, by a penalty for exceeding the quota or by an operator","blocked":true`...)
 		}
 	} else {
 		buf = append(append(append(buf, `{"type":"about:blank","title":"`...), http.StatusText(status)...), `","status":`...)
