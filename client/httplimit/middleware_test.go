@@ -1110,6 +1110,7 @@ func TestBlockedBody(t *testing.T) {
 				Key:         constKey("k"),
 				Policy:      func(*http.Request) Policy { return Policy{Name: "p", Limit: penalized, HideQuota: tt.hide} },
 				ProblemJSON: tt.problem,
+				Now:         now, // TestCoarseClock starts the coarse clock itself
 			})
 			rec := httptest.NewRecorder()
 			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))

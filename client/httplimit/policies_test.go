@@ -258,6 +258,7 @@ func TestLimiterKey(t *testing.T) {
 		Policy: func(*http.Request) Policy {
 			return Policy{Limit: penalized, Also: []AlsoLimit{{Name: "a", Limit: hourly}, {Name: "b", Limit: daily, Key: constKey("ip")}}}
 		},
+		Now: now, // TestCoarseClock starts the coarse clock itself
 	})
 	m.Handler(served).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	want := []string{LimiterKey("", "k"), LimiterKey("a", "k"), LimiterKey("b", "ip")}
