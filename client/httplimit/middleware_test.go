@@ -18,7 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones of the calendar tests, on hosts without any
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -81,11 +80,11 @@ var (
 	shape       = client.LeakyBucket{Capacity: 10, Rate: 20, Period: time.Second, Mode: client.Shape}
 	monthly     = client.Calendar{Limit: 10_000, Period: client.Month}
 	penalized   = client.FixedWindow{Limit: 5, Window: time.Minute, Penalty: 15 * time.Minute}
-	berlin      = mustLoad("Europe/Berlin")
-	berlinDay   = client.Calendar{Limit: 100, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, berlin)}
 	errDown     = errors.New("client: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
 )
 
+// mustLoad is a zone of the system's tzdata, which the integration tests read too; a host
+// without it fails here, saying which zone is missing.
 func mustLoad(name string) *time.Location {
 	loc, err := time.LoadLocation(name)
 	if err != nil {
@@ -125,6 +124,7 @@ func dump(rec *httptest.ResponseRecorder) string {
 // Every kind of decision gets the status, headers and body the package documents; the whole
 // set is checked against testdata/responses.golden (go test -update rewrites it).
 func TestResponses(t *testing.T) {
+	berlinDay := client.Calendar{Limit: 100, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, mustLoad("Europe/Berlin"))}
 	tests := []struct {
 		name      string
 		give      client.Result
@@ -981,7 +981,7 @@ func TestCalendarHeaders(t *testing.T) {
 	// 2026-03-29T22:00Z, 23 hours later. Now is 12:00:00.5Z: 9h59m59.5s to the end.
 	at := time.Date(2026, 3, 29, 12, 0, 0, 500_000_000, time.UTC)
 	end := time.Date(2026, 3, 29, 22, 0, 0, 0, time.UTC)
-	day := client.Calendar{Limit: 10, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, berlin)}
+	day := client.Calendar{Limit: 10, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, mustLoad("Europe/Berlin"))}
 	type embedded struct{ client.Calendar }
 	tests := []struct {
 		name   string
