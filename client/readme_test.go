@@ -47,6 +47,8 @@ var required = map[string][]string{
 		"httplimit/example_test.go:ExampleClientIP",
 		"httplimit/example_test.go:Example_shadow",
 		"httplimit/example_test.go:ExampleTransport",
+		"httplimit/example_test.go:Example_calendar",
+		"httplimit/example_test.go:Example_penalty",
 	},
 }
 

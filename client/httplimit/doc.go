@@ -34,6 +34,27 @@
 //	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
 //	 "title":"...","status":429,"violated-policies":["<policy>"],"retry_after_ms":<milliseconds>}
 //
+// # Calendar quotas and penalties
+//
+// A client.Calendar (library 1.2.0) is a quota per day, week, month or year from an anchor in
+// a time zone. Its headers describe the window that holds now: w is its length (a day of 23,
+// 24 or 25 hours, a month of 28 to 31 days), and its reset (t on a served request,
+// X-RateLimit-Reset) the window's end, also before the window's first unit is taken.
+//
+// A limit with a Penalty (library 1.2.0) blocks the principal once it denies a request, for the
+// Penalty; a block can also be set and lifted by hand (client.Limiter's Block and Unblock, on
+// LimiterKey). A request the block refuses (client.Result.Blocked) counts nothing, and is
+// answered 429 with Retry-After the block's time left, which more requests never lengthen; its
+// headers say the deciding limit's quota, r=0 and t the same wait; its body says
+// "blocked":true, the problem details a detail and "blocked":true too. A hidden quota
+// (Policy.HideQuota) gets Retry-After alone, and a body that says no more than any denial's.
+// Only a limit with a Penalty looks at blocks: to obey an operator's blocks without
+// penalising a denial much, give it a Penalty of a millisecond.
+//
+// Key a penalty by a principal the server authenticated, or an address read from trusted
+// proxies only (ClientIP): a key a client can forge (an address from a header nobody checked,
+// a user name from a login form) lets an attacker lock a victim out for the whole penalty.
+//
 // # Several limits, the login pattern
 //
 // Policy.Also adds limits to a route, decided with its Limit all or nothing
@@ -122,7 +143,9 @@
 //
 // The key a limit counts a request against is the Policy's (or the AlsoLimit's) Name, ':' and the
 // principal from Options.Key (or AlsoLimit.Key); the client stores its state under
-// the Limiter's Key("<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket. The server holds each key for as long as its limiter's
+// the Limiter's Key("<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket, and
+// its block (a Penalty's, or an operator's) under rl:{api:user-42}:block: LimiterKey
+// composes "<name>:<principal>". The server holds each key for as long as its limiter's
 // state lives (an hour for an hour's sliding log), so the client bounds it: at most
 // 512 bytes (the client's Options.MaxKeyLen default), name and ':' included, or what Options.MaxKeyLen
 // sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
@@ -133,8 +156,8 @@
 //
 // A service whose routes' limits are constants lists them in Options.Policies: New refuses
 // one that cannot be valid, with an *ConfigError naming it, and Middleware.Check verifies
-// that every node runs the library release they need (Needs: 1.1.0 for several limits
-// at once, a Concurrency or a Reserve). A node that runs an older release still
+// that every node runs the library release they need (Needs: 1.2.0 for a Calendar or a
+// Penalty, 1.1.0 for several limits at once, a Concurrency or a Reserve). A node that runs an older release still
 // limits (the client decides each limit it can, one at a time, and its policy the rest), but
 // not all or nothing: Check's *ReleaseError says so before the first request, not a log line
 // under load.

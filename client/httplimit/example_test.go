@@ -204,7 +204,7 @@ func Example_startup() {
 }
 
 // The library release each policy needs: one limit runs on 1.0.0; several at once, a
-// concurrency lease or a reserve need 1.1.0.
+// concurrency lease or a reserve need 1.1.0; a calendar quota or a penalty, 1.2.0.
 func ExampleNeeds() {
 	perUser := client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}
 	for _, p := range []httplimit.Policy{
@@ -212,6 +212,8 @@ func ExampleNeeds() {
 		{Name: "api-ip", Limit: perUser, Also: []httplimit.AlsoLimit{{Name: "ip", Key: httplimit.RemoteIP,
 			Limit: client.SlidingWindow{Limit: 5000, Window: time.Hour}}}},
 		{Name: "payments", Limit: perUser, Concurrency: &client.Concurrency{Limit: 20, Lease: 30 * time.Second}},
+		{Name: "monthly", Limit: client.Calendar{Limit: 10_000, Period: client.Month}},
+		{Name: "login", Limit: client.SlidingWindow{Limit: 20, Window: 10 * time.Minute, Penalty: time.Hour}},
 	} {
 		fmt.Println(p.Name, httplimit.Needs(p))
 	}
@@ -219,6 +221,136 @@ func ExampleNeeds() {
 	// api 1.0.0
 	// api-ip 1.1.0
 	// payments 1.1.0
+	// monthly 1.2.0
+	// login 1.2.0
+}
+
+// A monthly quota per customer, billed in the customer's time zone from the customer's billing
+// day: each window starts at local midnight on that day (on the month's last day when it has
+// fewer days), and the headers describe the real window: w is this month's length, the reset
+// its end, even before the month's first request. A burst limit is decided with it, all or
+// nothing. Calendar quotas need library 1.2.0.
+func Example_calendar() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	berlin, err := time.LoadLocation("Europe/Berlin") // never time.Local: the client refuses it
+	if err != nil {
+		log.Fatal(err)
+	}
+	type customer struct {
+		plan    int64     // calls a month
+		billing time.Time // the first window's start, in the customer's zone
+	}
+	customers := map[string]customer{
+		"key-acme":   {plan: 10_000, billing: time.Date(2026, 1, 31, 0, 0, 0, 0, berlin)},
+		"key-globex": {plan: 1_000_000, billing: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
+	}
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
+		Key: func(r *http.Request) (string, error) {
+			k := r.Header.Get("X-Api-Key")
+			if _, ok := customers[k]; !ok {
+				return "", errors.New("unknown API key")
+			}
+			return k, nil
+		},
+		Policy: func(r *http.Request) httplimit.Policy {
+			c, ok := customers[r.Header.Get("X-Api-Key")]
+			if !ok {
+				c = customer{plan: 100} // Key answers the request 400 before any decision
+			}
+			return httplimit.Policy{
+				Name:  "monthly",
+				Limit: client.Calendar{Limit: c.plan, Period: client.Month, Anchor: c.billing},
+				Also: []httplimit.AlsoLimit{{Name: "burst",
+					Limit: client.TokenBucket{Capacity: 50, Rate: 10, Period: time.Second}}},
+			}
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
+}
+
+// A login route with a penalty: an address that makes more than 20 attempts in 10 minutes is
+// blocked for an hour. Every attempt in that hour is answered 429 without counting, its
+// Retry-After the block's time left, which more attempts never lengthen. The address is read
+// from trusted proxies only (ClientIP): a penalty on a key a client can forge lets an attacker
+// lock a victim out. Operators block or unblock an address by hand on an endpoint of their
+// own, under the key the middleware uses (LimiterKey).
+func Example_penalty() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+
+	ips, err := httplimit.NewClientIP(httplimit.ClientIPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	login := httplimit.Policy{
+		Name:      "login",
+		Limit:     client.SlidingWindow{Limit: 20, Window: 10 * time.Minute, Penalty: time.Hour},
+		HideQuota: true, // Retry-After alone
+	}
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := httplimit.New(lim, httplimit.Options{
+		Key: ips.Key,
+		Policy: func(r *http.Request) httplimit.Policy {
+			if r.URL.Path == "/login" {
+				return login
+			}
+			return httplimit.Policy{}
+		},
+		Policies: []httplimit.Policy{login},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := limits.Check(ctx); err != nil {
+		slog.Error("rate limits", "err", err) // a node older than 1.2.0 cannot block
+	}
+
+	// The operators' endpoint, on an address of its own behind their authentication:
+	// POST /blocks?ip=198.51.100.7&for=24h blocks, DELETE /blocks?ip=198.51.100.7 unblocks
+	// (an IPv6 client is its /64, as ClientIP keys it: ip=2001:db8:1:2::/64).
+	admin := http.NewServeMux()
+	admin.HandleFunc("POST /blocks", func(w http.ResponseWriter, r *http.Request) {
+		d, err := time.ParseDuration(r.FormValue("for"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := lim.Block(r.Context(), httplimit.LimiterKey(login.Name, r.FormValue("ip")), d); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+	})
+	admin.HandleFunc("DELETE /blocks", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := lim.Unblock(r.Context(), httplimit.LimiterKey(login.Name, r.FormValue("ip"))); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+	})
+	go func() { log.Fatal(http.ListenAndServe("127.0.0.1:9090", admin)) }()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome\n")) })
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", limits.Handler(mux)))
 }
 
 // The client's address behind trusted proxies: only their header is read, the rightmost

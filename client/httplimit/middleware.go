@@ -40,8 +40,13 @@ type Policy struct {
 	// budgets, and two with one Name share it. Letters, digits, '_', '.' and '-' only.
 	// Default (empty): DefaultPolicyName, "default".
 	Name string
-	// Limit is the limiter's configuration, e.g. client.TokenBucket{...}. Default (nil): the
-	// request is not rate-limited: no call, no rate-limit headers.
+	// Limit is the limiter's configuration, e.g. client.TokenBucket{...}, or a
+	// client.Calendar (library 1.2.0), a quota per day, week, month or year in a time zone,
+	// whose headers describe the window that holds now. A limit with a Penalty (library 1.2.0)
+	// blocks the principal once it denies a request: the requests of the block are answered 429
+	// with Retry-After the block's time left (client.Result.Blocked), as are those of a block an
+	// operator set (see LimiterKey). Default (nil): the request is not rate-limited: no call, no
+	// rate-limit headers.
 	Limit client.Limit
 	// Concurrency, when not nil, caps the requests of one key in flight at once: the request
 	// holds a lease of it (library 1.1.0) from after Limit admits it until the next handler
@@ -85,7 +90,9 @@ type AlsoLimit struct {
 	// Name names the limit in the headers and scopes its state, as Policy.Name does; it must
 	// differ from the Policy's and from the other AlsoLimits' Names. Required.
 	Name string
-	// Limit is the limiter's configuration. Required.
+	// Limit is the limiter's configuration, as Policy.Limit (a Calendar, a Penalty). Its
+	// Penalty blocks this limit's key, LimiterKey(Name, principal): the principal of this
+	// AlsoLimit only. Required.
 	Limit client.Limit
 	// Key returns the principal this limit counts the request against. Default (nil):
 	// Options.Key's. An error answers 400, as Options.Key's does.
@@ -198,9 +205,10 @@ type Options struct {
 	OnShadowDeny func(r *http.Request, policy string)
 	// MeterProvider, when not nil, records MetricWouldDeny. Default (nil): no instrument.
 	MeterProvider metric.MeterProvider
-	// Now is the clock of X-RateLimit-Reset's Unix time, for tests. Default (nil): the wall
-	// clock as one goroutine of the process reads it every 100ms, a tick ahead so that a
-	// reset is never early.
+	// Now is the clock of X-RateLimit-Reset's Unix time and of the window a Calendar's headers
+	// describe, for tests. Default (nil): for X-RateLimit-Reset, the wall clock as one
+	// goroutine of the process reads it every 100ms, a tick ahead so that a reset is never
+	// early; for a Calendar, time.Now.
 	Now func() time.Time
 }
 
@@ -268,7 +276,8 @@ type Middleware struct {
 	opts      Options
 	policies  []Policy            // Options.Policies, Names defaulted
 	log       *errorLog           // the default OnError
-	now       func() int64        // Unix nanoseconds
+	now       func() int64        // Unix nanoseconds, of X-RateLimit-Reset: coarse, a tick ahead
+	wall      func() int64        // Unix nanoseconds, exact: a Calendar's window holding now
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
 }
@@ -312,8 +321,12 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 	}
 	if opts.Now != nil {
 		m.now = func() int64 { return opts.Now().UnixNano() }
+		m.wall = m.now
 	} else {
 		m.now = coarseNanos
+		// A Calendar's window is read from the exact clock: the coarse one, a tick ahead,
+		// would put a request made just before a window's end in the next window.
+		m.wall = func() int64 { return time.Now().UnixNano() }
 	}
 	if opts.MeterProvider != nil {
 		c, err := opts.MeterProvider.Meter("github.com/rlfn/rlfn/client/httplimit").Int64Counter(MetricWouldDeny,
@@ -405,6 +418,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}}, nil)
 }
 
+// LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
+// principal's requests against: "<name>:<principal>", principal as Options.Key (or
+// AlsoLimit.Key) returns it. An operator blocks a principal of a route with the Limiter's
+// Block(ctx, LimiterKey(name, principal), d), which every limit of that name with a Penalty
+// then obeys, and lifts it with Unblock (PeekBlock tells); Peek and Refund take it too.
+func LimiterKey(name, principal string) string {
+	if name == "" {
+		name = DefaultPolicyName
+	}
+	return name + ":" + principal
+}
+
 // keyBody is the body of the 400 answering a Key's error.
 func keyBody(err error) string {
 	if err == ErrEmptyKey {
@@ -430,7 +455,7 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 	switch {
 	case !res.Allowed:
 		m.setHeaders(h, p.HideQuota, quotas, res, each, res.RetryAfter, true)
-		m.deny(w, p.HideQuota, quotas[0].name, res.RetryAfter)
+		m.deny(w, p.HideQuota, res.Blocked, quotas[0].name, res.RetryAfter)
 	case res.Delay > m.opts.MaxDelay:
 		// The server has counted this request (its unit is in the queue) and it is refused all
 		// the same, as promised. A request made later waits behind that unit too: the delay it
@@ -438,7 +463,7 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 		// MaxDelay.
 		wait := res.Delay + maxLeak(quotas) - m.opts.MaxDelay
 		m.setHeaders(h, p.HideQuota, quotas, res, each, wait, true)
-		m.deny(w, p.HideQuota, quotas[0].name, wait)
+		m.deny(w, p.HideQuota, false, quotas[0].name, wait)
 	default:
 		m.setHeaders(h, p.HideQuota, quotas, res, each, 0, false)
 		if res.Delay > 0 && !hold(r.Context(), res.Delay) {
@@ -656,7 +681,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 		if res.RetryAfter != client.Never {
 			w.Header()["Retry-After"] = []string{string(appendSeconds(nil, res.RetryAfter))}
 		}
-		m.deny(w, p.HideQuota, p.Name, res.RetryAfter)
+		m.deny(w, p.HideQuota, false, p.Name, res.RetryAfter)
 		return
 	}
 	defer func() {
@@ -684,12 +709,14 @@ func hold(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// deny answers 429; setHeaders has set Retry-After. A hidden quota's body names neither the
-// policy nor the wait.
-func (m *Middleware) deny(w http.ResponseWriter, hide bool, policy string, wait time.Duration) {
-	b := body{Error: "rate limited", Policy: policy, RetryAfterMs: -1}
+// deny answers 429; setHeaders has set Retry-After. blocked says the principal's block
+// refused it (client.Result.Blocked), which the body says. A hidden quota's body names neither
+// the policy nor the wait, nor a block: a guesser who learns that it tripped a penalty learns
+// the route's quota.
+func (m *Middleware) deny(w http.ResponseWriter, hide, blocked bool, policy string, wait time.Duration) {
+	b := body{Error: "rate limited", Policy: policy, RetryAfterMs: -1, Blocked: blocked}
 	if hide {
-		b.Policy = ""
+		b.Policy, b.Blocked = "", false
 	} else if wait != client.Never {
 		b.RetryAfterMs = wait.Milliseconds()
 		if wait%time.Millisecond != 0 {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -77,8 +78,20 @@ var (
 	hourly      = client.SlidingWindow{Limit: 1000, Window: time.Hour}
 	daily       = client.FixedWindow{Limit: 5000, Window: 24 * time.Hour}
 	shape       = client.LeakyBucket{Capacity: 10, Rate: 20, Period: time.Second, Mode: client.Shape}
+	monthly     = client.Calendar{Limit: 10_000, Period: client.Month}
+	penalized   = client.FixedWindow{Limit: 5, Window: time.Minute, Penalty: 15 * time.Minute}
 	errDown     = errors.New("client: rl_token_bucket: dial tcp 127.0.0.1:6379: connect: connection refused")
 )
+
+// mustLoad is a zone of the system's tzdata, which the integration tests read too; a host
+// without it fails here, saying which zone is missing.
+func mustLoad(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}
 
 func constKey(k string) func(*http.Request) (string, error) {
 	return func(*http.Request) (string, error) { return k, nil }
@@ -111,6 +124,7 @@ func dump(rec *httptest.ResponseRecorder) string {
 // Every kind of decision gets the status, headers and body the package documents; the whole
 // set is checked against testdata/responses.golden (go test -update rewrites it).
 func TestResponses(t *testing.T) {
+	berlinDay := client.Calendar{Limit: 100, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, mustLoad("Europe/Berlin"))}
 	tests := []struct {
 		name      string
 		give      client.Result
@@ -457,6 +471,62 @@ func TestResponses(t *testing.T) {
 			name:    "EnforcePercent 101: 500",
 			policy:  Policy{Name: "api", Limit: tokenBucket, EnforcePercent: 101},
 			wantErr: true,
+		},
+		{
+			// the block's reply says limit 0: the headers say the policy's quota, r=0
+			name:      "blocked",
+			give:      client.Result{Blocked: true, RetryAfter: 899_001 * time.Millisecond, ResetAfter: 899_001 * time.Millisecond},
+			policy:    Policy{Name: "login", Limit: penalized},
+			wantCalls: 1,
+		},
+		{
+			name:      "blocked, problem+json",
+			give:      client.Result{Blocked: true, RetryAfter: 899_001 * time.Millisecond, ResetAfter: 899_001 * time.Millisecond},
+			policy:    Policy{Name: "login", Limit: penalized},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "blocked, hidden quota: Retry-After alone",
+			give:      client.Result{Blocked: true, RetryAfter: 899_001 * time.Millisecond, ResetAfter: 899_001 * time.Millisecond},
+			policy:    Policy{Name: "login", Limit: penalized, HideQuota: true},
+			wantCalls: 1,
+		},
+		{
+			name:      "blocked, hidden quota, problem+json",
+			give:      client.Result{Blocked: true, RetryAfter: 899_001 * time.Millisecond, ResetAfter: 899_001 * time.Millisecond},
+			policy:    Policy{Name: "login", Limit: penalized, HideQuota: true},
+			opts:      Options{ProblemJSON: true},
+			wantCalls: 1,
+		},
+		{
+			name: "blocked, several limits: each its own state, the deciding one r=0",
+			give: client.Result{Blocked: true, RetryAfter: 600 * time.Second, ResetAfter: 600 * time.Second, Rule: 1},
+			giveEach: []client.Result{
+				{Allowed: true, Limit: 100, Remaining: 97, ResetAfter: 300 * time.Millisecond},
+				{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 40 * time.Second},
+			},
+			policy:    Policy{Name: "user", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: penalized, Key: constKey("10.0.0.1")}}},
+			wantCalls: 2,
+		},
+		{
+			// Europe/Berlin's day: 2027-01-14T23:00Z to 2027-01-15T23:00Z; now is 08:00:00.25Z
+			name:      "calendar, allowed: w the day, t to its end",
+			give:      client.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 53_999_750 * time.Millisecond},
+			policy:    Policy{Name: "daily", Limit: berlinDay},
+			wantCalls: 1,
+		},
+		{
+			name:      "calendar, a window with no units: t to its end all the same",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: client.Never},
+			policy:    Policy{Name: "daily", Limit: berlinDay},
+			wantCalls: 1,
+		},
+		{
+			name:      "calendar, denied: t the wait, to the window's end",
+			give:      client.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 53_999_750 * time.Millisecond, ResetAfter: 53_999_750 * time.Millisecond},
+			policy:    Policy{Name: "daily", Limit: berlinDay},
+			wantCalls: 1,
 		},
 	}
 	var out strings.Builder
@@ -900,5 +970,159 @@ func TestAppendUnix(t *testing.T) {
 		if got := string(appendUnix(nil, tt.now, tt.d)); got != tt.want {
 			t.Errorf("appendUnix(%d, %s) = %s, want %s", tt.now, tt.d, got, tt.want)
 		}
+	}
+}
+
+// A Calendar's headers describe the window that holds now by Options.Now: w its length (23
+// hours on the day clocks go forward), t and X-RateLimit-Reset its end, whether or not the
+// reply had a reset (a window that holds no units has none).
+func TestCalendarHeaders(t *testing.T) {
+	// Sunday 29 March 2026 in Berlin: 00:00 CET is 2026-03-28T23:00Z, the next midnight CEST
+	// 2026-03-29T22:00Z, 23 hours later. Now is 12:00:00.5Z: 9h59m59.5s to the end.
+	at := time.Date(2026, 3, 29, 12, 0, 0, 500_000_000, time.UTC)
+	end := time.Date(2026, 3, 29, 22, 0, 0, 0, time.UTC)
+	day := client.Calendar{Limit: 10, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, mustLoad("Europe/Berlin"))}
+	type embedded struct{ client.Calendar }
+	tests := []struct {
+		name   string
+		policy Policy
+		reset  ResetFormat
+		give   client.Result
+		each   []client.Result
+		at     time.Time // default: at
+		want   http.Header
+	}{
+		{
+			// docs/http.md's: 25 hours, and 14.5 of them left at 9:30
+			name:   "New York, the day clocks go back",
+			policy: Policy{Name: "daily", Limit: client.Calendar{Limit: 1000, Period: client.Day, Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, mustLoad("America/New_York"))}},
+			give:   client.Result{Allowed: true, Limit: 1000, Remaining: 999},
+			at:     time.Date(2026, 11, 1, 9, 30, 0, 0, mustLoad("America/New_York")),
+			want: http.Header{
+				"Ratelimit-Policy": {`"daily";q=1000;w=90000`},
+				"Ratelimit":        {`"daily";r=999;t=52200`},
+			},
+		},
+		{
+			// the server's clock a little behind: the headers say the window's end all the same
+			name:   "the window's end, not the reply's reset",
+			policy: Policy{Name: "d", Limit: day},
+			give:   client.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: end.Sub(at) + 2*time.Second},
+			want: http.Header{
+				"Ratelimit-Policy":  {`"d";q=10;w=82800`},
+				"Ratelimit":         {`"d";r=9;t=36000`},
+				"X-Ratelimit-Reset": {strconv.FormatInt(end.Unix(), 10)},
+			},
+		},
+		{
+			name:   "no reset in the reply: the window's end",
+			policy: Policy{Name: "d", Limit: &day},
+			reset:  ResetDelta,
+			give:   client.Result{Allowed: true, Limit: 10, Remaining: 10},
+			want: http.Header{
+				"Ratelimit-Policy":  {`"d";q=10;w=82800`},
+				"Ratelimit":         {`"d";r=10;t=36000`},
+				"X-Ratelimit-Reset": {"36000"},
+			},
+		},
+		{
+			name:   "a caller's type that embeds a Calendar",
+			policy: Policy{Name: "d", Limit: embedded{day}},
+			give:   client.Result{Allowed: true, Limit: 10, Remaining: 10},
+			want: http.Header{
+				"Ratelimit-Policy":  {`"d";q=10;w=82800`},
+				"Ratelimit":         {`"d";r=10;t=36000`},
+				"X-Ratelimit-Reset": {strconv.FormatInt(end.Unix(), 10)},
+			},
+		},
+		{
+			name:   "an AlsoLimit's calendar, its window empty: its t the window's end",
+			policy: Policy{Name: "api", Limit: tokenBucket, Also: []AlsoLimit{{Name: "d", Limit: day}}},
+			give:   client.Result{Allowed: false, Limit: 100, RetryAfter: 1500 * time.Millisecond, ResetAfter: 10 * time.Second},
+			each: []client.Result{
+				{Allowed: false, Limit: 100, RetryAfter: 1500 * time.Millisecond, ResetAfter: 10 * time.Second},
+				{Allowed: true, Limit: 10, Remaining: 10},
+			},
+			want: http.Header{
+				"Ratelimit-Policy":  {`"api";q=100;w=10, "d";q=10;w=82800`},
+				"Ratelimit":         {`"api";r=0;t=2, "d";r=10;t=36000`},
+				"X-Ratelimit-Reset": {strconv.FormatInt(at.Unix()+2, 10)},
+				"Retry-After":       {"2"},
+			},
+		},
+		{
+			name:   "blocked by a calendar's penalty: t the block's",
+			policy: Policy{Name: "d", Limit: client.Calendar{Limit: 10, Period: client.Day, Anchor: day.Anchor, Penalty: time.Hour}},
+			give:   client.Result{Blocked: true, RetryAfter: 30 * time.Minute, ResetAfter: 30 * time.Minute},
+			want: http.Header{
+				"Ratelimit-Policy":      {`"d";q=10;w=82800`},
+				"Ratelimit":             {`"d";r=0;t=1800`},
+				"X-Ratelimit-Limit":     {"10"},
+				"X-Ratelimit-Remaining": {"0"},
+				"X-Ratelimit-Reset":     {strconv.FormatInt(at.Unix()+1801, 10)},
+				"Retry-After":           {"1800"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := &fake{res: tt.give, each: tt.each}
+			m := mustNew(t, lim, Options{
+				Key:    constKey("k"),
+				Policy: func(*http.Request) Policy { return tt.policy },
+				Reset:  tt.reset,
+				Now: func() time.Time {
+					if !tt.at.IsZero() {
+						return tt.at
+					}
+					return at
+				},
+			})
+			rec := httptest.NewRecorder()
+			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			for k, v := range tt.want {
+				if got := rec.Result().Header[k]; !slices.Equal(got, v) {
+					t.Errorf("%s: %q, want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+// A blocked decision's body says so, unless the quota is hidden; a denial by a limit does not.
+func TestBlockedBody(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		give    client.Result
+		hide    bool
+		problem bool
+		want    bool
+	}{
+		{"blocked", client.Result{Blocked: true, RetryAfter: time.Minute}, false, false, true},
+		{"blocked, problem+json", client.Result{Blocked: true, RetryAfter: time.Minute}, false, true, true},
+		{"blocked, hidden", client.Result{Blocked: true, RetryAfter: time.Minute}, true, false, false},
+		{"blocked, hidden, problem+json", client.Result{Blocked: true, RetryAfter: time.Minute}, true, true, false},
+		{"denied by the limit", client.Result{Limit: 5, RetryAfter: time.Minute}, false, false, false},
+		{"denied by the limit, problem+json", client.Result{Limit: 5, RetryAfter: time.Minute}, false, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := mustNew(t, &fake{res: tt.give}, Options{
+				Key:         constKey("k"),
+				Policy:      func(*http.Request) Policy { return Policy{Name: "p", Limit: penalized, HideQuota: tt.hide} },
+				ProblemJSON: tt.problem,
+				Now:         now, // TestCoarseClock starts the coarse clock itself
+			})
+			rec := httptest.NewRecorder()
+			m.Handler(served).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			var b struct {
+				Blocked bool `json:"blocked"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+				t.Fatalf("body %q: %v", rec.Body, err)
+			}
+			if rec.Code != http.StatusTooManyRequests || b.Blocked != tt.want || rec.Header().Get("Retry-After") != "60" {
+				t.Errorf("%d %v %q: want 429, Retry-After 60, blocked %t", rec.Code, rec.Header(), rec.Body, tt.want)
+			}
+		})
 	}
 }

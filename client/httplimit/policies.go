@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/limitspec"
@@ -48,16 +49,25 @@ func quoteAll(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// Needs is the library release the decisions of p need: "1.1.0" when it has a Concurrency,
-// when several of its limits are decided at once (Also: all or nothing across keys needs
-// refunds), or when a limit has a Reserve; else "1.0.0". Limits in shadow count: they are
-// decided too, all at once when the whole route is in shadow (Shadow, or EnforcePercent below
-// 100 for the keys outside it).
+// Needs is the library release the decisions of p need: "1.2.0" when a limit is a
+// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency, when several of
+// its limits are decided at once (Also: all or nothing across keys needs refunds), or when a
+// limit has a Reserve; else "1.0.0". Limits in shadow count: they are decided too, all at once
+// when the whole route is in shadow (Shadow, or EnforcePercent below 100 for the keys outside
+// it).
 //
 // A node older than that does not stop limiting: the client decides what the node can (each
 // limit of a 1.0.0 node one at a time) and its client.Fallback the rest. Check says when that
 // would happen, before the first request.
 func Needs(p Policy) string {
+	if p.Limit != nil && needsV12(p.Limit) {
+		return needs.V12
+	}
+	for _, rule := range p.Also {
+		if rule.Limit != nil && needsV12(rule.Limit) {
+			return needs.V12
+		}
+	}
 	if p.Concurrency != nil {
 		return needs.V11
 	}
@@ -68,6 +78,31 @@ func Needs(p Policy) string {
 		}
 	}
 	return rel
+}
+
+// needsV12 reports whether l needs library 1.2.0: a Calendar, or a Penalty (which is decided
+// with the principal's block in one rl_multi). Every limit of the client has a Penalty field,
+// whether passed as a value or a pointer, or embedded in a type of the caller's.
+func needsV12(l client.Limit) bool {
+	if _, ok := calendarOf(l); ok {
+		return true
+	}
+	v := reflect.ValueOf(l)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return false
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return false
+	}
+	sf, ok := v.Type().FieldByName("Penalty")
+	if !ok || sf.Type != reflect.TypeFor[time.Duration]() {
+		return false
+	}
+	f, err := v.FieldByIndexErr(sf.Index)
+	return err == nil && f.Int() != 0 // err: through a nil embedded pointer, no limit to read
 }
 
 // decision is limits of a Policy decided at once: how many, and whether one has a reserve.

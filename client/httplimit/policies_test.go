@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +94,12 @@ func TestNewRefusesPolicies(t *testing.T) {
 	}
 }
 
+// tiered is a caller's type that is a client.Limit by a Calendar it embeds.
+type tiered struct {
+	client.Calendar
+	Tier string
+}
+
 func TestNeeds(t *testing.T) {
 	reserved := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second, Reserve: 2}
 	lease := &client.Concurrency{Limit: 2, Lease: time.Second}
@@ -113,6 +120,17 @@ func TestNeeds(t *testing.T) {
 		{"a route in shadow", Policy{Limit: tokenBucket, Shadow: true, Also: []AlsoLimit{{Name: "h", Limit: hourly}}}, "1.1.0"},
 		{"the dial below 100: all in shadow for some keys", Policy{Limit: tokenBucket, EnforcePercent: 50, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}}}, "1.1.0"},
 		{"the dial at 100", Policy{Limit: tokenBucket, EnforcePercent: 100, Also: []AlsoLimit{{Name: "h", Limit: hourly, Shadow: true}}}, "1.0.0"},
+		{"a calendar", Policy{Limit: monthly}, "1.2.0"},
+		{"a pointer to a calendar", Policy{Limit: &monthly}, "1.2.0"},
+		{"a calendar embedded in a caller's type", Policy{Limit: tiered{Calendar: monthly}}, "1.2.0"},
+		{"a penalty", Policy{Limit: client.FixedWindow{Limit: 5, Window: time.Minute, Penalty: time.Hour}}, "1.2.0"},
+		{"a penalty on a pointer", Policy{Limit: &client.SlidingLog{Limit: 5, Window: time.Minute, Penalty: time.Second}}, "1.2.0"},
+		{"a penalty in a caller's type", Policy{Limit: struct{ client.TokenBucket }{client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second, Penalty: time.Minute}}}, "1.2.0"},
+		{"a calendar in an AlsoLimit", Policy{Limit: tokenBucket, Also: []AlsoLimit{{Name: "m", Limit: monthly}}}, "1.2.0"},
+		{"a calendar in shadow", Policy{Limit: tokenBucket, Also: []AlsoLimit{{Name: "m", Limit: monthly, Shadow: true}}}, "1.2.0"},
+		{"a penalty beside a concurrency", Policy{Concurrency: lease, Limit: client.LeakyBucket{Capacity: 1, Rate: 1, Period: time.Second, Penalty: time.Minute}}, "1.2.0"},
+		{"a penalty of 0 is none", Policy{Limit: client.TokenBucket{Capacity: 1, Rate: 1, Period: time.Second}}, "1.0.0"},
+		{"a nil pointer", Policy{Limit: (*client.FixedWindow)(nil)}, "1.0.0"},
 	}
 	for _, tt := range tests {
 		if got := Needs(tt.give); got != tt.want {
@@ -154,6 +172,8 @@ func TestCheck(t *testing.T) {
 	one := Policy{Name: "api", Limit: tokenBucket}
 	two := Policy{Name: "user-ip", Limit: tokenBucket, Also: []AlsoLimit{{Name: "ip", Limit: hourly, Key: constKey("ip")}}}
 	lease := Policy{Name: "pay", Concurrency: &client.Concurrency{Limit: 2, Lease: time.Second}}
+	cal := Policy{Name: "monthly", Limit: monthly}
+	pen := Policy{Name: "login", Limit: tokenBucket, Also: []AlsoLimit{{Name: "login-ip", Limit: penalized, Key: constKey("ip")}}}
 	down := errors.New("client: node 127.0.0.1:6379: connection refused")
 	tests := []struct {
 		name     string
@@ -171,6 +191,12 @@ func TestCheck(t *testing.T) {
 			wantMins: []string{"1.1.0", "1.0.0"}, want: map[string][]string{"1.1.0": {"user-ip", "pay"}}},
 		{name: "no library", version: "", policies: []Policy{one, two},
 			wantMins: []string{"1.1.0", "1.0.0"}, want: map[string][]string{"1.1.0": {"user-ip"}, "1.0.0": {"api"}}},
+		{name: "1.2.0 runs calendars and penalties", version: "1.2.0", policies: []Policy{one, two, cal, pen},
+			wantMins: []string{"1.2.0"}},
+		{name: "1.1.0 under a calendar and a penalty", version: "1.1.0", policies: []Policy{one, cal, two, pen},
+			wantMins: []string{"1.2.0", "1.1.0"}, want: map[string][]string{"1.2.0": {"monthly", "login"}}},
+		{name: "1.0.0 under every release", version: "1.0.0", policies: []Policy{one, cal, two},
+			wantMins: []string{"1.2.0", "1.1.0", "1.0.0"}, want: map[string][]string{"1.2.0": {"monthly"}, "1.1.0": {"user-ip"}}},
 		{name: "the nodes unreachable", err: down, policies: []Policy{two},
 			wantMins: []string{"1.1.0"}, want: map[string][]string{"1.1.0": {"user-ip"}}},
 	}
@@ -221,4 +247,26 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// LimiterKey is the key the middleware decides each limit on, so that an operator's Block of
+// it is the block the route obeys.
+func TestLimiterKey(t *testing.T) {
+	lim := &fake{res: client.Result{Allowed: true, Limit: 5, Remaining: 4}}
+	m := mustNew(t, lim, Options{
+		Key: constKey("k"),
+		Policy: func(*http.Request) Policy {
+			return Policy{Limit: penalized, Also: []AlsoLimit{{Name: "a", Limit: hourly}, {Name: "b", Limit: daily, Key: constKey("ip")}}}
+		},
+		Now: now, // TestCoarseClock starts the coarse clock itself
+	})
+	m.Handler(served).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	want := []string{LimiterKey("", "k"), LimiterKey("a", "k"), LimiterKey("b", "ip")}
+	var got []string
+	for _, c := range lim.calls {
+		got = append(got, c.key)
+	}
+	if !slices.Equal(got, want) || want[0] != "default:k" {
+		t.Errorf("decided on %q, LimiterKey says %q", got, want)
+	}
 }
