@@ -4,7 +4,7 @@ ratelimit: rate-limiting algorithms as one Valkey / Redis Functions library (fiv
 algorithms and calendar quotas), with the production patterns around them (reserve, refunds,
 concurrency leases, blocks, several limits in one decision).
 
-Contract (major version 1; the full text is docs/library.md):
+Release 1.2.0. Contract (major version 1; the full text, every release's, is docs/library.md):
   * every function but rl_multi takes exactly one key, KEYS[1], which holds all of its state;
   * ARGV numbers are decimal integers, durations are milliseconds, rates are `rate` units per
     `period_ms`, times (a calendar's boundaries) are Unix milliseconds;
