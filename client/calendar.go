@@ -121,34 +121,8 @@ func (localCalendar) window(p params, now int64) (start, end int64) {
 }
 
 func (a localCalendar) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
-	limit := share(p.limit, instances)
-	need := cost + reserve
 	start, end := a.window(p, now)
-	resetNs := end*int64(time.Millisecond) - now
-	var count int64
-	if st.t == start {
-		count = st.a
-	}
-	r := Result{Limit: limit, Remaining: max(0, limit-count-reserve), Source: FromFallback}
-	if count > 0 {
-		r.ResetAfter = time.Duration(resetNs)
-	}
-	switch {
-	case need > limit:
-		r.RetryAfter = Never
-		return r
-	case count+need > limit:
-		r.RetryAfter = time.Duration(resetNs)
-		return r
-	}
-	r.Allowed = true
-	if write && cost > 0 {
-		st.t, st.a = start, count+cost
-		st.expires = end * int64(time.Millisecond)
-		r.Remaining = max(0, limit-st.a-reserve)
-		r.ResetAfter = time.Duration(resetNs)
-	}
-	return r
+	return decideWindow(st, share(p.limit, instances), cost, reserve, start, end, now, write)
 }
 
 func (a localCalendar) refund(st *localState, p params, n, instances, now int64) Result {

@@ -225,11 +225,16 @@ func refunded(a localAlgorithm, st *localState, p params, instances, now int64) 
 type localFixedWindow struct{}
 
 func (localFixedWindow) decide(st *localState, p params, cost, reserve, instances, now int64, write bool) Result {
-	limit, windowMs := share(p.limit, instances), p.ms
-	need := cost + reserve
 	nowMs := now / int64(time.Millisecond)
-	start := nowMs - nowMs%windowMs
-	resetNs := (start+windowMs)*int64(time.Millisecond) - now
+	start := nowMs - nowMs%p.ms
+	return decideWindow(st, share(p.limit, instances), cost, reserve, start, start+p.ms, now, write)
+}
+
+// decideWindow is a fixed window's decision at now (ns) in the window [start, end) (ms), the
+// fixed window's aligned one or a calendar's: at most limit units in it.
+func decideWindow(st *localState, limit, cost, reserve, start, end, now int64, write bool) Result {
+	need := cost + reserve
+	resetNs := end*int64(time.Millisecond) - now
 	var count int64
 	if st.t == start {
 		count = st.a
@@ -250,7 +255,7 @@ func (localFixedWindow) decide(st *localState, p params, cost, reserve, instance
 	r.Allowed = true
 	if write && cost > 0 {
 		st.t, st.a = start, count+cost
-		st.expires = (start + windowMs) * int64(time.Millisecond)
+		st.expires = end * int64(time.Millisecond)
 		r.Remaining = max(0, limit-st.a-reserve)
 		r.ResetAfter = time.Duration(resetNs)
 	}
