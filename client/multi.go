@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +15,10 @@ import (
 
 // maxMulti is how many limits one rl_multi call takes (MAX_MULTI).
 const maxMulti = 16
+
+// maxMultiArgs bounds the keys and arguments of one rl_multi: a key and at most 8 items (a
+// calendar group's) per limit, and the block's key and 2 items.
+const maxMultiArgs = maxMulti*9 + 3
 
 // group is the rules of one Key.
 type group struct {
@@ -481,30 +484,47 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	ctx, rel := l.withDeadline(ctx, l.mono(now))
 	defer rel.release()
 	fn := multiFunction(op)
-	stateKeys := make([]string, len(cs))
-	var args []string
-	var ends [8]int
+	// The keys and every argument are written into one buffer and converted to one string
+	// that they slice, as command does for one limit: one allocation rather than one each.
+	var b [512]byte
+	var e [maxMultiArgs]int
+	buf, ends := b[:0], e[:0]
 	for i := range cs {
-		c := &cs[i]
-		stateKeys[i] = string(keys.Append(nil, l.prefix, key, c.alg.name, c.name))
-		buf, e := c.appendArgs(nil, ends[:0])
-		s := string(buf)
-		args = append(args, c.alg.name)
-		from := 0
-		for _, end := range e {
-			args = append(args, s[from:end])
-			from = end
-		}
-		args = append(args, strconv.FormatInt(c.reserve, 10))
+		buf = keys.Append(buf, l.prefix, key, cs[i].alg.name, cs[i].name)
+		ends = append(ends, len(buf))
 	}
 	groups := len(cs)
 	if penalty >= 0 {
 		// the principal's block, beside its limits in its slot; last, so that the limits'
 		// indexes are theirs
-		stateKeys = append(stateKeys, string(keys.Append(nil, l.prefix, key, blockAlg.name, "")))
-		args = append(args, blockAlg.name, strconv.FormatInt(penalty, 10))
+		buf = keys.Append(buf, l.prefix, key, blockAlg.name, "")
+		ends = append(ends, len(buf))
 		groups++
 	}
+	nkeys := len(ends)
+	for i := range cs {
+		c := &cs[i]
+		buf = append(buf, c.alg.name...)
+		ends = append(ends, len(buf))
+		buf, ends = c.appendArgs(buf, ends)
+		buf = appendInt(buf, c.reserve)
+		ends = append(ends, len(buf))
+	}
+	if penalty >= 0 {
+		buf = append(buf, blockAlg.name...)
+		ends = append(ends, len(buf))
+		buf = appendInt(buf, penalty)
+		ends = append(ends, len(buf))
+	}
+	str := string(buf)
+	var p [maxMultiArgs]string
+	parts := p[:0]
+	from := 0
+	for _, end := range ends {
+		parts = append(parts, str[from:end])
+		from = end
+	}
+	stateKeys, args := parts[:nkeys], parts[nkeys:]
 	// one command per Do: valkey-go recycles a command once it is sent
 	command := func(readOnly bool) valkey.Completed {
 		if readOnly {
