@@ -392,7 +392,13 @@ func Reserve(l client.Limit) int64 {
 	if v.Kind() != reflect.Struct {
 		return 0
 	}
-	if f := v.FieldByName("Reserve"); f.IsValid() && f.CanInt() {
+	// FieldByName panics through a nil embedded pointer (a caller's type embedding a
+	// *client.FixedWindow left nil): such a limit has no reserve to read.
+	sf, ok := v.Type().FieldByName("Reserve")
+	if !ok {
+		return 0
+	}
+	if f, err := v.FieldByIndexErr(sf.Index); err == nil && f.CanInt() {
 		return f.Int()
 	}
 	return 0

@@ -214,6 +214,7 @@ func TestParseMode(t *testing.T) {
 // Reserve reads every algorithm's Reserve, from a value, a pointer or a type embedding it.
 func TestReserve(t *testing.T) {
 	type embedded struct{ client.TokenBucket }
+	type embeddedPointer struct{ *client.FixedWindow }
 	for _, name := range Names() {
 		a, _ := Lookup(name)
 		if a.Leases() {
@@ -235,6 +236,8 @@ func TestReserve(t *testing.T) {
 		{&tb, 2},
 		{embedded{tb}, 2},
 		{(*client.TokenBucket)(nil), 0},
+		{embeddedPointer{&client.FixedWindow{Limit: 5, Window: time.Second, Reserve: 1}}, 1},
+		{embeddedPointer{}, 0}, // through a nil embedded pointer: no reserve, no panic
 		{nil, 0},
 	} {
 		if got := Reserve(tt.give); got != tt.want {
