@@ -226,6 +226,11 @@ func quotaLimit(q quota, each []client.Result, i int) int64 {
 // clock, and the reply of a window that holds no units has no reset. ok is false for any other
 // limit, and for a Calendar whose boundaries cannot be computed (the client refuses it too).
 func calendarSpan(l client.Limit, now func() int64) (length, left time.Duration, ok bool) {
+	switch l.(type) {
+	case client.TokenBucket, client.FixedWindow, client.SlidingWindow, client.SlidingLog, client.LeakyBucket:
+		// the common limits, on every request: no Calendar copied, no reflection
+		return 0, 0, false
+	}
 	c, ok := calendarOf(l)
 	if !ok {
 		return 0, 0, false
