@@ -86,13 +86,14 @@ func (l Calendar) spec() spec {
 		period: l.Period, anchor: l.Anchor}}
 }
 
-// bound computes a calendar call's window boundaries at now (Unix nanoseconds, the Limiter's
-// clock); other calls have none. The middle window holds now, so a server whose clock is off
-// by less than a window either way still finds its own.
-func (c *call) bound(now int64) error {
+// bound computes a calendar call's window boundaries by the wall clock (wallClock); other
+// calls have none, and read no clock. The middle window holds now, so a server whose clock is
+// off by less than a window either way still finds its own.
+func (l *Limiter) bound(c *call) error {
 	if c.alg != calendarAlg {
 		return nil
 	}
+	now := l.wallClock()
 	b, err := calendar.Windows(calendar.Period(c.period), c.anchor, time.Unix(0, now))
 	if err != nil {
 		field := "Calendar.Anchor"

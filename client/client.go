@@ -194,10 +194,8 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 		return Result{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
-	if c.alg == calendarAlg {
-		if err := c.bound(l.wallClock()); err != nil {
-			return Result{}, err
-		}
+	if err := l.bound(&c); err != nil {
+		return Result{}, err
 	}
 	return l.run(ctx, opRefund, key, c)
 }
@@ -562,10 +560,8 @@ func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64)
 	}
 	c := call{spec: limit.spec(), cost: n}
 	c.judgeReserve(ctx)
-	if c.alg == calendarAlg {
-		if err := c.bound(l.wallClock()); err != nil {
-			return call{}, err
-		}
+	if err := l.bound(&c); err != nil {
+		return call{}, err
 	}
 	return c, nil
 }

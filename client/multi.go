@@ -274,7 +274,6 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 	}
 	var groups []group
 	byKey := map[string]int{}
-	var now int64 // read for the first calendar's boundaries, shared by the others
 	for i, r := range rules {
 		if err := l.checkKey(r.Key); err != nil {
 			return nil, err
@@ -293,13 +292,8 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 		}
 		c := call{spec: r.Limit.spec(), cost: n}
 		c.judgeReserve(ctx)
-		if c.alg == calendarAlg {
-			if now == 0 {
-				now = l.wallClock()
-			}
-			if err := c.bound(now); err != nil {
-				return nil, err
-			}
+		if err := l.bound(&c); err != nil {
+			return nil, err
 		}
 		gi, ok := byKey[r.Key]
 		if !ok {

@@ -226,8 +226,7 @@ func quotaLimit(q quota, each []client.Result, i int) int64 {
 // clock, and the reply of a window that holds no units has no reset. ok is false for any other
 // limit, and for a Calendar whose boundaries cannot be computed (the client refuses it too).
 func calendarSpan(l client.Limit, now func() int64) (length, left time.Duration, ok bool) {
-	switch l.(type) {
-	case client.TokenBucket, client.FixedWindow, client.SlidingWindow, client.SlidingLog, client.LeakyBucket:
+	if plainLimit(l) {
 		// the common limits, on every request: no Calendar copied, no reflection
 		return 0, 0, false
 	}
@@ -255,11 +254,22 @@ func calendarOf(l client.Limit) (client.Calendar, bool) {
 			return client.Calendar{}, false
 		}
 		return *c, true
-	case client.TokenBucket, client.FixedWindow, client.SlidingWindow, client.SlidingLog, client.LeakyBucket,
-		*client.TokenBucket, *client.FixedWindow, *client.SlidingWindow, *client.SlidingLog, *client.LeakyBucket:
+	}
+	if plainLimit(l) {
 		return client.Calendar{}, false
 	}
 	return embeddedCalendar(l)
+}
+
+// plainLimit reports the client's limits other than Calendar, by value or by pointer: no
+// Calendar is in them.
+func plainLimit(l client.Limit) bool {
+	switch l.(type) {
+	case client.TokenBucket, client.FixedWindow, client.SlidingWindow, client.SlidingLog, client.LeakyBucket,
+		*client.TokenBucket, *client.FixedWindow, *client.SlidingWindow, *client.SlidingLog, *client.LeakyBucket:
+		return true
+	}
+	return false
 }
 
 var calendarType = reflect.TypeFor[client.Calendar]()
