@@ -99,6 +99,20 @@ type Options struct {
 	// address).
 	TraceKeys bool
 
+	// Overrides makes the Limiter obey the overrides operators set on the server (rlfn
+	// override set, or a file applied with rlfn override apply): an override replaces the
+	// limit of one key, or of every key with a prefix, for one limit (its algorithm and
+	// Name), until removed or until its end. The Limiter reads them through the valkey.Client's
+	// client-side cache, invalidated by the server (RESP3, the default of valkey-go), so that
+	// in steady state a decision sends no more to the server than without them, and a change
+	// is seen within milliseconds. A client without client-side caching
+	// (ClientOption.DisableCache) is detected and read once a second instead. When the
+	// overrides cannot be read, the last ones read stay in force (none before the first
+	// read: the code's limits), and the rlfn.client.overrides.errors metric counts it; a
+	// decision never waits for them nor fails because of them. See docs/overrides.md.
+	// Default: false, no override is read.
+	Overrides bool
+
 	// clock replaces the Limiter's clock (Unix nanoseconds) in the package's tests, so that
 	// the breaker's cooldown and the local limiters' windows run on a fake clock.
 	clock func() int64

@@ -1,0 +1,339 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/rlfn/rlfn/internal/override"
+)
+
+// Override is an exception an operator set on the server (rlfn override set) that replaced
+// the code's limit in a decision: Result.Override.
+type Override struct {
+	// Key is the override's key as set: the principal ("user:42"), or the pattern that
+	// matched it ("user:*"; "*" matches every key).
+	Key string
+	// Limit is the limit enforced instead of the code's, with the code's Name; nil for a
+	// Concurrency override (Slots then holds its Limit).
+	Limit Limit
+	// Slots is a Concurrency override's Limit; 0 for every other limit.
+	Slots int64
+	// Until is when the override ends, zero for none.
+	Until time.Time
+	// Note is the operator's note (a ticket, a reason).
+	Note string
+}
+
+// The overrides' cache: how often a decision looks at the store's version (in this process's
+// client-side cache: no server command), how long that cache may hold it without an
+// invalidation, and how often a client without client-side caching reads the server instead.
+const (
+	overrideCheck = time.Millisecond
+	overrideTTL   = time.Minute
+	overridePoll  = time.Second
+	// overrideMisses is how many reads of an unchanged version must go to the server in a
+	// row (each a cache miss) before the Limiter takes its client for one without caching.
+	overrideMisses = 3
+)
+
+// overrides is what Options.Overrides turns on: the store's overrides, compiled into an index
+// that every decision reads, and kept current from the store's version key, read through
+// valkey-go's client-side cache (DoCache): a read is a local lookup until the server
+// invalidates the key, so that in steady state a decision sends nothing more to the server.
+// Reads run in the background, one at a time, at most once per overrideCheck, started by a
+// decision that finds one due: a decision never waits for the store, and an idle process
+// reads nothing.
+type overrides struct {
+	vk            valkey.Client
+	hash, version string
+	timeout       time.Duration
+
+	idx     atomic.Pointer[override.Index[*overridden]] // nil until the first load
+	loaded  atomic.Pointer[string]                      // the version idx was made from
+	due     atomic.Int64                                // when the next read may start (ns, clockBase)
+	busy    atomic.Bool                                 // a read is running
+	misses  atomic.Int32                                // reads of an unchanged version that missed the cache, in a row
+	polling atomic.Bool                                 // the client does not cache: read every overridePoll
+
+	m *overrideMetrics
+}
+
+// overridden is one override compiled: the limit as the client sends it, and what Result
+// says of it.
+type overridden struct {
+	spec spec
+	info *Override
+}
+
+func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
+	o := &overrides{vk: vk, timeout: timeout}
+	o.hash, o.version = override.Keys(prefix)
+	if mp != nil {
+		m, err := newOverrideMetrics(mp)
+		if err != nil {
+			return nil, err
+		}
+		o.m = m
+	}
+	return o, nil
+}
+
+// override replaces c's limit with the override of its policy for key, if one applies (the
+// call is made from the code's limit, which was validated). It also starts a read of the
+// store when one is due.
+func (l *Limiter) override(c *call, key string) {
+	o := l.ovr
+	if o == nil {
+		return
+	}
+	if now := int64(time.Since(clockBase)); now >= o.due.Load() {
+		o.start(now)
+	}
+	ix := o.idx.Load()
+	if ix.Empty() {
+		return
+	}
+	v, ok := ix.Lookup(c.alg.name, c.name, key, wallMs)
+	if !ok {
+		return
+	}
+	id := c.params.id // a lease's holder is the call's, not the override's
+	c.spec = v.spec
+	c.params.id = id
+	c.override = v.info
+}
+
+func wallMs() int64 { return time.Now().UnixMilli() }
+
+// start begins a background read of the store, unless one runs.
+func (o *overrides) start(now int64) {
+	if !o.busy.CompareAndSwap(false, true) {
+		return
+	}
+	every := overrideCheck
+	if o.polling.Load() {
+		every = overridePoll
+	}
+	o.due.Store(now + int64(every))
+	go func() {
+		defer o.busy.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		if err := o.refresh(ctx); err != nil {
+			// the last overrides seen stay in force; the next read waits a second, not a
+			// millisecond, so that a server that is gone is not asked a thousand times a second
+			o.due.Store(int64(time.Since(clockBase)) + int64(overridePoll))
+		}
+	}()
+}
+
+// refresh reads the store's version (from the client-side cache unless invalidated) and, when
+// it is not the one the index was made from, the whole store, and compiles it. An error
+// leaves the index as it was, and is counted.
+func (o *overrides) refresh(ctx context.Context) error {
+	r := o.vk.DoCache(ctx, o.vk.B().Get().Key(o.version).Cache(), overrideTTL)
+	v, err := r.ToString()
+	if valkey.IsValkeyNil(err) {
+		v, err = "", nil
+	}
+	if err != nil {
+		o.m.failed(ctx, classify(ctx, err))
+		return err
+	}
+	last := o.loaded.Load()
+	switch {
+	case r.IsCacheHit():
+		o.misses.Store(0)
+		o.polling.Store(false)
+	case last != nil && *last == v && o.misses.Add(1) >= overrideMisses:
+		// An unchanged version read from the server again and again: this client caches
+		// nothing (ClientOption.DisableCache), and a read per millisecond would be a server
+		// command per millisecond. Poll once a second instead.
+		o.polling.Store(true)
+	}
+	if last != nil && *last == v {
+		return nil
+	}
+	hash, err := o.vk.Do(ctx, o.vk.B().Hgetall().Key(o.hash).Build()).AsStrMap()
+	if err != nil && !valkey.IsValkeyNil(err) {
+		o.m.failed(ctx, classify(ctx, err))
+		return err
+	}
+	var all []override.Compiled[*overridden]
+	for field, value := range hash {
+		ov, err := override.Decode(value)
+		if err == nil && override.FieldOf(ov.ID()) != field {
+			err = errors.New("field and value disagree")
+		}
+		var c *overridden
+		if err == nil {
+			c, err = compileOverride(ov)
+		}
+		if err != nil {
+			// written by hand, or by a later release: the code's limit stands for it
+			o.m.invalid(ctx)
+			continue
+		}
+		all = append(all, override.Compiled[*overridden]{ID: ov.ID(), Until: ov.Until, V: c})
+	}
+	o.idx.Store(override.NewIndex(all))
+	o.loaded.Store(&v)
+	o.m.load(ctx)
+	return nil
+}
+
+// compileOverride makes the limit an override sets, validated as the code's limits are.
+func compileOverride(o override.Override) (*overridden, error) {
+	info := &Override{Key: o.Key, Until: o.Until, Note: o.Note}
+	f, err := o.Limit.Values(o.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	var s spec
+	switch o.Algorithm {
+	case fixedWindowAlg.name:
+		info.Limit = FixedWindow{Limit: f.Limit, Window: f.Window, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case slidingLogAlg.name:
+		info.Limit = SlidingLog{Limit: f.Limit, Window: f.Window, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case slidingWindowAlg.name:
+		info.Limit = SlidingWindow{Limit: f.Limit, Window: f.Window, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case tokenBucketAlg.name:
+		info.Limit = TokenBucket{Capacity: f.Capacity, Rate: f.Rate, Period: f.Period, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case leakyBucketAlg.name:
+		mode := Police
+		if f.Shape {
+			mode = Shape
+		}
+		info.Limit = LeakyBucket{Capacity: f.Capacity, Rate: f.Rate, Period: f.Period, Mode: mode, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case calendarAlg.name:
+		info.Limit = Calendar{Limit: f.Limit, Period: Period(f.Calendar), Anchor: f.Anchor, Reserve: f.Reserve, Name: o.Name, Penalty: f.Penalty}
+	case concurrencyAlg.name:
+		c := Concurrency{Limit: f.Limit, Lease: f.Lease, Reserve: f.Reserve, Name: o.Name}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		info.Slots = c.Limit
+		return &overridden{spec: c.spec(""), info: info}, nil
+	default:
+		return nil, fmt.Errorf("unknown algorithm %q", o.Algorithm)
+	}
+	if err := info.Limit.Validate(); err != nil {
+		return nil, err
+	}
+	s = info.Limit.spec()
+	return &overridden{spec: s, info: info}, nil
+}
+
+// SyncOverrides reads the overrides from the server now, and waits for them (Options.Overrides):
+// for a service's start-up, so that its first decisions already obey them, and for tests.
+// Decisions never wait for the store: they keep the last overrides read (none before the
+// first read) and read it again in the background. It returns ErrNoOverrides without
+// Options.Overrides, and the server's error when the store cannot be read.
+func (l *Limiter) SyncOverrides(ctx context.Context) error {
+	o := l.ovr
+	if o == nil {
+		return ErrNoOverrides
+	}
+	for !o.busy.CompareAndSwap(false, true) {
+		// a background read is running: wait for it, then read again, so that what the
+		// server held when SyncOverrides was called is read
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	defer o.busy.Store(false)
+	return o.refresh(ctx)
+}
+
+// ErrNoOverrides is SyncOverrides' error on a Limiter without Options.Overrides.
+var ErrNoOverrides = errors.New("client: overrides are off (Options.Overrides)")
+
+// overrideMetrics are the overrides' instruments: loads of a new version, and reads that
+// failed (the last overrides read stay in force meanwhile) or overrides that did not compile.
+type overrideMetrics struct {
+	loads, errors metric.Int64Counter
+	kindOpts      [nKinds][]metric.AddOption
+	invalidOpts   []metric.AddOption
+}
+
+const (
+	metricOverrideLoads  = "rlfn.client.overrides.loads"
+	metricOverrideErrors = "rlfn.client.overrides.errors"
+)
+
+func newOverrideMetrics(mp metric.MeterProvider) (*overrideMetrics, error) {
+	meter := mp.Meter("github.com/rlfn/rlfn/client")
+	m := &overrideMetrics{}
+	var err error
+	if m.loads, err = meter.Int64Counter(metricOverrideLoads,
+		metric.WithDescription("Versions of the overrides read from the server and compiled")); err != nil {
+		return nil, err
+	}
+	if m.errors, err = meter.Int64Counter(metricOverrideErrors,
+		metric.WithDescription("Reads of the overrides that failed (the last ones read stay in force), and overrides that do not compile (the code's limit stands)")); err != nil {
+		return nil, err
+	}
+	for k := range m.kindOpts {
+		m.kindOpts[k] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("error.type", kindNames[k])))}
+	}
+	m.invalidOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("error.type", "invalid_override")))}
+	return m, nil
+}
+
+func (m *overrideMetrics) load(ctx context.Context) {
+	if m != nil {
+		m.loads.Add(ctx, 1)
+	}
+}
+
+func (m *overrideMetrics) failed(ctx context.Context, k errKind) {
+	if m != nil {
+		m.errors.Add(ctx, 1, m.kindOpts[k]...)
+	}
+}
+
+func (m *overrideMetrics) invalid(ctx context.Context) {
+	if m != nil {
+		m.errors.Add(ctx, 1, m.invalidOpts...)
+	}
+}
+
+// OverridesVersion is the version of the store's overrides this Limiter decides with ("" when
+// it has read none, or the store is empty and never changed), for tests and diagnostics.
+func (l *Limiter) OverridesVersion() string {
+	if l.ovr == nil {
+		return ""
+	}
+	if v := l.ovr.loaded.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// setOverrides sets the Override of an AllowAll's binding Result, and of each rule's, from
+// the calls that decided them.
+func setOverrides(groups []group, res *Result, each []Result) {
+	for i := range groups {
+		g := &groups[i]
+		for j, c := range g.calls {
+			if c.override == nil {
+				continue
+			}
+			if g.rules[j] == res.Rule && (g.decided || g.peeked) {
+				res.Override = c.override
+			}
+			if each != nil {
+				each[g.rules[j]].Override = c.override
+			}
+		}
+	}
+}
