@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ const (
 	overrideCheck = time.Millisecond
 	overrideTTL   = time.Minute
 	overridePoll  = time.Second
+	// overrideRetry is how long a read that failed waits for the next: a server that is
+	// gone is not asked a thousand times a second, and one whose connection dropped (and
+	// whose invalidations were lost with it) is read again soon after it is back.
+	overrideRetry = 100 * time.Millisecond
 	// overrideMisses is how many reads of an unchanged version must go to the server in a
 	// row (each a cache miss) before the Limiter takes its client for one without caching.
 	overrideMisses = 3
@@ -51,9 +56,9 @@ const (
 // decision that finds one due: a decision never waits for the store, and an idle process
 // reads nothing.
 type overrides struct {
-	vk            valkey.Client
-	hash, version string
-	timeout       time.Duration
+	vk      valkey.Client
+	key     string // the store (override.Key)
+	timeout time.Duration
 
 	idx     atomic.Pointer[override.Index[*overridden]] // nil until the first load
 	loaded  atomic.Pointer[string]                      // the version idx was made from
@@ -74,7 +79,7 @@ type overridden struct {
 
 func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
 	o := &overrides{vk: vk, timeout: timeout}
-	o.hash, o.version = override.Keys(prefix)
+	o.key = override.Key(prefix)
 	if mp != nil {
 		m, err := newOverrideMetrics(mp)
 		if err != nil {
@@ -126,19 +131,24 @@ func (o *overrides) start(now int64) {
 		defer o.busy.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
-		if err := o.refresh(ctx); err != nil {
-			// the last overrides seen stay in force; the next read waits a second, not a
-			// millisecond, so that a server that is gone is not asked a thousand times a second
-			o.due.Store(int64(time.Since(clockBase)) + int64(overridePoll))
+		if err := o.refresh(ctx, false); err != nil {
+			// the last overrides seen stay in force until a read succeeds
+			o.due.Store(int64(time.Since(clockBase)) + int64(overrideRetry))
 		}
 	}()
 }
 
-// refresh reads the store's version (from the client-side cache unless invalidated) and, when
-// it is not the one the index was made from, the whole store, and compiles it. An error
-// leaves the index as it was, and is counted.
-func (o *overrides) refresh(ctx context.Context) error {
-	r := o.vk.DoCache(ctx, o.vk.B().Get().Key(o.version).Cache(), overrideTTL)
+// refresh reads the store's version (from the client-side cache unless invalidated, or from
+// the server when fresh) and, when it is not the one the index was made from, the whole store,
+// and compiles it. An error leaves the index as it was, and is counted.
+func (o *overrides) refresh(ctx context.Context, fresh bool) error {
+	get := o.vk.B().Hget().Key(o.key).Field(override.VersionField)
+	var r valkey.ValkeyResult
+	if fresh {
+		r = o.vk.Do(ctx, get.Build())
+	} else {
+		r = o.vk.DoCache(ctx, get.Cache(), overrideTTL)
+	}
 	v, err := r.ToString()
 	if valkey.IsValkeyNil(err) {
 		v, err = "", nil
@@ -147,35 +157,35 @@ func (o *overrides) refresh(ctx context.Context) error {
 		o.m.failed(ctx, classify(ctx, err))
 		return err
 	}
-	last := o.loaded.Load()
-	switch {
-	case r.IsCacheHit():
+	hit := !fresh && r.IsCacheHit()
+	if hit {
 		o.misses.Store(0)
 		o.polling.Store(false)
-	case last != nil && *last == v && o.misses.Add(1) >= overrideMisses:
-		// An unchanged version read from the server again and again: this client caches
-		// nothing (ClientOption.DisableCache), and a read per millisecond would be a server
-		// command per millisecond. Poll once a second instead.
-		o.polling.Store(true)
 	}
-	if last != nil && *last == v {
-		return nil
+	if last := o.loaded.Load(); last != nil {
+		switch {
+		case v == *last:
+			if !hit && !fresh && o.misses.Add(1) >= overrideMisses {
+				// An unchanged version read from the server again and again: this client
+				// caches nothing (ClientOption.DisableCache), and a read per millisecond
+				// would be a server command per millisecond. Poll once a second instead.
+				o.polling.Store(true)
+			}
+			return nil
+		case hit && versionNumber(v) < versionNumber(*last):
+			// the cache still holds a version older than one read from the server since:
+			// its invalidation is on its way
+			return nil
+		}
 	}
-	hash, err := o.vk.Do(ctx, o.vk.B().Hgetall().Key(o.hash).Build()).AsStrMap()
-	if err != nil && !valkey.IsValkeyNil(err) {
+	snap, err := override.ParseSnapshot(o.vk.Do(ctx, o.vk.B().Hgetall().Key(o.key).Build()))
+	if err != nil {
 		o.m.failed(ctx, classify(ctx, err))
 		return err
 	}
-	var all []override.Compiled[*overridden]
-	for field, value := range hash {
-		ov, err := override.Decode(value)
-		if err == nil && override.FieldOf(ov.ID()) != field {
-			err = errors.New("field and value disagree")
-		}
-		var c *overridden
-		if err == nil {
-			c, err = compileOverride(ov)
-		}
+	all := make([]override.Compiled[*overridden], 0, len(snap.Overrides))
+	for _, ov := range snap.Overrides {
+		c, err := compileOverride(ov)
 		if err != nil {
 			// written by hand, or by a later release: the code's limit stands for it
 			o.m.invalid(ctx)
@@ -183,10 +193,19 @@ func (o *overrides) refresh(ctx context.Context) error {
 		}
 		all = append(all, override.Compiled[*overridden]{ID: ov.ID(), Until: ov.Until, V: c})
 	}
+	for range snap.Bad {
+		o.m.invalid(ctx)
+	}
 	o.idx.Store(override.NewIndex(all))
-	o.loaded.Store(&v)
+	o.loaded.Store(&snap.Version)
 	o.m.load(ctx)
 	return nil
+}
+
+// versionNumber is a store's version as a number ("" is 0; what is not a number, too).
+func versionNumber(v string) int64 {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }
 
 // compileOverride makes the limit an override sets, validated as the code's limits are.
@@ -251,7 +270,7 @@ func (l *Limiter) SyncOverrides(ctx context.Context) error {
 		}
 	}
 	defer o.busy.Store(false)
-	return o.refresh(ctx)
+	return o.refresh(ctx, true)
 }
 
 // ErrNoOverrides is SyncOverrides' error on a Limiter without Options.Overrides.

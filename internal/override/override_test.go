@@ -208,12 +208,14 @@ func TestCodec(t *testing.T) {
 	if _, err := Decode(`{"key": "k"}`); err == nil {
 		t.Error("Decode of an override without an algorithm")
 	}
-	hash, version := Keys("rl:")
-	if hash != "rl:{%overrides}" || version != "rl:{%overrides}:version" {
-		t.Errorf("Keys(rl:) = %s, %s", hash, version)
+	if k := Key("rl:"); k != "rl:{%overrides}" {
+		t.Errorf("Key(rl:) = %s", k)
 	}
-	if hash, _ := Keys("a{b}"); hash != "a%7Bb%7D{%overrides}" {
-		t.Errorf("Keys(a{b}) = %s", hash)
+	if k := Key("a{b}"); k != "a%7Bb%7D{%overrides}" {
+		t.Errorf("Key(a{b}) = %s", k)
+	}
+	if f := FieldOf(ID{Policy{"version", ""}, "version"}); f == VersionField {
+		t.Errorf("FieldOf can be the version's field")
 	}
 }
 
@@ -221,12 +223,12 @@ func TestCodec(t *testing.T) {
 // the prefix (keys.Compose is the client's Limiter.Key).
 func TestKeysMeetNoLimiter(t *testing.T) {
 	for _, prefix := range []string{"rl:", "", "a{", "x%"} {
-		hash, version := Keys(prefix)
+		key := Key(prefix)
 		for _, k := range []string{"%overrides", "%", "", "%overrides}:version", "{%overrides}", "overrides"} {
 			for _, alg := range []string{"token_bucket", "version", ""} {
 				for _, name := range []string{"", "version"} {
-					if got := keys.Compose(prefix, k, alg, name); got == hash || got == version {
-						t.Errorf("Compose(%q, %q, %q, %q) = %q, an override key", prefix, k, alg, name, got)
+					if got := keys.Compose(prefix, k, alg, name); got == key {
+						t.Errorf("Compose(%q, %q, %q, %q) = %q, the overrides' key", prefix, k, alg, name, got)
 					}
 				}
 			}

@@ -12,20 +12,24 @@ import (
 	"github.com/rlfn/rlfn/internal/keys"
 )
 
-// Keys are the server keys of the overrides of the Limiters under prefix:
+// Key is the server key of the overrides of the Limiters under prefix, a hash:
 //
-//	<prefix>{%overrides}          a hash: one field per override (FieldOf), its JSON the value
-//	<prefix>{%overrides}:version  a counter every change increments, in the same transaction
+//	<prefix>{%overrides}   one field per override (FieldOf: a JSON array), its JSON the value,
+//	                       and the field "version", a counter every change increments
 //
-// They never meet a limiter's key: a limiter's principal is escaped between the braces, where
-// a '%' is only ever followed by two hex digits or by the closing brace (the empty key), never
-// by "overrides". They share one hash tag, so one cluster slot, and a change is one MULTI
-// there. A client reads the version on every decision from its own cache (valkey-go's
-// client-side caching, invalidated by the server), and the hash only when the version changed.
-func Keys(prefix string) (hash, version string) {
-	hash = string(keys.AppendEscaped(nil, prefix)) + "{%overrides}"
-	return hash, hash + ":version"
+// It never meets a limiter's key: a limiter's principal is escaped between the braces, where a
+// '%' is only ever followed by two hex digits or by the closing brace (the empty key), never by
+// "overrides". One key is one cluster slot, and a change is one MULTI there. A client reads
+// the version on every decision from its own cache (HGET, through valkey-go's client-side
+// caching: the server invalidates the whole key at any change), and the whole hash only when
+// the version changed. The library's functions never run HGET or HGETALL, so the server's
+// commandstats count the clients' reads of the store alone.
+func Key(prefix string) string {
+	return string(keys.AppendEscaped(nil, prefix)) + "{%overrides}"
 }
+
+// VersionField is the hash field holding the version. No override's field is a bare word.
+const VersionField = "version"
 
 // FieldOf is the hash field of the override with id: a JSON array, so that no key or name,
 // whatever it holds, makes two IDs one field.
@@ -70,23 +74,19 @@ type BadField struct {
 	Err   error
 }
 
-// Parse reads a snapshot from the replies to GET version and HGETALL hash. A missing
-// version (nil) is "", a missing hash empty.
-func ParseSnapshot(version valkey.ValkeyResult, hash valkey.ValkeyResult) (Snapshot, error) {
+// ParseSnapshot reads a snapshot from the reply to HGETALL: a missing key is an empty store,
+// version "".
+func ParseSnapshot(hash valkey.ValkeyResult) (Snapshot, error) {
 	var s Snapshot
-	v, err := version.ToString()
-	switch {
-	case valkey.IsValkeyNil(err):
-	case err != nil:
-		return s, err
-	default:
-		s.Version = v
-	}
 	m, err := hash.AsStrMap()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return s, err
 	}
 	for field, value := range m {
+		if field == VersionField {
+			s.Version = value
+			continue
+		}
 		o, err := Decode(value)
 		if err == nil && FieldOf(o.ID()) != field {
 			err = fmt.Errorf("its value is %s's", o.ID())
@@ -105,25 +105,18 @@ func ParseSnapshot(version valkey.ValkeyResult, hash valkey.ValkeyResult) (Snaps
 // Store reads and changes the overrides on a server or cluster: the one type of this package
 // that touches the network.
 type Store struct {
-	vk            valkey.Client
-	hash, version string
+	vk  valkey.Client
+	key string
 }
 
 // NewStore is the store of the Limiters under prefix, through vk.
 func NewStore(vk valkey.Client, prefix string) *Store {
-	s := &Store{vk: vk}
-	s.hash, s.version = Keys(prefix)
-	return s
+	return &Store{vk: vk, key: Key(prefix)}
 }
 
-// Read reads the whole store: GET version and HGETALL in one round trip. A change between the
-// two replies leaves a snapshot newer than its version, never older: the version is read
-// first.
+// Read reads the whole store, its version with it, in one command.
 func (s *Store) Read(ctx context.Context) (Snapshot, error) {
-	r := s.vk.DoMulti(ctx,
-		s.vk.B().Get().Key(s.version).Build(),
-		s.vk.B().Hgetall().Key(s.hash).Build())
-	return ParseSnapshot(r[0], r[1])
+	return ParseSnapshot(s.vk.Do(ctx, s.vk.B().Hgetall().Key(s.key).Build()))
 }
 
 // ErrChanged is Apply's error when the store changed since the snapshot its plan was made
@@ -141,10 +134,10 @@ func (s *Store) Apply(ctx context.Context, changes []Change, ifVersion *string) 
 	var version string
 	err := s.vk.Dedicated(func(d valkey.DedicatedClient) error {
 		if ifVersion != nil {
-			if err := d.Do(ctx, d.B().Watch().Key(s.version, s.hash).Build()).Error(); err != nil {
+			if err := d.Do(ctx, d.B().Watch().Key(s.key).Build()).Error(); err != nil {
 				return err
 			}
-			v, err := d.Do(ctx, d.B().Get().Key(s.version).Build()).ToString()
+			v, err := d.Do(ctx, d.B().Hget().Key(s.key).Field(VersionField).Build()).ToString()
 			if err != nil && !valkey.IsValkeyNil(err) {
 				return err
 			}
@@ -154,7 +147,7 @@ func (s *Store) Apply(ctx context.Context, changes []Change, ifVersion *string) 
 			}
 		}
 		cmds := valkey.Commands{d.B().Multi().Build()}
-		set := d.B().Hset().Key(s.hash).FieldValue()
+		set := d.B().Hset().Key(s.key).FieldValue()
 		var del []string
 		sets := 0
 		for _, c := range changes {
@@ -169,9 +162,9 @@ func (s *Store) Apply(ctx context.Context, changes []Change, ifVersion *string) 
 			cmds = append(cmds, set.Build())
 		}
 		if len(del) > 0 {
-			cmds = append(cmds, d.B().Hdel().Key(s.hash).Field(del...).Build())
+			cmds = append(cmds, d.B().Hdel().Key(s.key).Field(del...).Build())
 		}
-		cmds = append(cmds, d.B().Incr().Key(s.version).Build(), d.B().Exec().Build())
+		cmds = append(cmds, d.B().Hincrby().Key(s.key).Field(VersionField).Increment(1).Build(), d.B().Exec().Build())
 		rs := d.DoMulti(ctx, cmds...)
 		for _, r := range rs[:len(rs)-1] {
 			if err := r.Error(); err != nil {
