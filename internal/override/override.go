@@ -126,6 +126,10 @@ func Check(o Override, now time.Time, limit func(Override) error) error {
 	return nil
 }
 
+// String is the override's ID as rlfn prints it (not its Policy's alone, which the embedded
+// field would print).
+func (o Override) String() string { return o.ID().String() }
+
 // ID is an override's place in the store: its policy and key. Two overrides with one ID are
 // one override.
 type ID struct {
