@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,7 @@ const (
 	overrideRetry = 100 * time.Millisecond
 	// overrideMisses is how many reads of an unchanged version must go to the server in a
 	// row (each a cache miss) before the Limiter takes its client for one without caching.
-	overrideMisses = 3
+	overrideMisses = 10
 )
 
 // overrides is what Options.Overrides turns on: the store's overrides, compiled into an index
@@ -63,7 +64,10 @@ type overrides struct {
 	idx     atomic.Pointer[override.Index[*overridden]] // nil until the first load
 	loaded  atomic.Pointer[string]                      // the version idx was made from
 	due     atomic.Int64                                // when the next read may start (ns, clockBase)
-	busy    atomic.Bool                                 // a read is running
+	running atomic.Int64                                // when the read that runs began (ns, clockBase); 0: none
+	gen     atomic.Int64                                // reads begun, numbered
+	mu      sync.Mutex                                  // orders the reads' results:
+	stored  int64                                       // the number of the read idx is from
 	misses  atomic.Int32                                // reads of an unchanged version that missed the cache, in a row
 	polling atomic.Bool                                 // the client does not cache: read every overridePoll
 
@@ -117,9 +121,12 @@ func (l *Limiter) override(c *call, key string) {
 
 func wallMs() int64 { return time.Now().UnixMilli() }
 
-// start begins a background read of the store, unless one runs.
+// start begins a background read of the store, unless one runs. A read that has run past its
+// timeout no longer counts: valkey-go may hold a command for longer on a connection that
+// dropped (its retries), and the overrides must be read again on the next one meanwhile.
 func (o *overrides) start(now int64) {
-	if !o.busy.CompareAndSwap(false, true) {
+	r := o.running.Load()
+	if r != 0 && now-r < int64(o.timeout) || !o.running.CompareAndSwap(r, now) {
 		return
 	}
 	every := overrideCheck
@@ -128,7 +135,7 @@ func (o *overrides) start(now int64) {
 	}
 	o.due.Store(now + int64(every))
 	go func() {
-		defer o.busy.Store(false)
+		defer o.running.CompareAndSwap(now, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
 		if err := o.refresh(ctx, false); err != nil {
@@ -142,6 +149,7 @@ func (o *overrides) start(now int64) {
 // the server when fresh) and, when it is not the one the index was made from, the whole store,
 // and compiles it. An error leaves the index as it was, and is counted.
 func (o *overrides) refresh(ctx context.Context, fresh bool) error {
+	gen := o.gen.Add(1)
 	get := o.vk.B().Hget().Key(o.key).Field(override.VersionField)
 	var r valkey.ValkeyResult
 	if fresh {
@@ -196,7 +204,14 @@ func (o *overrides) refresh(ctx context.Context, fresh bool) error {
 	for range snap.Bad {
 		o.m.invalid(ctx)
 	}
-	o.idx.Store(override.NewIndex(all))
+	ix := override.NewIndex(all)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if gen < o.stored {
+		return nil // a read begun later has stored what it read
+	}
+	o.stored = gen
+	o.idx.Store(ix)
 	o.loaded.Store(&snap.Version)
 	o.m.load(ctx)
 	return nil
@@ -260,16 +275,6 @@ func (l *Limiter) SyncOverrides(ctx context.Context) error {
 	if o == nil {
 		return ErrNoOverrides
 	}
-	for !o.busy.CompareAndSwap(false, true) {
-		// a background read is running: wait for it, then read again, so that what the
-		// server held when SyncOverrides was called is read
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Microsecond):
-		}
-	}
-	defer o.busy.Store(false)
 	return o.refresh(ctx, true)
 }
 
