@@ -126,6 +126,7 @@ func BenchmarkAllowOverrides(b *testing.B) {
 	}{
 		{"empty", 0, "user:42", limit},
 		{"exact", 10000, "cust:42", limit},
+		{"exact_of_10", 10, "cust:4", limit},
 		{"pattern", 10000, "cust:x", limit},
 		{"other_limit", 10000, "cust:42", other},
 	} {
