@@ -88,6 +88,8 @@ func New() *cli.App {
 			blockCommand(),
 			unblockCommand(),
 			overrideCommand(),
+			resetCommand(),
+			inspectCommand(),
 			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {

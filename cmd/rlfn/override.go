@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/limitspec"
 	"github.com/rlfn/rlfn/internal/override"
 )
@@ -171,25 +170,8 @@ func overrideID(c *cli.Context) (override.ID, error) {
 // checkLimit refuses an override's limit the library would refuse, in the client's words
 // (through limitspec's table, the client's own Validate).
 func checkLimit(o override.Override) error {
-	v, err := o.Limit.Values(o.Algorithm)
-	if err != nil {
-		return err
-	}
-	alg, ok := limitspec.Lookup(o.Algorithm)
-	if !ok {
-		return fmt.Errorf("unknown algorithm %q", o.Algorithm)
-	}
-	lv := limitspec.Values{Limit: v.Limit, Capacity: v.Capacity, Rate: v.Rate, Reserve: v.Reserve,
-		Window: v.Window, Period: v.Period, Lease: v.Lease, Penalty: v.Penalty, Name: o.Name, Anchor: v.Anchor}
-	if v.Shape {
-		lv.Mode = limitspec.Modes[1]
-	}
-	lv.Calendar = client.Period(v.Calendar)
-	// a field the algorithm needs and the override lacks reads as 0, which Validate refuses
-	if alg.Leases() {
-		return limitspec.Concurrency(lv).Validate()
-	}
-	return alg.Limit(lv).Validate()
+	_, err := clientLimit(o)
+	return err
 }
 
 func overrideSetAction(c *cli.Context) error {
