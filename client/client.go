@@ -41,6 +41,7 @@ type Limiter struct {
 	near       *nearby    // leased budgets and the denial cache (near.go): nil unless set
 	tel        *telemetry // metrics and spans (metrics.go, trace.go): nil unless set
 	ovr        *overrides // the operators' overrides (override.go): nil unless set
+	top        *top       // the keys denied most (top.go): nil unless set
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -106,6 +107,9 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 		}
 		l.ovr = o
 	}
+	if r.TopKeys > 0 {
+		l.top = newTop(vk, r.Prefix, r.TopKeys, r.TopEvery)
+	}
 	if m != nil || r.TracerProvider != nil {
 		l.tel = &telemetry{m: m, traceKeys: r.TraceKeys}
 		if r.TracerProvider != nil {
@@ -160,6 +164,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	}
 	res, err := l.run(ctx, opAllow, key, c)
 	res.Override = c.override
+	if l.top != nil && err == nil && !res.Allowed {
+		l.top.denied(key, &c, res)
+	}
 	return res, err
 }
 

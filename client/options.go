@@ -113,6 +113,16 @@ type Options struct {
 	// Default: false, no override is read.
 	Overrides bool
 
+	// TopKeys tracks, for each limit (its algorithm and Name), the TopKeys keys it denies most
+	// (AllowN's denials; 1 to 10000), in bounded memory (a Space-Saving sketch: a key denied
+	// more than one in TopKeys of its limit's denials is among them), and publishes them
+	// every TopEvery to a key of this process that expires after three periods,
+	// <prefix>{%top}:<random id>, which rlfn top merges with every other process's. No key
+	// becomes a metric label. A Limiter with TopKeys publishes until Close. Default (0): off.
+	TopKeys int
+	// TopEvery is how often TopKeys are published, 10ms to 1 hour. Default (0): 5s.
+	TopEvery time.Duration
+
 	// clock replaces the Limiter's clock (Unix nanoseconds) in the package's tests, so that
 	// the breaker's cooldown and the local limiters' windows run on a fake clock.
 	clock func() int64
@@ -228,6 +238,15 @@ func resolve(o Options) resolved {
 		r.invalid("BudgetBatch", "must be from 2 to 1000000 (or 0 with BudgetAge 0: off), got %d", r.BudgetBatch)
 	case r.BudgetAge < time.Millisecond || r.BudgetAge > time.Minute:
 		r.invalid("BudgetAge", "must be from 1ms to 1m0s with BudgetBatch, got %s", r.BudgetAge)
+	}
+	if r.TopKeys < 0 || r.TopKeys > 10_000 {
+		r.invalid("TopKeys", "must be from 1 to 10000 (or 0: off), got %d", r.TopKeys)
+	}
+	switch {
+	case r.TopEvery == 0:
+		r.TopEvery = 5 * time.Second
+	case r.TopEvery < 10*time.Millisecond || r.TopEvery > time.Hour:
+		r.invalid("TopEvery", "must be from 10ms to 1h0m0s (or 0: 5s), got %s", r.TopEvery)
 	}
 	if r.DenialCache < 0 || r.DenialCache > 10_000_000 {
 		r.invalid("DenialCache", "must be from 1 to 10000000 (or 0: off), got %d", r.DenialCache)

@@ -90,6 +90,7 @@ func New() *cli.App {
 			overrideCommand(),
 			resetCommand(),
 			inspectCommand(),
+			topCommand(),
 			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {

@@ -54,6 +54,13 @@ func inspectCommand() *cli.Command {
 // principalKeys finds the server keys of key's limiters (and block) under prefix: a SCAN of
 // the node that holds key's slot, matching <prefix>{<key>}:*. It returns a client of that node.
 func principalKeys(ctx context.Context, c *cli.Context, prefix, key string) (node string, vk valkey.Client, found []string, err error) {
+	tag := keys.Compose(prefix, key, "", "") // <prefix>{<key>}:
+	return scanSlot(ctx, c, tag, globEscape(tag)+"*")
+}
+
+// scanSlot finds the keys matching pattern on the node that holds key's slot (the primary of
+// a standalone server), and returns a client of that node.
+func scanSlot(ctx context.Context, c *cli.Context, key, pattern string) (node string, vk valkey.Client, found []string, err error) {
 	opt, err := clientOption(c)
 	if err != nil {
 		return "", nil, nil, err
@@ -62,12 +69,11 @@ func principalKeys(ctx context.Context, c *cli.Context, prefix, key string) (nod
 	if err != nil {
 		return "", nil, nil, err
 	}
-	tag := keys.Compose(prefix, key, "", "") // <prefix>{<key>}:
 	node = opt.InitAddress[0]
 	if topo.Cluster {
-		n, ok := topo.KeyOwner(tag)
+		n, ok := topo.KeyOwner(key)
 		if !ok {
-			return "", nil, nil, fmt.Errorf("no node serves the slot of %s", printable(tag))
+			return "", nil, nil, fmt.Errorf("no node serves the slot of %s", printable(key))
 		}
 		node = n.Addr
 	}
@@ -77,7 +83,6 @@ func principalKeys(ctx context.Context, c *cli.Context, prefix, key string) (nod
 	if err != nil {
 		return "", nil, nil, connectHint(opt, fmt.Errorf("%s: %w", node, err))
 	}
-	pattern := globEscape(tag) + "*"
 	var cursor uint64
 	for {
 		e, err := vk.Do(ctx, vk.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
