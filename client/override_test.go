@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 	"github.com/valkey-io/valkey-go/mock"
+	"go.uber.org/mock/gomock"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/override"
@@ -164,4 +166,58 @@ func BenchmarkOverrideMemory(b *testing.B) {
 		runtime.KeepAlive(lim)
 	}
 	b.ReportMetric(per, "B/override")
+}
+
+// TestResetCommand: Reset sends one DEL of the principal's keys: every unnamed limiter's
+// (not its block), or the limits given.
+func TestResetCommand(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	vk := mock.NewClient(ctrl)
+	lim := newLimiter(t, vk, client.Options{})
+	vk.EXPECT().Do(gomock.Any(), mock.Match("DEL", "rl:{u:1}:fixed_window", "rl:{u:1}:sliding_log", "rl:{u:1}:sliding_window",
+		"rl:{u:1}:token_bucket", "rl:{u:1}:leaky_bucket", "rl:{u:1}:concurrency", "rl:{u:1}:calendar")).Return(mock.Result(mock.ValkeyInt64(2)))
+	if n, err := lim.Reset(context.Background(), "u:1"); err != nil || n != 2 {
+		t.Errorf("Reset = %d, %v", n, err)
+	}
+	vk.EXPECT().Do(gomock.Any(), mock.Match("DEL", "rl:{u:1}:fixed_window:hourly")).Return(mock.Result(mock.ValkeyInt64(1)))
+	if n, err := lim.Reset(context.Background(), "u:1", client.FixedWindow{Limit: 1, Window: time.Hour, Name: "hourly"}); err != nil || n != 1 {
+		t.Errorf("Reset(hourly) = %d, %v", n, err)
+	}
+	var ke *client.KeyError
+	if _, err := lim.Reset(context.Background(), ""); !errors.As(err, &ke) {
+		t.Errorf("Reset of an empty key: %v, want a *KeyError", err)
+	}
+}
+
+// TestApplyCommands: a change is one MULTI of its HSET and HDEL and the version's HINCRBY;
+// a plan's apply WATCHes the store and checks its version first.
+func TestApplyCommands(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	vk := mock.NewClient(ctrl)
+	store := override.NewStore(vk, "rl:")
+	a := override.Override{Policy: override.Policy{Algorithm: "fixed_window"}, Key: "a", Limit: override.Fields{Limit: 1, Window: override.Duration(time.Hour)}}
+	b := a
+	b.Key = "b"
+	d := mock.NewDedicatedClient(ctrl)
+	vk.EXPECT().Dedicated(gomock.Any()).DoAndReturn(func(fn func(valkey.DedicatedClient) error) error { return fn(d) })
+	gomock.InOrder(
+		d.EXPECT().Do(gomock.Any(), mock.Match("WATCH", "rl:{%overrides}")).Return(mock.Result(mock.ValkeyString("OK"))),
+		d.EXPECT().Do(gomock.Any(), mock.Match("HGET", "rl:{%overrides}", "version")).Return(mock.Result(mock.ValkeyString("4"))),
+		d.EXPECT().DoMulti(gomock.Any(),
+			mock.Match("MULTI"),
+			mock.Match("HSET", "rl:{%overrides}", override.FieldOf(a.ID()), override.Encode(a)),
+			mock.Match("HDEL", "rl:{%overrides}", override.FieldOf(b.ID())),
+			mock.Match("HINCRBY", "rl:{%overrides}", "version", "1"),
+			mock.Match("EXEC"),
+		).Return([]valkey.ValkeyResult{
+			mock.Result(mock.ValkeyString("OK")), mock.Result(mock.ValkeyString("QUEUED")), mock.Result(mock.ValkeyString("QUEUED")),
+			mock.Result(mock.ValkeyString("QUEUED")),
+			mock.Result(mock.ValkeyArray(mock.ValkeyInt64(1), mock.ValkeyInt64(1), mock.ValkeyInt64(5))),
+		}),
+	)
+	v := "4"
+	got, err := store.Apply(context.Background(), []override.Change{{Op: override.Add, New: &a}, {Op: override.Remove, Old: &b}}, &v)
+	if err != nil || got != "5" {
+		t.Errorf("Apply = %q, %v; want version 5", got, err)
+	}
 }
