@@ -33,6 +33,16 @@ func overrideCommand() *cli.Command {
 			"deploy. Precedence: an exact key, then the longest prefix, then the code's limit.\n" +
 			"The overrides live in the hash <prefix>{%overrides}, next to the limits.",
 		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				var names []string
+				for _, sc := range c.Command.Subcommands {
+					names = append(names, sc.Name)
+				}
+				return fmt.Errorf("override: no command %q; there are %s (see rlfn override --help)", c.Args().First(), strings.Join(names, ", "))
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
 		Subcommands: []*cli.Command{
 			overrideSetCommand(), overrideGetCommand(), overrideListCommand(), overrideRemoveCommand(),
 			overrideDiffCommand(), overrideApplyCommand(),

@@ -307,6 +307,7 @@ func TestOverrideBadInput(t *testing.T) {
 		{[]string{"override", "remove", "fixed_window", "k", "extra"}, `extra "extra"`},
 		{[]string{"override", "list", "k"}, "takes no argument"},
 		{[]string{"override", "diff"}, "needs FILE"},
+		{[]string{"override", "bogus"}, `no command "bogus"; there are set, get, list, remove, diff, apply`},
 		{[]string{"override", "apply", "/nonexistent/overrides.json", "--yes"}, "no such file"},
 	} {
 		r := rlfnAt(t, nil, s.Addr, tt.args...)
