@@ -33,6 +33,8 @@ func overrideCommand() *cli.Command {
 			"deploy. Precedence: an exact key, then the longest prefix, then the code's limit.\n" +
 			"The overrides live in the hash <prefix>{%overrides}, next to the limits.",
 		HideHelpCommand: true,
+		OnUsageError:    usageErrorHandler,
+		Flags:           []cli.Flag{jsonFlag()}, // so that "override bogus --json" answers in JSON
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				var names []string
