@@ -256,15 +256,7 @@ func overrideGetAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix, err := storePrefix(c)
-	if err != nil {
-		return err
-	}
-	return withStore(c, prefix, true, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
-		if err != nil {
-			return err
-		}
+	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		found := inForce(snap.Overrides, id, time.Now())
 		if c.Bool("json") {
 			return writeJSON(c.App.Writer, getJSON{Key: id.Key, Policy: id.Policy, Override: found})
@@ -310,15 +302,7 @@ func overrideListAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return overrideUsage(c, fmt.Sprintf("takes no argument, got %q", c.Args().First()))
 	}
-	prefix, err := storePrefix(c)
-	if err != nil {
-		return err
-	}
-	return withStore(c, prefix, true, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
-		if err != nil {
-			return err
-		}
+	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		now := time.Now()
 		if c.Bool("json") {
 			out := listJSON{Version: snap.Version, Overrides: []listedJSON{}}
@@ -336,7 +320,7 @@ func overrideListAction(c *cli.Context) error {
 			return err
 		}
 		for _, b := range snap.Bad {
-			fmt.Fprintf(c.App.ErrWriter, "Warning: field %s of %s holds no override (%v): clients ignore it\n", printable(b.Field), override.Key(prefix), b.Err)
+			fmt.Fprintf(c.App.ErrWriter, "Warning: field %s of %s holds no override (%v): clients ignore it\n", printable(b.Field), override.Key(c.String("prefix")), b.Err)
 		}
 		return nil
 	})
@@ -363,15 +347,7 @@ func overrideRemoveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix, err := storePrefix(c)
-	if err != nil {
-		return err
-	}
-	return withStore(c, prefix, false, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
-		if err != nil {
-			return err
-		}
+	return onStore(c, false, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		var old *override.Override
 		for _, o := range snap.Overrides {
 			if o.ID() == id {
@@ -433,15 +409,7 @@ func overrideDiffAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix, err := storePrefix(c)
-	if err != nil {
-		return err
-	}
-	return withStore(c, prefix, true, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
-		if err != nil {
-			return err
-		}
+	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		changes := override.Diff(snap.Overrides, want)
 		if err := writePlan(c, snap.Version, changes); err != nil {
 			return err
@@ -458,15 +426,7 @@ func overrideApplyAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix, err := storePrefix(c)
-	if err != nil {
-		return err
-	}
-	return withStore(c, prefix, false, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
-		if err != nil {
-			return err
-		}
+	return onStore(c, false, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		changes := override.Diff(snap.Overrides, want)
 		asJSON := c.Bool("json")
 		if !asJSON {
@@ -524,6 +484,22 @@ func confirmOverrides(c *cli.Context, n int) error {
 		return nil
 	}
 	return errors.New("override apply: not confirmed; nothing changed")
+}
+
+// onStore reads the overrides under --prefix and runs f with them, and the store to change
+// them in (its primary, unless readOnly).
+func onStore(c *cli.Context, readOnly bool, f func(context.Context, *override.Store, override.Snapshot) error) error {
+	prefix, err := storePrefix(c)
+	if err != nil {
+		return err
+	}
+	return withStore(c, prefix, readOnly, func(ctx context.Context, s *override.Store) error {
+		snap, err := s.Read(ctx)
+		if err != nil {
+			return err
+		}
+		return f(ctx, s, snap)
+	})
 }
 
 // withStore connects to the server the global flags name (its primary, when it will write)

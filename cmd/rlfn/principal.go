@@ -130,7 +130,9 @@ type resetJSON struct {
 	Deleted []string `json:"deleted"`
 }
 
-func resetAction(c *cli.Context) error {
+// onPrincipal reads KEY, --prefix and --policy, finds the principal's keys on its node, and
+// runs f with them and a client of that node.
+func onPrincipal(c *cli.Context, f func(ctx context.Context, prefix, key, node string, vk valkey.Client, found []string) error) error {
 	prefix, key, err := principalArg(c)
 	if err != nil {
 		return err
@@ -142,6 +144,16 @@ func resetAction(c *cli.Context) error {
 		return err
 	}
 	defer vk.Close()
+	return f(ctx, prefix, key, node, vk, found)
+}
+
+func resetAction(c *cli.Context) error {
+	return onPrincipal(c, func(ctx context.Context, prefix, key, node string, vk valkey.Client, found []string) error {
+		return reset(ctx, c, prefix, key, node, vk, found)
+	})
+}
+
+func reset(ctx context.Context, c *cli.Context, prefix, key, node string, vk valkey.Client, found []string) error {
 	block := limitspec.BlockKey(prefix, key)
 	var del []string
 	for _, k := range found {
@@ -202,17 +214,12 @@ type inspectJSON struct {
 }
 
 func inspectAction(c *cli.Context) error {
-	prefix, key, err := principalArg(c)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := commandContext(c)
-	defer cancel()
-	node, vk, found, err := principalKeys(ctx, c, prefix, key)
-	if err != nil {
-		return err
-	}
-	defer vk.Close()
+	return onPrincipal(c, func(ctx context.Context, prefix, key, node string, vk valkey.Client, found []string) error {
+		return inspect(ctx, c, prefix, key, node, vk, found)
+	})
+}
+
+func inspect(ctx context.Context, c *cli.Context, prefix, key, node string, vk valkey.Client, found []string) error {
 	tag := keys.Compose(prefix, key, "", "")
 	var ovr []override.Override
 	d, err := dialLimiter(ctx, c, prefix, false)
