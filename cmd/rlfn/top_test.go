@@ -40,12 +40,17 @@ func TestMergeTop(t *testing.T) {
 }
 
 // TestTop: two processes' Limiters publish the keys they deny; rlfn top merges them, with the
-// override in force, on Valkey 8 (golden) and a cluster.
+// override in force, on Valkey 8 (golden), Redis 7.0 and a cluster.
 func TestTop(t *testing.T) {
 	t.Run("valkey8", func(t *testing.T) {
 		s := harness.StartValkey(t)
 		loadCode(t, s, functions.Source)
 		testTop(t, s.Addr, []string{s.Addr}, true)
+	})
+	t.Run("redis7.0", func(t *testing.T) {
+		s := harness.StartRedis(t)
+		loadCode(t, s, functions.Source)
+		testTop(t, s.Addr, []string{s.Addr}, false)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := harness.StartCluster(t, 3, 0)
