@@ -42,11 +42,12 @@ func inspectCommand() *cli.Command {
 		OnUsageError: usageErrorHandler,
 		Name:         "inspect",
 		Usage:        "show every limiter a principal has: its state, its TTL, its override",
-		ArgsUsage:    "KEY",
+		ArgsUsage:    "KEY [ALGORITHM]",
 		Description: "Reads every key <prefix>{<key>}:* of KEY on the node of its slot (its block included) and\n" +
 			"decodes its state. Where an override applies (rlfn override), it shows it, and what a\n" +
-			"peek under its limit answers now. Changes nothing.",
-		Flags:  keyFlags(),
+			"peek under its limit answers now; ALGORITHM with rlfn call's limit flags (and --name) gives\n" +
+			"the code's limit of that limiter, which is peeked where no override applies. Changes nothing.",
+		Flags:  append(keyFlags(), append(limitFlags(), &cli.StringFlag{Name: "name", Usage: "the `NAME` of ALGORITHM's limit"})...),
 		Action: inspectAction,
 	}
 }
@@ -118,10 +119,53 @@ func limiterOf(tag, serverKey string) (algorithm, name string) {
 	return algorithm, name
 }
 
-// principalArg reads KEY, --prefix and --policy as block does.
+// principalArg reads KEY, --prefix and --policy as block does; inspect takes an ALGORITHM
+// after KEY, which inspectLimit reads.
 func principalArg(c *cli.Context) (prefix, key string, err error) {
+	if c.Command.Name == "inspect" && c.NArg() == 2 {
+		if key, err = principalKey(c, c.Args().First()); err != nil {
+			return "", "", err
+		}
+		return c.String("prefix"), key, nil
+	}
 	key, _, err = blockKey(c)
 	return c.String("prefix"), key, err
+}
+
+// principalKey is KEY under --policy.
+func principalKey(c *cli.Context, key string) (string, error) {
+	if key == "" {
+		return "", usageError(c, `KEY is missing: the argument is "" (an unset variable?)`)
+	}
+	if c.String("prefix") == "" {
+		return "", usageError(c, `--prefix must not be empty (a service's Limiter uses "rl:" unless it set another)`)
+	}
+	if c.IsSet("policy") {
+		if err := checkPolicyName(c.String("policy")); err != nil {
+			return "", usageError(c, "--policy "+err.Error())
+		}
+		key = policyKey(c.String("policy"), key)
+	}
+	return key, nil
+}
+
+// inspectLimit is the code's limit inspect was given (ALGORITHM and its flags), nil if none.
+func inspectLimit(c *cli.Context) (client.Limit, error) {
+	if c.NArg() < 2 {
+		return nil, nil
+	}
+	spec, err := flagSpec(c, c.Args().Get(1))
+	if err != nil {
+		return nil, usageError(c, err.Error())
+	}
+	if spec.alg.Leases() {
+		return nil, usageError(c, "a concurrency limit has no peek: inspect shows its live leases")
+	}
+	l := spec.build()
+	if err := l.Validate(); err != nil {
+		return nil, usageError(c, spec.explain(err).Error())
+	}
+	return l, nil
 }
 
 type resetJSON struct {
@@ -214,6 +258,9 @@ type inspectJSON struct {
 }
 
 func inspectAction(c *cli.Context) error {
+	if _, err := inspectLimit(c); err != nil {
+		return err // before any connection
+	}
 	return onPrincipal(c, func(ctx context.Context, prefix, key, node string, vk valkey.Client, found []string) error {
 		return inspect(ctx, c, prefix, key, node, vk, found)
 	})
@@ -232,6 +279,10 @@ func inspect(ctx context.Context, c *cli.Context, prefix, key, node string, vk v
 		return err
 	}
 	ovr = store
+	given, err := inspectLimit(c)
+	if err != nil {
+		return err
+	}
 	out := inspectJSON{Key: key, Node: node, Limiters: []limiterJSON{}}
 	for _, k := range found {
 		alg, name := limiterOf(tag, k)
@@ -245,15 +296,19 @@ func inspect(ctx context.Context, c *cli.Context, prefix, key, node string, vk v
 		raw, _ := rs[2].ToString()
 		n, _ := rs[3].AsInt64()
 		row.State = decodeState(alg, typ, raw, n)
+		var peek client.Limit // the limit in force, where known
 		if alg != "block" {
 			if o := inForce(ovr, override.ID{Policy: override.Policy{Algorithm: alg, Name: name}, Key: key}, time.Now()); o != nil {
 				row.Override = o
-				if l, err := clientLimit(*o); err == nil && l != nil {
-					if res, err := d.lim.Peek(ctx, key, l); err == nil {
-						row.Peek = &callJSONish{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
-							RetryAfterMs: limitspec.RetryAfterMs(res.RetryAfter), ResetAfterMs: res.ResetAfter.Milliseconds()}
-					}
-				}
+				peek, _ = clientLimit(*o)
+			} else if given != nil && d.lim.Key(key, given) == k {
+				peek = given
+			}
+		}
+		if peek != nil {
+			if res, err := d.lim.Peek(ctx, key, peek); err == nil {
+				row.Peek = &callJSONish{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
+					RetryAfterMs: limitspec.RetryAfterMs(res.RetryAfter), ResetAfterMs: res.ResetAfter.Milliseconds()}
 			}
 		}
 		out.Limiters = append(out.Limiters, row)

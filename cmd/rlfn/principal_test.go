@@ -94,13 +94,36 @@ func testInspectReset(t *testing.T, addr string, goldens bool) {
 	if b := got["rl:{cust:42}:block"]; b.State["blocked_until"] == nil {
 		t.Errorf("inspect --json, the block: %+v", b)
 	}
+	// the code's limit of one limiter, given: peeked where no override applies
+	jsonOf(t, addr, &in, "inspect", "cust:42", "fixed_window", "--name", "hourly", "--limit", "5", "--window", "1h")
+	for _, l := range in.Limiters {
+		switch l.Key {
+		case "rl:{cust:42}:fixed_window:hourly":
+			if l.Peek == nil || l.Peek.Limit != 5 || l.Peek.Remaining != 3 || !l.Peek.Allowed {
+				t.Errorf("inspect with the window's limit given: %+v %+v", l, l.Peek)
+			}
+		case "rl:{cust:42}:token_bucket":
+			if l.Peek == nil || l.Peek.Limit != 100 {
+				t.Errorf("inspect with another limit given: the override's peek is gone: %+v", l)
+			}
+		case "rl:{cust:42}:calendar":
+			if l.Peek != nil {
+				t.Errorf("inspect peeked a limiter whose limit is not known: %+v", l)
+			}
+		}
+	}
+	r := rlfnAt(t, nil, addr, "inspect", "cust:42", "fixed_window", "--limit", "0", "--window", "1h")
+	wantExit(t, r, exitError, "inspect with a bad limit")
+	if !strings.Contains(r.stderr, "--limit must be from 1") {
+		t.Errorf("inspect with a bad limit: %q", r.stderr)
+	}
 	if goldens {
 		r := rlfnAt(t, nil, addr, "inspect", "cust:42")
 		wantExit(t, r, exitOK, "inspect")
 		golden(t, "inspect.golden", cells(r.stdout))
 	}
 
-	r := rlfnAt(t, nil, addr, "reset", "cust:42")
+	r = rlfnAt(t, nil, addr, "reset", "cust:42")
 	wantExit(t, r, exitOK, "reset")
 	if goldens {
 		golden(t, "reset.golden", r.stdout)
@@ -129,5 +152,6 @@ func testInspectReset(t *testing.T, addr string, goldens bool) {
 	wantExit(t, rlfnAt(t, nil, addr, "unblock", "cust:42"), exitOK, "unblock")
 	r = rlfnAt(t, nil, addr, "reset")
 	wantExit(t, r, exitError, "reset without KEY")
-	wantExit(t, rlfnAt(t, nil, addr, "inspect", "a", "b"), exitError, "inspect with two keys")
+	wantExit(t, rlfnAt(t, nil, addr, "inspect", "a", "b"), exitError, "inspect of an unknown algorithm")
+	wantExit(t, rlfnAt(t, nil, addr, "reset", "a", "b"), exitError, "reset with two keys")
 }
