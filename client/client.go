@@ -268,7 +268,9 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
 // or, after a denial, returned with the denial's Result, which stands.
 func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opAllow, rules, n, nil)
+	res, err := l.all(ctx, opAllow, rules, n, nil)
+	l.topAll(rules, res, err)
+	return res, err
 }
 
 // AllowAllEach is AllowAllN that also reports each rule's own limiter, in rule order: what the
@@ -289,6 +291,7 @@ func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result,
 func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {
 	each := make([]Result, len(rules))
 	res, err := l.all(ctx, opAllow, rules, n, each)
+	l.topAll(rules, res, err)
 	return res, each, err
 }
 

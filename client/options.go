@@ -114,7 +114,7 @@ type Options struct {
 	Overrides bool
 
 	// TopKeys tracks, for each limit (its algorithm and Name), the TopKeys keys it denies most
-	// (AllowN's denials; 1 to 10000), in bounded memory (a Space-Saving sketch: a key denied
+	// (the denials of AllowN, and of AllowAll by the rule that decided; 1 to 10000), in bounded memory (a Space-Saving sketch: a key denied
 	// more than one in TopKeys of its limit's denials is among them), and publishes them
 	// every TopEvery to a key of this process that expires after three periods,
 	// <prefix>{%top}:<random id>, which rlfn top merges with every other process's. No key

@@ -103,6 +103,16 @@ func (t *top) denied(key string, c *call, res Result) {
 	e.Last = time.Now()
 }
 
+// topAll counts a denial of AllowAll against the rule that decided it (Options.TopKeys).
+func (l *Limiter) topAll(rules []Rule, res Result, err error) {
+	if l.top == nil || err != nil || res.Allowed || res.Rule >= len(rules) {
+		return
+	}
+	r := rules[res.Rule]
+	c := call{spec: r.Limit.spec()}
+	l.top.denied(r.Key, &c, res)
+}
+
 // TopEntry is one key of a process's published top: what rlfn top merges.
 type TopEntry struct {
 	Algorithm    string `json:"algorithm"`

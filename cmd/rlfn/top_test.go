@@ -107,6 +107,10 @@ func testTop(t *testing.T, addr string, addrs []string, goldens bool) {
 	allow(lims[0], "cust:9", 6) // 1 admitted, 5 denied
 	allow(lims[1], "cust:9", 2)
 	allow(lims[0], "cust:3", 4)
+	// AllowAll's denial counts against the rule that decided
+	if res, err := lims[1].AllowAll(ctx, []client.Rule{{Key: "cust:1", Limit: client.FixedWindow{Limit: 1000, Window: time.Hour}}, {Key: "cust:3", Limit: limit}}); err != nil || res.Allowed || res.Rule != 1 {
+		t.Fatalf("AllowAll: %+v, %v", res, err)
+	}
 	var got topJSON
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -117,7 +121,7 @@ func testTop(t *testing.T, addr string, addrs []string, goldens bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if got.Processes != 2 || len(got.Keys) != 2 || got.Keys[0].Key != "cust:9" || got.Keys[0].Denials != 7 || got.Keys[0].Processes != 2 ||
-		got.Keys[0].Override == nil || got.Keys[1].Key != "cust:3" || got.Keys[1].Denials != 3 || got.Keys[1].RetryAfterMs <= 0 {
+		got.Keys[0].Override == nil || got.Keys[1].Key != "cust:3" || got.Keys[1].Denials != 4 || got.Keys[1].Processes != 2 || got.Keys[1].RetryAfterMs <= 0 {
 		t.Fatalf("top --json: %+v", got)
 	}
 	if goldens {
