@@ -13,7 +13,8 @@ import (
 // BenchmarkOverridePropagation measures how long a change to the overrides takes to reach a
 // Limiter that decides under load (4 goroutines calling Allow without pause on other keys):
 // each iteration writes an override as rlfn override set does (one transaction) and peeks
-// its key until a decision carries it. It reports the median, the 99th percentile and the
+// its key until a decision carries it (Result.Override: the server's, or the Fallback's while
+// a breaker is open). It reports the median, the 99th percentile and the
 // worst, in milliseconds; kill_connections kills the Limiter's connections before each change
 // (their tracking, and any invalidation in flight, is lost), as a network failure would.
 //
@@ -29,8 +30,10 @@ func BenchmarkOverridePropagation(b *testing.B) {
 				name += "/kill_connections"
 			}
 			b.Run(name, func(b *testing.B) {
-				// a service's deadline, the default: it also bounds a read of the store
-				e := newOvrEnv(b, tg, client.Options{Deadline: 100 * time.Millisecond})
+				// A service's deadline, the default: it also bounds a read of the store. Killed
+				// connections open the breaker for a second: FailClosed decides meanwhile, and
+				// its decisions carry the override as the server's do.
+				e := newOvrEnv(b, tg, client.Options{Deadline: 100 * time.Millisecond, Fallback: client.FailClosed})
 				limit := client.Limit(client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour})
 				if err := e.lim.SyncOverrides(ctx5s(b)); err != nil {
 					b.Fatal(err)
@@ -53,7 +56,7 @@ func BenchmarkOverridePropagation(b *testing.B) {
 					}
 					for {
 						res, err := e.lim.Peek(context.Background(), "target", limit)
-						if err == nil && res.Limit == 100+i {
+						if err == nil && res.Override != nil && res.Override.Limit.Quota().Limit == 100+i {
 							break
 						}
 						if time.Since(start) > 10*time.Second {
