@@ -353,3 +353,37 @@ func TestOverrideApplyRace(t *testing.T) {
 		t.Error("a refused apply does not exit 3")
 	}
 }
+
+// TestOverrideBadField: a field of the store that holds no override (written by hand) is
+// listed as such, and ignored by a service's Limiter, which still obeys the others.
+func TestOverrideBadField(t *testing.T) {
+	s := harness.StartValkey(t)
+	loadCode(t, s, functions.Source)
+	vk := s.Client(t)
+	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "set", "token_bucket", "k", "--capacity", "50", "--rate", "1", "--period", "1s"), exitOK, "override set")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	bad := override.Override{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "j", Limit: override.Fields{Capacity: 0, Rate: 1, Period: "1s"}}
+	if err := vk.Do(ctx, vk.B().Hset().Key("rl:{%overrides}").FieldValue().
+		FieldValue("by hand", "{").FieldValue(override.FieldOf(bad.ID()), override.Encode(bad)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r := rlfnAt(t, nil, s.Addr, "override", "list")
+	wantExit(t, r, exitOK, "override list with a bad field")
+	if !strings.Contains(r.stderr, `Warning: field "by hand" of rl:{%overrides} holds no override`) {
+		t.Errorf("override list with a bad field: stderr %q", r.stderr)
+	}
+	var l listJSON
+	jsonOf(t, s.Addr, &l, "override", "list")
+	if len(l.Bad) != 1 || l.Bad[0].Field != "by hand" || len(l.Overrides) != 2 {
+		t.Errorf("override list --json with a bad field: %+v", l)
+	}
+	lim := overrideLimiter(t, s.Addr)
+	code := client.Limit(client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second})
+	if got, from := decides(t, lim, "k", code); got != 50 || from != "k" {
+		t.Errorf("k beside bad fields: limit %d from %q, want its override", got, from)
+	}
+	if got, from := decides(t, lim, "j", code); got != 10 || from != "" {
+		t.Errorf("j, whose override does not compile: limit %d from %q, want the code's", got, from)
+	}
+}
