@@ -44,6 +44,10 @@ const (
 	// gone is not asked a thousand times a second, and one whose connection dropped (and
 	// whose invalidations were lost with it) is read again soon after it is back.
 	overrideRetry = 100 * time.Millisecond
+	// overrideVerify is how often a cached version is checked against the server's, with one
+	// plain read: a lost invalidation (or a server that never tracked the read) then delays a
+	// change by this long at most, rather than by overrideTTL.
+	overrideVerify = 10 * time.Second
 	// overrideMisses is how many reads of an unchanged version must go to the server in a
 	// row (each a cache miss) before the Limiter takes its client for one without caching.
 	overrideMisses = 10
@@ -70,6 +74,13 @@ type overrides struct {
 	stored  int64                                       // the number of the read idx is from
 	misses  atomic.Int32                                // reads of an unchanged version that missed the cache, in a row
 	polling atomic.Bool                                 // the client does not cache: read every overridePoll
+	// uncached is when the cached reads were last given up (ns, clockBase; 0: never): the
+	// server refused their transaction overrideMisses times in a row (a user without MULTI,
+	// EXEC, PTTL or CLIENT CACHING). For overrideTTL from then, the version is read with a
+	// plain HGET, every overridePoll.
+	uncached atomic.Int64
+	aborted  atomic.Int32 // cached reads aborted in a row
+	verified atomic.Int64 // when a cached version was last checked against the server's (ns, clockBase)
 
 	m *overrideMetrics
 }
@@ -83,6 +94,7 @@ type overridden struct {
 
 func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
 	o := &overrides{vk: vk, timeout: timeout}
+	o.verified.Store(int64(time.Since(clockBase))) // the first check, overrideVerify after the start
 	o.key = override.Key(prefix)
 	if mp != nil {
 		m, err := newOverrideMetrics(mp)
@@ -138,7 +150,8 @@ func (o *overrides) start(now int64) {
 		defer o.running.CompareAndSwap(now, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
-		if err := o.refresh(ctx, false); err != nil {
+		u := o.uncached.Load()
+		if err := o.refresh(ctx, u != 0 && now-u < int64(overrideTTL)); err != nil {
 			// the last overrides seen stay in force until a read succeeds
 			o.due.Store(int64(time.Since(clockBase)) + int64(overrideRetry))
 		}
@@ -150,12 +163,13 @@ func (o *overrides) start(now int64) {
 // and compiles it. An error leaves the index as it was, and is counted.
 func (o *overrides) refresh(ctx context.Context, fresh bool) error {
 	gen := o.gen.Add(1)
-	get := o.vk.B().Hget().Key(o.key).Field(override.VersionField)
+	// a builder makes one command: get makes one for each read
+	get := func() valkey.Completed { return o.vk.B().Hget().Key(o.key).Field(override.VersionField).Build() }
 	var r valkey.ValkeyResult
 	if fresh {
-		r = o.vk.Do(ctx, get.Build())
+		r = o.vk.Do(ctx, get())
 	} else {
-		r = o.vk.DoCache(ctx, get.Cache(), overrideTTL)
+		r = o.vk.DoCache(ctx, o.vk.B().Hget().Key(o.key).Field(override.VersionField).Cache(), overrideTTL)
 	}
 	v, err := r.ToString()
 	if valkey.IsValkeyNil(err) {
@@ -163,12 +177,39 @@ func (o *overrides) refresh(ctx context.Context, fresh bool) error {
 	}
 	if err != nil {
 		o.m.failed(ctx, classify(ctx, err))
+		if !fresh && errors.Is(err, valkey.ErrDoCacheAborted) && o.aborted.Add(1) >= overrideMisses {
+			// The cached read's transaction is refused again and again (a user without
+			// MULTI, EXEC, PTTL or CLIENT CACHING; a connection that drops once aborts one
+			// too): read without the cache, once a second, rather than never, and try the
+			// cache again after overrideTTL.
+			o.uncached.Store(time.Since(clockBase).Nanoseconds())
+			o.polling.Store(true)
+			return o.refresh(ctx, true)
+		}
 		return err
+	}
+	if !fresh {
+		o.aborted.Store(0)
 	}
 	hit := !fresh && r.IsCacheHit()
 	if hit {
 		o.misses.Store(0)
 		o.polling.Store(false)
+		if now := int64(time.Since(clockBase)); now-o.verified.Load() >= int64(overrideVerify) {
+			o.verified.Store(now)
+			fv, ferr := o.vk.Do(ctx, get()).ToString()
+			if valkey.IsValkeyNil(ferr) {
+				fv, ferr = "", nil
+			}
+			if ferr == nil && versionNumber(fv) > versionNumber(v) {
+				// The cache missed a change: the server never told this connection (a
+				// user without CLIENT CACHING reads untracked; an invalidation lost some
+				// other way). Read without the cache for a while, and load the change now.
+				o.uncached.Store(now)
+				o.polling.Store(true)
+				v, hit = fv, false
+			}
+		}
 	}
 	if last := o.loaded.Load(); last != nil {
 		switch {
