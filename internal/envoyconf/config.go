@@ -143,7 +143,7 @@ type Config struct {
 
 type node struct {
 	children  map[string]*node // by key, or key_value
-	wildcards []wildcard        // children whose value holds '*', in file order
+	wildcards []wildcard       // children whose value holds '*', in file order
 	limit     *RateLimit
 	// shareThreshold: values matched by this node's wildcard share one counter.
 	shareThreshold bool
