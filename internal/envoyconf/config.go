@@ -120,6 +120,8 @@ type RateLimit struct {
 	// FullKey is the descriptor's path in the configuration, domain.key_value.key, as the
 	// reference names its statistics: bounded by the configuration, never by requests.
 	FullKey string
+	// Override: the request's own limit (see Override), not the configuration's.
+	Override bool
 }
 
 // File is one configuration file: its name (for messages) and contents.

@@ -1,6 +1,11 @@
 package envoyconf
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rlfn/rlfn/client"
+)
 
 // Entry is one entry of a request's descriptor.
 type Entry struct {
@@ -86,4 +91,73 @@ func wildcardMatch(parts []string, s string) bool {
 		mid = mid[i+len(p):]
 	}
 	return true
+}
+
+// Override is the limit of a descriptor that carries its own (Envoy's per-descriptor
+// limit override): a fixed window, as the reference reads it, never in shadow mode.
+// FullKey is the request's path (domain.key_value...), as the reference names it; Override
+// is set, so that metrics never label by it.
+func Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit, multiplier int64) (*RateLimit, error) {
+	if unit.Length() == 0 {
+		return nil, fmt.Errorf("limit override: unknown unit %d", unit)
+	}
+	if multiplier < 1 {
+		multiplier = 1
+	}
+	l := Limit{Algorithm: FixedWindow, RequestsPerUnit: requestsPerUnit, Unit: unit, Multiplier: multiplier}
+	l.Client = client.FixedWindow{Limit: int64(requestsPerUnit), Window: l.Period()}
+	if err := l.Client.Validate(); err != nil {
+		return nil, fmt.Errorf("limit override: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteString("_" + e.Value)
+		}
+	}
+	return &RateLimit{Limits: []Limit{l}, FullKey: b.String(), Override: true}, nil
+}
+
+// Needs is the library release the configuration's limits need: 1.2.0 for a calendar or a
+// penalty, else 1.1.0 (several limits decided together, refunds, leases).
+func (c *Config) Needs() string {
+	need := "1.1.0"
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.limit != nil {
+			for _, l := range n.limit.Limits {
+				if l.Algorithm == Calendar || penalty(l.Client) {
+					need = "1.2.0"
+				}
+			}
+		}
+		for _, ch := range n.children {
+			walk(ch)
+		}
+	}
+	for _, d := range c.domains {
+		walk(d)
+	}
+	return need
+}
+
+func penalty(l client.Limit) bool {
+	switch c := l.(type) {
+	case client.FixedWindow:
+		return c.Penalty > 0
+	case client.SlidingLog:
+		return c.Penalty > 0
+	case client.SlidingWindow:
+		return c.Penalty > 0
+	case client.TokenBucket:
+		return c.Penalty > 0
+	case client.LeakyBucket:
+		return c.Penalty > 0
+	case client.Calendar:
+		return c.Penalty > 0
+	}
+	return false
 }
