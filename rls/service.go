@@ -570,4 +570,6 @@ func (s *Service) addHeaders(resp *pb.RateLimitResponse, ds []*descriptor) {
 	}
 }
 
-func wrapU32(n int64) *wrapperspb.UInt32Value { return wrapperspb.UInt32(uint32(min(n, math.MaxUint32))) }
+func wrapU32(n int64) *wrapperspb.UInt32Value {
+	return wrapperspb.UInt32(uint32(min(n, math.MaxUint32)))
+}
