@@ -65,9 +65,12 @@ func (f Files) Load() (*envoyconf.Config, error) {
 
 // Watch reloads svc's configuration whenever a file under f's paths changes, until ctx is
 // done. A file that does not load leaves the configuration in use as it was: the error is
-// logged and counted (rlfn.rls.config.loads{result=error}). Changes are gathered for
+// logged (a nil log logs nothing) and counted (rlfn.rls.config.loads{result=error}). Changes are gathered for
 // settle, so that an editor's or Kubernetes' several writes make one reload.
 func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Logger, settle time.Duration) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
