@@ -1,6 +1,8 @@
 package envoyconf
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -360,6 +362,139 @@ func TestWildcardMatch(t *testing.T) {
 	} {
 		if got := wildcardMatch(strings.Split(tc.pattern, "*"), tc.s); got != tc.want {
 			t.Errorf("%q ~ %q = %v", tc.pattern, tc.s, got)
+		}
+	}
+}
+
+// The reference's own test files (testdata/reference, see its README), each loaded alone
+// (merge_domain_key*.yaml together), with what the reference makes of them.
+func TestReferenceFiles(t *testing.T) {
+	read := func(names ...string) []File {
+		var fs []File
+		for _, n := range names {
+			data, err := os.ReadFile(filepath.Join("testdata", "reference", n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, File{Name: n, Data: data})
+		}
+		return fs
+	}
+	for _, tc := range []struct {
+		file string
+		want string // the error's start; "" loads
+	}{
+		{"bad_limit_unit.yaml", "bad_limit_unit.yaml: invalid rate limit unit 'foo'"},
+		{"bad_yaml.yaml", "bad_yaml.yaml: error loading config file: "},
+		{"basic_config.yaml", ""},
+		{"duplicate_domain.yaml", ""},
+		{"duplicate_key.yaml", "duplicate_key.yaml: duplicate descriptor composite key 'test-domain.key1_value1'"},
+		{"empty_domain.yaml", "empty_domain.yaml: config file cannot have empty domain"},
+		{"empty_key.yaml", "empty_key.yaml: descriptor has empty key"},
+		{"metadata.yaml", ""},
+		{"misspelled_key.yaml", "misspelled_key.yaml: config error, unknown key 'ratelimit'"},
+		{"misspelled_key2.yaml", "misspelled_key2.yaml: config error, unknown key 'requestsperunit'"},
+		{"non_map_list.yaml", "non_map_list.yaml: config error, yaml file contains list of type other than map: a"},
+		{"non_string_key.yaml", "non_string_key.yaml: config error, key is not of type string: 0.25"},
+		{"replaces_empty.yaml", "replaces_empty.yaml: should not have an empty replaces entry"},
+		{"replaces_self.yaml", "replaces_self.yaml: replaces should not contain name of same descriptor"},
+		{"shadowmode_config.yaml", ""},
+		{"share_threshold.yaml", ""},
+		{"unlimited_with_unit.yaml", "unlimited_with_unit.yaml: should not specify rate limit unit when unlimited"},
+		{"wildcard.yaml", ""},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			_, err := Load(read(tc.file), false)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)):
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// duplicate_domain.yaml twice: the reference's TestDuplicateDomain.
+	if _, err := Load(read("duplicate_domain.yaml", "duplicate_domain.yaml"), false); err == nil || err.Error() != "duplicate_domain.yaml: duplicate domain 'test-domain' in config file" {
+		t.Errorf("duplicate domain: %v", err)
+	}
+	c, err := Load(read("merge_domain_key1.yaml", "merge_domain_key2.yaml"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Match("test-domain", []Entry{{"key1", "value1"}}).Limit.Limits[0].RequestsPerUnit != 10 ||
+		c.Match("test-domain", []Entry{{"key2", "value2"}}).Limit.Limits[0].RequestsPerUnit != 20 {
+		t.Error("merged domain")
+	}
+	// What the reference's tests match in its files.
+	c, err = Load(read("wildcard.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entries []Entry
+		limit   uint32
+	}{
+		{[]Entry{{"wild", "foo1"}}, 20}, {[]Entry{{"wild", "foo2"}}, 20}, {[]Entry{{"wild", "bar"}}, 0},
+		{[]Entry{{"noWild", "foo"}}, 20}, {[]Entry{{"noWild", "foo1"}}, 0}, {[]Entry{{"noVal", "foo"}}, 20},
+		{[]Entry{{"midWild", "barab"}}, 20}, {[]Entry{{"midWild", "barb"}}, 20}, {[]Entry{{"midWild", "bara"}}, 0},
+		{[]Entry{{"multiWild", "foo1bar2baz"}}, 10}, {[]Entry{{"multiWild", "foobaz"}}, 0},
+		{[]Entry{{"nestedWild", "val1"}, {"wild", "goo2"}}, 20}, {[]Entry{{"nestedWild", "val1"}, {"wild", "foo2"}}, 0},
+	} {
+		m := c.Match("test-domain", tc.entries)
+		got := uint32(0)
+		if m.Limit != nil {
+			got = m.Limit.Limits[0].RequestsPerUnit
+		}
+		if got != tc.limit {
+			t.Errorf("wildcard %v: limit %d, want %d", tc.entries, got, tc.limit)
+		}
+	}
+	c, err = Load(read("share_threshold.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entries []Entry
+		limit   uint32
+		shared  string
+	}{
+		{[]Entry{{"files", "files/a.txt"}}, 100, "files/*"},
+		{[]Entry{{"nested", "parent"}, {"files", "nested/x"}}, 200, ",nested/*"},
+		{[]Entry{{"files", "top/y"}, {"files", "nested/z"}}, 300, "top/*,nested/*"},
+		{[]Entry{{"file", "test1"}}, 50, ""},
+		{[]Entry{{"file", "test2"}}, 100, "test*"},
+		{[]Entry{{"path", "path/a"}, {"file", "file/b"}, {"type", "t"}}, 120, "path/*,,"},
+		{[]Entry{{"multiroute", "svc1ep2rpc"}}, 50, "svc*ep*rpc"},
+	} {
+		m := c.Match("test-domain", tc.entries)
+		if m.Limit == nil || m.Limit.Limits[0].RequestsPerUnit != tc.limit || strings.Join(m.Shared, ",") != tc.shared {
+			t.Errorf("share_threshold %v: %+v shared %q, want %d %q", tc.entries, m.Limit, m.Shared, tc.limit, tc.shared)
+		}
+	}
+	c, err = Load(read("metadata.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := c.Match("test-domain", []Entry{{"key2", "x"}}).Limit.Metadata
+	if md.Fields["service_with_quota"].GetStructValue().Fields["name"].GetStringValue() != "service_2" {
+		t.Errorf("metadata %v", md)
+	}
+}
+
+// rlfn's extension files load here; the side-by-side test checks that the reference
+// refuses them.
+func TestExtensionFiles(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join("testdata", "rlfn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join("testdata", "rlfn", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load([]File{{Name: e.Name(), Data: data}}, false); err != nil {
+			t.Errorf("%s: %v", e.Name(), err)
 		}
 	}
 }
