@@ -26,8 +26,9 @@ import (
 
 // backend is one deployment the service is tested on.
 type backend struct {
-	name string
-	vk   valkey.Client
+	name  string
+	vk    valkey.Client
+	addrs []string // every primary: one for a standalone server
 }
 
 // env holds the servers every test shares: started on first use, stopped by TestMain.
@@ -84,7 +85,7 @@ func startEnv() error {
 		if err := loadLibrary(ctx, vk); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		env.backends = append(env.backends, &backend{name: s.name, vk: vk})
+		env.backends = append(env.backends, &backend{name: s.name, vk: vk, addrs: []string{srv.Addr}})
 	}
 	cl, err := harness.NewCluster(ctx, 3, 0)
 	if err != nil {
@@ -108,7 +109,7 @@ func startEnv() error {
 		return err
 	}
 	env.closers = append(env.closers, vk.Close)
-	env.backends = append(env.backends, &backend{name: "cluster", vk: vk})
+	env.backends = append(env.backends, &backend{name: "cluster", vk: vk, addrs: cl.Addrs()})
 	return nil
 }
 
