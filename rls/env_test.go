@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func backends(t *testing.T) []*backend {
+func backends(t testing.TB) []*backend {
 	t.Helper()
 	env.once.Do(func() { env.err = startEnv() })
 	if env.err != nil {
@@ -135,7 +135,7 @@ var testID struct {
 
 // newRig serves config (YAML) from a directory of its own, deciding on b. Every rig has its
 // own key prefix, so that tests never share counters.
-func newRig(t *testing.T, b *backend, config string, o client.Options, so rls.ServerOptions, svo rls.Options) *rig {
+func newRig(t testing.TB, b *backend, config string, o client.Options, so rls.ServerOptions, svo rls.Options) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o644); err != nil {
@@ -197,7 +197,7 @@ func newRig(t *testing.T, b *backend, config string, o client.Options, so rls.Se
 }
 
 // ask sends one request and fails the test on a gRPC error.
-func (r *rig) ask(t *testing.T, req *pb.RateLimitRequest) *pb.RateLimitResponse {
+func (r *rig) ask(t testing.TB, req *pb.RateLimitRequest) *pb.RateLimitResponse {
 	t.Helper()
 	resp, err := r.call(req)
 	if err != nil {

@@ -37,7 +37,7 @@ var reference struct {
 
 // referenceBin builds the reference's service_cmd and config_check_cmd once per test binary
 // and returns the directory holding them.
-func referenceBin(t *testing.T) string {
+func referenceBin(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip(harness.ErrShort)
@@ -142,7 +142,7 @@ func firstLine(b []byte) string {
 
 // referenceService runs the reference on loopback with config, against b, and returns a
 // client of its gRPC service. Its keys have a prefix of their own.
-func referenceService(t *testing.T, b *backend, config string) pb.RateLimitServiceClient {
+func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServiceClient {
 	t.Helper()
 	bin := referenceBin(t)
 	root := t.TempDir()
@@ -198,7 +198,7 @@ func referenceService(t *testing.T, b *backend, config string) pb.RateLimitServi
 	}
 }
 
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	var ls []net.Listener
 	var ports []int
 	for range n {
