@@ -437,3 +437,53 @@ func eventually(t *testing.T, ok func() bool) {
 	}
 	t.Fatal("never")
 }
+
+// With MaxInFlight requests stalled on the backend, one more is refused at once rather than
+// queued; the stalled one is answered when the backend is back.
+func TestInFlightBound(t *testing.T) {
+	b := backends(t)[0]
+	r := newRig(t, b, config, client.Options{Deadline: 5 * time.Second}, rls.ServerOptions{MaxInFlight: 1}, rls.Options{})
+	ctx := context.Background()
+	// Writes (every decision) wait; reads (the health check) go on.
+	if err := b.vk.Do(ctx, b.vk.B().ClientPause().Timeout(1500).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.call(request("edge", desc("key2", "stalled")))
+		first <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the first is in flight: the pause lasts 1.5 s
+	_, err := r.call(request("edge", desc("key2", "second")))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second request: %v, want ResourceExhausted", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the stalled request: %v", err)
+	}
+	if resp := r.ask(t, request("edge", desc("key2", "second"))); resp.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("after the stall: %v", resp)
+	}
+}
+
+// A domain's own fallback: with the library gone, FailOpen admits where ReturnError fails.
+func TestFallbackPolicy(t *testing.T) {
+	b := backends(t)[0]
+	open := newRig(t, b, config, client.Options{Fallback: client.FailOpen}, rls.ServerOptions{}, rls.Options{})
+	strict := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+	ctx := context.Background()
+	if err := b.vk.Do(ctx, b.vk.B().FunctionDelete().LibraryName("ratelimit").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := loadLibrary(ctx, b.vk); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if resp := open.ask(t, request("edge", desc("key2", "x"))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 19 {
+		t.Fatalf("fail open: %v", resp)
+	}
+	if _, err := strict.call(request("edge", desc("key2", "x"))); status.Code(err) != codes.Unavailable {
+		t.Fatalf("return error: %v", err)
+	}
+}

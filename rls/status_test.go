@@ -1,0 +1,58 @@
+package rls
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/envoyconf"
+)
+
+// A descriptor's status from its limits' results: the binding limit, the remaining units,
+// and the time until reset in whole seconds rounded up.
+func TestStatus(t *testing.T) {
+	now := time.Unix(1000*60+15, 300e6) // 15.3 s into a minute
+	s := &Service{now: func() time.Time { return now }}
+	minute := envoyconf.Limit{Algorithm: envoyconf.FixedWindow, RequestsPerUnit: 10, Unit: envoyconf.Minute, Multiplier: 1}
+	bucket := envoyconf.Limit{Algorithm: envoyconf.TokenBucket, RequestsPerUnit: 1, Unit: envoyconf.Second, Multiplier: 10}
+	rl := &envoyconf.RateLimit{Name: "n"}
+	for _, tc := range []struct {
+		name      string
+		limits    []envoyconf.Limit
+		results   []client.Result
+		code      pb.RateLimitResponse_Code
+		rpu       uint32
+		remaining uint32
+		reset     int64
+	}{
+		{"admitted", []envoyconf.Limit{minute}, []client.Result{{Allowed: true, Remaining: 7, ResetAfter: 44700 * time.Millisecond}}, pb.RateLimitResponse_OK, 10, 7, 45},
+		{"nothing counted: the window's end", []envoyconf.Limit{minute}, []client.Result{{Allowed: true, Remaining: 10}}, pb.RateLimitResponse_OK, 10, 10, 45},
+		{"refused: the real wait, rounded up", []envoyconf.Limit{bucket}, []client.Result{{Allowed: false, Remaining: 0, RetryAfter: 8001 * time.Millisecond, ResetAfter: 28 * time.Second}}, pb.RateLimitResponse_OVER_LIMIT, 1, 0, 9},
+		{"refused with units left reports none", []envoyconf.Limit{minute}, []client.Result{{Allowed: false, Remaining: 2, RetryAfter: time.Second}}, pb.RateLimitResponse_OVER_LIMIT, 10, 0, 1},
+		{"never: the reset", []envoyconf.Limit{minute}, []client.Result{{Allowed: false, RetryAfter: client.Never, ResetAfter: 3 * time.Second}}, pb.RateLimitResponse_OVER_LIMIT, 10, 0, 3},
+		{"fewest remaining binds", []envoyconf.Limit{minute, bucket}, []client.Result{{Allowed: true, Remaining: 7, ResetAfter: time.Second}, {Allowed: true, Remaining: 2, ResetAfter: 20 * time.Second}}, pb.RateLimitResponse_OK, 1, 2, 20},
+		{"the refusing limit binds", []envoyconf.Limit{minute, bucket}, []client.Result{{Allowed: true, Remaining: 0, ResetAfter: time.Second}, {Allowed: false, RetryAfter: 5 * time.Second}}, pb.RateLimitResponse_OVER_LIMIT, 1, 0, 5},
+		{"the longest wait binds", []envoyconf.Limit{minute, bucket}, []client.Result{{Allowed: false, RetryAfter: 50 * time.Second}, {Allowed: false, RetryAfter: 5 * time.Second}}, pb.RateLimitResponse_OVER_LIMIT, 10, 0, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := s.status(rl, tc.limits, tc.results)
+			if st.Code != tc.code || st.CurrentLimit.GetRequestsPerUnit() != tc.rpu || st.CurrentLimit.GetName() != "n" ||
+				st.LimitRemaining != tc.remaining || st.DurationUntilReset.GetSeconds() != tc.reset {
+				t.Fatalf("%v", st)
+			}
+			if (tc.rpu == 1) != (st.CurrentLimit.GetUnitMultiplier().GetValue() == 10) {
+				t.Fatalf("unit_multiplier %v", st.CurrentLimit.GetUnitMultiplier())
+			}
+		})
+	}
+}
+
+func TestEscape(t *testing.T) {
+	// Distinct entries never compose one principal.
+	a, b := escape("a/b=c"), escape("a")+"/"+escape("b")+"="+escape("c")
+	if a == b || escape("%2F") == escape("/") {
+		t.Fatalf("%q %q", a, b)
+	}
+}
