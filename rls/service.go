@@ -35,8 +35,9 @@ type Headers uint8
 
 const (
 	NoHeaders Headers = iota // the default: none, as the reference without LIMIT_RESPONSE_HEADERS_ENABLED
-	// ReferenceHeaders are envoyproxy/ratelimit's X-RateLimit-Limit, -Remaining and -Reset,
-	// of the descriptor closest to its limit.
+	// ReferenceHeaders are envoyproxy/ratelimit's, under its default names (with
+	// LIMIT_RESPONSE_HEADERS_ENABLED): RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, of the descriptor closest to its limit, a refusing one first.
 	ReferenceHeaders
 	// DraftHeaders are the IETF draft's RateLimit and RateLimit-Policy (draft 11), one item per
 	// limited descriptor.
@@ -541,9 +542,9 @@ func (s *Service) addHeaders(resp *pb.RateLimitResponse, ds []*descriptor) {
 			return
 		}
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: "X-RateLimit-Limit", Value: fmt.Sprint(best.CurrentLimit.RequestsPerUnit)},
-			{Key: "X-RateLimit-Remaining", Value: fmt.Sprint(best.LimitRemaining)},
-			{Key: "X-RateLimit-Reset", Value: fmt.Sprint(best.DurationUntilReset.GetSeconds())},
+			{Key: "RateLimit-Limit", Value: fmt.Sprint(best.CurrentLimit.RequestsPerUnit)},
+			{Key: "RateLimit-Remaining", Value: fmt.Sprint(best.LimitRemaining)},
+			{Key: "RateLimit-Reset", Value: fmt.Sprint(best.DurationUntilReset.GetSeconds())},
 		}
 	case DraftHeaders:
 		var items, policies []string

@@ -53,7 +53,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "fallback", Value: "return_error", EnvVars: []string{"RLFN_RLS_FALLBACK"}, Usage: "what a request the server cannot decide gets: return_error (a gRPC error: Envoy's failure_mode_deny decides), local, fail_closed, fail_open"},
 			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more"},
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
-			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (X-RateLimit-*), draft (RateLimit, RateLimit-Policy)"},
+			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
 			&cli.StringFlag{Name: "prefix", EnvVars: []string{"RLFN_RLS_PREFIX"}, Usage: `start of every server key (default "rl:")`},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
