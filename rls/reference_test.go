@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -283,6 +285,12 @@ func responseDiff(want, got *pb.RateLimitResponse) string {
 	return strings.Join(d, "\n")
 }
 
+// override gives a descriptor Envoy's own limit.
+func override(d *rlv3.RateLimitDescriptor, n uint32, unit pb.RateLimitResponse_RateLimit_Unit) *rlv3.RateLimitDescriptor {
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit(unit)}
+	return d
+}
+
 func readReference(t *testing.T, name string) string {
 	data, err := os.ReadFile(filepath.Join("..", "internal", "envoyconf", "testdata", "reference", name))
 	if err != nil {
@@ -351,6 +359,12 @@ func TestReferenceSideBySide(t *testing.T) {
 				{hits5, 3},
 				{request("cmp", hits(desc("user", "zero"), 0)), 2},
 				{request("cmp", hits(desc("user", "three"), 3), desc("user", "u2")), 1},
+				// More hits than the limit, on a fresh key and on a used one.
+				{request("cmp", hits(desc("user", "huge"), 9)), 1},
+				{request("cmp", hits(desc("user", "u1"), 9)), 1},
+				// Envoy's own limit for a descriptor (a limit override).
+				{request("cmp", override(desc("user", "ov"), 3, pb.RateLimitResponse_RateLimit_HOUR)), 4},
+				{request("cmp", override(desc("nothing", "ov"), 2, pb.RateLimitResponse_RateLimit_MINUTE)), 3},
 				// Several descriptors, all admitted: as the reference.
 				{request("cmp", desc("user", "a1"), desc("org", "acme", "user", "a1"), desc("free", "x")), 1},
 			})

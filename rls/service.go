@@ -481,12 +481,6 @@ func (s *Service) status(rl *envoyconf.RateLimit, limits []envoyconf.Limit, resu
 	if r.Allowed {
 		st.LimitRemaining = uint32(min(r.Remaining, math.MaxUint32))
 		reset = r.ResetAfter
-		if reset == 0 && l.Algorithm == envoyconf.FixedWindow {
-			// Nothing counted yet (a peek, hits 0): the reference still says when the
-			// window ends.
-			p := l.Period()
-			reset = p - time.Duration(s.now().UnixNano())%p
-		}
 	} else {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 		// The reference counts the refused hits, so it has none left: so has rlfn's answer.
@@ -496,6 +490,12 @@ func (s *Service) status(rl *envoyconf.RateLimit, limits []envoyconf.Limit, resu
 			// No wait admits these hits: say when the limit is whole again.
 			reset = r.ResetAfter
 		}
+	}
+	if reset == 0 && l.Algorithm == envoyconf.FixedWindow {
+		// Nothing counted in the window (hits 0, or more hits than the limit on a fresh
+		// key): the reference still says when the window ends.
+		p := l.Period()
+		reset = p - time.Duration(s.now().UnixNano())%p
 	}
 	if reset > 0 {
 		st.DurationUntilReset = &durationpb.Duration{Seconds: int64((reset + time.Second - 1) / time.Second)}

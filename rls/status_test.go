@@ -1,10 +1,13 @@
 package rls
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/envoyconf"
@@ -54,5 +57,44 @@ func TestEscape(t *testing.T) {
 	a, b := escape("a/b=c"), escape("a")+"/"+escape("b")+"="+escape("c")
 	if a == b || escape("%2F") == escape("/") {
 		t.Fatalf("%q %q", a, b)
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	st := func(code pb.RateLimitResponse_Code, rpu, remaining uint32, reset int64, mult uint32) *descriptor {
+		s := &pb.RateLimitResponse_DescriptorStatus{Code: code, LimitRemaining: remaining,
+			CurrentLimit:       &pb.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: pb.RateLimitResponse_RateLimit_MINUTE},
+			DurationUntilReset: durationpb.New(time.Duration(reset) * time.Second)}
+		if mult > 0 {
+			s.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(mult)
+		}
+		return &descriptor{status: s}
+	}
+	none := &descriptor{status: &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}}
+	ds := []*descriptor{st(pb.RateLimitResponse_OK, 100, 3, 40, 0), none, st(pb.RateLimitResponse_OVER_LIMIT, 10, 0, 20, 5), st(pb.RateLimitResponse_OK, 50, 1, 40, 0)}
+	for _, tc := range []struct {
+		h    Headers
+		want string
+	}{
+		{NoHeaders, ""},
+		// The refusing descriptor, as the reference picks.
+		{ReferenceHeaders, "RateLimit-Limit: 10|RateLimit-Remaining: 0|RateLimit-Reset: 20"},
+		{DraftHeaders, `RateLimit: "d0";r=3;t=40, "d2";r=0;t=20, "d3";r=1;t=40|RateLimit-Policy: "d0";q=100;w=60, "d2";q=10;w=300, "d3";q=50;w=60`},
+	} {
+		resp := &pb.RateLimitResponse{}
+		(&Service{headers: tc.h}).addHeaders(resp, ds)
+		var got []string
+		for _, h := range resp.ResponseHeadersToAdd {
+			got = append(got, h.Key+": "+h.Value)
+		}
+		if g := strings.Join(got, "|"); g != tc.want {
+			t.Errorf("%d: %s\nwant %s", tc.h, g, tc.want)
+		}
+	}
+	// Without a refusal, the fewest remaining.
+	resp := &pb.RateLimitResponse{}
+	(&Service{headers: ReferenceHeaders}).addHeaders(resp, []*descriptor{ds[0], ds[3]})
+	if resp.ResponseHeadersToAdd[0].Value != "50" {
+		t.Errorf("%v", resp.ResponseHeadersToAdd)
 	}
 }
