@@ -68,6 +68,7 @@ type Service struct {
 	limiter LimiterFor
 	config  atomic.Pointer[envoyconf.Config]
 	headers Headers
+	shadow  bool
 	metrics *Metrics
 	now     func() time.Time
 	prefix  string
@@ -76,6 +77,10 @@ type Service struct {
 // Options configure a Service.
 type Options struct {
 	Headers Headers
+	// ShadowMode answers every request OK overall (the reference's global SHADOW_MODE): the
+	// statuses still say which descriptors are over their limits, and a request they refuse
+	// still takes nothing.
+	ShadowMode bool
 	// Metrics records what the service decides; nil records nothing.
 	Metrics *Metrics
 	// Now is the clock the fixed window's time until reset is read from when the server has
@@ -88,7 +93,7 @@ type Options struct {
 
 // NewService returns a Service deciding with limiter's Limiters, starting with cfg.
 func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
-	s := &Service{limiter: limiter, headers: o.Headers, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
+	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -217,7 +222,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 			d.status.Code = pb.RateLimitResponse_OK
 		}
 	}
-	if !admitted {
+	if !admitted && !s.shadow {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 	}
 	for i, d := range ds {

@@ -487,3 +487,45 @@ func TestFallbackPolicy(t *testing.T) {
 		t.Fatalf("return error: %v", err)
 	}
 }
+
+// The reference's global shadow mode: OK overall, the statuses as they are.
+func TestGlobalShadowMode(t *testing.T) {
+	r := newRig(t, backends(t)[0], config, client.Options{}, rls.ServerOptions{}, rls.Options{ShadowMode: true})
+	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+		resp := r.ask(t, request("edge", desc("small", "g")))
+		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].Code != want {
+			t.Fatalf("request %d: %v", i, resp)
+		}
+	}
+}
+
+// Shutdown lets a request in flight finish: stalled on the backend, it is answered, not cut.
+func TestGracefulShutdown(t *testing.T) {
+	b := backends(t)[0]
+	r := newRig(t, b, config, client.Options{Deadline: 5 * time.Second}, rls.ServerOptions{}, rls.Options{})
+	ctx := context.Background()
+	if err := b.vk.Do(ctx, b.vk.B().ClientPause().Timeout(800).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := r.call(request("edge", desc("key2", "late")))
+		answered <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := r.srv.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("Shutdown returned after %v, before the request in flight was answered", time.Since(start))
+	}
+	if _, err := r.call(request("edge", desc("key2", "after"))); err == nil {
+		t.Fatal("answered after Shutdown")
+	}
+}

@@ -54,6 +54,8 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more"},
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
 			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
+			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},
+			&cli.IntFlag{Name: "denial-cache", EnvVars: []string{"RLFN_RLS_DENIAL_CACHE"}, Usage: "answer repeated denials from memory until their retry time, for up to this many keys (the reference's local cache); 0: off"},
 			&cli.StringFlag{Name: "prefix", EnvVars: []string{"RLFN_RLS_PREFIX"}, Usage: `start of every server key (default "rl:")`},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
@@ -114,7 +116,8 @@ func serve(c *cli.Context) error {
 	metrics.ConfigLoaded(nil)
 
 	newLimiter := func(p rls.Policy) (*client.Limiter, error) {
-		o := client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base, Instances: c.Int("instances"), MeterProvider: mp}
+		o := client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base, Instances: c.Int("instances"),
+			DenialCache: c.Int("denial-cache"), MeterProvider: mp}
 		if p.Deadline > 0 {
 			o.Deadline = p.Deadline
 		}
@@ -133,13 +136,20 @@ func serve(c *cli.Context) error {
 			return fmt.Errorf("--policy %s: %w", d, err)
 		}
 	}
+	// Close stops the denial caches once the last request is answered.
+	defer func() {
+		_ = def.Close(context.Background())
+		for _, l := range byDomain {
+			_ = l.Close(context.Background())
+		}
+	}()
 	limiter := func(domain string) *client.Limiter {
 		if l := byDomain[domain]; l != nil {
 			return l
 		}
 		return def
 	}
-	svc := rls.NewService(limiter, cfg, rls.Options{Headers: headers, Metrics: metrics})
+	svc := rls.NewService(limiter, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), Metrics: metrics})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight: c.Int("max-in-flight"),
 		Check:       func(ctx context.Context) error { return def.CheckVersion(ctx, svc.Config().Needs()) },
