@@ -69,9 +69,11 @@ type Service struct {
 	config  atomic.Pointer[envoyconf.Config]
 	headers Headers
 	shadow  bool
-	metrics *Metrics
-	now     func() time.Time
-	prefix  string
+	// dynamicMetadata: see Options.DynamicMetadata.
+	dynamicMetadata bool
+	metrics         *Metrics
+	now             func() time.Time
+	prefix          string
 }
 
 // Options configure a Service.
@@ -81,6 +83,10 @@ type Options struct {
 	// statuses still say which descriptors are over their limits, and a request they refuse
 	// still takes nothing.
 	ShadowMode bool
+	// DynamicMetadata adds the response's dynamic metadata as the reference does with
+	// RESPONSE_DYNAMIC_METADATA (the request's domain, descriptors and hits, and the
+	// configuration's metadata of the descriptors within their limits).
+	DynamicMetadata bool
 	// Metrics records what the service decides; nil records nothing.
 	Metrics *Metrics
 	// Now is the clock the fixed window's time until reset is read from when the server has
@@ -93,7 +99,7 @@ type Options struct {
 
 // NewService returns a Service deciding with limiter's Limiters, starting with cfg.
 func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
-	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
+	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, dynamicMetadata: o.DynamicMetadata, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -229,6 +235,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 		resp.Statuses[i] = d.status
 	}
 	s.addHeaders(resp, ds)
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, ds)
+	}
 	return resp, ds, nil
 }
 

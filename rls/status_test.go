@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlfn/rlfn/client"
@@ -96,5 +99,40 @@ func TestHeaders(t *testing.T) {
 	(&Service{headers: ReferenceHeaders}).addHeaders(resp, []*descriptor{ds[0], ds[3]})
 	if resp.ResponseHeadersToAdd[0].Value != "50" {
 		t.Errorf("%v", resp.ResponseHeadersToAdd)
+	}
+}
+
+func TestDynamicMetadata(t *testing.T) {
+	md := func(m map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ok := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+	over := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OVER_LIMIT}
+	ds := []*descriptor{
+		{rl: &envoyconf.RateLimit{Metadata: md(map[string]any{"svc": map[string]any{"name": "a"}, "tier": "gold"})}, status: ok},
+		{rl: &envoyconf.RateLimit{Metadata: md(map[string]any{"svc": map[string]any{"team": "b", "name": "x"}, "tier": "silver"})}, status: ok},
+		{rl: &envoyconf.RateLimit{Metadata: md(map[string]any{"refused": true})}, status: over},
+		{rl: &envoyconf.RateLimit{Unlimited: true, Metadata: md(map[string]any{"unlimited": true})}, status: ok},
+	}
+	req := &pb.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}}, HitsAddend: wrapperspb.UInt64(0)},
+	}}
+	got := dynamicMetadata(req, ds)
+	want := md(map[string]any{
+		"domain":      "edge",
+		"hitsAddend":  3,
+		"descriptors": []any{map[string]any{"entries": []any{"a=1", "b=2"}, "hitsAddend": 0}},
+		"metadata":    map[string]any{"svc": map[string]any{"name": "a", "team": "b"}, "tier": "gold"},
+	})
+	if !proto.Equal(got, want) {
+		t.Fatalf("%v\nwant %v", got, want)
+	}
+	// The configuration's metadata is left as it was.
+	if !proto.Equal(ds[0].rl.Metadata, md(map[string]any{"svc": map[string]any{"name": "a"}, "tier": "gold"})) {
+		t.Fatalf("the configuration's metadata changed: %v", ds[0].rl.Metadata)
 	}
 }

@@ -55,6 +55,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
 			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
 			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},
+			&cli.BoolFlag{Name: "dynamic-metadata", EnvVars: []string{"RLFN_RLS_DYNAMIC_METADATA"}, Usage: "add the response's dynamic metadata: the request, and the metadata of the descriptors within their limits (the reference's RESPONSE_DYNAMIC_METADATA)"},
 			&cli.IntFlag{Name: "denial-cache", EnvVars: []string{"RLFN_RLS_DENIAL_CACHE"}, Usage: "answer repeated denials from memory until their retry time, for up to this many keys (the reference's local cache); 0: off"},
 			&cli.StringFlag{Name: "prefix", EnvVars: []string{"RLFN_RLS_PREFIX"}, Usage: `start of every server key (default "rl:")`},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
@@ -149,7 +150,7 @@ func serve(c *cli.Context) error {
 		}
 		return def
 	}
-	svc := rls.NewService(limiter, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), Metrics: metrics})
+	svc := rls.NewService(limiter, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight: c.Int("max-in-flight"),
 		Check:       func(ctx context.Context) error { return def.CheckVersion(ctx, svc.Config().Needs()) },
