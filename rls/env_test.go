@@ -193,6 +193,8 @@ func newRig(t testing.TB, b *backend, config string, o client.Options, so rls.Se
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	// The tests count minute windows: a sequence must not straddle two.
+	awayFromMinuteEnd()
 	return &rig{svc: svc, srv: srv, rls: pb.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), http: "http://" + h.Addr().String(), dir: dir}
 }
 

@@ -196,16 +196,16 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 	if admitted && len(quota) > 0 {
 		// The reference refuses a request on quota descriptors only when all of them are
 		// over: each is decided alone, and the request stands if any admits.
-		any := false
+		some := false
 		for _, d := range quota {
 			ok, err := s.decide(ctx, lim, []*descriptor{d}, false)
 			if err != nil {
 				s.undo(lim, append(enforced, quota...))
 				return nil, nil, backendError(err)
 			}
-			any = any || ok
+			some = some || ok
 		}
-		if !any {
+		if !some {
 			admitted = false
 			s.undo(lim, enforced)
 		}
