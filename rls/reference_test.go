@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
@@ -145,6 +148,12 @@ func firstLine(b []byte) string {
 // referenceService runs the reference on loopback with config, against b, and returns a
 // client of its gRPC service. Its keys have a prefix of their own.
 func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServiceClient {
+	c, _ := referenceServer(t, b, config)
+	return c
+}
+
+// referenceServer is referenceService that also returns the base URL of its HTTP listener.
+func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
 	bin := referenceBin(t)
 	root := t.TempDir()
@@ -191,7 +200,7 @@ func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServi
 		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
 		cancel()
 		if err == nil {
-			return c
+			return c, fmt.Sprint("http://127.0.0.1:", ports[0])
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the reference never answered: %v\n%.2000s", err, out.String())
@@ -489,5 +498,48 @@ descriptors:
 	got = ours.ask(t, zero)
 	if want.OverallCode != pb.RateLimitResponse_OVER_LIMIT || got.OverallCode != pb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("hits 0: reference %v, rlfn %v", want, got)
+	}
+}
+
+// The HTTP/JSON endpoint answers as the reference's /json: the same status codes, the same
+// responses.
+func TestReferenceJSON(t *testing.T) {
+	b := backends(t)[0]
+	_, refURL := referenceServer(t, b, compareConfig)
+	ours := newRig(t, b, compareConfig, client.Options{}, rls.ServerOptions{}, rls.Options{})
+	post := func(base, body string) (int, *pb.RateLimitResponse) {
+		resp, err := http.Post(base+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out pb.RateLimitResponse
+		if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusTooManyRequests {
+			if err := protojson.Unmarshal(data, &out); err != nil {
+				t.Fatalf("%s: %d %s: %v", base, resp.StatusCode, data, err)
+			}
+		}
+		return resp.StatusCode, &out
+	}
+	for i, body := range []string{
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}]}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "hitsAddend": 3}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}]}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}]}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "free", "value": "json"}]}]}`,
+		`{"domain": "", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}]}`,
+		`{"domain": "cmp"}`,
+		`{"domain": 7}`,
+		`not json`,
+	} {
+		wantCode, want := post(refURL, body)
+		gotCode, got := post(ours.http, body)
+		if wantCode != gotCode {
+			t.Fatalf("request %d %s: HTTP %d, reference %d", i, body, gotCode, wantCode)
+		}
+		if diff := responseDiff(want, got); diff != "" {
+			t.Fatalf("request %d %s:\n%s", i, body, diff)
+		}
 	}
 }
