@@ -340,6 +340,8 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: open
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
 func TestReferenceSideBySide(t *testing.T) {
@@ -368,6 +370,9 @@ func TestReferenceSideBySide(t *testing.T) {
 				{hits5, 3},
 				{request("cmp", hits(desc("user", "zero"), 0)), 2},
 				{request("cmp", hits(desc("user", "three"), 3), desc("user", "u2")), 1},
+				// A limit of 0: every hit is over it, a request of 0 hits is not.
+				{request("cmp", hits(desc("closed", "c"), 0)), 1},
+				{request("cmp", desc("closed", "c")), 2},
 				// More hits than the limit, on a fresh key and on a used one.
 				{request("cmp", hits(desc("user", "huge"), 9)), 1},
 				{request("cmp", hits(desc("user", "u1"), 9)), 1},

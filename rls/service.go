@@ -335,6 +335,19 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 	}
 	each := make([]client.Result, len(rules))
 	admitted := true
+	// A limit of 0 refuses every hit, with no call: the others are then only looked at.
+	for _, d := range ds {
+		for _, l := range d.rl.Limits {
+			if l.Zero {
+				if d.hits > 0 {
+					admitted = false
+				}
+			}
+		}
+	}
+	if !admitted {
+		peek = true
+	}
 	if len(rules) > 0 {
 		if peek {
 			// A refused request looks at the other descriptors without taking: one peek
@@ -404,6 +417,13 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 		if d == refusedLease {
 			mine = append(mine, leaseRes)
 			theirs = append(theirs, slotsOf(d.rl))
+		}
+		for _, l := range d.rl.Limits {
+			if l.Zero {
+				// Over it with any hit; the time until reset is the window's end.
+				mine = append(mine, client.Result{Allowed: d.hits == 0})
+				theirs = append(theirs, l)
+			}
 		}
 		d.status = s.status(d.rl, theirs, mine)
 	}

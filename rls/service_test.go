@@ -37,6 +37,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: big
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 0}
   - key: key6
     rate_limit: {unlimited: true}
   - key: named
@@ -171,6 +173,14 @@ func TestAllOrNothing(t *testing.T) {
 		}
 		if resp := r.ask(t, request("edge", desc("big", "u"))); resp.Statuses[0].LimitRemaining != 2 {
 			t.Fatalf("big took the refused request: %v", resp)
+		}
+		// A limit of 0 refuses the request; the other descriptor is only looked at.
+		resp = r.ask(t, request("edge", desc("big", "u"), desc("closed", "u")))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 2 || resp.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("closed: %v", resp)
+		}
+		if resp := r.ask(t, request("edge", desc("big", "u"))); resp.Statuses[0].LimitRemaining != 1 {
+			t.Fatalf("big took the request a limit of 0 refused: %v", resp)
 		}
 	})
 }

@@ -93,8 +93,11 @@ type Limit struct {
 	// Multiplier is the period in units (the extension unit_multiplier, as newer Envoy
 	// versions name it); 1 unless set.
 	Multiplier int64
-	// Client is the limit the client decides with; nil for Concurrency.
+	// Client is the limit the client decides with; nil for Concurrency and Zero.
 	Client client.Limit
+	// Zero is a fixed window of 0 requests, which the reference takes: every hit is over it,
+	// and a request of 0 hits is within it.
+	Zero bool
 	// Slots is the concurrency limit, for Concurrency only.
 	Slots *client.Concurrency
 	// HolderKey is, for Concurrency, the descriptor entry whose value identifies the holder
@@ -255,6 +258,10 @@ func (c *Config) load(f File, merge bool) error {
 		if err := validate(top, ""); err != nil {
 			return fail("%s", err)
 		}
+		lastKeyWins(top)
+		if err := strictBools(top); err != nil {
+			return fail("error loading config file: %s", err)
+		}
 		if err := top.Decode(&root); err != nil {
 			return fail("error loading config file: %s", err)
 		}
@@ -332,6 +339,64 @@ func validateValue(v *yaml.Node, child string) error {
 		}
 	case yaml.AliasNode:
 		return validateValue(v.Alias, child)
+	}
+	return nil
+}
+
+// lastKeyWins drops every mapping key that the same mapping repeats later: the reference's
+// YAML parser takes the last one, where ours would refuse the file.
+func lastKeyWins(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		last := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			last[n.Content[i].Value] = i
+		}
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if last[n.Content[i].Value] == i {
+				kept = append(kept, n.Content[i], n.Content[i+1])
+			}
+		}
+		n.Content = kept
+	}
+	for _, c := range n.Content {
+		lastKeyWins(c)
+	}
+}
+
+// boolKeys are the reference's boolean keys.
+var boolKeys = map[string]bool{
+	"unlimited": true, "shadow_mode": true, "quota_mode": true, "detailed_metric": true,
+	"value_to_metric": true, "share_threshold": true,
+}
+
+// yaml11Bool are YAML 1.1's booleans, which the reference's parser reads as such unquoted.
+var yaml11Bool = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("y yes true on n no false off") {
+		for _, v := range []string{w, strings.ToUpper(w[:1]) + w[1:], strings.ToUpper(w)} {
+			yaml11Bool[v] = true
+		}
+	}
+}
+
+// strictBools refuses a quoted string as a boolean ("yes"), which the reference's YAML parser
+// refuses and ours would read as true, in the reference's words.
+func strictBools(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			quoted := v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0
+			if boolKeys[k.Value] && v.Kind == yaml.ScalarNode && v.Tag == "!!str" && (quoted || !yaml11Bool[v.Value]) {
+				return fmt.Errorf("yaml: unmarshal errors:\n  line %d: cannot unmarshal !!str `%s` into bool", v.Line, v.Value)
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if err := strictBools(c); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -498,6 +563,12 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 	capacity := n
 	if y.Burst != nil {
 		capacity = *y.Burst
+	}
+	if l.Algorithm == FixedWindow && n == 0 && y.Reserve == 0 && penalty == 0 {
+		// The reference takes a limit of 0: it refuses every request that takes a hit. The
+		// library has no such limit; the service decides it alone (see Limit.Zero).
+		l.Zero = true
+		return l, nil
 	}
 	switch l.Algorithm {
 	case FixedWindow:

@@ -85,8 +85,6 @@ descriptors:
 			"f.yaml: descriptor 'd.k': burst does not apply to algorithm fixed_window"},
 		{"bad_multiplier", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit_multiplier: 0, unit: second, requests_per_unit: 1}\n",
 			"f.yaml: descriptor 'd.k': unit_multiplier must be at least 1, got 0"},
-		{"zero_limit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 0}\n",
-			"f.yaml: descriptor 'd.k': client: TokenBucket.Capacity"},
 		{"reserve_over_limit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {reserve: 6, unit: second, requests_per_unit: 5}\n",
 			"f.yaml: descriptor 'd.k': client: FixedWindow.Reserve"},
 		{"calendar_seconds", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: calendar, unit: second, requests_per_unit: 5}\n",
@@ -97,6 +95,13 @@ descriptors:
 			"f.yaml: descriptor 'd.k': a concurrency limit needs a lease"},
 		{"both_forms", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    rate_limits: [{unit: hour, requests_per_unit: 50}]\n",
 			"f.yaml: descriptor 'd.k' has both rate_limit and rate_limits"},
+		// The reference's YAML parser refuses a quoted boolean, and any word but YAML 1.1's.
+		{"quoted_bool", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: \"yes\"}\n",
+			"f.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `yes` into bool"},
+		{"word_bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n",
+			"f.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `maybe` into bool"},
+		{"zero_token_bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 0}\n",
+			"f.yaml: descriptor 'd.k': client: TokenBucket.Capacity"},
 		{"penalty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {penalty: soon, unit: second, requests_per_unit: 5}\n",
 			`f.yaml: descriptor 'd.k': penalty must be a positive duration such as 30s or 10m, got "soon"`},
 	} {
@@ -495,6 +500,36 @@ func TestExtensionFiles(t *testing.T) {
 		}
 		if _, err := Load([]File{{Name: e.Name(), Data: data}}, false); err != nil {
 			t.Errorf("%s: %v", e.Name(), err)
+		}
+	}
+}
+
+// What the reference's YAML parser takes that a stricter one would not: a key repeated in a
+// mapping (the last one wins), YAML 1.1's booleans unquoted, a limit of 0.
+func TestReferenceLeniency(t *testing.T) {
+	c, err := Load([]File{{Name: "f", Data: []byte(`
+domain: x
+domain: d
+descriptors:
+  - key: a
+    shadow_mode: yes
+    quota_mode: Off
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: none
+    rate_limit: {unit: minute}
+`)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := c.Match("d", []Entry{{"a", "v"}}).Limit
+	if !rl.ShadowMode || rl.QuotaMode {
+		t.Errorf("%+v", rl)
+	}
+	for _, k := range []string{"zero", "none"} {
+		if l := c.Match("d", []Entry{{k, "v"}}).Limit.Limits[0]; !l.Zero || l.Client != nil || l.RequestsPerUnit != 0 {
+			t.Errorf("%s: %+v", k, l)
 		}
 	}
 }
