@@ -3,6 +3,7 @@ package rls_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/envoyconf"
 	"github.com/rlfn/rlfn/rls"
 )
 
@@ -476,12 +478,25 @@ func TestInFlightBound(t *testing.T) {
 	}
 }
 
-// A domain's own fallback: with the library gone, FailOpen admits where ReturnError fails.
-func TestFallbackPolicy(t *testing.T) {
+// A domain's own policy: with the library gone, the domain whose fallback is FailOpen admits
+// where the others, under the base ReturnError, fail.
+func TestDomainPolicy(t *testing.T) {
 	b := backends(t)[0]
-	open := newRig(t, b, config, client.Options{Fallback: client.FailOpen}, rls.ServerOptions{}, rls.Options{})
-	strict := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+	cfg, err := envoyconf.Load([]envoyconf.File{{Name: "c", Data: []byte(config)}, {Name: "o", Data: []byte(strings.Replace(config, "domain: edge", "domain: open", 1))}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := rls.NewLimiters(b.vk, client.Options{Prefix: fmt.Sprintf("rlspolicy:%d:", time.Now().UnixNano()), Fallback: client.ReturnError},
+		map[string]rls.Policy{"open": {Fallback: client.FailOpen, HasFallback: true, Deadline: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close(context.Background())
+	svc := rls.NewService(ls.For, cfg, rls.Options{})
 	ctx := context.Background()
+	if err := ls.Check(ctx, cfg.Needs()); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.vk.Do(ctx, b.vk.B().FunctionDelete().LibraryName("ratelimit").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -490,10 +505,14 @@ func TestFallbackPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	if resp := open.ask(t, request("edge", desc("key2", "x"))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 19 {
-		t.Fatalf("fail open: %v", resp)
+	if ls.Check(ctx, cfg.Needs()) == nil {
+		t.Fatal("Check passes without the library")
 	}
-	if _, err := strict.call(request("edge", desc("key2", "x"))); status.Code(err) != codes.Unavailable {
+	resp, err := svc.ShouldRateLimit(ctx, request("open", desc("key2", "x")))
+	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 19 {
+		t.Fatalf("fail open: %v %v", resp, err)
+	}
+	if _, err := svc.ShouldRateLimit(ctx, request("edge", desc("key2", "x"))); status.Code(err) != codes.Unavailable {
 		t.Fatalf("return error: %v", err)
 	}
 }

@@ -116,44 +116,17 @@ func serve(c *cli.Context) error {
 	}
 	metrics.ConfigLoaded(nil)
 
-	newLimiter := func(p rls.Policy) (*client.Limiter, error) {
-		o := client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base, Instances: c.Int("instances"),
-			DenialCache: c.Int("denial-cache"), MeterProvider: mp}
-		if p.Deadline > 0 {
-			o.Deadline = p.Deadline
-		}
-		if p.HasFallback {
-			o.Fallback = p.Fallback
-		}
-		return client.New(vk, o)
-	}
-	def, err := newLimiter(rls.Policy{})
+	limiters, err := rls.NewLimiters(vk, client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base,
+		Instances: c.Int("instances"), DenialCache: c.Int("denial-cache"), MeterProvider: mp}, policies)
 	if err != nil {
 		return err
 	}
-	byDomain := map[string]*client.Limiter{}
-	for d, p := range policies {
-		if byDomain[d], err = newLimiter(p); err != nil {
-			return fmt.Errorf("--policy %s: %w", d, err)
-		}
-	}
 	// Close stops the denial caches once the last request is answered.
-	defer func() {
-		_ = def.Close(context.Background())
-		for _, l := range byDomain {
-			_ = l.Close(context.Background())
-		}
-	}()
-	limiter := func(domain string) *client.Limiter {
-		if l := byDomain[domain]; l != nil {
-			return l
-		}
-		return def
-	}
-	svc := rls.NewService(limiter, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
+	defer func() { _ = limiters.Close(context.Background()) }()
+	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight: c.Int("max-in-flight"),
-		Check:       func(ctx context.Context) error { return def.CheckVersion(ctx, svc.Config().Needs()) },
+		Check:       func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
 		CheckEvery:  c.Duration("check-every"),
 		Metrics:     promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
 		Log:         log,
