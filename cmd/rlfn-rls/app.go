@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func newApp(stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
 			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
@@ -96,6 +98,20 @@ func serve(c *cli.Context) error {
 	opt, err := parseURL(c.String("url"))
 	if err != nil {
 		return err
+	}
+	if file := c.String("tls-ca"); file != "" {
+		if opt.TLSConfig == nil {
+			return errors.New("--tls-ca needs a rediss:// or valkeys:// URL")
+		}
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--tls-ca: no PEM certificate in %s", file)
+		}
+		opt.TLSConfig.RootCAs = pool
 	}
 	vk, err := valkey.NewClient(opt)
 	if err != nil {

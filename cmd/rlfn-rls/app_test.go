@@ -2,13 +2,23 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
 
@@ -52,5 +62,82 @@ func TestParsePolicy(t *testing.T) {
 	}
 	if _, _, err := parsePolicy("api:speed=1"); err == nil {
 		t.Fatal("unknown setting accepted")
+	}
+}
+
+// The whole command in-process, against a Valkey that speaks TLS only: it serves Envoy's
+// protocol and health until its context ends, then shuts down cleanly.
+func TestServeTLS(t *testing.T) {
+	harness.Require(t, harness.ValkeyImage())
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := harness.StartValkeyTLS(t, ca)
+	vk := srv.Client(t)
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	cfg := filepath.Join(dir, "rl.yaml")
+	if err := os.WriteFile(caFile, ca.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- newApp(&stderr).RunContext(ctx, []string{"rlfn-rls", "--url", "rediss://" + srv.Addr, "--tls-ca", caFile,
+			"--config", cfg, "--grpc", addr, "--http", "", "--check-every", "100ms"})
+	}()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never SERVING: %v %v\n%s", resp, err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c := pb.NewRateLimitServiceClient(conn)
+	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+		resp, err := c.ShouldRateLimit(ctx, req)
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, stderr.String())
+	}
+	// A TLS URL's CA is required to be a PEM file; a plain URL takes none.
+	for _, tc := range []struct{ url, ca, want string }{
+		{"redis://" + srv.Addr, caFile, "--tls-ca needs a rediss:// or valkeys:// URL"},
+		{"rediss://" + srv.Addr, cfg, "--tls-ca: no PEM certificate in " + cfg},
+	} {
+		var out bytes.Buffer
+		if code := run([]string{"rlfn-rls", "--url", tc.url, "--tls-ca", tc.ca, "--config", cfg}, &out); code != 1 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s %s: %d %q", tc.url, tc.ca, code, out.String())
+		}
 	}
 }
