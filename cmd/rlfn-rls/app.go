@@ -99,7 +99,9 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if file := c.String("tls-ca"); file != "" {
+	if file := c.String("tls-ca"); file != "" && (opt.TLSConfig != nil || file != os.Getenv("RLFN_TLS_CA")) {
+		// $RLFN_TLS_CA with a plain URL is no mistake (it serves the environment's TLS URLs,
+		// as for the CLI); --tls-ca with one is.
 		if opt.TLSConfig == nil {
 			return errors.New("--tls-ca needs a rediss:// or valkeys:// URL")
 		}
