@@ -243,14 +243,15 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 
 // plan matches one descriptor of the request.
 func (s *Service) plan(cfg *envoyconf.Config, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (*descriptor, error) {
-	desc := &descriptor{hits: max(1, int64(req.HitsAddend)), negative: d.GetIsNegativeHits()}
+	hits := max(1, uint64(req.HitsAddend))
 	if d.GetHitsAddend() != nil {
 		// A descriptor's own hits_addend may be 0: it decides without taking.
-		desc.hits = int64(d.GetHitsAddend().GetValue())
+		hits = d.GetHitsAddend().GetValue()
 	}
-	if desc.hits > 999999999999999 {
-		return nil, fmt.Errorf("hits_addend %d is more than 999999999999999", desc.hits)
+	if hits > maxHits {
+		return nil, fmt.Errorf("hits_addend %d is more than %d", hits, maxHits)
 	}
+	desc := &descriptor{hits: int64(hits), negative: d.GetIsNegativeHits()}
 	entries := make([]envoyconf.Entry, len(d.GetEntries()))
 	for i, e := range d.GetEntries() {
 		entries[i] = envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()}
@@ -298,7 +299,7 @@ func (s *Service) plan(cfg *envoyconf.Config, req *pb.RateLimitRequest, d *rlv3.
 		// A principal as long as the request's values would cost the server that much per
 		// limiter: a long one is keyed by its hash.
 		sum := sha256.Sum256([]byte(desc.key))
-		desc.key = "sha256:" + hex.EncodeToString(sum[:])
+		desc.key = s.prefix + "sha256:" + hex.EncodeToString(sum[:])
 	}
 	if holderKey != "" && desc.holder == "" {
 		return nil, fmt.Errorf("the concurrency limit of %s needs the entry %q naming the lease's holder", desc.rl.FullKey, holderKey)
@@ -308,6 +309,9 @@ func (s *Service) plan(cfg *envoyconf.Config, req *pb.RateLimitRequest, d *rlv3.
 
 // maxKey is the longest principal kept as it is, below the client's 512 bytes.
 const maxKey = 256
+
+// maxHits is the most units the library takes in one call.
+const maxHits = 999999999999999
 
 var escaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
 

@@ -130,6 +130,16 @@ func TestFixedWindowAsTheReference(t *testing.T) {
 		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
 			t.Errorf("unknown domain: %v", resp)
 		}
+		// A value far longer than the client takes as a key: counted by its hash.
+		long := strings.Repeat("v", 4000)
+		for i := range 2 {
+			if resp := r.ask(t, request("edge", desc("key2", long))); resp.Statuses[0].LimitRemaining != uint32(19-i) {
+				t.Fatalf("long value %d: %v", i, resp)
+			}
+		}
+		if resp := r.ask(t, request("edge", desc("key2", long+"w"))); resp.Statuses[0].LimitRemaining != 19 {
+			t.Fatalf("another long value shares its counter: %v", resp)
+		}
 		// Nested: the limit applies at the last entry only.
 		resp = r.ask(t, request("edge", desc("key1", "value1", "subkey1", "a"), desc("key1", "value1")))
 		if resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[1].CurrentLimit != nil {
@@ -148,6 +158,7 @@ func TestRequestErrors(t *testing.T) {
 			{request("", desc("key2", "x")), "rate limit domain must not be empty"},
 			{request("edge"), "rate limit descriptor list must not be empty"},
 			{request("edge", desc("conn", "a", "request_id", "")), "needs the entry"},
+			{request("edge", hits(desc("key2", "x"), 1<<63+5)), "hits_addend 9223372036854775813 is more than 999999999999999"},
 		} {
 			_, err := r.call(tc.req)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
