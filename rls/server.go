@@ -158,6 +158,12 @@ func (s *Server) Serving() bool {
 func (s *Server) setServing(ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+		// A check that ends after Shutdown never turns a stopping server SERVING again.
+		ok = false
+	default:
+	}
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
