@@ -31,36 +31,38 @@ const (
 
 // BenchmarkSideBySide sends the same load (loadWorkers concurrent callers, one descriptor of
 // loadUsers users in turn) to rlfn's service and to the reference, both over gRPC on
-// loopback against the same Valkey, and to the Go client in process, and reports decisions
-// per second and the latency percentiles. Every user's admissions are counted: more than
+// loopback against the same Valkey 8 (standalone, then the 3-shard cluster), and to the Go
+// client in process, and reports decisions per second and the latency percentiles. Every user's admissions are counted: more than
 // its limit is over-admission, which fails the benchmark. make rls-bench runs it.
 func BenchmarkSideBySide(b *testing.B) {
-	be := backends(b)[0]
-	b.Run("rlfn-rls", func(b *testing.B) {
-		r := newRig(b, be, loadConfig, client.Options{}, rls.ServerOptions{MaxInFlight: 10000}, rls.Options{})
-		drive(b, func(ctx context.Context, user string) (bool, error) {
-			resp, err := r.rls.ShouldRateLimit(ctx, request("load", desc("user", user)))
-			return err == nil && resp.OverallCode == pb.RateLimitResponse_OK, err
+	all := backends(b)
+	for _, be := range []*backend{all[0], all[len(all)-1]} {
+		b.Run(be.name+"/rlfn-rls", func(b *testing.B) {
+			r := newRig(b, be, loadConfig, client.Options{}, rls.ServerOptions{MaxInFlight: 10000}, rls.Options{})
+			drive(b, func(ctx context.Context, user string) (bool, error) {
+				resp, err := r.rls.ShouldRateLimit(ctx, request("load", desc("user", user)))
+				return err == nil && resp.OverallCode == pb.RateLimitResponse_OK, err
+			})
 		})
-	})
-	b.Run("reference", func(b *testing.B) {
-		ref := referenceService(b, be, loadConfig)
-		drive(b, func(ctx context.Context, user string) (bool, error) {
-			resp, err := ref.ShouldRateLimit(ctx, request("load", desc("user", user)))
-			return err == nil && resp.OverallCode == pb.RateLimitResponse_OK, err
+		b.Run(be.name+"/reference", func(b *testing.B) {
+			ref := referenceService(b, be, loadConfig)
+			drive(b, func(ctx context.Context, user string) (bool, error) {
+				resp, err := ref.ShouldRateLimit(ctx, request("load", desc("user", user)))
+				return err == nil && resp.OverallCode == pb.RateLimitResponse_OK, err
+			})
 		})
-	})
-	b.Run("client-in-process", func(b *testing.B) {
-		lim, err := client.New(be.vk, client.Options{Prefix: fmt.Sprintf("rlsload:%d:", time.Now().UnixNano()), Fallback: client.ReturnError})
-		if err != nil {
-			b.Fatal(err)
-		}
-		limit := client.FixedWindow{Limit: loadLimit, Window: time.Hour}
-		drive(b, func(ctx context.Context, user string) (bool, error) {
-			res, err := lim.Allow(ctx, "load/user="+user, limit)
-			return res.Allowed, err
+		b.Run(be.name+"/client-in-process", func(b *testing.B) {
+			lim, err := client.New(be.vk, client.Options{Prefix: fmt.Sprintf("rlsload:%d:", time.Now().UnixNano()), Fallback: client.ReturnError})
+			if err != nil {
+				b.Fatal(err)
+			}
+			limit := client.FixedWindow{Limit: loadLimit, Window: time.Hour}
+			drive(b, func(ctx context.Context, user string) (bool, error) {
+				res, err := lim.Allow(ctx, "load/user="+user, limit)
+				return res.Allowed, err
+			})
 		})
-	})
+	}
 }
 
 // drive runs b.N decisions from loadWorkers goroutines and reports the figures.
