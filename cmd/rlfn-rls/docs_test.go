@@ -42,6 +42,30 @@ func TestDocsEnvoyConfig(t *testing.T) {
 	}
 }
 
+// The configuration shown in docs/envoy.md ("As the reference") loads.
+func TestDocsExample(t *testing.T) {
+	md, err := os.ReadFile("../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(md), "### As the reference")
+	if !ok {
+		t.Fatal("no section As the reference")
+	}
+	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("no yaml block")
+	}
+	c, err := envoyconf.Load([]envoyconf.File{{Name: "docs", Data: []byte(block)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Match("edge", []envoyconf.Entry{{Key: "path", Value: "/admin/users"}}); m.Limit == nil || m.Shared[0] != "/admin*" {
+		t.Fatalf("%+v", m)
+	}
+}
+
 // docs/envoy/ratelimit.yaml and the ConfigMap of kubernetes.yaml load; the Deployment's
 // arguments are flags rlfn-rls takes.
 func TestDocsServiceConfig(t *testing.T) {
