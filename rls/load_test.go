@@ -3,16 +3,21 @@ package rls_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/rls"
 )
 
 // loadConfig: one limit per user, spent by the load so that it both admits and refuses.
@@ -30,17 +35,18 @@ const (
 )
 
 // BenchmarkSideBySide sends the same load (loadWorkers concurrent callers, one descriptor of
-// loadUsers users in turn) to rlfn's service and to the reference, both over gRPC on
-// loopback against the same Valkey 8 (standalone, then the 3-shard cluster), and to the Go
-// client in process, and reports decisions per second and the latency percentiles. Every user's admissions are counted: more than
+// loadUsers users in turn) to rlfn's service and to the reference, each its own process
+// over gRPC on loopback, against the same Valkey 8 (standalone, then the 3-shard cluster),
+// and to the Go client in process, and reports decisions per second and the latency percentiles. Every user's admissions are counted: more than
 // its limit is over-admission, which fails the benchmark. make rls-bench runs it.
 func BenchmarkSideBySide(b *testing.B) {
 	all := backends(b)
 	for _, be := range []*backend{all[0], all[len(all)-1]} {
 		b.Run(be.name+"/rlfn-rls", func(b *testing.B) {
-			r := newRig(b, be, loadConfig, client.Options{}, rls.ServerOptions{MaxInFlight: 10000}, rls.Options{})
+			// A process of its own, as the reference's: neither shares the load generator's.
+			c := rlfnProcess(b, be, loadConfig)
 			drive(b, func(ctx context.Context, user string) (bool, error) {
-				resp, err := r.rls.ShouldRateLimit(ctx, request("load", desc("user", user)))
+				resp, err := c.ShouldRateLimit(ctx, request("load", desc("user", user)))
 				return err == nil && resp.OverallCode == pb.RateLimitResponse_OK, err
 			})
 		})
@@ -62,6 +68,68 @@ func BenchmarkSideBySide(b *testing.B) {
 				return res.Allowed, err
 			})
 		})
+	}
+}
+
+var rlfnBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// rlfnProcess builds cmd/rlfn-rls once and runs it on loopback with config, against be, as
+// the reference runs; it returns a client of its gRPC service.
+func rlfnProcess(b *testing.B, be *backend, config string) pb.RateLimitServiceClient {
+	rlfnBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "rlfn-rls-bench-")
+		if err != nil {
+			rlfnBin.err = err
+			return
+		}
+		env.closers = append(env.closers, func() { os.RemoveAll(dir) })
+		rlfnBin.path = filepath.Join(dir, "rlfn-rls")
+		if out, err := exec.Command("go", "build", "-o", rlfnBin.path, "../cmd/rlfn-rls").CombinedOutput(); err != nil {
+			rlfnBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if rlfnBin.err != nil {
+		b.Fatal(rlfnBin.err)
+	}
+	dir := b.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	addr := fmt.Sprint("127.0.0.1:", freePorts(b, 1)[0])
+	cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
+		"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	c := pb.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
+		cancel()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("rlfn-rls never answered: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
