@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -30,6 +31,11 @@ type ServerOptions struct {
 	Check func(context.Context) error
 	// CheckEvery is how often Check runs. Default (0): 5s.
 	CheckEvery time.Duration
+	// MaxConnectionAge closes a client's connection after this long (with MaxConnectionAge
+	// of grace for its requests in flight), so that the connections of long-lived proxies
+	// spread over replicas added since. Defaults (0): 24h and 1h, as the reference's
+	// GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
 	Metrics http.Handler
 	Log     *slog.Logger
@@ -63,11 +69,18 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.CheckEvery <= 0 {
 		o.CheckEvery = 5 * time.Second
 	}
+	if o.MaxConnectionAge <= 0 {
+		o.MaxConnectionAge = 24 * time.Hour
+	}
+	if o.MaxConnectionAgeGrace <= 0 {
+		o.MaxConnectionAgeGrace = time.Hour
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{svc: svc, o: o, sem: make(chan struct{}, o.MaxInFlight), health: health.NewServer(), stop: make(chan struct{})}
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound))
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.setServing(false)

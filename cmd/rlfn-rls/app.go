@@ -60,6 +60,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "dynamic-metadata", EnvVars: []string{"RLFN_RLS_DYNAMIC_METADATA"}, Usage: "add the response's dynamic metadata: the request, and the metadata of the descriptors within their limits (the reference's RESPONSE_DYNAMIC_METADATA)"},
 			&cli.IntFlag{Name: "denial-cache", EnvVars: []string{"RLFN_RLS_DENIAL_CACHE"}, Usage: "answer repeated denials from memory until their retry time, for up to this many keys (the reference's local cache); 0: off"},
 			&cli.StringFlag{Name: "prefix", EnvVars: []string{"RLFN_RLS_PREFIX"}, Usage: `start of every server key (default "rl:")`},
+			&cli.DurationFlag{Name: "max-connection-age", Value: 24 * time.Hour, EnvVars: []string{"RLFN_RLS_MAX_CONNECTION_AGE"}, Usage: "close a proxy's gRPC connection after this long (an hour's grace), so that connections spread over new replicas (the reference's GRPC_MAX_CONNECTION_AGE)"},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
@@ -143,11 +144,12 @@ func serve(c *cli.Context) error {
 	defer func() { _ = limiters.Close(context.Background()) }()
 	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
 	srv := rls.NewServer(svc, rls.ServerOptions{
-		MaxInFlight: c.Int("max-in-flight"),
-		Check:       func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
-		CheckEvery:  c.Duration("check-every"),
-		Metrics:     promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
-		Log:         log,
+		MaxInFlight:      c.Int("max-in-flight"),
+		MaxConnectionAge: c.Duration("max-connection-age"),
+		Check:            func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
+		CheckEvery:       c.Duration("check-every"),
+		Metrics:          promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Log:              log,
 	})
 	g, err := net.Listen("tcp", c.String("grpc"))
 	if err != nil {
