@@ -44,14 +44,14 @@ const (
 	DraftHeaders
 )
 
-// Policy is how one domain's decisions meet a slow or failed backend.
+// Policy is how one domain's decisions meet a slow or failed backend (see NewLimiters).
 type Policy struct {
 	// Deadline bounds each call to the server (client.Options.Deadline). Default (0): the
-	// client's, 100ms.
+	// base options' deadline.
 	Deadline time.Duration
-	// Fallback is what a call the server cannot decide returns. Default (the zero value of
-	// Policy): client.ReturnError, so that a backend failure reaches Envoy as a gRPC error and
-	// Envoy's failure_mode_deny decides, never a silent OK. Set HasFallback to use Fallback.
+	// Fallback is what a call the server cannot decide returns, when HasFallback is set;
+	// otherwise the base options' (rlfn-rls: client.ReturnError, so that a backend failure
+	// reaches Envoy as a gRPC error and Envoy's failure_mode_deny decides, never a silent OK).
 	Fallback    client.Fallback
 	HasFallback bool
 }
