@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/internal/limitspec"
-	"github.com/rlfn/rlfn/internal/needs"
+	"github.com/rlfn/rlfn/internal/decide"
 	"github.com/rlfn/rlfn/versions"
 )
 
@@ -59,82 +56,15 @@ func quoteAll(names []string) string {
 // A node older than that does not stop limiting: the client decides what the node can (each
 // limit of a 1.0.0 node one at a time) and its client.Fallback the rest. Check says when that
 // would happen, before the first request.
-func Needs(p Policy) string {
-	if p.Limit != nil && needsV12(p.Limit) {
-		return needs.V12
-	}
+func Needs(p Policy) string { return decide.Needs(spec(p)) }
+
+// spec is p as the decision's checks see it.
+func spec(p Policy) decide.Spec {
+	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent}
 	for _, rule := range p.Also {
-		if rule.Limit != nil && needsV12(rule.Limit) {
-			return needs.V12
-		}
+		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
 	}
-	if p.Concurrency != nil {
-		return needs.V11
-	}
-	rel := needs.V10
-	for _, d := range decisions(p) {
-		if r := needs.Release(d.n, d.reserved); versions.Compare(rel, r) < 0 {
-			rel = r
-		}
-	}
-	return rel
-}
-
-// needsV12 reports whether l needs library 1.2.0: a Calendar, or a Penalty (which is decided
-// with the principal's block in one rl_multi). Every limit of the client has a Penalty field,
-// whether passed as a value or a pointer, or embedded in a type of the caller's.
-func needsV12(l client.Limit) bool {
-	if _, ok := calendarOf(l); ok {
-		return true
-	}
-	v := reflect.ValueOf(l)
-	for v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return false
-		}
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return false
-	}
-	sf, ok := v.Type().FieldByName("Penalty")
-	if !ok || sf.Type != reflect.TypeFor[time.Duration]() {
-		return false
-	}
-	f, err := v.FieldByIndexErr(sf.Index)
-	return err == nil && f.Int() != 0 // err: through a nil embedded pointer, no limit to read
-}
-
-// decision is limits of a Policy decided at once: how many, and whether one has a reserve.
-type decision struct {
-	n        int
-	reserved bool
-}
-
-// decisions are the sets of p's limits that are decided at once: its enforced ones and its
-// shadow ones, or all of them when the whole route is in shadow for some keys (Shadow, or an
-// EnforcePercent below 100).
-func decisions(p Policy) []decision {
-	var all, enforced, shadow decision
-	add := func(l client.Limit, inShadow bool) {
-		r := limitspec.Reserve(l) > 0
-		d := &enforced
-		if inShadow {
-			d = &shadow
-		}
-		d.n, d.reserved = d.n+1, d.reserved || r
-		all.n, all.reserved = all.n+1, all.reserved || r
-	}
-	if p.Limit != nil {
-		add(p.Limit, p.Shadow)
-	}
-	for _, rule := range p.Also {
-		add(rule.Limit, p.Shadow || rule.Shadow)
-	}
-	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
-		return []decision{all}
-	}
-	return []decision{enforced, shadow}
+	return s
 }
 
 // Check verifies that every primary of the Limiter's servers runs the library release each
@@ -190,37 +120,20 @@ func validPolicy(p Policy) error {
 		return err
 	}
 	if p.Limit != nil {
-		if err := validLimit(p.Limit); err != nil {
-			return &PolicyError{Name: p.Name, Reason: "Limit: " + limitReason(err), Err: err}
+		if err := decide.ValidLimit(p.Limit); err != nil {
+			return &PolicyError{Name: p.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
 	if p.Concurrency != nil {
 		if err := p.Concurrency.Validate(); err != nil {
-			return &PolicyError{Name: p.Name, Reason: "Concurrency: " + limitReason(err), Err: err}
+			return &PolicyError{Name: p.Name, Reason: "Concurrency: " + decide.LimitReason(err), Err: err}
 		}
 	}
 	for _, rule := range p.Also {
-		if err := validLimit(rule.Limit); err != nil {
-			return &PolicyError{Name: rule.Name, Reason: "Limit: " + limitReason(err), Err: err}
+		if err := decide.ValidLimit(rule.Limit); err != nil {
+			return &PolicyError{Name: rule.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
 	return nil
 }
 
-// validLimit is l's Validate, and refuses a nil pointer to a limit, whose Validate would
-// dereference it.
-func validLimit(l client.Limit) error {
-	if v := reflect.ValueOf(l); v.Kind() == reflect.Pointer && v.IsNil() {
-		return &client.LimitError{Field: "limit", Reason: "must not be nil"}
-	}
-	return l.Validate()
-}
-
-// limitReason is a limit's error without the client's prefix, which PolicyError has its own of.
-func limitReason(err error) string {
-	var le *client.LimitError
-	if errors.As(err, &le) {
-		return le.Field + " " + le.Reason
-	}
-	return err.Error()
-}
