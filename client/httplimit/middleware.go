@@ -617,4 +617,3 @@ func RemoteIP(r *http.Request) (string, error) {
 	}
 	return host, nil
 }
-

@@ -136,4 +136,3 @@ func validPolicy(p Policy) error {
 	}
 	return nil
 }
-

@@ -88,4 +88,3 @@ func ParseCost(v string) (int64, bool) {
 	}
 	return n, true
 }
-
