@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -567,17 +568,25 @@ const (
 	MetadataRateLimit = "ratelimit"
 )
 
+// mdValues holds the metadata values of one call.
+type mdValues struct {
+	vals [2]string
+	buf  [200]byte
+}
+
 // setMetadata sends the quota state of a decision as header metadata: the draft's
 // RateLimit-Policy and RateLimit values (decide.AppendValues). A hidden quota sends none.
 func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, hide bool, quotas []decide.Quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
 	if hide {
 		return
 	}
-	var b [256]byte
-	v := decide.AppendValues(b[:0], s.clock, decide.ResetNone, quotas, res, each, wait, refused)
-	str := string(v.Buf)
-	vals := [2]string{str[:v.Ends[0]], str[v.Ends[0]:v.Ends[1]]}
-	md := metadata.MD{MetadataPolicy: vals[0:1:1], MetadataRateLimit: vals[1:2:2]}
+	// The values' bytes and the slices holding them share one allocation: the bytes are
+	// written once, here, and never after, so the strings may point into them.
+	mb := new(mdValues)
+	v := decide.AppendValues(mb.buf[:0], s.clock, decide.ResetNone, quotas, res, each, wait, refused)
+	str := unsafe.String(unsafe.SliceData(v.Buf), len(v.Buf))
+	mb.vals = [2]string{str[:v.Ends[0]], str[v.Ends[0]:v.Ends[1]]}
+	md := metadata.MD{MetadataPolicy: mb.vals[0:1:1], MetadataRateLimit: mb.vals[1:2:2]}
 	if ss != nil {
 		ss.SetHeader(md)
 		return
