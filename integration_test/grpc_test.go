@@ -35,7 +35,14 @@ func (testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty,
 	return &testgrpc.Empty{}, nil
 }
 
-func (testService) UnaryCall(_ context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+func (testService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	switch body := string(req.GetPayload().GetBody()); body {
+	case "":
+	case "panic":
+		panic("the handler failed")
+	default: // the call's cost, known once it is served
+		grpc.SetTrailer(ctx, metadata.Pairs("rlfn-cost", body))
+	}
 	if s := req.GetResponseStatus(); s.GetCode() != 0 {
 		return nil, status.Error(codes.Code(s.GetCode()), s.GetMessage())
 	}
@@ -50,6 +57,9 @@ func (testService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServ
 		}
 		if err != nil {
 			return err // cancelled, or past its deadline
+		}
+		if body := req.GetPayload().GetBody(); len(body) > 0 {
+			stream.SetTrailer(metadata.Pairs("rlfn-cost", string(body)))
 		}
 		if s := req.GetResponseStatus(); s.GetCode() != 0 {
 			return status.Error(codes.Code(s.GetCode()), s.GetMessage())
@@ -66,6 +76,12 @@ func (testService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServ
 // counted against the key in their "x-key" metadata.
 func grpcPair(t *testing.T, lim grpclimit.Decider, opts grpclimit.ServerOptions, copts *grpclimit.ClientOptions, clim grpclimit.Decider, outer ...grpc.StreamServerInterceptor) testgrpc.TestServiceClient {
 	t.Helper()
+	return grpcPairWith(t, lim, opts, copts, clim, nil, outer...)
+}
+
+// grpcPairWith is grpcPair with unary interceptors outside the rate limit's.
+func grpcPairWith(t *testing.T, lim grpclimit.Decider, opts grpclimit.ServerOptions, copts *grpclimit.ClientOptions, clim grpclimit.Decider, unary []grpc.UnaryServerInterceptor, outer ...grpc.StreamServerInterceptor) testgrpc.TestServiceClient {
+	t.Helper()
 	if opts.Key == nil {
 		opts.Key = grpclimit.Metadata("x-key")
 	}
@@ -74,7 +90,7 @@ func grpcPair(t *testing.T, lim grpclimit.Decider, opts grpclimit.ServerOptions,
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(s.UnaryInterceptor()),
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(unary, s.UnaryInterceptor())...),
 		grpc.ChainStreamInterceptor(append(outer, s.StreamInterceptor())...))
 	testgrpc.RegisterTestServiceServer(srv, testService{})
 	go srv.Serve(lis)

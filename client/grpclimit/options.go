@@ -212,3 +212,7 @@ var ErrNoMultiDecider = errors.New("grpclimit: Policy.Also needs a Limiter that 
 // ErrNoAcquirer: a Policy has a Concurrency and the Limiter cannot take leases. NewServer
 // refuses such a policy.
 var ErrNoAcquirer = errors.New("grpclimit: Policy.Concurrency needs a Limiter that implements Acquirer, such as *client.Limiter")
+
+// ErrNoSettler: a Policy has an Outcome and the Limiter cannot settle it. NewServer refuses
+// such a policy.
+var ErrNoSettler = errors.New("grpclimit: Policy.Outcome needs a Limiter that implements Settler, such as *client.Limiter")

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/decide"
 )
 
@@ -44,7 +45,13 @@ func Failures(code codes.Code) bool { return code != codes.OK }
 func Successes(code codes.Code) bool { return code == codes.OK }
 
 // Settler is what a Policy with an Outcome needs of the Limiter, as *client.Limiter has it.
-type Settler = decide.Settler
+type Settler interface {
+	AllowN(ctx context.Context, key string, limit client.Limit, n int64) (client.Result, error)
+	PeekN(ctx context.Context, key string, limit client.Limit, n int64) (client.Result, error)
+	Refund(ctx context.Context, key string, limit client.Limit, n int64) (client.Result, error)
+}
+
+var _ Settler = (*client.Limiter)(nil)
 
 // UnsettledError is passed to ServerOptions.OnError when a call's settlement by its outcome
 // failed: Taken units were not brought to Owed.

@@ -160,7 +160,7 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 	}
 	if p.Outcome != nil {
 		if _, ok := s.lim.(Settler); !ok {
-			return nil, &PolicyError{Name: p.Name, Reason: "Outcome needs a Limiter that implements Settler, such as *client.Limiter"}
+			return nil, ErrNoSettler
 		}
 		if p.Outcome.CostTrailer != "" && strings.ToLower(p.Outcome.CostTrailer) != p.Outcome.CostTrailer {
 			return nil, &PolicyError{Name: p.Name, Reason: "Outcome.CostTrailer must be lower case, as gRPC metadata keys are"}
@@ -185,7 +185,8 @@ func checkPolicy(p *Policy) error {
 
 // spec is p as the decision's checks see it.
 func spec(p Policy) decide.Spec {
-	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent}
+	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
+		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
 		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
 	}
@@ -536,7 +537,7 @@ func (s *Server) failed(ctx context.Context, method, policy string, err error) e
 func classify(err error) decide.Failure {
 	return decide.Classify(err, ErrEmptyKey, func(err error) bool {
 		var pe *PolicyError
-		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer)
+		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer) || errors.Is(err, ErrNoSettler)
 	})
 }
 

@@ -36,7 +36,7 @@ var ErrEmptyKey = errors.New("httplimit: the key is empty")
 func classify(err error) failure {
 	return decide.Classify(err, ErrEmptyKey, func(err error) bool {
 		var pe *PolicyError
-		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer)
+		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer) || errors.Is(err, ErrNoSettler)
 	})
 }
 

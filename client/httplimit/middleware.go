@@ -83,6 +83,11 @@ type Policy struct {
 	// roll-out. A key is in or out by a hash of it, the same on every request and every
 	// instance, so a client is not refused one request in two. Default (0): 100, all keys.
 	EnforcePercent int
+	// Outcome, when not nil, settles each request by how it ended: gives its units back when
+	// it does not count (a login limiter that counts failures, an API that charges only
+	// successes), or takes the cost the handler reported after the fact (an LLM's tokens).
+	// See Outcome. Default (nil): the decision before the handler is final.
+	Outcome *Outcome
 }
 
 // AlsoLimit is a limit of a Policy beside its Limit (Policy.Also).
@@ -135,6 +140,11 @@ var ErrNoMultiDecider = errors.New("httplimit: Policy.Also needs a Limiter that 
 // Concurrency and the Limiter cannot take leases (it does not implement Acquirer). New refuses
 // such a Policy in Options.Policies.
 var ErrNoAcquirer = errors.New("httplimit: Policy.Concurrency needs a Limiter that implements Acquirer, such as *client.Limiter")
+
+// ErrNoSettler is passed to Options.OnError, and answered 500, when a Policy has an Outcome and
+// the Limiter cannot settle it (it does not implement Settler). New refuses such a Policy in
+// Options.Policies.
+var ErrNoSettler = errors.New("httplimit: Policy.Outcome needs a Limiter that implements Settler, such as *client.Limiter")
 
 // Options configures a Middleware. Key and Policy are required.
 type Options struct {
@@ -278,6 +288,7 @@ type Middleware struct {
 	log       *errorLog           // the default OnError
 	clock     decide.Clock        // of X-RateLimit-Reset (coarse, a tick ahead) and of Calendars (exact)
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
+	unsettled metric.Int64Counter // likewise
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
 }
 
@@ -327,6 +338,11 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricWouldDeny + ": " + err.Error()}
 		}
 		m.wouldDeny = c
+		if m.unsettled, err = opts.MeterProvider.Meter("github.com/rlfn/rlfn/client/httplimit").Int64Counter(MetricUnsettled,
+			metric.WithUnit("{request}"),
+			metric.WithDescription("Settlements by outcome (refunds, charges) that failed, not retried.")); err != nil {
+			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricUnsettled + ": " + err.Error()}
+		}
 	}
 	return m, nil
 }
@@ -342,6 +358,9 @@ func (m *Middleware) servable(p Policy) error {
 	}
 	if _, ok := m.lim.(Acquirer); !ok && p.Concurrency != nil {
 		return ErrNoAcquirer
+	}
+	if _, ok := m.lim.(Settler); !ok && p.Outcome != nil {
+		return ErrNoSettler
 	}
 	return nil
 }
@@ -389,12 +408,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	shadow := decide.InShadow(key, p.Shadow, p.EnforcePercent)
 	// The name cannot contain ':', so "name:key" is injective.
 	key = p.Name + ":" + key
-	if len(p.Also) > 0 || shadow {
+	if len(p.Also) > 0 || shadow || p.Outcome != nil {
 		m.several(ctx, w, r, next, &p, key, shadow)
 		return
 	}
 	if p.Limit == nil {
-		m.concurrent(ctx, w, r, next, p, key)
+		m.concurrent(ctx, w, r, next, p, key, nil)
 		return
 	}
 	res, err := m.lim.Allow(ctx, key, p.Limit)
@@ -402,7 +421,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
-	m.decided(ctx, w, r, next, &p, key, res, []decide.Quota{{Name: p.Name, Limit: p.Limit}}, nil)
+	m.decided(ctx, w, r, next, &p, key, res, []decide.Quota{{Name: p.Name, Limit: p.Limit}}, nil, nil)
 }
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
@@ -436,8 +455,9 @@ func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next h
 }
 
 // decided answers a request its enforced limits decided on: quotas are those limits, the one
-// that decided (res.Rule) first, and each, when known, their own states in the same order.
-func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []decide.Quota, each []client.Result) {
+// that decided (res.Rule) first, and each, when known, their own states in the same order. c,
+// when not nil, is what the request owes by its outcome.
+func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []decide.Quota, each []client.Result, c *counting) {
 	h := w.Header()
 	switch {
 	case !res.Allowed:
@@ -455,10 +475,10 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 			return
 		}
 		if p.Concurrency != nil {
-			m.concurrent(ctx, w, r, next, *p, key)
+			m.concurrent(ctx, w, r, next, *p, key, c)
 			return
 		}
-		next.ServeHTTP(w, r)
+		m.serveCounted(w, r, next, p, c)
 	}
 }
 
@@ -501,13 +521,34 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	if len(set.Enforced) == 0 {
 		if p.Concurrency != nil {
-			m.concurrent(ctx, w, r, next, *p, key)
+			m.concurrent(ctx, w, r, next, *p, key, nil)
 			return
 		}
 		next.ServeHTTP(w, r)
 		return
 	}
-	res, each, quotas, err := decide.DecideEnforced(ctx, m.lim, &set, p.HideQuota, ErrNoMultiDecider)
+	var c *counting
+	if p.Outcome != nil {
+		c = &counting{rules: set.Enforced, taken: 1}
+		if _, ok := m.lim.(Settler); !ok {
+			m.failed(w, r, next, p.Name, ErrNoSettler)
+			return
+		}
+	}
+	var res client.Result
+	var each []client.Result
+	var quotas []decide.Quota
+	var err error
+	if c != nil && p.Outcome.CheckFirst {
+		c.taken = 0
+		quotas = set.EnforcedQuotas
+		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced, 1)
+		if err == nil && res.Rule != 0 {
+			quotas = decide.DecidingFirst(quotas, res.Rule)
+		}
+	} else {
+		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, &set, p.HideQuota, ErrNoMultiDecider)
+	}
 	switch {
 	case decide.DecisionStands(err):
 		// A denial whose refunds failed: the refunded limits are stricter for a while, the
@@ -517,7 +558,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
-	m.decided(ctx, w, r, next, p, key, res, quotas, each)
+	m.decided(ctx, w, r, next, p, key, res, quotas, each, c)
 }
 
 // shadow decides the shadow limits of a request, and counts a denial. It runs on a goroutine
@@ -562,8 +603,9 @@ func checkPolicy(p *Policy) error {
 }
 
 // concurrent serves the request holding a lease of p.Concurrency, released when next returns
-// or panics.
-func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string) {
+// or panics; c, when not nil, settles it by its outcome. A request it refuses never reached the
+// handler: nothing is settled.
+func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string, c *counting) {
 	acq, ok := m.lim.(Acquirer)
 	if !ok {
 		m.failed(w, r, next, p.Name, ErrNoAcquirer)
@@ -587,7 +629,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 			m.report(r, unreleased, p.Name, err)
 		}
 	}()
-	next.ServeHTTP(w, r)
+	m.serveCounted(w, r, next, &p, c)
 }
 
 // deny answers 429; setHeaders has set Retry-After. blocked says the principal's block

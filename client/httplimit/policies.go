@@ -47,7 +47,8 @@ func quoteAll(names []string) string {
 }
 
 // Needs is the library release the decisions of p need: "1.2.0" when a limit is a
-// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency, when several of
+// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency or an Outcome that
+// gives units back (all but CheckFirst: refunds), when several of
 // its limits are decided at once (Also: all or nothing across keys needs refunds), or when a
 // limit has a Reserve; else "1.0.0". Limits in shadow count: they are decided too, all at once
 // when the whole route is in shadow (Shadow, or EnforcePercent below 100 for the keys outside
@@ -60,7 +61,8 @@ func Needs(p Policy) string { return decide.Needs(spec(p)) }
 
 // spec is p as the decision's checks see it.
 func spec(p Policy) decide.Spec {
-	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent}
+	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
+		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
 		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
 	}
@@ -128,6 +130,9 @@ func validPolicy(p Policy) error {
 		if err := p.Concurrency.Validate(); err != nil {
 			return &PolicyError{Name: p.Name, Reason: "Concurrency: " + decide.LimitReason(err), Err: err}
 		}
+	}
+	if o := p.Outcome; o != nil && o.CheckFirst && p.Limit == nil && len(p.Also) == 0 {
+		return &PolicyError{Name: p.Name, Reason: "Outcome.CheckFirst needs a Limit"}
 	}
 	for _, rule := range p.Also {
 		if err := decide.ValidLimit(rule.Limit); err != nil {

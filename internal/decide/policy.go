@@ -90,10 +90,12 @@ type Spec struct {
 	Shadow         bool
 	EnforcePercent int
 	Also           []Named
+	// Refunds: the policy gives units back (counting by outcome, but for check first).
+	Refunds bool
 }
 
 // Needs is the library release the decisions of s need: "1.2.0" when a limit is a
-// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency, when several of
+// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency or Refunds, when several of
 // its limits are decided at once, or when a limit has a Reserve; else "1.0.0". Limits in
 // shadow count: they are decided too, all at once when the whole policy is in shadow for some
 // keys.
@@ -106,7 +108,7 @@ func Needs(s Spec) string {
 			return needs.V12
 		}
 	}
-	if s.Concurrency {
+	if s.Concurrency || s.Refunds {
 		return needs.V11
 	}
 	rel := needs.V10
