@@ -24,6 +24,14 @@ type replyClient struct {
 
 func (c replyClient) Do(context.Context, valkey.Completed) valkey.ValkeyResult { return c.reply }
 
+func (c replyClient) DoMulti(_ context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+	res := make([]valkey.ValkeyResult, len(cmds))
+	for i := range res {
+		res[i] = c.reply
+	}
+	return res
+}
+
 // BenchmarkAllow is the client's own cost per decision: validation, key, command, decoding.
 // A real valkey-go client recycles each command after Do; this one cannot (the pool is
 // internal), so the numbers include building one command from scratch (BenchmarkBuilder).

@@ -200,10 +200,16 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	return l.run(ctx, opRefund, key, c)
 }
 
-// Rule is one limit of a decision on several: Key's limiter of Limit.
+// Rule is one limit of a decision on several: Key's limiter of Limit, charged Cost.
 type Rule struct {
 	Key   string // the principal, as Allow takes it; rules of one Key are decided in one call
 	Limit Limit  // required: a nil Limit is a *LimitError
+	// Cost is the units this rule takes when the decision admits; zero takes the call's (1 for
+	// AllowAll, n for AllowAllN), so "60 requests and 150,000 tokens per minute" is two rules
+	// of one Key, the tokens' with Cost set, decided in one call: each limit is judged against
+	// its own cost, and a cost above its limit denies with Never, as AllowN's. A rule cannot
+	// take nothing while the others take: a Cost of zero is the call's.
+	Cost int64
 }
 
 // AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.

@@ -261,8 +261,32 @@ func ExampleLimiter_AllowAll_merchantAndGlobal() {
 	fmt.Println(res.Allowed, res.Remaining)
 }
 
-// Shopify-style costs: charge a query's predicted cost up front, then refund what it did not
-// use once its real cost is known.
+// An LLM gateway's "60 requests and 150,000 tokens per minute" for one organisation: each
+// rule takes its own cost, the request 1 (the call's) and the tokens its estimate, in one
+// atomic call. A request the tokens refuse takes no request either.
+func ExampleLimiter_AllowAll_costPerRule() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	org, tokens := "org:7", int64(1200) // the prompt's tokens plus the most it may generate
+	res, err := lim.AllowAll(context.Background(), []client.Rule{
+		{Key: org, Limit: client.SlidingWindow{Limit: 60, Window: time.Minute}},
+		{Key: org, Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute, Name: "tokens"}, Cost: tokens},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("refused by rule %d, retry in %s\n", res.Rule, res.RetryAfter)
+	}
+}
+
 // AllowAllEach decides as AllowAll does, and also says where each limit stands: what a
 // response shows for every limit of a route (client/httplimit's RateLimit header does).
 func ExampleLimiter_AllowAllEach() {

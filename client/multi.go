@@ -95,7 +95,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 	case !across:
 		l.runGroups(groups, anyGroup, run)
 	default:
-		l.decideAcross(groups, n, run)
+		l.decideAcross(groups, run)
 		// A denial ended the decision before these groups were asked: a peek of each tells
 		// whether it would have denied too, and how long for, so that RetryAfter is the
 		// longest wait as ever (a client told too short a wait comes back to be refused
@@ -186,7 +186,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 //     ones first, right after their phase), and the first denial ends the decision. What
 //     those took before a later denial stays taken (kept): stricter for a while, never more
 //     permissive, and no limit the node can decide is handed to the Fallback.
-func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
+func (l *Limiter) decideAcross(groups []group, run func(*group)) {
 	h := l.hints()
 	now := l.clock()
 	keys := make([][]byte, len(groups)) // each group's hint key
@@ -235,9 +235,20 @@ func (l *Limiter) decideAcross(groups []group, n int64, run func(*group)) {
 	now = l.clock()
 	for i := range groups {
 		if g := &groups[i]; g.decided && g.err == nil && g.res.Source != FromFallback {
-			h.note(keys[i], g.res, n, now)
+			h.note(keys[i], g.res, g.cost(), now)
 		}
 	}
+}
+
+// cost is the cost of g's call that decided (its res.Rule): what its hint judges the next
+// call by.
+func (g *group) cost() int64 {
+	for j, r := range g.rules {
+		if r == g.res.Rule {
+			return g.calls[j].cost
+		}
+	}
+	return g.calls[0].cost
 }
 
 // runGroups runs side by side the groups that which selects, of those not decided (nor peeked)
@@ -291,6 +302,12 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 			return nil, &LimitError{Field: fmt.Sprintf("rules[%d] %s", i, le.Field), Reason: le.Reason}
 		}
 		c := call{spec: r.Limit.spec(), cost: n}
+		if r.Cost != 0 {
+			if err := checkInt(fmt.Sprintf("rules[%d].Cost", i), r.Cost, 0, maxInt); err != nil {
+				return nil, err
+			}
+			c.cost = r.Cost
+		}
 		c.judgeReserve(ctx)
 		if err := l.bound(&c); err != nil {
 			return nil, err

@@ -29,6 +29,7 @@ var required = map[string][]string{
 		"example_test.go:ExampleLimiter_Refund",
 		"example_test.go:ExampleLimiter_AllowAll",
 		"example_test.go:ExampleLimiter_AllowAll_merchantAndGlobal",
+		"example_test.go:ExampleLimiter_AllowAll_costPerRule",
 		"example_test.go:ExampleLimiter_AllowAllEach",
 		"example_test.go:ExampleOptions_fallback",
 		"example_test.go:ExampleOptions_leasedBudgets",

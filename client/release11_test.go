@@ -89,6 +89,19 @@ func TestCommands11(t *testing.T) {
 				return err
 			},
 		},
+		{
+			// a rule's own Cost; the others take the call's n
+			name: "a cost per rule in one rl_multi",
+			want: []string{"FCALL", "rl_multi", "2", "rl:{m}:fixed_window", "rl:{m}:token_bucket",
+				"fixed_window", "60", "60000", "2", "0", "token_bucket", "100", "10", "1000", "1500", "20"},
+			do: func(lim *client.Limiter) error {
+				_, err := lim.AllowAllN(ctx, []client.Rule{
+					{Key: "m", Limit: client.FixedWindow{Limit: 60, Window: time.Minute}},
+					{Key: "m", Limit: tb, Cost: 1500},
+				}, 2)
+				return err
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,14 +255,21 @@ func TestAllowAllRefusesBadRules(t *testing.T) {
 		"nil limit":     {{Key: "k"}},
 		"invalid":       {{Key: "k", Limit: client.FixedWindow{Limit: 5, Window: time.Second, Reserve: 6}}},
 		"17 of one key": many,
+		"negative cost": {{Key: "k", Limit: fw, Cost: -1}},
+		"cost too big":  {{Key: "k", Limit: fw, Cost: 1_000_000_000_000_000}},
 	} {
 		var le *client.LimitError
 		if _, err := lim.AllowAll(context.Background(), rules); !errors.As(err, &le) {
 			t.Errorf("%s: got %v, want a *LimitError", name, err)
 		}
 	}
+	// a bad cost says which rule it is
+	_, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: fw, Cost: -2}})
+	if want := "client: rules[1].Cost must be from 0 to 999999999999999, got -2"; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
 	// an invalid limit says which rule it is
-	_, err := lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: client.FixedWindow{Limit: 5}}})
+	_, err = lim.AllowAll(context.Background(), []client.Rule{{Key: "a", Limit: fw}, {Key: "b", Limit: client.FixedWindow{Limit: 5}}})
 	if want := "client: rules[1] FixedWindow.Window must be at least 1ms, got 0s"; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %q", err, want)
 	}
@@ -651,6 +671,31 @@ func TestAllowAllEachRefundedAfterFailedPeek(t *testing.T) {
 	for i := range want {
 		if each[i] != want[i] {
 			t.Errorf("each[%d] = %+v, want %+v", i, each[i], want[i])
+		}
+	}
+}
+
+// The local fallback judges each rule against its own cost, as the server does: "60 requests
+// and 100 tokens", each request 40 tokens, admits two requests, and the third is refused by
+// the tokens while the requests' limit has room: all or nothing locally too.
+func TestAllowAllCostPerRuleLocally(t *testing.T) {
+	lim := newLimiter(t, replyClient{mock.NewClient(nil), mock.ErrorResult(context.DeadlineExceeded)}, client.Options{})
+	rules := []client.Rule{
+		{Key: "org:1", Limit: client.FixedWindow{Limit: 60, Window: time.Hour}},
+		{Key: "org:1", Limit: client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour}, Cost: 40},
+	}
+	ctx := context.Background()
+	for i, want := range []struct {
+		allowed   bool
+		rule      int
+		remaining int64
+	}{{true, 0, 59}, {true, 1, 20}, {false, 1, 20}} {
+		res, each, err := lim.AllowAllEach(ctx, rules, 1)
+		if err != nil || res.Source != client.FromFallback || res.Allowed != want.allowed || res.Rule != want.rule || res.Remaining != want.remaining {
+			t.Fatalf("call %d: %+v, %v; want allowed %v by rule %d with %d left", i+1, res, err, want.allowed, want.rule, want.remaining)
+		}
+		if used := int64(min(i+1, 2)); each[0].Remaining != 60-used {
+			t.Errorf("call %d: the requests' limit has %d left, want %d", i+1, each[0].Remaining, 60-used)
 		}
 	}
 }

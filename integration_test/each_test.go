@@ -71,3 +71,61 @@ func TestClientAllowAllEach(t *testing.T) {
 		}
 	})
 }
+
+// Each rule takes its own cost: "60 requests and 100 tokens per hour" for one principal (one
+// rl_multi) and a shared tokens pool across principals (a call each, refunded by its own cost
+// when another denies). Nothing is taken when the tokens refuse.
+func TestClientCostPerRule(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		base := keyFor(t)
+		requests := client.FixedWindow{Limit: 60, Window: time.Hour}
+		tokens := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour, Name: "tokens"}
+		pool := client.SlidingLog{Limit: 1000, Window: time.Hour}
+		for _, tc := range []struct {
+			name  string
+			rules []client.Rule
+		}{
+			{"one key", []client.Rule{{Key: base + ":a", Limit: requests}, {Key: base + ":a", Limit: tokens, Cost: 40}}},
+			{"across keys", []client.Rule{{Key: base + ":b", Limit: requests}, {Key: base + ":b", Limit: tokens, Cost: 40}, {Key: base + ":pool", Limit: pool, Cost: 40}}},
+		} {
+			rules := tc.rules
+			left := func(i int) int64 {
+				t.Helper()
+				p, err := lim.Peek(ctx, rules[i].Key, rules[i].Limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p.Remaining
+			}
+			for call, want := range []int64{60, 20} {
+				res, err := lim.AllowAll(ctx, rules)
+				if err != nil || !res.Allowed || res.Source != client.FromServer {
+					t.Fatalf("%s: call %d: %+v, %v; want admitted by the server", tc.name, call+1, res, err)
+				}
+				if got := left(1); got != want && got != want+1 { // a token may refill meanwhile
+					t.Fatalf("%s: call %d: tokens %d left, want %d", tc.name, call+1, got, want)
+				}
+			}
+			res, err := lim.AllowAll(ctx, rules)
+			if err != nil || res.Allowed || res.Rule != 1 || res.RetryAfter <= 0 {
+				t.Fatalf("%s: call 3: %+v, %v; want denied by the tokens", tc.name, res, err)
+			}
+			if got := left(0); got != 58 {
+				t.Errorf("%s: requests %d left after the denial, want 58 (1 per admitted call)", tc.name, got)
+			}
+			if len(rules) == 3 {
+				if got := left(2); got != 1000-80 {
+					t.Errorf("%s: the pool has %d left, want 920 (40 per admitted call, the denied one refunded)", tc.name, got)
+				}
+			}
+			// a cost above its own limit is never admitted, whatever the others
+			big := append([]client.Rule{}, rules...)
+			big[1].Cost = 101
+			if res, err := lim.PeekAll(ctx, big); err != nil || res.Allowed || res.RetryAfter != client.Never || res.Rule != 1 {
+				t.Errorf("%s: cost 101 of 100 tokens: %+v, %v; want Never by rule 1", tc.name, res, err)
+			}
+		}
+	})
+}

@@ -241,6 +241,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=1m"}, "is the limiter of rule 1 (rl:{k}:fixed_window): give one a name"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,limit=1,window=0s"}, "--also fixed_window,limit=1,window=0s: window= must be at least 1ms, got 0s"},
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,key=,limit=1,window=1s"}, "key= is empty"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,name=t,limit=1,window=1s,cost=0"}, `cost= must be a decimal integer from 1 up (the call's --cost when left out), got "0"`},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,name=t,limit=1,window=1s,cost=2,cost=3"}, "cost given twice"},
+		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--also", "fixed_window,name=t,limit=1,window=1s,cost=-1"}, `got "-1"`},
 		{append([]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s"}, manyAlso(16)...), "--also fixed_window,name=16,limit=1,window=1s: more than 16 limits for key k"},
 		// --policy takes httplimit's names, which hold no ':' (the key would be ambiguous)
 		{[]string{"call", "fixed_window", "k", "--limit", "5", "--window", "1s", "--policy", "my api"}, `call: --policy "my api": httplimit names hold letters, digits, '_', '.' and '-' only`},

@@ -43,7 +43,10 @@ func callCommand() *cli.Command {
 			"  --also SPEC   decide one more limit with the first, all or nothing (repeatable). SPEC\n" +
 			"                is ALGORITHM,field=value,...: the fields are the flags' names, key=\n" +
 			"                (default: KEY) and policy= (default: --policy; a Rule of httplimit's\n" +
-			"                Policy.Also keys its state by its own Name, e.g. policy=login-ip,key=192.0.2.7);\n" +
+			"                Policy.Also keys its state by its own Name, e.g. policy=login-ip,key=192.0.2.7)\n" +
+			"                and cost= (default: --cost), what this limit takes: 60 requests and 150000\n" +
+			"                tokens a minute, 1200 tokens a request, is --limit 60 --window 1m --also\n" +
+			"                fixed_window,name=tokens,limit=150000,window=1m,cost=1200;\n" +
 			"                e.g. token_bucket,key=global,capacity=100,rate=10,period=1s.\n" +
 			"                RULE names the limit that decided: 1 is ALGORITHM KEY, 2 the first --also;\n" +
 			"                the rows (N) under it are the other limits, as the call left them.\n" +
@@ -402,7 +405,7 @@ func newCallPlan(c *cli.Context) (*callPlan, error) {
 		if err != nil {
 			return nil, usageError(c, fmt.Sprintf("--also %s: %v", text, err))
 		}
-		r := client.Rule{Key: c.Args().Get(1), Limit: s.build()}
+		r := client.Rule{Key: c.Args().Get(1), Limit: s.build(), Cost: s.cost}
 		if s.key != "" {
 			r.Key = s.key
 		}

@@ -153,6 +153,16 @@ func TestCallModes(t *testing.T) {
 		wantCalls(t, "hourly limit", calls(t, s.Addr, "sliding_log", "user:2", "--limit", "5", "--window", "1h", "--peek"), [3]int64{1, 3, 0})
 	})
 
+	t.Run("a cost per limit", func(t *testing.T) {
+		// 60 requests and 100 tokens an hour, each call 40 tokens (cost=), 1 request (--cost):
+		// the third call is refused by the tokens, and takes no request.
+		tokens := []string{"fixed_window", "org:1", "--limit", "60", "--window", "1h", "--also", "token_bucket,name=tokens,capacity=100,rate=1,period=1h,cost=40"}
+		wantCalls(t, "3 calls", calls(t, s.Addr, append(tokens, "--repeat", "3")...), [3]int64{1, 59, 1}, [3]int64{1, 20, 2}, [3]int64{0, 20, 2})
+		wantCalls(t, "requests", calls(t, s.Addr, "fixed_window", "org:1", "--limit", "60", "--window", "1h", "--peek"), [3]int64{1, 58, 0})
+		// --cost is every other limit's: 2 requests and 40 tokens would leave 56 and 20
+		wantCalls(t, "peek --cost 2", calls(t, s.Addr, append(tokens, "--peek", "--cost", "2")...), [3]int64{0, 20, 2})
+	})
+
 	t.Run("several limits of two keys", func(t *testing.T) {
 		// A per-user limit of 3 and a global one of 1: the global one denies the second call,
 		// and the user's unit is refunded.

@@ -28,6 +28,7 @@ type limitSpec struct {
 	// calendar's anchor, read in its zone); check reads them.
 	raw    map[string]string
 	policy string // an --also spec's policy=, set["policy"] when given
+	cost   int64  // an --also spec's cost=, set["cost"] when given; else the call's --cost
 	// field names a field in messages: "--limit" for a flag, "limit=" in an --also spec.
 	field func(string) string
 }
@@ -231,8 +232,9 @@ func flagSpec(c *cli.Context, algorithm string) (*limitSpec, error) {
 
 // parseSpec reads an --also spec, ALGORITHM,field=value,...: the fields are call's flags
 // (limit, window, capacity, rate, period, mode, anchor, zone, penalty, reserve, name), key, the principal (default:
-// the call's KEY), and policy, the httplimit name that scopes it (default: the call's
-// --policy). A value cannot hold a comma.
+// the call's KEY), policy, the httplimit name that scopes it (default: the call's
+// --policy), and cost, the units this limit takes (default: the call's --cost). A value
+// cannot hold a comma.
 func parseSpec(text string) (*limitSpec, error) {
 	parts := strings.Split(text, ",")
 	s := &limitSpec{algorithm: parts[0], set: map[string]bool{}, raw: map[string]string{}, mode: limitspec.Modes[0].String(), field: func(f string) string { return f + "=" }}
@@ -264,6 +266,16 @@ func parseSpec(text string) (*limitSpec, error) {
 			}
 			s.key = v
 			continue
+		case f == "cost":
+			if s.set[f] {
+				return nil, fmt.Errorf("cost given twice")
+			}
+			// A Rule's Cost of 0 is the call's: cost=0 would silently read as --cost.
+			if s.cost, err = parseDecimal(v); err != nil || s.cost < 1 {
+				return nil, fmt.Errorf("cost= must be a decimal integer from 1 up (the call's --cost when left out), got %q", v)
+			}
+			s.set[f] = true
+			continue
 		case f == "policy":
 			if s.set[f] {
 				return nil, fmt.Errorf("policy given twice")
@@ -274,7 +286,7 @@ func parseSpec(text string) (*limitSpec, error) {
 			s.policy, s.set[f] = v, true
 			continue
 		default:
-			return nil, fmt.Errorf("unknown field %q: %s", f, or(append(alsoFields(), "key", "policy")...))
+			return nil, fmt.Errorf("unknown field %q: %s", f, or(append(alsoFields(), "key", "policy", "cost")...))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("invalid value %q for %s", v, s.field(f))
