@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlfn/rlfn/client"
@@ -205,7 +207,7 @@ func TestOutcomeUnsettledCounted(t *testing.T) {
 	}, http.HandlerFunc(outcomeHandler))
 	get(t, srv.URL+"/ok", keyFor(t))
 	var ue *httplimit.UnsettledError
-	if len(errs) != 1 || !errors.As(errs[0], &ue) || !errors.Is(errs[0], errRefund) || ue.Taken != 1 || ue.Owed != 0 {
+	if len(errs) != 1 || !errors.As(errs[0], &ue) || !errors.Is(errs[0], errRefund) || fmt.Sprint(ue.Taken, ue.Owed) != "[1] [0]" {
 		t.Fatalf("OnError got %v, want one *UnsettledError from 1 to 0", errs)
 	}
 	if got := counterSum(t, reader, httplimit.MetricUnsettled, "login"); got != 1 {
@@ -384,4 +386,98 @@ func TestOutcomeGRPCEndings(t *testing.T) {
 			t.Errorf("after a success, %d left, want 1000: nothing taken", got)
 		}
 	})
+}
+
+// "60 requests and 150,000 tokens per minute" over real HTTP, on every server: one atomic
+// decision where the tokens' limit takes the request's estimate and the requests' one; each
+// RateLimit-Policy item with its unit; a request the tokens refuse takes no request either;
+// the tokens the handler reports after the fact replace the estimate.
+func TestOutcomeHTTPCostPerLimit(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		requests := client.SlidingWindow{Limit: 60, Window: time.Minute}
+		tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute, Name: "tokens"}
+		estimate := func(r *http.Request) int64 {
+			n, _ := strconv.ParseInt(r.Header.Get("X-Estimate"), 10, 64)
+			return n
+		}
+		srv := limitedServer(t, lim, httplimit.Options{Policy: func(*http.Request) httplimit.Policy {
+			return httplimit.Policy{Name: "requests", Limit: requests,
+				Also:    []httplimit.AlsoLimit{{Name: "tokens", Limit: tokens, Cost: estimate, Unit: "tokens"}},
+				Outcome: &httplimit.Outcome{CostHeader: "Rlfn-Cost"}}
+		}}, http.HandlerFunc(outcomeHandler))
+		key := keyFor(t)
+		r := send(t, http.MethodGet, srv.URL+"/ok", "", "X-Key: "+key, "X-Estimate: 100000")
+		if r.status != http.StatusOK {
+			t.Fatalf("request 1: %d %q", r.status, r.body)
+		}
+		if got, want := r.header.Get("RateLimit-Policy"), `"requests";q=60;w=60, "tokens";q=150000;w=60;qu="tokens"`; got != want {
+			t.Errorf("RateLimit-Policy %q, want %q", got, want)
+		}
+		if got := r.header.Get("RateLimit"); !strings.Contains(got, `"tokens";r=50000;`) || !strings.Contains(got, `"requests";r=59;`) {
+			t.Errorf("RateLimit %q, want tokens 50000 left and requests 59", got)
+		}
+		// 60,000 more tokens: refused by the tokens, and no request taken either
+		r = send(t, http.MethodGet, srv.URL+"/ok", "", "X-Key: "+key, "X-Estimate: 60000")
+		if r.status != http.StatusTooManyRequests || !strings.Contains(r.body, `"policy":"tokens"`) {
+			t.Fatalf("request 2: %d %q, want 429 by tokens", r.status, r.body)
+		}
+		if got := remaining(t, lim, "requests", key, requests); got != 59 {
+			t.Errorf("after a refusal by the tokens, %d requests left, want 59", got)
+		}
+		// An estimate of 40,000 the handler reports was 300: the tokens' limit keeps 300, the
+		// requests' its 1.
+		r = send(t, http.MethodGet, srv.URL+"/cost/300", "", "X-Key: "+key, "X-Estimate: 40000")
+		if r.status != http.StatusOK {
+			t.Fatalf("request 3: %d %q", r.status, r.body)
+		}
+		if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_710 {
+			t.Errorf("%d tokens left, want 49700 (and what refilled since)", got)
+		}
+		if got := remaining(t, lim, "requests", key, requests); got != 58 {
+			t.Errorf("%d requests left, want 58", got)
+		}
+	})
+}
+
+// The same over real gRPC: the tokens' cost from the request, each ratelimit-policy item with
+// its unit, the cost trailer replacing the estimate.
+func TestOutcomeGRPCCostPerLimit(t *testing.T) {
+	tg := servers(t)[0]
+	lim := harness.NewLimiter(t, tg.c, slowMachine)
+	requests := client.SlidingWindow{Limit: 60, Window: time.Minute}
+	tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute, Name: "tokens"}
+	estimate := func(_ context.Context, _ string, req any) int64 {
+		if r, ok := req.(*testgrpc.SimpleRequest); ok {
+			return int64(r.GetResponseSize())
+		}
+		return 0
+	}
+	c := grpcPair(t, lim, grpclimit.ServerOptions{
+		Default: grpclimit.Policy{Name: "requests", Limit: requests,
+			Also:    []grpclimit.AlsoLimit{{Name: "tokens", Limit: tokens, Cost: estimate, Unit: "tokens"}},
+			Outcome: &grpclimit.Outcome{CostTrailer: "rlfn-cost"}},
+	}, nil, nil)
+	key := keyFor(t)
+	ctx := withKey(ctx5s(t), key)
+	var md metadata.MD
+	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 100_000}, grpc.Header(&md)); err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Get("ratelimit-policy"); len(got) != 1 || got[0] != `"requests";q=60;w=60, "tokens";q=150000;w=60;qu="tokens"` {
+		t.Errorf("ratelimit-policy %q", got)
+	}
+	_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 60_000})
+	if _, quota := details(t, err); status.Code(err) != codes.ResourceExhausted || quota.GetViolations()[0].GetQuotaId() != "tokens" {
+		t.Fatalf("call 2: %v, want a refusal by tokens", err)
+	}
+	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 40_000, Payload: &testgrpc.Payload{Body: []byte("300")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_710 {
+		t.Errorf("%d tokens left, want 49700 (and what refilled since)", got)
+	}
+	if got := remaining(t, lim, "requests", key, requests); got != 58 {
+		t.Errorf("%d requests left, want 58", got)
+	}
 }

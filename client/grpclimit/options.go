@@ -92,10 +92,24 @@ type Policy struct {
 	// and decides them in shadow for the others, by a hash of the key: the same keys on every
 	// call and every instance. Default (0): 100, all keys.
 	EnforcePercent int
+	// Cost returns the units the call takes of Limit, for a limit of something else than
+	// calls (tokens, bytes): "60 calls and 150,000 tokens per minute" is a Policy of the calls
+	// and an AlsoLimit of the tokens whose Cost is the call's estimate, decided at once. req
+	// is a unary call's request, nil for a stream (decided when it opens). A cost of 0 takes 1,
+	// as client.Rule's. With a Cost the Limiter must be a *client.Limiter (or implement
+	// MultiDecider). Default (nil): 1.
+	Cost Cost
+	// Unit names what Limit counts, sent as the ratelimit-policy item's qu parameter (the
+	// draft's quota unit), e.g. "tokens". Letters, digits, '_', '.' and '-' only. Default
+	// (empty): requests, the draft's default.
+	Unit string
 	// Outcome, when not nil, settles the call by how it ended (see Outcome). Default (nil):
 	// the decision before the call is final.
 	Outcome *Outcome
 }
+
+// Cost returns the units a call takes of a limit (Policy.Cost, AlsoLimit.Cost).
+type Cost func(ctx context.Context, method string, req any) int64
 
 // AlsoLimit is a limit of a Policy beside its Limit (Policy.Also).
 type AlsoLimit struct {
@@ -109,6 +123,10 @@ type AlsoLimit struct {
 	Key Key
 	// Shadow decides this limit in shadow (see Policy.Shadow). Default: false.
 	Shadow bool
+	// Cost returns the units the call takes of this limit, as Policy.Cost. Default (nil): 1.
+	Cost Cost
+	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
+	Unit string
 }
 
 // ServerOptions configures a Server. Key and Methods (or Default) are required.

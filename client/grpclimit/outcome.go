@@ -26,8 +26,10 @@ type Outcome struct {
 	Count func(code codes.Code) bool
 	// CostTrailer names a trailer (grpc.SetTrailer, lower case) in which the handler reports
 	// the call's cost in units once it knows it (an LLM's tokens): a decimal integer. A call
-	// that counts costs it, instead of 1; one without it, or with a value that is no such
-	// number, costs 1. Default (empty): every call that counts costs 1.
+	// that counts costs it, instead of its estimate, of every limit with a Cost function (of
+	// every limit when none has one); one without it, or with a value that is no such number,
+	// costs what the decision took. Default (empty): every call that counts costs what the
+	// decision took.
 	CostTrailer string
 	// CheckFirst takes nothing before the handler: every limit is only peeked, so a call is
 	// refused once the limit is spent, and the units are taken after, when the call counts
@@ -54,15 +56,16 @@ type Settler interface {
 var _ Settler = (*client.Limiter)(nil)
 
 // UnsettledError is passed to ServerOptions.OnError when a call's settlement by its outcome
-// failed: Taken units were not brought to Owed.
+// failed: the units each enforced limit took (Taken, in the order of Limit and Also) were not
+// brought to what it owed (Owed), for some of them: Err says which.
 type UnsettledError struct {
 	Policy      string
-	Taken, Owed int64
+	Taken, Owed []int64
 	Err         error
 }
 
 func (e *UnsettledError) Error() string {
-	return fmt.Sprintf("grpclimit: settling policy %q from %d to %d units: %v", e.Policy, e.Taken, e.Owed, e.Err)
+	return fmt.Sprintf("grpclimit: settling policy %q from %v to %v units: %v", e.Policy, e.Taken, e.Owed, e.Err)
 }
 
 func (e *UnsettledError) Unwrap() error { return e.Err }

@@ -155,7 +155,7 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 			return nil, &PolicyError{Name: rule.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
-	if _, ok := s.lim.(MultiDecider); !ok && decide.Several(spec(p)) {
+	if _, ok := s.lim.(MultiDecider); !ok && (decide.Several(spec(p)) || p.Cost != nil) {
 		return nil, ErrNoMultiDecider
 	}
 	if p.Outcome != nil {
@@ -174,8 +174,8 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 
 // checkPolicy reports why the interceptors cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
-	bad, reason := decide.Check(p.Name, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit}
+	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
@@ -233,7 +233,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if p == nil {
 		return handler(ctx, req)
 	}
-	c, err := s.admit(ctx, info.FullMethod, p, nil)
+	c, err := s.admit(ctx, info.FullMethod, p, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
-	c, err := s.admit(ctx, info.FullMethod, p, ss)
+	c, err := s.admit(ctx, info.FullMethod, p, nil, ss)
 	if err != nil {
 		return err
 	}
@@ -289,8 +289,9 @@ type call struct {
 	method string
 	lease  *client.Lease
 	rules  []client.Rule // the enforced limits, to settle (with an Outcome)
-	taken  int64         // the units the decision took of each: 1, or 0 when only peeked
-	cost   *costStream   // the cost trailer, with Outcome.CostTrailer
+	// whether each rule had a Cost function: its cost was an estimate
+	measured []bool
+	cost     *costStream // the cost trailer, with Outcome.CostTrailer
 }
 
 // recover settles a call whose handler panicked as failed (Internal), then panics on: a
@@ -321,24 +322,23 @@ func (c *call) end(ctx context.Context, code codes.Code) {
 	if o == nil || len(c.rules) == 0 {
 		return
 	}
-	owed := int64(0)
-	if o.Count == nil || o.Count(code) {
-		owed = 1
-		if c.cost != nil && c.cost.set {
-			owed = c.cost.cost
-		}
+	var reported int64
+	ok := false
+	if c.cost != nil {
+		reported, ok = c.cost.cost, c.cost.set
 	}
-	if err := decide.Settle(ctx, c.s.lim.(Settler), c.rules, c.taken, owed); err != nil {
+	taken, owed := decide.Owed(c.rules, c.measured, o.CheckFirst, o.Count == nil || o.Count(code), reported, ok)
+	if err := decide.Settle(ctx, c.s.lim.(Settler), c.rules, taken, owed); err != nil {
 		if c.s.unsettled != nil {
 			c.s.unsettled.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", p.Name)))
 		}
-		c.s.report(ctx, c.method, decide.Unsettled, p.Name, &UnsettledError{Policy: p.Name, Taken: c.taken, Owed: owed, Err: err})
+		c.s.report(ctx, c.method, decide.Unsettled, p.Name, &UnsettledError{Policy: p.Name, Taken: taken, Owed: owed, Err: err})
 	}
 }
 
-// admit decides a call of method under p. ss is the call's stream, nil for a unary call. It
-// returns the status error of a call that is not to be served.
-func (s *Server) admit(ctx context.Context, method string, p *Policy, ss grpc.ServerStream) (call, error) {
+// admit decides a call of method under p. req is a unary call's request, ss a stream call's
+// stream. It returns the status error of a call that is not to be served.
+func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, ss grpc.ServerStream) (call, error) {
 	key, err := s.opts.Key(ctx, method)
 	if err == nil && key == "" {
 		err = ErrEmptyKey
@@ -362,25 +362,24 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, ss grpc.Se
 	var each []client.Result
 	var quotas []decide.Quota
 	var set decide.Set
-	c := call{s: s, p: p, method: method, taken: 1}
+	c := call{s: s, p: p, method: method}
 	switch {
-	case len(p.Also) == 0 && !shadow && p.Outcome == nil:
+	case len(p.Also) == 0 && !shadow && p.Outcome == nil && p.Cost == nil:
 		// the common policy, one limit: no rule slices
 		if p.Limit == nil {
 			return s.concurrent(ctx, dctx, method, p, key, call{})
 		}
 		res, err = s.lim.Allow(dctx, key, p.Limit)
-		quotas = []decide.Quota{{Name: p.Name, Limit: p.Limit}}
+		quotas = []decide.Quota{{Name: p.Name, Limit: p.Limit, Unit: p.Unit}}
 	default:
-		if err := s.split(ctx, method, p, key, shadow, &set); err != nil {
+		if c.measured, err = s.split(ctx, method, p, key, req, shadow, &set); err != nil {
 			return call{}, err
 		}
 		switch {
 		case len(set.Enforced) == 0:
 			return s.concurrent(ctx, dctx, method, p, key, call{})
 		case p.Outcome != nil && p.Outcome.CheckFirst:
-			c.taken = 0
-			res, err = decide.PeekAll(dctx, s.lim.(Settler), set.Enforced, 1)
+			res, err = decide.PeekAll(dctx, s.lim.(Settler), set.Enforced)
 			quotas = set.EnforcedQuotas
 			if err == nil && res.Rule != 0 {
 				quotas = decide.DecidingFirst(quotas, res.Rule)
@@ -426,10 +425,14 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, ss grpc.Se
 }
 
 // split puts p's limits for a call into set: the enforced ones and the shadow ones, whose
-// decision it starts beside the call.
-func (s *Server) split(ctx context.Context, method string, p *Policy, key string, shadow bool, set *decide.Set) error {
+// decision it starts beside the call. With an Outcome, it returns whether each enforced limit
+// has a Cost function.
+func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
 	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, shadow)
+		set.Add(p.Name, key, p.Limit, cost(ctx, p.Cost, method, req), p.Unit, shadow)
+		if p.Outcome != nil && !shadow {
+			measured = append(measured, p.Cost != nil)
+		}
 	}
 	for _, rule := range p.Also {
 		k := key
@@ -443,13 +446,16 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 				s.report(ctx, method, decide.ShadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
 				continue
 			case err != nil:
-				return keyStatus(err)
+				return nil, keyStatus(err)
 			}
 			k = rule.Name + ":" + principal
 		} else {
 			k = decide.AlsoKey(p.Name, rule.Name, key)
 		}
-		set.Add(rule.Name, k, rule.Limit, shadow || rule.Shadow)
+		set.Add(rule.Name, k, rule.Limit, cost(ctx, rule.Cost, method, req), rule.Unit, shadow || rule.Shadow)
+		if p.Outcome != nil && !shadow && !rule.Shadow {
+			measured = append(measured, rule.Cost != nil)
+		}
 	}
 	if len(set.Shadow) > 0 {
 		// Beside the call, which does not wait for it: a roll-out adds no round trip. The
@@ -457,7 +463,15 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 		s.shadows.Add(1)
 		go s.shadow(context.WithoutCancel(ctx), method, set.Shadow, set.ShadowQuotas)
 	}
-	return nil
+	return measured, nil
+}
+
+// cost is a Cost function's units for a call, 0 (one, the call's) without one.
+func cost(ctx context.Context, f Cost, method string, req any) int64 {
+	if f == nil {
+		return 0
+	}
+	return f(ctx, method, req)
 }
 
 // shadow decides the shadow limits of a call, and counts a denial. A panic on its goroutine

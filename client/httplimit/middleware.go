@@ -83,6 +83,16 @@ type Policy struct {
 	// roll-out. A key is in or out by a hash of it, the same on every request and every
 	// instance, so a client is not refused one request in two. Default (0): 100, all keys.
 	EnforcePercent int
+	// Cost returns the units the request takes of Limit, for a limit of something else than
+	// requests (tokens, bytes): "60 requests and 150,000 tokens per minute" is a Policy of the
+	// requests and an AlsoLimit of the tokens whose Cost is the request's estimate, decided at
+	// once. A cost of 0 takes 1, as client.Rule's. With a Cost the Limiter must be a
+	// *client.Limiter (or implement MultiDecider). Default (nil): 1.
+	Cost func(r *http.Request) int64
+	// Unit names what Limit counts, sent as the RateLimit-Policy item's qu parameter (the
+	// draft's quota unit), e.g. "tokens". Letters, digits, '_', '.' and '-' only. Default
+	// (empty): requests, the draft's default, no qu.
+	Unit string
 	// Outcome, when not nil, settles each request by how it ended: gives its units back when
 	// it does not count (a login limiter that counts failures, an API that charges only
 	// successes), or takes the cost the handler reported after the fact (an LLM's tokens).
@@ -105,6 +115,10 @@ type AlsoLimit struct {
 	// Shadow decides this limit in shadow (see Policy.Shadow): an error of its Key goes to
 	// Options.OnError and leaves the limit out, never refusing the request. Default: false.
 	Shadow bool
+	// Cost returns the units the request takes of this limit, as Policy.Cost. Default (nil): 1.
+	Cost func(r *http.Request) int64
+	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
+	Unit string
 }
 
 // Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
@@ -353,7 +367,7 @@ func (m *Middleware) servable(p Policy) error {
 	if err := validPolicy(p); err != nil {
 		return err
 	}
-	if _, ok := m.lim.(MultiDecider); !ok && decide.Several(spec(p)) {
+	if _, ok := m.lim.(MultiDecider); !ok && (decide.Several(spec(p)) || p.Cost != nil) {
 		return ErrNoMultiDecider
 	}
 	if _, ok := m.lim.(Acquirer); !ok && p.Concurrency != nil {
@@ -408,7 +422,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	shadow := decide.InShadow(key, p.Shadow, p.EnforcePercent)
 	// The name cannot contain ':', so "name:key" is injective.
 	key = p.Name + ":" + key
-	if len(p.Also) > 0 || shadow || p.Outcome != nil {
+	if len(p.Also) > 0 || shadow || p.Outcome != nil || p.Cost != nil {
 		m.several(ctx, w, r, next, &p, key, shadow)
 		return
 	}
@@ -421,7 +435,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
-	m.decided(ctx, w, r, next, &p, key, res, []decide.Quota{{Name: p.Name, Limit: p.Limit}}, nil, nil)
+	m.decided(ctx, w, r, next, &p, key, res, []decide.Quota{{Name: p.Name, Limit: p.Limit, Unit: p.Unit}}, nil, nil)
 }
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
@@ -487,8 +501,12 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 // counted.
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
 	var set decide.Set
+	var measured []bool // with an Outcome, whether each enforced limit has a Cost
 	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, shadow)
+		set.Add(p.Name, key, p.Limit, cost(p.Cost, r), p.Unit, shadow)
+		if p.Outcome != nil && !shadow {
+			measured = append(measured, p.Cost != nil)
+		}
 	}
 	for _, rule := range p.Also {
 		k := key
@@ -509,7 +527,10 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		} else {
 			k = decide.AlsoKey(p.Name, rule.Name, key)
 		}
-		set.Add(rule.Name, k, rule.Limit, shadow || rule.Shadow)
+		set.Add(rule.Name, k, rule.Limit, cost(rule.Cost, r), rule.Unit, shadow || rule.Shadow)
+		if p.Outcome != nil && !shadow && !rule.Shadow {
+			measured = append(measured, rule.Cost != nil)
+		}
 	}
 	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
@@ -529,7 +550,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	var c *counting
 	if p.Outcome != nil {
-		c = &counting{rules: set.Enforced, taken: 1}
+		c = &counting{rules: set.Enforced, measured: measured, checkFirst: p.Outcome.CheckFirst}
 		if _, ok := m.lim.(Settler); !ok {
 			m.failed(w, r, next, p.Name, ErrNoSettler)
 			return
@@ -540,9 +561,8 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	var quotas []decide.Quota
 	var err error
 	if c != nil && p.Outcome.CheckFirst {
-		c.taken = 0
 		quotas = set.EnforcedQuotas
-		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced, 1)
+		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced)
 		if err == nil && res.Rule != 0 {
 			quotas = decide.DecidingFirst(quotas, res.Rule)
 		}
@@ -591,10 +611,18 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 	}
 }
 
+// cost is a Cost function's units for r, 0 (one, the call's) without one.
+func cost(f func(*http.Request) int64, r *http.Request) int64 {
+	if f == nil {
+		return 0
+	}
+	return f(r)
+}
+
 // checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
-	bad, reason := decide.Check(p.Name, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit}
+	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}

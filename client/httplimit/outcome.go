@@ -38,9 +38,10 @@ type Outcome struct {
 	// CostHeader names a response header, or a trailer (http.TrailerPrefix + name, or one
 	// declared in the Trailer header), in which the handler reports the request's cost in
 	// units once it knows it (an LLM's tokens): a decimal integer. A request that counts
-	// costs it, instead of 1; one without it, or with a value that is no such number, costs
-	// 1. The header is sent to the client as any other. Default (empty): every request that
-	// counts costs 1.
+	// costs it, instead of its estimate, of every limit with a Cost function (of every limit
+	// when none has one); one without it, or with a value that is no such number, costs what
+	// the decision took. The header is sent to the client as any other. Default (empty):
+	// every request that counts costs what the decision took.
 	CostHeader string
 	// CheckFirst takes nothing before the handler: every limit is only peeked, so a request
 	// is refused once the limit is spent, and the units are taken after, when the request
@@ -71,23 +72,25 @@ var _ Settler = (*client.Limiter)(nil)
 const MetricUnsettled = "rlfn.httplimit.unsettled"
 
 // UnsettledError is passed to Options.OnError when a request's settlement by its outcome
-// failed: Taken units were not brought to Owed.
+// failed: the units each enforced limit took (Taken, in the order of Limit and Also) were not
+// brought to what it owed (Owed), for some of them: Err says which.
 type UnsettledError struct {
 	Policy      string
-	Taken, Owed int64
+	Taken, Owed []int64
 	Err         error
 }
 
 func (e *UnsettledError) Error() string {
-	return fmt.Sprintf("httplimit: settling policy %q from %d to %d units: %v", e.Policy, e.Taken, e.Owed, e.Err)
+	return fmt.Sprintf("httplimit: settling policy %q from %v to %v units: %v", e.Policy, e.Taken, e.Owed, e.Err)
 }
 
 func (e *UnsettledError) Unwrap() error { return e.Err }
 
 // counting is what a request counted by its outcome owes once its handler ends.
 type counting struct {
-	rules []client.Rule // the enforced limits
-	taken int64         // the units the decision took of each: 1, or 0 when only peeked
+	rules      []client.Rule // the enforced limits, each with its cost
+	measured   []bool        // whether each had a Cost function: its cost was an estimate
+	checkFirst bool          // the decision took nothing: it peeked
 }
 
 // serveCounted serves the request with c, or settles it by its outcome first when c is not nil.
@@ -114,26 +117,23 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 // settle brings what c took to what the request costs by its outcome.
 func (m *Middleware) settle(r *http.Request, p *Policy, c *counting, status int, h http.Header) {
 	o := p.Outcome
-	owed := int64(0)
-	if o.Count == nil || o.Count(status) {
-		owed = 1
-		if o.CostHeader != "" {
-			v := h.Get(http.TrailerPrefix + o.CostHeader)
-			if v == "" {
-				v = h.Get(o.CostHeader)
-			}
-			if n, ok := decide.ParseCost(v); ok {
-				owed = n
-			}
+	var reported int64
+	ok := false
+	if o.CostHeader != "" {
+		v := h.Get(http.TrailerPrefix + o.CostHeader)
+		if v == "" {
+			v = h.Get(o.CostHeader)
 		}
+		reported, ok = decide.ParseCost(v)
 	}
+	taken, owed := decide.Owed(c.rules, c.measured, c.checkFirst, o.Count == nil || o.Count(status), reported, ok)
 	// The request's context may be over (the client went away): the units are owed anyway.
 	ctx := context.WithoutCancel(r.Context())
-	if err := decide.Settle(ctx, m.lim.(Settler), c.rules, c.taken, owed); err != nil {
+	if err := decide.Settle(ctx, m.lim.(Settler), c.rules, taken, owed); err != nil {
 		if m.unsettled != nil {
 			m.unsettled.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", p.Name)))
 		}
-		m.report(r, unsettled, p.Name, &UnsettledError{Policy: p.Name, Taken: c.taken, Owed: owed, Err: err})
+		m.report(r, unsettled, p.Name, &UnsettledError{Policy: p.Name, Taken: taken, Owed: owed, Err: err})
 	}
 }
 

@@ -32,14 +32,19 @@ type Named struct {
 	Name   string
 	Limit  client.Limit
 	Shadow bool
+	Unit   string
 }
 
-// Check reports what makes a policy (name, EnforcePercent percent, n further limits, the i-th
-// of which also returns) one no call can be decided on: the name it concerns and why, or ""
-// and "" when nothing does. It runs on every call, so it allocates only to refuse.
-func Check(name string, percent, n int, also func(i int) Named) (bad, reason string) {
+// Check reports what makes a policy (name, its limit's unit, EnforcePercent percent, n further
+// limits, the i-th of which also returns) one no call can be decided on: the name it concerns
+// and why, or "" and "" when nothing does. It runs on every call, so it allocates only to
+// refuse.
+func Check(name, unit string, percent, n int, also func(i int) Named) (bad, reason string) {
 	if !ValidName(name) {
 		return name, NameReason
+	}
+	if !ValidName(unit) {
+		return name, "Unit: " + NameReason
 	}
 	if percent < 0 || percent > 100 {
 		return name, fmt.Sprintf("EnforcePercent must be from 0 to 100, got %d", percent)
@@ -55,6 +60,8 @@ func Check(name string, percent, n int, also func(i int) Named) (bad, reason str
 			return rule.Name, "Limit is required"
 		case rule.Name == name:
 			return rule.Name, "an AlsoLimit has the Name of its Policy"
+		case !ValidName(rule.Unit):
+			return rule.Name, "Unit: " + NameReason
 		}
 		for j := range i {
 			if also(j).Name == rule.Name {

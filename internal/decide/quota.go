@@ -12,10 +12,12 @@ import (
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651, section 3.3.1).
 const maxSFInteger = 999_999_999_999_999
 
-// Quota is a limit the quota values report, under its policy name.
+// Quota is a limit the quota values report, under its policy name, counted in Unit ("" for
+// requests, the draft's default).
 type Quota struct {
 	Name  string
 	Limit client.Limit
+	Unit  string
 }
 
 // ResetFormat is the form of the reset sent beside the draft's fields (X-RateLimit-Reset).
@@ -103,6 +105,10 @@ func AppendValues(buf []byte, c Clock, reset ResetFormat, quotas []Quota, res cl
 			buf = strconv.AppendInt(append(buf, ";w="...), Seconds(length), 10)
 		} else if w, ok := Window(q.Limit); ok {
 			buf = strconv.AppendInt(append(buf, ";w="...), w, 10)
+		}
+		if q.Unit != "" {
+			// the draft's quota unit; ValidName's characters need no escaping in a String
+			buf = append(append(append(buf, `;qu="`...), q.Unit...), '"')
 		}
 	}
 	v.Ends[0] = len(buf)

@@ -30,14 +30,14 @@ type Set struct {
 	EnforcedQuotas, ShadowQuotas []Quota
 }
 
-// Add adds the limit l named name on key.
-func (s *Set) Add(name, key string, l client.Limit, shadow bool) {
+// Add adds the limit l named name on key, taking cost units (0: one) counted in unit.
+func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, shadow bool) {
 	if shadow {
-		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l})
-		s.ShadowQuotas = append(s.ShadowQuotas, Quota{name, l})
+		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.ShadowQuotas = append(s.ShadowQuotas, Quota{name, l, unit})
 	} else {
-		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l})
-		s.EnforcedQuotas = append(s.EnforcedQuotas, Quota{name, l})
+		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.EnforcedQuotas = append(s.EnforcedQuotas, Quota{name, l, unit})
 	}
 }
 
@@ -45,10 +45,11 @@ func (s *Set) Add(name, key string, l client.Limit, shadow bool) {
 // ("name:principal"), when the limit has no Key of its own: its name on the same principal.
 func AlsoKey(name, also, key string) string { return also + key[len(name):] }
 
-// Decide decides rules, all or nothing; noMulti is the error when there are several and lim
-// cannot decide them at once.
+// Decide decides rules, all or nothing, each taking its own Cost; noMulti is the error when
+// there are several, or one of a Cost, and lim cannot decide them at once (a MultiDecider
+// takes a rule's cost).
 func Decide(ctx context.Context, lim Decider, rules []client.Rule, noMulti error) (client.Result, error) {
-	if len(rules) == 1 {
+	if len(rules) == 1 && rules[0].Cost <= 1 {
 		return lim.Allow(ctx, rules[0].Key, rules[0].Limit)
 	}
 	ml, ok := lim.(MultiDecider)
@@ -66,6 +67,7 @@ func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti
 	var each []client.Result
 	var err error
 	if el, ok := lim.(EachDecider); ok && len(s.Enforced) > 1 && !hide {
+		// n 1: a rule without a Cost of its own takes one
 		res, each, err = el.AllowAllEach(ctx, s.Enforced, 1)
 	} else {
 		res, err = Decide(ctx, lim, s.Enforced, noMulti)
