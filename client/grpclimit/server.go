@@ -72,9 +72,12 @@ func NewServer(lim Decider, opts ServerOptions) (*Server, error) {
 		if !ok {
 			return nil, &ConfigError{Field: field, Reason: `is no full method name: want "/package.Service/Method", or "/package.Service/*"`}
 		}
-		pp, err := s.compile(p)
-		if err != nil {
-			return nil, &ConfigError{Field: field, Reason: strings.TrimPrefix(err.Error(), "grpclimit: "), Err: err}
+		var pp *Policy // nil: the method is named, and not limited
+		if limits(&p) {
+			var err error
+			if pp, err = s.compile(p); err != nil {
+				return nil, &ConfigError{Field: field, Reason: strings.TrimPrefix(err.Error(), "grpclimit: "), Err: err}
+			}
 		}
 		if method == "*" {
 			s.services[service] = pp
