@@ -225,7 +225,7 @@ func TestMissingKey(t *testing.T) {
 	lim := &recording{decided: &decided}
 	var reported []error
 	s, err := NewServer(lim, ServerOptions{Key: Metadata("x-key"), Default: Policy{Limit: bucket},
-		Methods:  map[string]Policy{"/pkg.S/Shadow": {Name: "sh", Limit: bucket, Shadow: true}},
+		Methods: map[string]Policy{"/pkg.S/Shadow": {Name: "sh", Limit: bucket, Shadow: true}},
 		OnError: func(_ context.Context, _ string, err error) { reported = append(reported, err) }})
 	if err != nil {
 		t.Fatal(err)
