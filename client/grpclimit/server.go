@@ -359,8 +359,10 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		dctx = client.Critical(ctx)
 	}
 	shadow := decide.InShadow(key, p.Shadow, p.EnforcePercent)
-	// The name cannot contain ':', so "name:key" is injective.
-	key = p.Name + ":" + key
+	// The name cannot contain ':', so "name:key" is injective. The key and the metadata
+	// values share one allocation (see callBuf).
+	cb := new(callBuf)
+	key = cb.key(p.Name, key)
 	var res client.Result
 	var each []client.Result
 	var quotas []decide.Quota
@@ -398,16 +400,16 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {
-		s.setMetadata(ctx, ss, p.HideQuota, quotas, res, each, res.RetryAfter, true)
+		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, res.RetryAfter, true)
 		return call{}, refusal(p.HideQuota, res.Blocked, quotas[0].Name, res.RetryAfter)
 	}
 	if res.Delay > s.opts.MaxDelay {
 		// The server has counted this call and it is refused all the same, as promised.
 		wait := decide.TooLongWait(res.Delay, s.opts.MaxDelay, quotas)
-		s.setMetadata(ctx, ss, p.HideQuota, quotas, res, each, wait, true)
+		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, wait, true)
 		return call{}, refusal(p.HideQuota, false, quotas[0].Name, wait)
 	}
-	s.setMetadata(ctx, ss, p.HideQuota, quotas, res, each, 0, false)
+	s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, 0, false)
 	if p.Outcome != nil {
 		c.rules = set.Enforced
 		if p.Outcome.CostTrailer != "" {
@@ -586,25 +588,40 @@ const (
 	MetadataRateLimit = "ratelimit"
 )
 
-// mdValues holds the metadata values of one call.
-type mdValues struct {
+// callBuf holds the strings of one call that are made of bytes written once, never after:
+// its limiter key, then its metadata values, in one allocation rather than three. A string
+// points into buf only where its bytes are final, so the key stays valid wherever the Limiter
+// keeps it.
+type callBuf struct {
 	vals [2]string
-	buf  [200]byte
+	// a key and the values of one limit or two take 40 to 120 bytes; more get an array of
+	// their own
+	buf [144]byte
+	off int // where the key ends in buf: the metadata values go after it
+}
+
+// key is "name:principal", in cb when it fits.
+func (cb *callBuf) key(name, principal string) string {
+	b := append(append(append(cb.buf[:0], name...), ':'), principal...)
+	if len(b) > len(cb.buf) {
+		return string(b) // it did not fit: b is an array of its own
+	}
+	cb.off = len(b)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // setMetadata sends the quota state of a decision as header metadata: the draft's
 // RateLimit-Policy and RateLimit values (decide.AppendValues). A hidden quota sends none.
-func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, hide bool, quotas []decide.Quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
+func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, cb *callBuf, hide bool, quotas []decide.Quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
 	if hide {
 		return
 	}
-	// The values' bytes and the slices holding them share one allocation: the bytes are
-	// written once, here, and never after, so the strings may point into them.
-	mb := new(mdValues)
-	v := decide.AppendValues(mb.buf[:0], s.clock, decide.ResetNone, quotas, res, each, wait, refused)
+	// After the key, in the call's buffer: written once, here, and never after, so the
+	// strings may point into it. Values that do not fit get an array of their own (append's).
+	v := decide.AppendValues(cb.buf[cb.off:cb.off], s.clock, decide.ResetNone, quotas, res, each, wait, refused)
 	str := unsafe.String(unsafe.SliceData(v.Buf), len(v.Buf))
-	mb.vals = [2]string{str[:v.Ends[0]], str[v.Ends[0]:v.Ends[1]]}
-	md := metadata.MD{MetadataPolicy: mb.vals[0:1:1], MetadataRateLimit: mb.vals[1:2:2]}
+	cb.vals = [2]string{str[:v.Ends[0]], str[v.Ends[0]:v.Ends[1]]}
+	md := metadata.MD{MetadataPolicy: cb.vals[0:1:1], MetadataRateLimit: cb.vals[1:2:2]}
 	if ss != nil {
 		ss.SetHeader(md)
 		return
