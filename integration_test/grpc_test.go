@@ -407,3 +407,46 @@ func TestGRPCClientPaces(t *testing.T) {
 		t.Errorf("a wait of an hour: %v, want a *WaitError, ResourceExhausted", err)
 	}
 }
+
+// With its server gone, the interceptors do what the Limiter and the options say: the default
+// LocalFallback decides in-process (and refuses past the limit, ResourceExhausted);
+// client.ReturnError leaves the call to ErrorCode (Internal by default, never Unavailable),
+// or FailOpen serves it; each error reaches OnError.
+func TestGRPCServerGone(t *testing.T) {
+	s, vk := httpValkey(t)
+	limit := client.FixedWindow{Limit: 2, Window: time.Minute}
+	var mu sync.Mutex
+	var errs []error
+	onError := func(_ context.Context, _ string, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
+	returnError := client.Options{Deadline: slowDeadline, Fallback: client.ReturnError}
+	policy := grpclimit.Policy{Name: "api", Limit: limit}
+	local := grpcPair(t, harness.NewLimiter(t, vk, client.Options{Deadline: time.Second}), grpclimit.ServerOptions{Default: policy}, nil, nil)
+	closed := grpcPair(t, harness.NewLimiter(t, vk, returnError), grpclimit.ServerOptions{Default: policy, OnError: onError}, nil, nil)
+	open := grpcPair(t, harness.NewLimiter(t, vk, returnError), grpclimit.ServerOptions{Default: policy, OnError: onError, FailOpen: true}, nil, nil)
+	ctx := withKey(ctx5s(t), keyFor(t))
+	if _, err := closed.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+		t.Fatalf("server up: %v", err)
+	}
+	if err := s.Stop(ctx5s(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closed.EmptyCall(ctx, &testgrpc.Empty{}); status.Code(err) != codes.Internal {
+		t.Errorf("server gone, ReturnError: %v, want Internal", err)
+	}
+	var md metadata.MD
+	if _, err := open.EmptyCall(ctx, &testgrpc.Empty{}, grpc.Header(&md)); err != nil || len(md.Get("ratelimit")) > 0 {
+		t.Errorf("server gone, FailOpen: %v, metadata %v; want served, no quota state", err, md)
+	}
+	mu.Lock()
+	if len(errs) != 2 {
+		t.Errorf("OnError got %v, want the two calls' errors", errs)
+	}
+	mu.Unlock()
+	lctx := withKey(ctx5s(t), keyFor(t))
+	for i := range 3 {
+		_, err := local.EmptyCall(lctx, &testgrpc.Empty{})
+		if want := codes.OK; i == 2 && status.Code(err) != codes.ResourceExhausted || i < 2 && status.Code(err) != want {
+			t.Errorf("server gone, LocalFallback, call %d: %v", i+1, err)
+		}
+	}
+}

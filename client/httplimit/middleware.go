@@ -201,7 +201,7 @@ type Options struct {
 	// OnError is called with each error that leaves a request without a decision, before it is
 	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
 	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
-	// request so), a *PolicyError, ErrNoMultiDecider and ErrNoAcquirer. It also gets a
+	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. It also gets a
 	// *client.CompensationError that comes with a denial, which is answered: the decision
 	// stands. A request whose context ended during the decision (its client went away) is
 	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
@@ -213,7 +213,8 @@ type Options struct {
 	// mistake never hides another's.
 	//
 	// It also gets the errors of a Key that only limits in shadow need (the request is served),
-	// then wrapped in a *ShadowKeyError.
+	// then wrapped in a *ShadowKeyError, and each settlement by outcome that failed (Outcome),
+	// as an *UnsettledError.
 	OnError func(r *http.Request, err error)
 	// Reset is the form of X-RateLimit-Reset. Default (ResetUnix): a Unix time in seconds, as
 	// GitHub and X send it.
