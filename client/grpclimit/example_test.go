@@ -46,6 +46,10 @@ func Example() {
 		MaxDelay: 5 * time.Second,
 	})
 	if err != nil {
+		log.Fatal(err) // a policy that cannot be valid, named
+	}
+	// Every node runs the library release the policies need, before the first call.
+	if err := limits.Check(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(limits.UnaryInterceptor()),

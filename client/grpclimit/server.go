@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -627,4 +629,64 @@ func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, cb *call
 		return
 	}
 	grpc.SetHeader(ctx, md) // fails only outside a server call: nobody to tell
+}
+
+// VersionChecker is what Check needs of the Limiter, as *client.Limiter has it.
+type VersionChecker interface {
+	CheckVersion(ctx context.Context, min string) error
+}
+
+var _ VersionChecker = (*client.Limiter)(nil)
+
+// ErrNoVersionChecker is returned by Check when the Limiter cannot tell what its servers run.
+var ErrNoVersionChecker = errors.New("grpclimit: Check needs a Limiter that implements VersionChecker, such as *client.Limiter")
+
+// ReleaseError reports policies that need a library release that a node does not run (or
+// whose nodes could not be asked), from Check.
+type ReleaseError struct {
+	Policies []string // the Names of the policies that need Release
+	Release  string   // e.g. "1.1.0"
+	Err      error    // the Limiter's: a *client.VersionError per node that runs an older one, joined
+}
+
+func (e *ReleaseError) Error() string {
+	return fmt.Sprintf("grpclimit: policies %q need library %s: %v", e.Policies, e.Release, e.Err)
+}
+
+// Unwrap returns the Limiter's error, so that errors.As finds a *client.VersionError in it.
+func (e *ReleaseError) Unwrap() error { return e.Err }
+
+// Check verifies that every primary of the Limiter's servers runs the library release each
+// policy of Methods and Default needs (Needs), as httplimit's Check: call it at start-up, so
+// that a node that still runs an older release is found before the first call. It returns
+// nil, or a *ReleaseError per release some policies need and a node lacks, joined.
+func (s *Server) Check(ctx context.Context) error {
+	vc, ok := s.lim.(VersionChecker)
+	if !ok {
+		return ErrNoVersionChecker
+	}
+	seen := map[*Policy]bool{}
+	var names, rels []string
+	add := func(p *Policy) {
+		if p != nil && !seen[p] {
+			seen[p] = true
+			names, rels = append(names, p.Name), append(rels, Needs(*p))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.methods)) {
+		add(s.methods[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.services)) {
+		add(s.services[name])
+	}
+	add(s.def)
+	missing, err := decide.CheckReleases(ctx, vc, names, rels)
+	if err != nil {
+		return fmt.Errorf("grpclimit: check: %w", err)
+	}
+	var errs []error
+	for _, m := range missing {
+		errs = append(errs, &ReleaseError{Policies: m.Policies, Release: m.Release, Err: m.Err})
+	}
+	return errors.Join(errs...)
 }

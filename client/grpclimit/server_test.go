@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,4 +288,54 @@ type failing struct{ err error }
 
 func (f *failing) Allow(context.Context, string, client.Limit) (client.Result, error) {
 	return client.Result{}, f.err
+}
+
+// versions is a Limiter whose nodes run release run.
+type versions struct {
+	constant
+	run   string
+	asked []string
+}
+
+func (v *versions) AllowAll(context.Context, []client.Rule) (client.Result, error) {
+	return client.Result{}, nil
+}
+
+func (v *versions) CheckVersion(_ context.Context, min string) error {
+	v.asked = append(v.asked, min)
+	if min > v.run {
+		return &client.VersionError{Node: "n1", Version: v.run, Want: min}
+	}
+	return nil
+}
+
+// Check asks for the newest release a policy needs first, and names the policies a node is too
+// old for.
+func TestCheck(t *testing.T) {
+	lim := &versions{run: "1.0.0"}
+	s, err := NewServer(lim, ServerOptions{Key: Peer,
+		Methods: map[string]Policy{
+			"/p.S/Month": {Name: "month", Limit: client.Calendar{Limit: 10, Period: client.Month}},
+			"/p.S/Two":   {Name: "two", Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket}}},
+		},
+		Default: Policy{Name: "plain", Limit: bucket}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Check(context.Background())
+	var re *ReleaseError
+	if !errors.As(err, &re) || re.Release != "1.2.0" || len(re.Policies) != 1 || re.Policies[0] != "month" {
+		t.Fatalf("Check = %v; want the month's policy needing 1.2.0 first", err)
+	}
+	if got := strings.Join(lim.asked, " "); got != "1.2.0 1.1.0 1.0.0" {
+		t.Errorf("asked %s", got)
+	}
+	lim.run, lim.asked = "1.2.0", nil
+	if err := s.Check(context.Background()); err != nil || len(lim.asked) != 1 {
+		t.Errorf("Check on 1.2.0 = %v after asking %v; want nil after one question", err, lim.asked)
+	}
+	s, _ = NewServer(&constant{}, ServerOptions{Key: Peer})
+	if err := s.Check(context.Background()); !errors.Is(err, ErrNoVersionChecker) {
+		t.Errorf("Check without a VersionChecker = %v", err)
+	}
 }

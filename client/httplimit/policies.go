@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/decide"
-	"github.com/rlfn/rlfn/versions"
 )
 
 // VersionChecker is what Check needs of the Limiter, as *client.Limiter has it.
@@ -80,36 +78,20 @@ func (m *Middleware) Check(ctx context.Context) error {
 	if !ok {
 		return ErrNoVersionChecker
 	}
-	byRelease := map[string][]string{}
+	var names, rels []string
 	for _, p := range m.policies {
 		if p.Limit == nil && p.Concurrency == nil && len(p.Also) == 0 {
 			continue // a route without limits needs no library
 		}
-		rel := Needs(p)
-		byRelease[rel] = append(byRelease[rel], p.Name)
+		names, rels = append(names, p.Name), append(rels, Needs(p))
 	}
-	if len(byRelease) == 0 {
-		if err := vc.CheckVersion(ctx, ""); err != nil {
-			return fmt.Errorf("httplimit: check: %w", err)
-		}
-		return nil
+	missing, err := decide.CheckReleases(ctx, vc, names, rels)
+	if err != nil {
+		return fmt.Errorf("httplimit: check: %w", err)
 	}
-	releases := make([]string, 0, len(byRelease))
-	for rel := range byRelease {
-		releases = append(releases, rel)
-	}
-	// newest first: when every node runs it, the older ones need no round trip
-	slices.SortFunc(releases, func(a, b string) int { return versions.Compare(b, a) })
 	var errs []error
-	for i, rel := range releases {
-		err := vc.CheckVersion(ctx, rel)
-		if err == nil {
-			if i == 0 {
-				return nil
-			}
-			break // every older release passes too
-		}
-		errs = append(errs, &ReleaseError{Policies: byRelease[rel], Release: rel, Err: err})
+	for _, ms := range missing {
+		errs = append(errs, &ReleaseError{Policies: ms.Policies, Release: ms.Release, Err: ms.Err})
 	}
 	return errors.Join(errs...)
 }

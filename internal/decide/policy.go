@@ -1,9 +1,11 @@
 package decide
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
@@ -239,4 +241,47 @@ func DecidingFirst[T any](s []T, i int) []T {
 	out := append(make([]T, 0, len(s)), s[i])
 	out = append(out, s[:i]...)
 	return append(out, s[i+1:]...)
+}
+
+// VersionChecker is what a check of the releases needs of the Limiter, as *client.Limiter has
+// it.
+type VersionChecker interface {
+	CheckVersion(ctx context.Context, min string) error
+}
+
+// Missing is a release some policies need and a node lacks (or could not be asked).
+type Missing struct {
+	Policies []string // in the order given
+	Release  string
+	Err      error // the Limiter's
+}
+
+// CheckReleases asks vc whether every node runs the release each policy needs (needs[i] of
+// names[i]), newest first: when every node runs it, the older ones need no round trip. With
+// no policy, it checks the major version the client speaks (err). It returns each release
+// some policies need and a node lacks.
+func CheckReleases(ctx context.Context, vc VersionChecker, names, needs []string) (missing []Missing, err error) {
+	byRelease := map[string][]string{}
+	for i, rel := range needs {
+		byRelease[rel] = append(byRelease[rel], names[i])
+	}
+	if len(byRelease) == 0 {
+		return nil, vc.CheckVersion(ctx, "")
+	}
+	releases := make([]string, 0, len(byRelease))
+	for rel := range byRelease {
+		releases = append(releases, rel)
+	}
+	slices.SortFunc(releases, func(a, b string) int { return versions.Compare(b, a) })
+	for i, rel := range releases {
+		err := vc.CheckVersion(ctx, rel)
+		if err == nil {
+			if i == 0 {
+				return nil, nil
+			}
+			break // every older release passes too
+		}
+		missing = append(missing, Missing{Policies: byRelease[rel], Release: rel, Err: err})
+	}
+	return missing, nil
 }
