@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,6 +38,27 @@ type Server struct {
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
 	unsettled metric.Int64Counter // likewise
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
+	// the last refusal's status: a flood's refusals within one millisecond have one wait
+	last atomic.Pointer[lastRefusal]
+}
+
+// lastRefusal is a refusal's status and what it says.
+type lastRefusal struct {
+	policy        string
+	wait          time.Duration
+	hide, blocked bool
+	err           error
+}
+
+// refuse is refusal's status, the last one's again when it says the same: a status is
+// immutable, and gRPC copies it to send it, so calls can share one.
+func (s *Server) refuse(hide, blocked bool, policy string, wait time.Duration) error {
+	if l := s.last.Load(); l != nil && l.wait == wait && l.policy == policy && l.hide == hide && l.blocked == blocked {
+		return l.err
+	}
+	err := refusal(hide, blocked, policy, wait)
+	s.last.Store(&lastRefusal{policy: policy, wait: wait, hide: hide, blocked: blocked, err: err})
+	return err
 }
 
 // NewServer returns a Server that asks lim for a decision on every call a policy limits, or a
@@ -403,13 +425,13 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 	}
 	if !res.Allowed {
 		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, res.RetryAfter, true)
-		return call{}, refusal(p.HideQuota, res.Blocked, quotas[0].Name, res.RetryAfter)
+		return call{}, s.refuse(p.HideQuota, res.Blocked, quotas[0].Name, res.RetryAfter)
 	}
 	if res.Delay > s.opts.MaxDelay {
 		// The server has counted this call and it is refused all the same, as promised.
 		wait := decide.TooLongWait(res.Delay, s.opts.MaxDelay, quotas)
 		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, wait, true)
-		return call{}, refusal(p.HideQuota, false, quotas[0].Name, wait)
+		return call{}, s.refuse(p.HideQuota, false, quotas[0].Name, wait)
 	}
 	s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, 0, false)
 	if p.Outcome != nil {
@@ -522,7 +544,7 @@ func (s *Server) concurrent(ctx, dctx context.Context, method string, p *Policy,
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {
-		return call{}, refusal(p.HideQuota, false, p.Name, res.RetryAfter)
+		return call{}, s.refuse(p.HideQuota, false, p.Name, res.RetryAfter)
 	}
 	c.s, c.p, c.method, c.lease = s, p, method, lease
 	return c, nil

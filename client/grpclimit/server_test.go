@@ -339,3 +339,30 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Check without a VersionChecker = %v", err)
 	}
 }
+
+// A refusal that says what the last one said shares its status; one that differs in anything
+// gets its own.
+func TestRefusalShared(t *testing.T) {
+	s, err := NewServer(&constant{}, ServerOptions{Key: Peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.refuse(false, false, "api", time.Second)
+	if b := s.refuse(false, false, "api", time.Second); b != a {
+		t.Error("the same refusal built twice")
+	}
+	for _, b := range []error{
+		s.refuse(false, false, "api", time.Second+time.Millisecond),
+		s.refuse(true, false, "api", time.Second+time.Millisecond),
+		s.refuse(true, true, "api", time.Second+time.Millisecond),
+		s.refuse(true, true, "other", time.Second+time.Millisecond),
+	} {
+		if b == a {
+			t.Fatal("a different refusal shares a status")
+		}
+		a = b
+	}
+	if d, _ := RetryDelay(a); d != time.Second+time.Millisecond {
+		t.Errorf("RetryDelay %v", d)
+	}
+}
