@@ -105,3 +105,35 @@ func TestOutcomeRefused(t *testing.T) {
 		}
 	}
 }
+
+// multi records the rules of the decisions it makes.
+type multi struct {
+	constant
+	rules []client.Rule
+}
+
+func (m *multi) AllowAll(_ context.Context, rules []client.Rule) (client.Result, error) {
+	m.rules = rules
+	return m.res, nil
+}
+
+// A Policy's Cost is its limit's cost in the one decision, and its Unit the item's qu.
+func TestPolicyCost(t *testing.T) {
+	lim := &multi{constant: constant{client.Result{Allowed: true, Limit: 100, Remaining: 95}}}
+	m, err := New(lim, Options{Key: RemoteIP, Policy: func(*http.Request) Policy {
+		return Policy{Name: "bytes", Limit: tokenBucket, Unit: "bytes", Cost: func(r *http.Request) int64 { return r.ContentLength }}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/", nil)
+	r.ContentLength = 5
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	if len(lim.rules) != 1 || lim.rules[0].Cost != 5 {
+		t.Errorf("rules %v, want one of cost 5", lim.rules)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"bytes";q=100;w=10;qu="bytes"` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
