@@ -450,3 +450,81 @@ func TestGRPCServerGone(t *testing.T) {
 		}
 	}
 }
+
+// A critical method may take the reserve the others leave to it: of a window of 3 with 1
+// reserved, a plain method gets 2 calls, the critical one the third. Both share one budget
+// (one policy Name).
+func TestGRPCCritical(t *testing.T) {
+	tg := servers(t)[0]
+	limit := client.FixedWindow{Limit: 3, Window: time.Minute, Reserve: 1}
+	c := grpcPair(t, harness.NewLimiter(t, tg.c, slowMachine), grpclimit.ServerOptions{
+		Methods: map[string]grpclimit.Policy{
+			"/grpc.testing.TestService/EmptyCall": {Name: "api", Limit: limit},
+			"/grpc.testing.TestService/UnaryCall": {Name: "api", Limit: limit, Critical: true},
+		},
+	}, nil, nil)
+	ctx := withKey(ctx5s(t), keyFor(t))
+	for i := range 3 {
+		_, err := c.EmptyCall(ctx, &testgrpc.Empty{})
+		if want := codes.OK; i == 2 {
+			want = codes.ResourceExhausted
+			if status.Code(err) != want {
+				t.Fatalf("plain call %d: %v, want the reserve kept", i+1, err)
+			}
+		} else if err != nil {
+			t.Fatalf("plain call %d: %v", i+1, err)
+		}
+	}
+	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Errorf("critical call: %v, want the reserve", err)
+	}
+	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("critical call past the limit: %v", err)
+	}
+}
+
+// A policy in shadow serves every call, counts them as an enforced one would, and reports the
+// calls it would have refused; EnforcePercent 100 of a second policy enforces it for every key.
+func TestGRPCShadow(t *testing.T) {
+	tg := servers(t)[0]
+	var mu sync.Mutex
+	var denied []string
+	limit := client.FixedWindow{Limit: 1, Window: time.Minute}
+	c := grpcPair(t, harness.NewLimiter(t, tg.c, slowMachine), grpclimit.ServerOptions{
+		Methods: map[string]grpclimit.Policy{
+			"/grpc.testing.TestService/EmptyCall": {Name: "new", Limit: limit, Shadow: true},
+			"/grpc.testing.TestService/UnaryCall": {Name: "all", Limit: limit, EnforcePercent: 100},
+		},
+		OnShadowDeny: func(_ context.Context, method, policy string) {
+			mu.Lock()
+			denied = append(denied, method+" "+policy)
+			mu.Unlock()
+		},
+	}, nil, nil)
+	ctx := withKey(ctx5s(t), keyFor(t))
+	for i := range 3 {
+		var md metadata.MD
+		if _, err := c.EmptyCall(ctx, &testgrpc.Empty{}, grpc.Header(&md)); err != nil || len(md.Get("ratelimit")) > 0 {
+			t.Fatalf("shadow call %d: %v, metadata %v; want served, no quota state", i+1, err, md)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(denied)
+		mu.Unlock()
+		if n == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	if len(denied) != 2 || denied[0] != "/grpc.testing.TestService/EmptyCall new" {
+		t.Errorf("would have denied %v, want the 2nd and 3rd calls of policy new", denied)
+	}
+	mu.Unlock()
+	c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("EnforcePercent 100, call 2: %v, want refused", err)
+	}
+}

@@ -405,6 +405,8 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			return call{}, err
 		}
 		switch {
+		case len(set.Enforced) == 0 && p.Concurrency == nil:
+			return call{}, nil // every limit in shadow: served
 		case len(set.Enforced) == 0:
 			return s.concurrent(ctx, dctx, method, p, key, call{})
 		case p.Outcome != nil && p.Outcome.CheckFirst:

@@ -366,3 +366,18 @@ func TestRefusalShared(t *testing.T) {
 		t.Errorf("RetryDelay %v", d)
 	}
 }
+
+// A policy whose limits are all in shadow serves the call, with or without a lease to take.
+func TestShadowOnlyServes(t *testing.T) {
+	s, err := NewServer(&constant{res: client.Result{Limit: 1, RetryAfter: time.Second}}, ServerOptions{Key: Metadata("x-key"),
+		Default: Policy{Name: "new", Limit: bucket, Shadow: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-key", "k"))
+	resp, err := s.unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/p.S/M"}, func(context.Context, any) (any, error) { return "served", nil })
+	s.shadows.Wait()
+	if resp != "served" || err != nil {
+		t.Errorf("%v, %v; want served", resp, err)
+	}
+}
