@@ -2,9 +2,17 @@ package integration_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"math/big"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +21,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -527,4 +536,104 @@ func TestGRPCShadow(t *testing.T) {
 	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("EnforcePercent 100, call 2: %v, want refused", err)
 	}
+}
+
+// Over a real loopback connection, where the network gives what a key is read from: the
+// client's address (Peer), and over mutual TLS the identity the server verified
+// (TLSIdentity). Each principal has its own budget of one call.
+func TestGRPCLoopbackKeys(t *testing.T) {
+	tg := servers(t)[0]
+	lim := harness.NewLimiter(t, tg.c, slowMachine)
+	ca, caKey := newCA(t)
+	serverCert := issue(t, ca, caKey, "localhost", x509.ExtKeyUsageServerAuth)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 10) // policies of this run alone
+	for _, tt := range []struct {
+		name  string
+		key   grpclimit.Key
+		creds func(cn string) (grpc.ServerOption, grpc.DialOption)
+		want  string // the principal
+	}{
+		{"peer", grpclimit.Peer, func(string) (grpc.ServerOption, grpc.DialOption) {
+			return grpc.EmptyServerOption{}, grpc.WithTransportCredentials(insecure.NewCredentials())
+		}, "127.0.0.1"},
+		{"tls", grpclimit.TLSIdentity, func(cn string) (grpc.ServerOption, grpc.DialOption) {
+			return grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
+					ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})),
+				grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost",
+					Certificates: []tls.Certificate{issue(t, ca, caKey, cn, x509.ExtKeyUsageClientAuth)}}))
+		}, "billing-" + suffix},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			name := tt.name + "-" + suffix
+			limit := client.FixedWindow{Limit: 1, Window: time.Minute}
+			s, err := grpclimit.NewServer(lim, grpclimit.ServerOptions{Key: tt.key, Default: grpclimit.Policy{Name: name, Limit: limit}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sopt, dopt := tt.creds("billing-" + suffix)
+			srv := grpc.NewServer(sopt, grpc.UnaryInterceptor(s.UnaryInterceptor()))
+			testgrpc.RegisterTestServiceServer(srv, testService{})
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve(lis)
+			t.Cleanup(srv.Stop)
+			conn, err := grpc.NewClient(lis.Addr().String(), dopt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			c := testgrpc.NewTestServiceClient(conn)
+			if _, err := c.EmptyCall(ctx5s(t), &testgrpc.Empty{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.EmptyCall(ctx5s(t), &testgrpc.Empty{}); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("call 2: %v, want ResourceExhausted", err)
+			}
+			if got := remaining(t, lim, name, tt.want, limit); got != 0 {
+				t.Errorf("%s's window has %d left, want 0: the calls were not counted against it", tt.want, got)
+			}
+		})
+	}
+}
+
+// newCA makes a certificate authority for the test's TLS.
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rlfn test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, key
+}
+
+// issue makes a certificate of cn signed by ca, for usage.
+func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage x509.ExtKeyUsage) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		DNSNames: []string{cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
