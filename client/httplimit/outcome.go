@@ -106,7 +106,7 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 		if v != nil {
 			status = http.StatusInternalServerError
 		}
-		m.settle(r, p, c, status, w.Header())
+		m.settle(r, p, c, status, w, ow.hijacked)
 		if v != nil {
 			panic(v) // net/http's, or an outer middleware's, to handle as before
 		}
@@ -115,11 +115,12 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 }
 
 // settle brings what c took to what the request costs by its outcome.
-func (m *Middleware) settle(r *http.Request, p *Policy, c *counting, status int, h http.Header) {
+func (m *Middleware) settle(r *http.Request, p *Policy, c *counting, status int, w http.ResponseWriter, hijacked bool) {
 	o := p.Outcome
 	var reported int64
 	ok := false
-	if o.CostHeader != "" {
+	if o.CostHeader != "" && !hijacked { // a hijacked connection's headers are the handler's own
+		h := w.Header()
 		v := h.Get(http.TrailerPrefix + o.CostHeader)
 		if v == "" {
 			v = h.Get(o.CostHeader)
