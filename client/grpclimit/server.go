@@ -515,23 +515,16 @@ func (s *Server) shadow(ctx context.Context, method string, rules []client.Rule,
 				"method", method, "stack", string(debug.Stack()))
 		}
 	}()
-	res, name, err := decide.DecideShadow(ctx, s.lim, rules, quotas, ErrNoMultiDecider)
-	switch {
-	case decide.DecisionStands(err):
-		s.report(ctx, method, decide.NotRefunded, name, err)
-	case err != nil:
-		s.report(ctx, method, decide.ShadowFailed, name, err)
-		return
-	}
-	if res.Allowed {
-		return
-	}
-	if s.wouldDeny != nil {
-		s.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
-	}
-	if s.opts.OnShadowDeny != nil {
-		s.opts.OnShadowDeny(ctx, method, name)
-	}
+	decide.RunShadow(ctx, s.lim, rules, quotas, ErrNoMultiDecider,
+		func(kind decide.Failure, name string, err error) { s.report(ctx, method, kind, name, err) },
+		func(name string) {
+			if s.wouldDeny != nil {
+				s.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
+			}
+			if s.opts.OnShadowDeny != nil {
+				s.opts.OnShadowDeny(ctx, method, name)
+			}
+		})
 }
 
 // concurrent takes the call's lease of p.Concurrency into c. A call it refuses never runs: what

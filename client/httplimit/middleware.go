@@ -593,23 +593,16 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 				"path", r.URL.Path, "stack", string(debug.Stack()))
 		}
 	}()
-	res, name, err := decide.DecideShadow(ctx, m.lim, rules, quotas, ErrNoMultiDecider)
-	switch {
-	case decide.DecisionStands(err):
-		m.report(r, notRefunded, name, err) // the denial stands, and is counted
-	case err != nil:
-		m.report(r, shadowFailed, name, err) // the request is served: its kind's words would lie
-		return
-	}
-	if res.Allowed {
-		return
-	}
-	if m.wouldDeny != nil {
-		m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
-	}
-	if m.opts.OnShadowDeny != nil {
-		m.opts.OnShadowDeny(r, name)
-	}
+	decide.RunShadow(ctx, m.lim, rules, quotas, ErrNoMultiDecider,
+		func(kind failure, name string, err error) { m.report(r, kind, name, err) },
+		func(name string) {
+			if m.wouldDeny != nil {
+				m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
+			}
+			if m.opts.OnShadowDeny != nil {
+				m.opts.OnShadowDeny(r, name)
+			}
+		})
 }
 
 // cost is a Cost function's units for r, 0 (one, the call's) without one.

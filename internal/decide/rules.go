@@ -96,3 +96,22 @@ func DecideShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas 
 	}
 	return res, name, err
 }
+
+// RunShadow decides shadow rules beside a call and tells what to count: report gets an error
+// that came with the decision (NotRefunded: the denial stands, and is counted) or instead of
+// it (ShadowFailed: the call was served, nothing is counted), and denied the name of the limit
+// that would have refused the call.
+func RunShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas []Quota, noMulti error,
+	report func(kind Failure, name string, err error), denied func(name string)) {
+	res, name, err := DecideShadow(ctx, lim, rules, quotas, noMulti)
+	switch {
+	case DecisionStands(err):
+		report(NotRefunded, name, err)
+	case err != nil:
+		report(ShadowFailed, name, err)
+		return
+	}
+	if !res.Allowed {
+		denied(name)
+	}
+}
