@@ -24,17 +24,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/envoyconf/reference"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
 
-// referenceVersion is the envoyproxy/ratelimit the side-by-side tests run: built from the Go
-// module proxy at test time, never committed. It is the newest version the proxy serves
-// (its tags stop at v1.4.0); see docs/envoy.md for what it lacks beside the reference's
-// newest source (metadata, wildcards in the middle of a value).
-const referenceVersion = "v1.4.1-0.20260122083618-3fb702589d36"
-
-var reference struct {
+var refBuild struct {
 	once sync.Once
 	dir  string
 	err  error
@@ -47,37 +42,39 @@ func referenceBin(t testing.TB) string {
 	if testing.Short() {
 		t.Skip(harness.ErrShort)
 	}
-	reference.once.Do(func() {
+	refBuild.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rlfn-reference-")
 		if err != nil {
-			reference.err = err
+			refBuild.err = err
 			return
 		}
 		env.closers = append(env.closers, func() { os.RemoveAll(dir) })
 		cmd := exec.Command("go", "install",
-			"github.com/envoyproxy/ratelimit/src/service_cmd@"+referenceVersion,
-			"github.com/envoyproxy/ratelimit/src/config_check_cmd@"+referenceVersion)
+			reference.Module+"/src/service_cmd@"+reference.Version,
+			reference.Module+"/src/config_check_cmd@"+reference.Version)
 		// Outside this module, so that its go.mod has no say.
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOBIN="+filepath.Join(dir, "bin"), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			reference.err = fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", referenceVersion, err, out)
+			refBuild.err = fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", reference.Version, err, out)
 			return
 		}
-		reference.dir = filepath.Join(dir, "bin")
+		refBuild.dir = filepath.Join(dir, "bin")
 	})
-	if reference.err != nil {
-		harness.Unavailable(t, "the reference (envoyproxy/ratelimit)", reference.err)
+	if refBuild.err != nil {
+		harness.Unavailable(t, "the reference (envoyproxy/ratelimit)", refBuild.err)
 	}
-	return reference.dir
+	return refBuild.dir
 }
 
 // A file the reference refuses, rlfn refuses with the same message; a file it loads, rlfn
 // loads; rlfn's extensions are refused by the reference as unknown keys.
 func TestReferenceLoadErrors(t *testing.T) {
 	bin := referenceBin(t)
-	for _, dir := range []string{"reference", "rlfn"} {
-		src := filepath.Join("..", "internal", "envoyconf", "testdata", dir)
+	for dir, src := range map[string]string{
+		"reference": reference.Configs(t),
+		"rlfn":      filepath.Join("..", "internal", "envoyconf", "testdata", "rlfn"),
+	} {
 		entries, err := os.ReadDir(src)
 		if err != nil {
 			t.Fatal(err)
@@ -109,11 +106,6 @@ func TestReferenceLoadErrors(t *testing.T) {
 				case refErr == nil && ourErr != nil:
 					t.Fatalf("the reference loads it, rlfn refuses it: %v", ourErr)
 				case refErr != nil && ourErr == nil:
-					if referenceNewer[e.Name()] {
-						// Expected: rlfn follows the reference's newest source.
-						t.Logf("the reference at %s predates this file's features: %s", referenceVersion, firstLine(out))
-						return
-					}
 					t.Fatalf("the reference refuses it, rlfn loads it:\n%s", out)
 				case refErr != nil:
 					// Same message, except for a YAML syntax error, whose words are each YAML
@@ -129,20 +121,6 @@ func TestReferenceLoadErrors(t *testing.T) {
 			})
 		}
 	}
-}
-
-// referenceNewer are the files of the reference's newest source that use what its version
-// on the module proxy does not know yet: metadata, a share_threshold on a wildcard in the
-// middle of a value.
-var referenceNewer = map[string]bool{"metadata.yaml": true, "share_threshold.yaml": true}
-
-func firstLine(b []byte) string {
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "error") {
-			return l
-		}
-	}
-	return string(b)
 }
 
 // referenceService runs the reference on loopback with config, against b, and returns a
@@ -301,11 +279,7 @@ func override(d *rlv3.RateLimitDescriptor, n uint32, unit pb.RateLimitResponse_R
 }
 
 func readReference(t *testing.T, name string) string {
-	data, err := os.ReadFile(filepath.Join("..", "internal", "envoyconf", "testdata", "reference", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
+	return string(reference.ReadConfig(t, name))
 }
 
 // compareConfig is ours, with every feature whose answers are the reference's: nested
@@ -420,7 +394,7 @@ func TestReferenceSideBySide(t *testing.T) {
 				{request("test-domain", desc("key2", "x")), 22},
 				{request("test-domain", desc("key2", "value2")), 31},
 			}},
-			{"share_threshold", shareConfig, []step{
+			{"share_threshold", "share_threshold.yaml", []step{
 				{request("test-domain", desc("files", "files/a")), 60},
 				{request("test-domain", desc("files", "files/b")), 42},
 				{request("test-domain", desc("file", "test1")), 1},
@@ -429,44 +403,13 @@ func TestReferenceSideBySide(t *testing.T) {
 			}},
 		} {
 			t.Run(f.name, func(t *testing.T) {
-				cfg := f.file
-				if strings.HasSuffix(cfg, ".yaml") {
-					cfg = readReference(t, f.file)
-				}
+				cfg := readReference(t, f.file)
 				ours := newRig(t, b, cfg, client.Options{}, rls.ServerOptions{}, rls.Options{})
 				compare(t, referenceService(t, b, cfg), ours, f.steps)
 			})
 		}
 	})
 }
-
-// shareConfig is the reference's share_threshold.yaml without its wildcards in the middle of
-// values, which its version on the module proxy refuses.
-const shareConfig = `
-domain: test-domain
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: file
-    value: test1
-    rate_limit: {unit: minute, requests_per_unit: 50}
-  - key: file
-    value: test*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: user
-    value: user/*
-    share_threshold: true
-    descriptors:
-      - key: resource
-        value: res/*
-        share_threshold: true
-        descriptors:
-          - key: action
-            rate_limit: {unit: minute, requests_per_unit: 150}
-`
 
 // Where rlfn differs on purpose: a refused request takes nothing from any descriptor, where
 // the reference counts it against every one.
