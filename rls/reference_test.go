@@ -447,6 +447,18 @@ descriptors:
 	if want.OverallCode != pb.RateLimitResponse_OVER_LIMIT || got.OverallCode != pb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("hits 0: reference %v, rlfn %v", want, got)
 	}
+	// One descriptor twice: both take, as the reference's; each status says what both left,
+	// where the reference's first says what the first left.
+	twice := request("d", desc("big", "y"), desc("big", "y"))
+	want, err = ref.ShouldRateLimit(context.Background(), twice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = ours.ask(t, twice)
+	if want.OverallCode != got.OverallCode || want.Statuses[0].LimitRemaining != 4 || want.Statuses[1].LimitRemaining != 3 ||
+		got.Statuses[0].LimitRemaining != 3 || got.Statuses[1].LimitRemaining != 3 {
+		t.Fatalf("twice: reference %v, rlfn %v", want, got)
+	}
 }
 
 // The HTTP/JSON endpoint answers as the reference's /json: the same status codes, the same

@@ -198,6 +198,29 @@ func TestAllOrNothing(t *testing.T) {
 	})
 }
 
+// Envoy sends one descriptor twice when two actions of a route make the same: both are one
+// limit's, decided together with their hits added up (a client error before).
+func TestDuplicateDescriptors(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+		twice := request("edge", desc("big", "dup"), desc("key2", "dup"), desc("big", "dup"))
+		for i, want := range []uint32{3, 1} {
+			resp := r.ask(t, twice)
+			if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want || resp.Statuses[2].LimitRemaining != want {
+				t.Fatalf("request %d: %v, want OK and %d left", i, resp, want)
+			}
+		}
+		// Two more are one over: refused, and nothing taken.
+		resp := r.ask(t, twice)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[2].Code != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("over: %v", resp)
+		}
+		if resp := r.ask(t, request("edge", desc("big", "dup"))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("the refused request took: %v", resp)
+		}
+	})
+}
+
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
