@@ -241,7 +241,7 @@ func (s *Server) check() {
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so that load balancers stop
 // sending), the requests being decided finish, and ctx bounds the wait, after which the
-// remaining ones are cut.
+// remaining ones are cut and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.stop) })
 	s.health.Shutdown()
@@ -253,12 +253,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.grpc.GracefulStop()
 		close(done)
 	}()
-	herr := s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.grpc.Stop()
 		<-done
+		if err == nil {
+			err = ctx.Err()
+		}
 	}
-	return herr
+	return err
 }

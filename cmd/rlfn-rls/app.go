@@ -80,6 +80,9 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNumbers(c); err != nil {
+		return err
+	}
 	headers, err := parseHeaders(c.String("headers"))
 	if err != nil {
 		return err
@@ -184,7 +187,33 @@ func serve(c *cli.Context) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("requests still in flight after --shutdown-timeout %s were cut", c.Duration("shutdown-timeout"))
+		}
+		return err
+	}
+	return nil
+}
+
+// checkNumbers refuses a number or duration the service cannot use, naming its flag: below
+// the flag, the libraries would take 0 for their default or say which of their options is
+// wrong, not which flag.
+func checkNumbers(c *cli.Context) error {
+	for _, name := range []string{"max-in-flight", "instances"} {
+		if n := c.Int(name); n < 1 {
+			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
+		}
+	}
+	if n := c.Int("denial-cache"); n < 0 {
+		return fmt.Errorf("--denial-cache %d: must be 0 (off) or more", n)
+	}
+	for _, name := range []string{"deadline", "check-every", "shutdown-timeout", "max-connection-age"} {
+		if d := c.Duration(name); d <= 0 {
+			return fmt.Errorf("--%s %s: must be more than 0", name, d)
+		}
+	}
+	return nil
 }
 
 func parseHeaders(s string) (rls.Headers, error) {
