@@ -392,7 +392,18 @@ func TestHTTPJSONAndHealth(t *testing.T) {
 	if code, _ := post(`{"domain": 3}`); code != 400 {
 		t.Errorf("bad JSON: %d", code)
 	}
-	resp, err := http.Get(r.http + "/healthcheck")
+	// A body over the bound is refused as such, not as JSON cut short.
+	huge := `{"domain": "edge", "descriptors": [{"entries": [{"key": "small", "value": "` + strings.Repeat("x", 1<<20) + `"}]}]}`
+	resp, err := http.Post(r.http+"/json", "application/json", strings.NewReader(huge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "larger than 1 MiB") {
+		t.Errorf("huge body: %d %s", resp.StatusCode, data)
+	}
+	resp, err = http.Get(r.http + "/healthcheck")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthcheck: %v %v", resp, err)
 	}
