@@ -531,3 +531,22 @@ descriptors:
 		}
 	}
 }
+
+// The release a configuration needs: what health checks every primary against.
+func TestNeeds(t *testing.T) {
+	for _, tc := range []struct{ give, want string }{
+		{"  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n", "1.1.0"},
+		{"  - key: k\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 5}\n", "1.1.0"},
+		{"  - key: k\n    rate_limit: {algorithm: calendar, unit: month, requests_per_unit: 5}\n", "1.2.0"},
+		{"  - key: k\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 5, penalty: 1m}\n", "1.2.0"},
+		{"  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: second, requests_per_unit: 5, penalty: 1m}\n", "1.2.0"},
+	} {
+		c, err := Load([]File{{Name: "f", Data: []byte("domain: d\ndescriptors:\n" + tc.give)}}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Needs(); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.give, got, tc.want)
+		}
+	}
+}

@@ -129,7 +129,7 @@ func (c *Config) Needs() string {
 	walk = func(n *node) {
 		if n.limit != nil {
 			for _, l := range n.limit.Limits {
-				if l.Algorithm == Calendar || penalty(l.Client) {
+				if l.Algorithm == Calendar || l.Penalty > 0 {
 					need = "1.2.0"
 				}
 			}
@@ -142,22 +142,4 @@ func (c *Config) Needs() string {
 		walk(d)
 	}
 	return need
-}
-
-func penalty(l client.Limit) bool {
-	switch c := l.(type) {
-	case client.FixedWindow:
-		return c.Penalty > 0
-	case client.SlidingLog:
-		return c.Penalty > 0
-	case client.SlidingWindow:
-		return c.Penalty > 0
-	case client.TokenBucket:
-		return c.Penalty > 0
-	case client.LeakyBucket:
-		return c.Penalty > 0
-	case client.Calendar:
-		return c.Penalty > 0
-	}
-	return false
 }
