@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,52 +24,13 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/envoyconf/reference"
-	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
-
-var refBuild struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// referenceBin builds the reference's service_cmd and config_check_cmd once per test binary
-// and returns the directory holding them.
-func referenceBin(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip(harness.ErrShort)
-	}
-	refBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "rlfn-reference-")
-		if err != nil {
-			refBuild.err = err
-			return
-		}
-		env.closers = append(env.closers, func() { os.RemoveAll(dir) })
-		cmd := exec.Command("go", "install",
-			reference.Module+"/src/service_cmd@"+reference.Version,
-			reference.Module+"/src/config_check_cmd@"+reference.Version)
-		// Outside this module, so that its go.mod has no say.
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOBIN="+filepath.Join(dir, "bin"), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			refBuild.err = fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", reference.Version, err, out)
-			return
-		}
-		refBuild.dir = filepath.Join(dir, "bin")
-	})
-	if refBuild.err != nil {
-		harness.Unavailable(t, "the reference (envoyproxy/ratelimit)", refBuild.err)
-	}
-	return refBuild.dir
-}
 
 // A file the reference refuses, rlfn refuses with the same message; a file it loads, rlfn
 // loads; rlfn's extensions are refused by the reference as unknown keys.
 func TestReferenceLoadErrors(t *testing.T) {
-	bin := referenceBin(t)
+	bin := reference.Bin(t)
 	for dir, src := range map[string]string{
 		"reference": reference.Configs(t),
 		"rlfn":      filepath.Join("..", "internal", "envoyconf", "testdata", "rlfn"),
@@ -133,7 +93,7 @@ func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServi
 // referenceServer is referenceService that also returns the base URL of its HTTP listener.
 func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
-	bin := referenceBin(t)
+	bin := reference.Bin(t)
 	root := t.TempDir()
 	cfgDir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -157,6 +117,13 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
 		"EXPIRATION_JITTER_MAX_SECONDS=0",
 	)
+	return startProcess(t, "the reference", cmd, fmt.Sprint("127.0.0.1:", ports[1])), fmt.Sprint("http://127.0.0.1:", ports[0])
+}
+
+// startProcess starts cmd, a rate limit service listening for gRPC on addr, stops it when
+// the test ends, and returns a client of it once it answers.
+func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) pb.RateLimitServiceClient {
+	t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -166,7 +133,7 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,12 +145,12 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
 		cancel()
 		if err == nil {
-			return c, fmt.Sprint("http://127.0.0.1:", ports[0])
+			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the reference never answered: %v\n%.2000s", err, out.String())
+			t.Fatalf("%s never answered: %v\n%.2000s", what, err, out.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -319,7 +286,7 @@ descriptors:
 `
 
 func TestReferenceSideBySide(t *testing.T) {
-	referenceBin(t)
+	reference.Bin(t)
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("ours", func(t *testing.T) {
 			ref := referenceService(t, b, compareConfig)

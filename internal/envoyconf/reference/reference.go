@@ -25,25 +25,48 @@ const Module = "github.com/envoyproxy/ratelimit"
 // newest source (metadata, wildcards in the middle of a value).
 const Version = "v1.4.1-0.20260122083618-3fb702589d36"
 
-var download struct {
+// fetched is one thing the tests get once per test binary: the module, its binaries.
+type fetched struct {
 	once sync.Once
-	dir  string
+	path string
 	err  error
 }
 
-// Dir returns the module's directory in the module cache, downloading it on first use. Under
-// go test -short the test skips (make unit downloads nothing); a test that cannot get the
-// module skips, or fails with CI=true, as one that cannot get its server.
-func Dir(t testing.TB) string {
+// get returns what fetch gets, fetching it on the first call. Under go test -short the test
+// skips (make unit downloads and builds nothing); a test that cannot get it skips, or fails
+// with CI=true, as one that cannot get its server.
+func (f *fetched) get(t testing.TB, fetch func() (string, error)) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skipf("needs %s@%s from the Go module proxy: skipped under go test -short", Module, Version)
 	}
-	download.once.Do(func() { download.dir, download.err = fetch() })
-	if download.err != nil {
-		harness.Unavailable(t, "the reference ("+Module+")", download.err)
+	f.once.Do(func() { f.path, f.err = fetch() })
+	if f.err != nil {
+		harness.Unavailable(t, "the reference ("+Module+")", f.err)
 	}
-	return download.dir
+	return f.path
+}
+
+var module, bin fetched
+
+// Dir returns the module's directory in the module cache, downloading it on first use.
+func Dir(t testing.TB) string {
+	t.Helper()
+	return module.get(t, download)
+}
+
+// Bin returns a directory holding the reference's service_cmd and config_check_cmd, built
+// on first use into a temporary directory that Remove deletes.
+func Bin(t testing.TB) string {
+	t.Helper()
+	return bin.get(t, build)
+}
+
+// Remove deletes what Bin built: for a TestMain, after the tests.
+func Remove() {
+	if bin.path != "" {
+		os.RemoveAll(filepath.Dir(bin.path))
+	}
 }
 
 // Configs returns the directory of the reference's own test configurations (test/config,
@@ -63,11 +86,17 @@ func ReadConfig(t testing.TB, name string) []byte {
 	return data
 }
 
-func fetch() (string, error) {
-	cmd := exec.Command("go", "mod", "download", "-json", Module+"@"+Version)
-	// Outside any module, so that the caller's go.mod and workspace have no say.
+// goOutside runs the go command outside any module, so that the caller's go.mod and
+// workspace have no say.
+func goOutside(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command("go", args...)
 	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="), env...)
+	return cmd
+}
+
+func download() (string, error) {
+	cmd := goOutside(nil, "mod", "download", "-json", Module+"@"+Version)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, runErr := cmd.Output()
@@ -81,4 +110,19 @@ func fetch() (string, error) {
 		return "", fmt.Errorf("%s@%s has no test configurations: %w", Module, Version, err)
 	}
 	return m.Dir, nil
+}
+
+func build() (string, error) {
+	dir, err := os.MkdirTemp("", "rlfn-reference-")
+	if err != nil {
+		return "", err
+	}
+	binDir := filepath.Join(dir, "bin")
+	cmd := goOutside([]string{"GOBIN=" + binDir, "CGO_ENABLED=0"}, "install",
+		Module+"/src/service_cmd@"+Version, Module+"/src/config_check_cmd@"+Version)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("go install %s@%s: %v\n%s", Module, Version, err, out)
+	}
+	return binDir, nil
 }
