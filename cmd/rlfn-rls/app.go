@@ -43,17 +43,20 @@ func newApp(stderr io.Writer) *cli.App {
 		Writer:    stderr,
 		// Errors are returned to run, never exit here, so tests run the app in-process.
 		ExitErrHandler: func(*cli.Context, error) {},
+		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
+		// of one flag in the environment are separated by semicolons instead.
+		SliceFlagSeparator: ";",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
-			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more"},
+			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
 			&cli.IntFlag{Name: "max-in-flight", Value: 1000, EnvVars: []string{"RLFN_RLS_MAX_IN_FLIGHT"}, Usage: "requests decided at once; more are refused at once (RESOURCE_EXHAUSTED)"},
 			&cli.DurationFlag{Name: "deadline", Value: 100 * time.Millisecond, EnvVars: []string{"RLFN_RLS_DEADLINE"}, Usage: "bound of each call to the server"},
 			&cli.StringFlag{Name: "fallback", Value: "return_error", EnvVars: []string{"RLFN_RLS_FALLBACK"}, Usage: "what a request the server cannot decide gets: return_error (a gRPC error: Envoy's failure_mode_deny decides), local, fail_closed, fail_open"},
-			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more"},
+			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more (in the environment, separated by ;)"},
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
 			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
 			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},

@@ -43,7 +43,8 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--headers", "all"}, `--headers "all": one of none, reference, draft`},
 		{[]string{"--config", good, "--fallback", "maybe"}, `--fallback: "maybe" is not one of`},
 		{[]string{"--config", good, "--policy", "d"}, `--policy "d": want domain:fallback=...,deadline=...`},
-		{[]string{"--config", good, "--policy", "d:deadline=-1s"}, `deadline "-1s" is not a positive duration`},
+		// A policy's commas are its own, not a list's.
+		{[]string{"--config", good, "--policy", "d:fallback=fail_open,deadline=-1s"}, `--policy "d:fallback=fail_open,deadline=-1s": deadline "-1s" is not a positive duration`},
 		{[]string{"--config", good, "--url", "http://x"}, "the scheme must be redis, valkey, rediss or valkeys"},
 		{[]string{"--config", good, "--log-level", "loud"}, "--log-level"},
 		{[]string{}, `Required flag "config" not set`},
@@ -218,9 +219,10 @@ func TestDomainPolicy(t *testing.T) {
 	url, dir, stall := startStalled(t, "open", "closed", "patient", "plain")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := startApp(t, ctx, "--url", url, "--config", dir, "--deadline", "200ms", "--fallback", "return_error",
-		"--policy", "open:fallback=fail_open", "--policy", "closed:fallback=fail_closed",
-		"--policy", "patient:deadline=20s")
+	// In the environment, as a Kubernetes Deployment gives them: policies separated by
+	// semicolons, each with its commas.
+	t.Setenv("RLFN_RLS_POLICY", "open:fallback=fail_open,deadline=100ms;closed:deadline=100ms,fallback=fail_closed;patient:deadline=20s")
+	a := startApp(t, ctx, "--url", url, "--config", dir, "--deadline", "200ms", "--fallback", "return_error")
 	for _, d := range []string{"open", "closed", "patient", "plain"} {
 		if resp, err := ask(ctx, a.rls, d); err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
 			t.Fatalf("%s before the stall: %v %v", d, resp, err)
