@@ -320,6 +320,10 @@ func TestReferenceSideBySide(t *testing.T) {
 				// Envoy's own limit for a descriptor (a limit override).
 				{request("cmp", override(desc("user", "ov"), 3, pb.RateLimitResponse_RateLimit_HOUR)), 4},
 				{request("cmp", override(desc("nothing", "ov"), 2, pb.RateLimitResponse_RateLimit_MINUTE)), 3},
+				// An override of 0, as a configuration's limit of 0 (0 hits first: the
+				// reference counts the refused ones).
+				{request("cmp", override(hits(desc("user", "ov0"), 0), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 1},
+				{request("cmp", override(desc("user", "ov0"), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 2},
 				// Several descriptors, all admitted: as the reference.
 				{request("cmp", desc("user", "a1"), desc("org", "acme", "user", "a1"), desc("free", "x")), 1},
 			})

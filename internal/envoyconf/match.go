@@ -105,9 +105,14 @@ func Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit,
 		multiplier = 1
 	}
 	l := Limit{Algorithm: FixedWindow, RequestsPerUnit: requestsPerUnit, Unit: unit, Multiplier: multiplier}
-	l.Client = client.FixedWindow{Limit: int64(requestsPerUnit), Window: l.Period()}
-	if err := l.Client.Validate(); err != nil {
-		return nil, fmt.Errorf("limit override: %w", err)
+	if requestsPerUnit == 0 {
+		// As a configuration's limit of 0, which the reference takes for both.
+		l.Zero = true
+	} else {
+		l.Client = client.FixedWindow{Limit: int64(requestsPerUnit), Window: l.Period()}
+		if err := l.Client.Validate(); err != nil {
+			return nil, fmt.Errorf("limit override: %w", err)
+		}
 	}
 	var b strings.Builder
 	b.WriteString(domain)
