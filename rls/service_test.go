@@ -159,6 +159,7 @@ func TestRequestErrors(t *testing.T) {
 			{request("edge"), "rate limit descriptor list must not be empty"},
 			{request("edge", desc("conn", "a", "request_id", "")), "needs the entry"},
 			{request("edge", hits(desc("key2", "x"), 1<<63+5)), "hits_addend 9223372036854775813 is more than 999999999999999"},
+			{request("edge", hits(desc("key2", "x"), math.MaxUint64)), "hits_addend 18446744073709551615 is more than 999999999999999"},
 		} {
 			_, err := r.call(tc.req)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
@@ -229,6 +230,13 @@ func TestHitsAddend(t *testing.T) {
 		resp := r.ask(t, req)
 		if resp.Statuses[0].LimitRemaining != 13 || resp.Statuses[1].LimitRemaining != 5 {
 			t.Fatalf("request hits 7, descriptor hits 0: %v", resp)
+		}
+		// The request's largest hits_addend is over any limit here: refused, and nothing
+		// taken (the next request takes the 13 left).
+		big := request("edge", desc("key2", "h"))
+		big.HitsAddend = math.MaxUint32
+		if resp := r.ask(t, big); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("request hits %d: %v", big.HitsAddend, resp)
 		}
 		// A descriptor's hits_addend over the request's; 0 at the request is 1.
 		resp = r.ask(t, request("edge", hits(desc("key2", "h"), 13), desc("big", "h")))
