@@ -222,6 +222,43 @@ func TestDuplicateDescriptors(t *testing.T) {
 	})
 }
 
+// Values a proxy passes on from its clients: the characters of key syntax (hash tags,
+// escapes, separators), unicode and control characters, each value its own counter, never
+// another's; and thousands of descriptors in one request, each decided.
+func TestHostileDescriptors(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+		values := []string{"a}b", "a%7Db", "a%257Db", "{a}", "{", "}", "%", "%25", ":", "a:b", "a/b=c", "a%2Fb%3Dc",
+			"日本語", "é", "e\u0301", "\x00", "\x00\x00", "\n", " ", ""}
+		for i, v := range values {
+			if resp := r.ask(t, request("edge", desc("key2", v))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 19 {
+				t.Fatalf("value %d %q shares a counter: %v", i, v, resp)
+			}
+		}
+		// A key and a domain with the same characters.
+		resp := r.ask(t, request("edge", desc("{key2}", "x"), desc("key2", "{x}:%")))
+		if resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].LimitRemaining != 19 {
+			t.Fatalf("%v", resp)
+		}
+		if resp := r.ask(t, request("{edge}", desc("key2", "x"))); resp.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("unknown domain: %v", resp)
+		}
+		many := request("edge")
+		for i := range 3000 {
+			many.Descriptors = append(many.Descriptors, desc("key2", fmt.Sprint("many", i)))
+		}
+		resp = r.ask(t, many)
+		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 3000 {
+			t.Fatalf("%v statuses %d", resp.OverallCode, len(resp.Statuses))
+		}
+		for i, st := range resp.Statuses {
+			if st.LimitRemaining != 19 {
+				t.Fatalf("descriptor %d: %v", i, st)
+			}
+		}
+	})
+}
+
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
