@@ -59,10 +59,12 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s: must be more than 0"},
 		{[]string{"--config", good, "--max-connection-age", "-1s"}, "--max-connection-age -1s: must be more than 0"},
 		{[]string{"--config", good, "--bogus"}, "flag provided but not defined: -bogus"},
+		// No server at start (port 1 on loopback refuses at once): said, the password not.
+		{[]string{"--config", good, "--url", "redis://u:secret@127.0.0.1:1"}, "connecting to redis://u:xxxxx@127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"rlfn-rls"}, tc.args...), &stderr)
-		if code != 1 || !strings.Contains(stderr.String(), tc.want) {
+		if code != 1 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "secret") {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
