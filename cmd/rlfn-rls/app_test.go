@@ -21,6 +21,7 @@ import (
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // Bad flags and a bad configuration stop the service before it serves, saying why.
@@ -132,6 +133,7 @@ func TestServeTLS(t *testing.T) {
 // app is the command running in-process on a loopback port of its own.
 type app struct {
 	rls    pb.RateLimitServiceClient
+	health healthpb.HealthClient
 	stderr *bytes.Buffer // written by the app until done
 	done   chan error    // what the app returned, once ctx ended
 }
@@ -172,7 +174,7 @@ func startApp(t *testing.T, ctx context.Context, args ...string) *app {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	a.rls = pb.NewRateLimitServiceClient(conn)
+	a.rls, a.health = pb.NewRateLimitServiceClient(conn), health
 	return a
 }
 
@@ -274,5 +276,64 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 	if err := <-inFlight; err == nil {
 		t.Fatal("the cut request was answered")
+	}
+}
+
+// waitHealth waits until a's health is want.
+func (a *app) waitHealth(t *testing.T, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := a.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		if err == nil && resp.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health %v %v, want %v\n%s", resp.GetStatus(), err, want, a.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Health is SERVING while the server runs a release the configuration in use needs: 1.1.0
+// serves fixed windows, not a calendar loaded later (until 1.2.0 is deployed); 1.0.0 serves
+// nothing.
+func TestHealthByRelease(t *testing.T) {
+	harness.Require(t, harness.ValkeyImage())
+	srv := harness.StartValkey(t)
+	vk := srv.Client(t)
+	load := func(version string) {
+		t.Helper()
+		r, ok := versions.Embedded().Find(version)
+		if !ok {
+			t.Fatalf("no release %s", version)
+		}
+		if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(r.Code).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load("1.1.0")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(fmt.Sprintf(policyConfig, "a")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startApp(t, ctx, "--url", "redis://"+srv.Addr, "--config", dir) // SERVING on 1.1.0
+	calendar := "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: calendar, unit: month, requests_per_unit: 5}\n"
+	if err := os.WriteFile(filepath.Join(dir, "c.yaml"), []byte(calendar), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.waitHealth(t, healthpb.HealthCheckResponse_NOT_SERVING)
+	load(versions.Embedded().Latest().Version)
+	a.waitHealth(t, healthpb.HealthCheckResponse_SERVING)
+	if err := os.Remove(filepath.Join(dir, "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	load("1.0.0")
+	a.waitHealth(t, healthpb.HealthCheckResponse_NOT_SERVING)
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
 }
