@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -18,7 +19,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -430,6 +433,16 @@ descriptors:
 		got.Statuses[0].LimitRemaining != 3 || got.Statuses[1].LimitRemaining != 3 {
 		t.Fatalf("twice: reference %v, rlfn %v", want, got)
 	}
+	// A descriptor's hits_addend past what a count can hold: the reference takes 2^64-1 for
+	// -1 (its Redis client's error, or an admission), rlfn refuses the request as invalid.
+	huge := request("d", hits(desc("big", "z"), math.MaxUint64))
+	want, err = ref.ShouldRateLimit(context.Background(), huge)
+	if err == nil && want.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("huge hits: reference %v", want)
+	}
+	if _, err := ours.call(huge); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("huge hits: rlfn %v, want InvalidArgument", err)
+	}
 }
 
 // The HTTP/JSON endpoint answers as the reference's /json: the same status codes, the same
@@ -463,6 +476,9 @@ func TestReferenceJSON(t *testing.T) {
 		`{"domain": "cmp"}`,
 		`{"domain": 7}`,
 		`not json`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "bogus": 1}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "hitsAddend": 4294967296}`,
+		``,
 	} {
 		wantCode, want := post(refURL, body)
 		gotCode, got := post(ours.http, body)
