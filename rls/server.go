@@ -58,6 +58,10 @@ type Server struct {
 	once    sync.Once
 }
 
+// httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
+// maxJSON on any network a rate limit service sits on. A variable for the tests.
+var httpReadTimeout = 10 * time.Second
+
 // serviceName is the RLS service's name in gRPC health.
 const serviceName = "envoy.service.ratelimit.v3.RateLimitService"
 
@@ -90,7 +94,9 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A client that sends its request slowly, or keeps its connection idle, must not hold a
+	// goroutine for ever: --max-in-flight bounds only the requests read whole.
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout, IdleTimeout: 2 * time.Minute}
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -453,6 +454,30 @@ func TestHTTPJSONAndHealth(t *testing.T) {
 		t.Fatalf("healthcheck: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// A client that sends its body slowly is cut after the read timeout rather than holding
+// its connection (and a goroutine) for ever.
+func TestHTTPSlowClient(t *testing.T) {
+	b := backends(t)[0]
+	rls.SetHTTPReadTimeout(200 * time.Millisecond)
+	defer rls.SetHTTPReadTimeout(10 * time.Second)
+	r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\""); err != nil {
+		t.Fatal(err)
+	}
+	// Only a bound on a hang: without a read timeout the server never closes.
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("the server kept the connection of a client that stopped sending: %v", err)
+	}
 }
 
 // The library gone from the server: every request is a gRPC error (Envoy's
