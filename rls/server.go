@@ -105,18 +105,29 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if info.FullMethod != "/"+serviceName+"/ShouldRateLimit" {
 		return handler(ctx, req)
 	}
+	if !s.enter(ctx) {
+		return nil, status.Error(codes.ResourceExhausted, "too many requests in flight")
+	}
+	defer s.leave(ctx)
+	return handler(ctx, req)
+}
+
+// enter takes a place among the MaxInFlight requests, or reports there is none, counted as
+// an overload. A request that entered calls leave when answered.
+func (s *Server) enter(ctx context.Context) bool {
 	select {
 	case s.sem <- struct{}{}:
 	default:
 		s.svc.metrics.overload(ctx)
-		return nil, status.Error(codes.ResourceExhausted, "too many requests in flight")
+		return false
 	}
 	s.svc.metrics.flight(ctx, 1)
-	defer func() {
-		<-s.sem
-		s.svc.metrics.flight(ctx, -1)
-	}()
-	return handler(ctx, req)
+	return true
+}
+
+func (s *Server) leave(ctx context.Context) {
+	<-s.sem
+	s.svc.metrics.flight(ctx, -1)
 }
 
 // maxJSON bounds a /json request's body: gRPC's own default bound is 4 MiB, and no Envoy
@@ -140,15 +151,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a RateLimitRequest in protobuf JSON: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		s.svc.metrics.overload(r.Context())
+	if !s.enter(r.Context()) {
 		http.Error(w, "too many requests in flight", http.StatusServiceUnavailable)
 		return
 	}
 	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
-	<-s.sem
+	s.leave(r.Context())
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if status.Code(err) == codes.InvalidArgument {
