@@ -7,15 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -103,34 +100,7 @@ func rlfnProcess(b *testing.B, be *backend, config string) pb.RateLimitServiceCl
 	addr := fmt.Sprint("127.0.0.1:", freePorts(b, 1)[0])
 	cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
 		"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	c := pb.NewRateLimitServiceClient(conn)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
-		cancel()
-		if err == nil {
-			return c
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("rlfn-rls never answered: %v\n%s", err, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return startProcess(b, "rlfn-rls", cmd, addr)
 }
 
 // drive runs b.N decisions from loadWorkers goroutines and reports the figures.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/internal/envoyconf/reference"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
@@ -41,6 +42,7 @@ var env struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	reference.Remove()
 	for i := len(env.closers) - 1; i >= 0; i-- {
 		env.closers[i]()
 	}

@@ -76,15 +76,29 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 		return err
 	}
 	defer w.Close()
+	files := map[string]bool{} // paths given as files
+	dirs := map[string]bool{}  // paths given as directories
 	for _, p := range f.Paths {
-		dir := p
+		dir := filepath.Clean(p)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			// A file replaced by a rename is seen through its directory.
-			dir = filepath.Dir(p)
+			files[dir] = true
+			dir = filepath.Dir(dir)
+		} else {
+			dirs[dir] = true
 		}
 		if err := w.Add(dir); err != nil {
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
+	}
+	// A directory holds more than the configuration (a file's neighbours, editors' swap
+	// files): only a change that Load would read, or a ConfigMap's ..data swap, reloads.
+	relevant := func(name string) bool {
+		name = filepath.Clean(name)
+		base := filepath.Base(name)
+		ext := filepath.Ext(base)
+		return base == "..data" || files[name] ||
+			dirs[filepath.Dir(name)] && !strings.HasPrefix(base, ".") && (ext == ".yaml" || ext == ".yml")
 	}
 	var timer <-chan time.Time
 	for {
@@ -95,7 +109,7 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 			if !ok {
 				return errors.New("rls: the file watcher stopped")
 			}
-			if ev.Op != fsnotify.Chmod && timer == nil {
+			if ev.Op != fsnotify.Chmod && timer == nil && relevant(ev.Name) {
 				timer = time.After(settle)
 			}
 		case err, ok := <-w.Errors:

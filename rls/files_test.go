@@ -37,20 +37,10 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if err := os.Symlink(filepath.Join("..data", "config.yaml"), filepath.Join(dir, "config.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	files := rls.Files{Paths: []string{dir}}
-	c, err := files.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := rls.NewService(nil, c, rls.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- rls.Watch(ctx, files, svc, nil, nil, 20*time.Millisecond) }()
+	svc := watch(t, rls.Files{Paths: []string{dir}})
 	limit := func() uint32 {
 		return svc.Config().Match("d", []envoyconf.Entry{{Key: "k", Value: "v"}}).Limit.Limits[0].RequestsPerUnit
 	}
-	time.Sleep(100 * time.Millisecond) // the watcher is set up
 	version("..v2", cfg("2"))
 	eventually(t, func() bool { return limit() == 2 })
 	version("..v3", cfg("-1"))
@@ -60,8 +50,60 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	}
 	version("..v4", cfg("4"))
 	eventually(t, func() bool { return limit() == 4 })
-	cancel()
-	if err := <-done; err != nil {
+}
+
+// watch serves files' configuration from a Service without limiters, and reloads it as
+// Watch does until the test ends.
+func watch(t *testing.T, files rls.Files) *rls.Service {
+	t.Helper()
+	c, err := files.Load()
+	if err != nil {
 		t.Fatal(err)
 	}
+	svc := rls.NewService(nil, c, rls.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rls.Watch(ctx, files, svc, nil, nil, 20*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	time.Sleep(100 * time.Millisecond) // the watcher is set up
+	return svc
+}
+
+// A directory holds more than the configuration: a change to a file Load does not read
+// (a neighbour of a file given by name, an editor's swap file, a README) reloads nothing; a
+// change to one it reads does.
+func TestWatchIgnoresOtherFiles(t *testing.T) {
+	fileDir, dir := t.TempDir(), t.TempDir()
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	file := filepath.Join(fileDir, "rl.yaml")
+	write(file, cfg)
+	write(filepath.Join(dir, "a.yaml"), "domain: a\n")
+	svc := watch(t, rls.Files{Paths: []string{file, dir}})
+	c := svc.Config()
+	for _, p := range []string{
+		filepath.Join(fileDir, "other.yaml"), filepath.Join(fileDir, "notes.txt"),
+		filepath.Join(dir, ".a.yaml.swp"), filepath.Join(dir, "README.md"),
+	} {
+		write(p, "not a configuration")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if svc.Config() != c {
+		t.Fatal("a file Load does not read reloaded the configuration")
+	}
+	write(filepath.Join(dir, "b.yml"), "domain: b\n")
+	eventually(t, func() bool { return len(svc.Config().Domains()) == 3 })
+	c = svc.Config()
+	write(file, cfg+"  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	eventually(t, func() bool { return svc.Config() != c })
 }

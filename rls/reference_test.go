@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,65 +19,25 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/envoyconf/reference"
 	"github.com/rlfn/rlfn/rls"
 )
-
-// referenceVersion is the envoyproxy/ratelimit the side-by-side tests run: built from the Go
-// module proxy at test time, never committed. It is the newest version the proxy serves
-// (its tags stop at v1.4.0); see docs/envoy.md for what it lacks beside the reference's
-// newest source (metadata, wildcards in the middle of a value).
-const referenceVersion = "v1.4.1-0.20260122083618-3fb702589d36"
-
-var reference struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// referenceBin builds the reference's service_cmd and config_check_cmd once per test binary
-// and returns the directory holding them.
-func referenceBin(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip(harness.ErrShort)
-	}
-	reference.once.Do(func() {
-		dir, err := os.MkdirTemp("", "rlfn-reference-")
-		if err != nil {
-			reference.err = err
-			return
-		}
-		env.closers = append(env.closers, func() { os.RemoveAll(dir) })
-		cmd := exec.Command("go", "install",
-			"github.com/envoyproxy/ratelimit/src/service_cmd@"+referenceVersion,
-			"github.com/envoyproxy/ratelimit/src/config_check_cmd@"+referenceVersion)
-		// Outside this module, so that its go.mod has no say.
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOBIN="+filepath.Join(dir, "bin"), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			reference.err = fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", referenceVersion, err, out)
-			return
-		}
-		reference.dir = filepath.Join(dir, "bin")
-	})
-	if reference.err != nil {
-		harness.Unavailable(t, "the reference (envoyproxy/ratelimit)", reference.err)
-	}
-	return reference.dir
-}
 
 // A file the reference refuses, rlfn refuses with the same message; a file it loads, rlfn
 // loads; rlfn's extensions are refused by the reference as unknown keys.
 func TestReferenceLoadErrors(t *testing.T) {
-	bin := referenceBin(t)
-	for _, dir := range []string{"reference", "rlfn"} {
-		src := filepath.Join("..", "internal", "envoyconf", "testdata", dir)
+	bin := reference.Bin(t)
+	for dir, src := range map[string]string{
+		"reference": reference.Configs(t),
+		"rlfn":      filepath.Join("..", "internal", "envoyconf", "testdata", "rlfn"),
+	} {
 		entries, err := os.ReadDir(src)
 		if err != nil {
 			t.Fatal(err)
@@ -109,11 +69,6 @@ func TestReferenceLoadErrors(t *testing.T) {
 				case refErr == nil && ourErr != nil:
 					t.Fatalf("the reference loads it, rlfn refuses it: %v", ourErr)
 				case refErr != nil && ourErr == nil:
-					if referenceNewer[e.Name()] {
-						// Expected: rlfn follows the reference's newest source.
-						t.Logf("the reference at %s predates this file's features: %s", referenceVersion, firstLine(out))
-						return
-					}
 					t.Fatalf("the reference refuses it, rlfn loads it:\n%s", out)
 				case refErr != nil:
 					// Same message, except for a YAML syntax error, whose words are each YAML
@@ -131,20 +86,6 @@ func TestReferenceLoadErrors(t *testing.T) {
 	}
 }
 
-// referenceNewer are the files of the reference's newest source that use what its version
-// on the module proxy does not know yet: metadata, a share_threshold on a wildcard in the
-// middle of a value.
-var referenceNewer = map[string]bool{"metadata.yaml": true, "share_threshold.yaml": true}
-
-func firstLine(b []byte) string {
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "error") {
-			return l
-		}
-	}
-	return string(b)
-}
-
 // referenceService runs the reference on loopback with config, against b, and returns a
 // client of its gRPC service. Its keys have a prefix of their own.
 func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServiceClient {
@@ -155,7 +96,7 @@ func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServi
 // referenceServer is referenceService that also returns the base URL of its HTTP listener.
 func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
-	bin := referenceBin(t)
+	bin := reference.Bin(t)
 	root := t.TempDir()
 	cfgDir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -179,6 +120,13 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
 		"EXPIRATION_JITTER_MAX_SECONDS=0",
 	)
+	return startProcess(t, "the reference", cmd, fmt.Sprint("127.0.0.1:", ports[1])), fmt.Sprint("http://127.0.0.1:", ports[0])
+}
+
+// startProcess starts cmd, a rate limit service listening for gRPC on addr, stops it when
+// the test ends, and returns a client of it once it answers.
+func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) pb.RateLimitServiceClient {
+	t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -188,7 +136,7 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +148,12 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
 		cancel()
 		if err == nil {
-			return c, fmt.Sprint("http://127.0.0.1:", ports[0])
+			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the reference never answered: %v\n%.2000s", err, out.String())
+			t.Fatalf("%s never answered: %v\n%.2000s", what, err, out.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -301,11 +249,7 @@ func override(d *rlv3.RateLimitDescriptor, n uint32, unit pb.RateLimitResponse_R
 }
 
 func readReference(t *testing.T, name string) string {
-	data, err := os.ReadFile(filepath.Join("..", "internal", "envoyconf", "testdata", "reference", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
+	return string(reference.ReadConfig(t, name))
 }
 
 // compareConfig is ours, with every feature whose answers are the reference's: nested
@@ -345,7 +289,7 @@ descriptors:
 `
 
 func TestReferenceSideBySide(t *testing.T) {
-	referenceBin(t)
+	reference.Bin(t)
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("ours", func(t *testing.T) {
 			ref := referenceService(t, b, compareConfig)
@@ -379,6 +323,10 @@ func TestReferenceSideBySide(t *testing.T) {
 				// Envoy's own limit for a descriptor (a limit override).
 				{request("cmp", override(desc("user", "ov"), 3, pb.RateLimitResponse_RateLimit_HOUR)), 4},
 				{request("cmp", override(desc("nothing", "ov"), 2, pb.RateLimitResponse_RateLimit_MINUTE)), 3},
+				// An override of 0, as a configuration's limit of 0 (0 hits first: the
+				// reference counts the refused ones).
+				{request("cmp", override(hits(desc("user", "ov0"), 0), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 1},
+				{request("cmp", override(desc("user", "ov0"), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 2},
 				// Several descriptors, all admitted: as the reference.
 				{request("cmp", desc("user", "a1"), desc("org", "acme", "user", "a1"), desc("free", "x")), 1},
 			})
@@ -420,7 +368,7 @@ func TestReferenceSideBySide(t *testing.T) {
 				{request("test-domain", desc("key2", "x")), 22},
 				{request("test-domain", desc("key2", "value2")), 31},
 			}},
-			{"share_threshold", shareConfig, []step{
+			{"share_threshold", "share_threshold.yaml", []step{
 				{request("test-domain", desc("files", "files/a")), 60},
 				{request("test-domain", desc("files", "files/b")), 42},
 				{request("test-domain", desc("file", "test1")), 1},
@@ -429,44 +377,13 @@ func TestReferenceSideBySide(t *testing.T) {
 			}},
 		} {
 			t.Run(f.name, func(t *testing.T) {
-				cfg := f.file
-				if strings.HasSuffix(cfg, ".yaml") {
-					cfg = readReference(t, f.file)
-				}
+				cfg := readReference(t, f.file)
 				ours := newRig(t, b, cfg, client.Options{}, rls.ServerOptions{}, rls.Options{})
 				compare(t, referenceService(t, b, cfg), ours, f.steps)
 			})
 		}
 	})
 }
-
-// shareConfig is the reference's share_threshold.yaml without its wildcards in the middle of
-// values, which its version on the module proxy refuses.
-const shareConfig = `
-domain: test-domain
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: file
-    value: test1
-    rate_limit: {unit: minute, requests_per_unit: 50}
-  - key: file
-    value: test*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: user
-    value: user/*
-    share_threshold: true
-    descriptors:
-      - key: resource
-        value: res/*
-        share_threshold: true
-        descriptors:
-          - key: action
-            rate_limit: {unit: minute, requests_per_unit: 150}
-`
 
 // Where rlfn differs on purpose: a refused request takes nothing from any descriptor, where
 // the reference counts it against every one.
@@ -504,6 +421,28 @@ descriptors:
 	if want.OverallCode != pb.RateLimitResponse_OVER_LIMIT || got.OverallCode != pb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("hits 0: reference %v, rlfn %v", want, got)
 	}
+	// One descriptor twice: both take, as the reference's; each status says what both left,
+	// where the reference's first says what the first left.
+	twice := request("d", desc("big", "y"), desc("big", "y"))
+	want, err = ref.ShouldRateLimit(context.Background(), twice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = ours.ask(t, twice)
+	if want.OverallCode != got.OverallCode || want.Statuses[0].LimitRemaining != 4 || want.Statuses[1].LimitRemaining != 3 ||
+		got.Statuses[0].LimitRemaining != 3 || got.Statuses[1].LimitRemaining != 3 {
+		t.Fatalf("twice: reference %v, rlfn %v", want, got)
+	}
+	// A descriptor's hits_addend past what a count can hold: the reference takes 2^64-1 for
+	// -1 (its Redis client's error, or an admission), rlfn refuses the request as invalid.
+	huge := request("d", hits(desc("big", "z"), math.MaxUint64))
+	want, err = ref.ShouldRateLimit(context.Background(), huge)
+	if err == nil && want.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("huge hits: reference %v", want)
+	}
+	if _, err := ours.call(huge); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("huge hits: rlfn %v, want InvalidArgument", err)
+	}
 }
 
 // The HTTP/JSON endpoint answers as the reference's /json: the same status codes, the same
@@ -537,6 +476,9 @@ func TestReferenceJSON(t *testing.T) {
 		`{"domain": "cmp"}`,
 		`{"domain": 7}`,
 		`not json`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "bogus": 1}`,
+		`{"domain": "cmp", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "hitsAddend": 4294967296}`,
+		``,
 	} {
 		wantCode, want := post(refURL, body)
 		gotCode, got := post(ours.http, body)

@@ -58,6 +58,10 @@ type Server struct {
 	once    sync.Once
 }
 
+// httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
+// maxJSON on any network a rate limit service sits on. A variable for the tests.
+var httpReadTimeout = 10 * time.Second
+
 // serviceName is the RLS service's name in gRPC health.
 const serviceName = "envoy.service.ratelimit.v3.RateLimitService"
 
@@ -90,7 +94,9 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A client that sends its request slowly, or keeps its connection idle, must not hold a
+	// goroutine for ever: --max-in-flight bounds only the requests read whole.
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout, IdleTimeout: 2 * time.Minute}
 	return s
 }
 
@@ -99,23 +105,44 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if info.FullMethod != "/"+serviceName+"/ShouldRateLimit" {
 		return handler(ctx, req)
 	}
+	if !s.enter(ctx) {
+		return nil, status.Error(codes.ResourceExhausted, "too many requests in flight")
+	}
+	defer s.leave(ctx)
+	return handler(ctx, req)
+}
+
+// enter takes a place among the MaxInFlight requests, or reports there is none, counted as
+// an overload. A request that entered calls leave when answered.
+func (s *Server) enter(ctx context.Context) bool {
 	select {
 	case s.sem <- struct{}{}:
 	default:
 		s.svc.metrics.overload(ctx)
-		return nil, status.Error(codes.ResourceExhausted, "too many requests in flight")
+		return false
 	}
 	s.svc.metrics.flight(ctx, 1)
-	defer func() {
-		<-s.sem
-		s.svc.metrics.flight(ctx, -1)
-	}()
-	return handler(ctx, req)
+	return true
 }
 
+func (s *Server) leave(ctx context.Context) {
+	<-s.sem
+	s.svc.metrics.flight(ctx, -1)
+}
+
+// maxJSON bounds a /json request's body: gRPC's own default bound is 4 MiB, and no Envoy
+// descriptor needs a quarter of it.
+const maxJSON = 1 << 20
+
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSON))
 	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			// Cut at the bound, the JSON would be refused as truncated: say why instead.
+			http.Error(w, "request body larger than 1 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -124,15 +151,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a RateLimitRequest in protobuf JSON: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		s.svc.metrics.overload(r.Context())
+	if !s.enter(r.Context()) {
 		http.Error(w, "too many requests in flight", http.StatusServiceUnavailable)
 		return
 	}
 	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
-	<-s.sem
+	s.leave(r.Context())
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if status.Code(err) == codes.InvalidArgument {
@@ -241,7 +265,7 @@ func (s *Server) check() {
 
 // Shutdown stops serving: health turns NOT_SERVING at once (so that load balancers stop
 // sending), the requests being decided finish, and ctx bounds the wait, after which the
-// remaining ones are cut.
+// remaining ones are cut and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.stop) })
 	s.health.Shutdown()
@@ -253,12 +277,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.grpc.GracefulStop()
 		close(done)
 	}()
-	herr := s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.grpc.Stop()
 		<-done
+		if err == nil {
+			err = ctx.Err()
+		}
 	}
-	return herr
+	return err
 }

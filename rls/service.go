@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -323,17 +324,33 @@ func escape(s string) string { return escaper.Replace(s) }
 // sets each descriptor's status. It reports whether every limit admitted.
 func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descriptor, peek bool) (bool, error) {
 	var rules []client.Rule
-	var owner []int
+	var owners [][]int // the descriptors of each rule
 	var limits []envoyconf.Limit
+	type ruleID struct {
+		key   string
+		limit *envoyconf.Limit // the configuration's, so one limit of it is one ID
+	}
+	index := map[ruleID]int{}
 	for i, d := range ds {
-		for _, l := range d.rl.Limits {
+		for k := range d.rl.Limits {
+			l := d.rl.Limits[k]
 			if l.Client == nil {
 				continue
 			}
+			// Envoy sends one descriptor twice when two of a route's actions make the same:
+			// one limiter cannot be two rules of a decision, so it takes their hits added
+			// up, and both report what the sum left.
+			id := ruleID{d.key, &d.rl.Limits[k]}
+			if j, ok := index[id]; ok {
+				rules[j].Cost += d.hits
+				owners[j] = append(owners[j], i)
+				continue
+			}
+			index[id] = len(rules)
 			// Zero is the call's n, which is 0 below: a descriptor's hits of 0 take nothing
 			// while the others take theirs.
 			rules = append(rules, client.Rule{Key: d.key, Limit: l.Client, Cost: d.hits})
-			owner = append(owner, i)
+			owners = append(owners, []int{i})
 			limits = append(limits, l)
 		}
 	}
@@ -413,7 +430,7 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 		var mine []client.Result
 		var theirs []envoyconf.Limit
 		for j, r := range each {
-			if owner[j] == i {
+			if slices.Contains(owners[j], i) {
 				mine = append(mine, r)
 				theirs = append(theirs, limits[j])
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -159,6 +160,7 @@ func TestRequestErrors(t *testing.T) {
 			{request("edge"), "rate limit descriptor list must not be empty"},
 			{request("edge", desc("conn", "a", "request_id", "")), "needs the entry"},
 			{request("edge", hits(desc("key2", "x"), 1<<63+5)), "hits_addend 9223372036854775813 is more than 999999999999999"},
+			{request("edge", hits(desc("key2", "x"), math.MaxUint64)), "hits_addend 18446744073709551615 is more than 999999999999999"},
 		} {
 			_, err := r.call(tc.req)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
@@ -198,6 +200,66 @@ func TestAllOrNothing(t *testing.T) {
 	})
 }
 
+// Envoy sends one descriptor twice when two actions of a route make the same: both are one
+// limit's, decided together with their hits added up (a client error before).
+func TestDuplicateDescriptors(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+		twice := request("edge", desc("big", "dup"), desc("key2", "dup"), desc("big", "dup"))
+		for i, want := range []uint32{3, 1} {
+			resp := r.ask(t, twice)
+			if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want || resp.Statuses[2].LimitRemaining != want {
+				t.Fatalf("request %d: %v, want OK and %d left", i, resp, want)
+			}
+		}
+		// Two more are one over: refused, and nothing taken.
+		resp := r.ask(t, twice)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[2].Code != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("over: %v", resp)
+		}
+		if resp := r.ask(t, request("edge", desc("big", "dup"))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("the refused request took: %v", resp)
+		}
+	})
+}
+
+// Values a proxy passes on from its clients: the characters of key syntax (hash tags,
+// escapes, separators), unicode and control characters, each value its own counter, never
+// another's; and thousands of descriptors in one request, each decided.
+func TestHostileDescriptors(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+		values := []string{"a}b", "a%7Db", "a%257Db", "{a}", "{", "}", "%", "%25", ":", "a:b", "a/b=c", "a%2Fb%3Dc",
+			"日本語", "é", "e\u0301", "\x00", "\x00\x00", "\n", " ", ""}
+		for i, v := range values {
+			if resp := r.ask(t, request("edge", desc("key2", v))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 19 {
+				t.Fatalf("value %d %q shares a counter: %v", i, v, resp)
+			}
+		}
+		// A key and a domain with the same characters.
+		resp := r.ask(t, request("edge", desc("{key2}", "x"), desc("key2", "{x}:%")))
+		if resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].LimitRemaining != 19 {
+			t.Fatalf("%v", resp)
+		}
+		if resp := r.ask(t, request("{edge}", desc("key2", "x"))); resp.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("unknown domain: %v", resp)
+		}
+		many := request("edge")
+		for i := range 3000 {
+			many.Descriptors = append(many.Descriptors, desc("key2", fmt.Sprint("many", i)))
+		}
+		resp = r.ask(t, many)
+		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 3000 {
+			t.Fatalf("%v statuses %d", resp.OverallCode, len(resp.Statuses))
+		}
+		for i, st := range resp.Statuses {
+			if st.LimitRemaining != 19 {
+				t.Fatalf("descriptor %d: %v", i, st)
+			}
+		}
+	})
+}
+
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
@@ -206,6 +268,13 @@ func TestHitsAddend(t *testing.T) {
 		resp := r.ask(t, req)
 		if resp.Statuses[0].LimitRemaining != 13 || resp.Statuses[1].LimitRemaining != 5 {
 			t.Fatalf("request hits 7, descriptor hits 0: %v", resp)
+		}
+		// The request's largest hits_addend is over any limit here: refused, and nothing
+		// taken (the next request takes the 13 left).
+		big := request("edge", desc("key2", "h"))
+		big.HitsAddend = math.MaxUint32
+		if resp := r.ask(t, big); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("request hits %d: %v", big.HitsAddend, resp)
 		}
 		// A descriptor's hits_addend over the request's; 0 at the request is 1.
 		resp = r.ask(t, request("edge", hits(desc("key2", "h"), 13), desc("big", "h")))
@@ -369,11 +438,46 @@ func TestHTTPJSONAndHealth(t *testing.T) {
 	if code, _ := post(`{"domain": 3}`); code != 400 {
 		t.Errorf("bad JSON: %d", code)
 	}
-	resp, err := http.Get(r.http + "/healthcheck")
+	// A body over the bound is refused as such, not as JSON cut short.
+	huge := `{"domain": "edge", "descriptors": [{"entries": [{"key": "small", "value": "` + strings.Repeat("x", 1<<20) + `"}]}]}`
+	resp, err := http.Post(r.http+"/json", "application/json", strings.NewReader(huge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "larger than 1 MiB") {
+		t.Errorf("huge body: %d %s", resp.StatusCode, data)
+	}
+	resp, err = http.Get(r.http + "/healthcheck")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthcheck: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// A client that sends its body slowly is cut after the read timeout rather than holding
+// its connection (and a goroutine) for ever.
+func TestHTTPSlowClient(t *testing.T) {
+	b := backends(t)[0]
+	rls.SetHTTPReadTimeout(200 * time.Millisecond)
+	defer rls.SetHTTPReadTimeout(10 * time.Second)
+	r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\""); err != nil {
+		t.Fatal(err)
+	}
+	// Only a bound on a hang: without a read timeout the server never closes.
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("the server kept the connection of a client that stopped sending: %v", err)
+	}
 }
 
 // The library gone from the server: every request is a gRPC error (Envoy's

@@ -43,17 +43,20 @@ func newApp(stderr io.Writer) *cli.App {
 		Writer:    stderr,
 		// Errors are returned to run, never exit here, so tests run the app in-process.
 		ExitErrHandler: func(*cli.Context, error) {},
+		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
+		// of one flag in the environment are separated by semicolons instead.
+		SliceFlagSeparator: ";",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
-			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more"},
+			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
 			&cli.IntFlag{Name: "max-in-flight", Value: 1000, EnvVars: []string{"RLFN_RLS_MAX_IN_FLIGHT"}, Usage: "requests decided at once; more are refused at once (RESOURCE_EXHAUSTED)"},
 			&cli.DurationFlag{Name: "deadline", Value: 100 * time.Millisecond, EnvVars: []string{"RLFN_RLS_DEADLINE"}, Usage: "bound of each call to the server"},
 			&cli.StringFlag{Name: "fallback", Value: "return_error", EnvVars: []string{"RLFN_RLS_FALLBACK"}, Usage: "what a request the server cannot decide gets: return_error (a gRPC error: Envoy's failure_mode_deny decides), local, fail_closed, fail_open"},
-			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more"},
+			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more (in the environment, separated by ;)"},
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
 			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
 			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},
@@ -78,6 +81,9 @@ func serve(c *cli.Context) error {
 	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
 	cfg, err := files.Load()
 	if err != nil {
+		return err
+	}
+	if err := checkNumbers(c); err != nil {
 		return err
 	}
 	headers, err := parseHeaders(c.String("headers"))
@@ -184,7 +190,33 @@ func serve(c *cli.Context) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("requests still in flight after --shutdown-timeout %s were cut", c.Duration("shutdown-timeout"))
+		}
+		return err
+	}
+	return nil
+}
+
+// checkNumbers refuses a number or duration the service cannot use, naming its flag: below
+// the flag, the libraries would take 0 for their default or say which of their options is
+// wrong, not which flag.
+func checkNumbers(c *cli.Context) error {
+	for _, name := range []string{"max-in-flight", "instances"} {
+		if n := c.Int(name); n < 1 {
+			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
+		}
+	}
+	if n := c.Int("denial-cache"); n < 0 {
+		return fmt.Errorf("--denial-cache %d: must be 0 (off) or more", n)
+	}
+	for _, name := range []string{"deadline", "check-every", "shutdown-timeout", "max-connection-age"} {
+		if d := c.Duration(name); d <= 0 {
+			return fmt.Errorf("--%s %s: must be more than 0", name, d)
+		}
+	}
+	return nil
 }
 
 func parseHeaders(s string) (rls.Headers, error) {

@@ -95,6 +95,9 @@ type Limit struct {
 	Multiplier int64
 	// Client is the limit the client decides with; nil for Concurrency and Zero.
 	Client client.Limit
+	// Penalty is how long a denial blocks the principal (library 1.2.0); 0: none. Client
+	// has it too, where the configuration's release check cannot read it.
+	Penalty time.Duration
 	// Zero is a fixed window of 0 requests, which the reference takes: every hit is over it,
 	// and a request of 0 hits is within it.
 	Zero bool
@@ -460,7 +463,13 @@ func loadRateLimit(dc yamlDescriptor, fullKey string) (*RateLimit, error) {
 	if dc.RateLimit != nil {
 		ys = []yamlLimit{*dc.RateLimit}
 	}
+	// Limits of one algorithm on one descriptor need names of their own in the key (see
+	// client.Limit): each gets its index, so that the keys stay the same while the list
+	// keeps its order.
 	algorithms := map[Algorithm]int{}
+	for _, y := range ys {
+		algorithms[algorithmOf(y)]++
+	}
 	for i, y := range ys {
 		unit, validUnit := unitNames[strings.ToUpper(y.Unit)]
 		if y.Unlimited {
@@ -492,7 +501,11 @@ func loadRateLimit(dc yamlDescriptor, fullKey string) (*RateLimit, error) {
 		if rl.Unlimited {
 			continue
 		}
-		l, err := extend(y, unit)
+		name := ""
+		if algorithms[algorithmOf(y)] > 1 {
+			name = strconv.Itoa(i)
+		}
+		l, err := extend(y, unit, name)
 		if err != nil {
 			where := fullKey
 			if len(ys) > 1 {
@@ -500,27 +513,23 @@ func loadRateLimit(dc yamlDescriptor, fullKey string) (*RateLimit, error) {
 			}
 			return nil, fmt.Errorf("descriptor '%s': %s", where, err)
 		}
-		algorithms[l.Algorithm]++
 		rl.Limits = append(rl.Limits, l)
-	}
-	// Limits of one algorithm on one descriptor need names of their own in the key (see
-	// client.Limit): each gets its index, so that the keys stay the same while the list
-	// keeps its order.
-	for i := range rl.Limits {
-		l := &rl.Limits[i]
-		if algorithms[l.Algorithm] > 1 {
-			l.setName(strconv.Itoa(i))
-		}
 	}
 	return rl, nil
 }
 
-// extend turns one rate_limit (with rlfn's keys) into a Limit the client can decide.
-func extend(y yamlLimit, unit Unit) (Limit, error) {
-	l := Limit{Algorithm: Algorithm(y.Algorithm), RequestsPerUnit: y.RequestsPerUnit, Unit: unit, Multiplier: 1}
-	if l.Algorithm == "" {
-		l.Algorithm = FixedWindow
+// algorithmOf is y's algorithm: a fixed window, as the reference's, unless set.
+func algorithmOf(y yamlLimit) Algorithm {
+	if y.Algorithm == "" {
+		return FixedWindow
 	}
+	return Algorithm(y.Algorithm)
+}
+
+// extend turns one rate_limit (with rlfn's keys) into a Limit the client can decide, named
+// name in the key.
+func extend(y yamlLimit, unit Unit, name string) (Limit, error) {
+	l := Limit{Algorithm: algorithmOf(y), RequestsPerUnit: y.RequestsPerUnit, Unit: unit, Multiplier: 1}
 	if y.UnitMultiplier != nil {
 		if *y.UnitMultiplier < 1 {
 			return l, fmt.Errorf("unit_multiplier must be at least 1, got %d", *y.UnitMultiplier)
@@ -536,6 +545,7 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 	if err != nil {
 		return l, err
 	}
+	l.Penalty = penalty
 	only := func(field string, set bool, algos ...Algorithm) error {
 		if !set {
 			return nil
@@ -572,13 +582,13 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 	}
 	switch l.Algorithm {
 	case FixedWindow:
-		l.Client = client.FixedWindow{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.FixedWindow{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case SlidingLog:
-		l.Client = client.SlidingLog{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.SlidingLog{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case SlidingWindow:
-		l.Client = client.SlidingWindow{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.SlidingWindow{Limit: n, Window: period, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case TokenBucket:
-		l.Client = client.TokenBucket{Capacity: capacity, Rate: n, Period: period, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.TokenBucket{Capacity: capacity, Rate: n, Period: period, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case LeakyBucket:
 		mode := client.Police
 		if y.Mode != "" {
@@ -588,7 +598,7 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 			}
 			mode = m
 		}
-		l.Client = client.LeakyBucket{Capacity: capacity, Rate: n, Period: period, Mode: mode, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.LeakyBucket{Capacity: capacity, Rate: n, Period: period, Mode: mode, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case Calendar:
 		p, ok := limitspec.ParsePeriod(strings.ToLower(l.Unit.String()))
 		if !ok {
@@ -601,7 +611,7 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 		if err != nil {
 			return l, err
 		}
-		l.Client = client.Calendar{Limit: n, Period: p, Anchor: anchor, Reserve: y.Reserve, Penalty: penalty}
+		l.Client = client.Calendar{Limit: n, Period: p, Anchor: anchor, Reserve: y.Reserve, Penalty: penalty, Name: name}
 	case Concurrency:
 		lease, err := duration("lease", y.Lease)
 		if err != nil {
@@ -626,32 +636,6 @@ func extend(y yamlLimit, unit Unit) (Limit, error) {
 		return l, err
 	}
 	return l, nil
-}
-
-func (l *Limit) setName(name string) {
-	switch c := l.Client.(type) {
-	case client.FixedWindow:
-		c.Name = name
-		l.Client = c
-	case client.SlidingLog:
-		c.Name = name
-		l.Client = c
-	case client.SlidingWindow:
-		c.Name = name
-		l.Client = c
-	case client.TokenBucket:
-		c.Name = name
-		l.Client = c
-	case client.LeakyBucket:
-		c.Name = name
-		l.Client = c
-	case client.Calendar:
-		c.Name = name
-		l.Client = c
-	}
-	if l.Slots != nil {
-		l.Slots.Name = name
-	}
 }
 
 func duration(field, s string) (time.Duration, error) {

@@ -105,9 +105,14 @@ func Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit,
 		multiplier = 1
 	}
 	l := Limit{Algorithm: FixedWindow, RequestsPerUnit: requestsPerUnit, Unit: unit, Multiplier: multiplier}
-	l.Client = client.FixedWindow{Limit: int64(requestsPerUnit), Window: l.Period()}
-	if err := l.Client.Validate(); err != nil {
-		return nil, fmt.Errorf("limit override: %w", err)
+	if requestsPerUnit == 0 {
+		// As a configuration's limit of 0, which the reference takes for both.
+		l.Zero = true
+	} else {
+		l.Client = client.FixedWindow{Limit: int64(requestsPerUnit), Window: l.Period()}
+		if err := l.Client.Validate(); err != nil {
+			return nil, fmt.Errorf("limit override: %w", err)
+		}
 	}
 	var b strings.Builder
 	b.WriteString(domain)
@@ -129,7 +134,7 @@ func (c *Config) Needs() string {
 	walk = func(n *node) {
 		if n.limit != nil {
 			for _, l := range n.limit.Limits {
-				if l.Algorithm == Calendar || penalty(l.Client) {
+				if l.Algorithm == Calendar || l.Penalty > 0 {
 					need = "1.2.0"
 				}
 			}
@@ -142,22 +147,4 @@ func (c *Config) Needs() string {
 		walk(d)
 	}
 	return need
-}
-
-func penalty(l client.Limit) bool {
-	switch c := l.(type) {
-	case client.FixedWindow:
-		return c.Penalty > 0
-	case client.SlidingLog:
-		return c.Penalty > 0
-	case client.SlidingWindow:
-		return c.Penalty > 0
-	case client.TokenBucket:
-		return c.Penalty > 0
-	case client.LeakyBucket:
-		return c.Penalty > 0
-	case client.Calendar:
-		return c.Penalty > 0
-	}
-	return false
 }
