@@ -48,3 +48,13 @@ bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR
 	@out=$$(mktemp); for i in 1 2 3 4 5 6; do \
 	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$|HotKey$$|SharedBucket$$|UnderAttack$$|ClientOnly$$' -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
 	  cat $$out; echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
+
+.PHONY: rls-image rls-bench
+
+rls-image: ## the Envoy rate limit service's image, FROM scratch with the static binary (rlfn/rlfn-rls:dev)
+	bash scripts/build-rls-image.sh
+
+rls-bench: images ## rlfn's rate limit service beside envoyproxy/ratelimit (built from the module proxy) and the client in process: decisions/s, p50/p99/p99.9; 3 interleaved runs
+	@out=$$(mktemp); for i in 1 2 3; do \
+	  $(GO) test ./rls -run '^$$' -bench BenchmarkSideBySide -benchtime 20000x -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
+	  grep Benchmark $$out; echo "results in $$out"

@@ -16,7 +16,7 @@ import (
 // show fails TestDocsExamples.
 
 // exampleFiles hold the Example functions the pages may copy, relative to client/.
-var exampleFiles = []string{"example_test.go", "docs_test.go", "httplimit/example_test.go"}
+var exampleFiles = []string{"example_test.go", "docs_test.go", "httplimit/example_test.go", "grpclimit/example_test.go"}
 
 // required lists the examples each page must show, as file:function.
 var required = map[string][]string{
@@ -51,6 +51,15 @@ var required = map[string][]string{
 		"httplimit/example_test.go:ExampleTransport",
 		"httplimit/example_test.go:Example_calendar",
 		"httplimit/example_test.go:Example_penalty",
+		"httplimit/example_test.go:Example_outcome",
+		"httplimit/example_test.go:Example_tokens",
+	},
+	"docs/grpc.md": {
+		"grpclimit/example_test.go:Example",
+		"grpclimit/example_test.go:Example_refusal",
+		"grpclimit/example_test.go:ExampleNewClient",
+		"grpclimit/example_test.go:Example_login",
+		"grpclimit/example_test.go:Example_tokens",
 	},
 }
 

@@ -108,6 +108,18 @@
 // requests client.Critical: they may use the Reserve of its limits, which other routes
 // leave to them.
 //
+// # Counting by outcome, and a cost per limit
+//
+// Policy.Outcome settles a request once its handler has ended, from its status (however it
+// ends: a return, a panic, an error handler, a stream, a hijack) and a cost the handler reports
+// in a header or trailer: the units are given back when the request does not count (a login
+// limiter counting failures, Failures; an API charging successes, Successes), or brought to
+// the reported cost. Outcome.CheckFirst only peeks before the handler and takes after: the
+// requests of one key in flight at once can each pass the peek, a gap a Concurrency of 1
+// closes. Policy.Cost and AlsoLimit.Cost give each limit its own cost per request, decided all
+// or nothing ("60 requests and 150,000 tokens per minute"), and Unit names what a limit counts
+// in RateLimit-Policy (qu). Package client/grpclimit does all of this for gRPC services.
+//
 // # Failures
 //
 // The middleware never serves a request with no limit unless told to. What it answers when a

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"time"
 
@@ -449,4 +450,56 @@ func ExampleTransport() {
 		log.Fatal(err) // a *httplimit.WaitError when the pace would pass the deadline
 	}
 	defer resp.Body.Close()
+}
+
+// A login route counts failed attempts only: five a minute per user, peeked before the handler
+// and charged after a failure (a status of 400 or more), so that a user who types the password
+// right is never refused for it. Requests in flight at once could each pass the peek: a
+// concurrency lease of one per user closes that gap. The quota is hidden from whoever is
+// guessing.
+func Example_outcome() {
+	login := httplimit.Policy{
+		Name:        "login",
+		Limit:       client.FixedWindow{Limit: 5, Window: time.Minute},
+		Outcome:     &httplimit.Outcome{Count: httplimit.Failures, CheckFirst: true},
+		Concurrency: &client.Concurrency{Limit: 1, Lease: 10 * time.Second},
+		HideQuota:   true,
+	}
+	// An API that charges successful calls only: the unit taken before the handler is given
+	// back when the response is an error (refunds: library 1.1.0).
+	api := httplimit.Policy{
+		Name:    "api",
+		Limit:   client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second},
+		Outcome: &httplimit.Outcome{Count: httplimit.Successes},
+	}
+	fmt.Println(httplimit.Needs(login), httplimit.Needs(api), login.Outcome.Count(http.StatusUnauthorized))
+	// Output:
+	// 1.1.0 1.1.0 true
+}
+
+// An LLM gateway's "60 requests and 150,000 tokens per minute" per organisation, decided all or
+// nothing: the tokens' limit takes the request's estimate (its max_tokens, here in a header),
+// the requests' limit 1, and RateLimit-Policy names the tokens' unit. Once the response is
+// streamed, the handler reports the tokens it really used in the Rlfn-Cost trailer, which
+// replace the estimate: the difference is given back (or taken).
+func Example_tokens() {
+	estimate := func(r *http.Request) int64 {
+		n, err := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
+		if err != nil {
+			return 4096
+		}
+		return n
+	}
+	completions := httplimit.Policy{
+		Name:  "requests",
+		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
+		Also: []httplimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate,
+			Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}}},
+		Outcome: &httplimit.Outcome{CostHeader: "Rlfn-Cost"},
+	}
+	// In the handler, once the completion is streamed and its tokens counted:
+	//	w.Header().Set(http.TrailerPrefix+"Rlfn-Cost", strconv.Itoa(used))
+	fmt.Println(httplimit.Needs(completions))
+	// Output:
+	// 1.1.0
 }

@@ -2,41 +2,29 @@ package httplimit
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // failure is why a request was left without a decision, which decides its answer and its log
-// line.
-type failure uint8
+// line (decide.Failure says what each means). unavailable is answered Options.ErrorStatus, 503
+// by default, or served with Options.FailOpen; misconfigured 500 always, FailOpen or not;
+// refusedKey 400; the others are logged only.
+type failure = decide.Failure
 
 const (
-	// unavailable: the limiter could not decide (its server unreachable, a deadline passed, an
-	// open circuit, a library absent or too old). A *client.Limiter returns these only under
-	// client.ReturnError; its other policies decide such a request themselves. Answered
-	// Options.ErrorStatus, 503 by default, or served with Options.FailOpen.
-	unavailable failure = iota
-	// misconfigured: a limit that cannot be valid (a bad Policy, a Limit the client refuses, a
-	// key holding foreign state, a Limiter that cannot serve the Policy). No retry helps until
-	// the service is fixed: answered 500 always, FailOpen or not.
-	misconfigured
-	// refusedKey: the request's principal is empty or longer than the Limiter takes: the
-	// client's fault, answered 400.
-	refusedKey
-	// notRefunded: a decision across keys stands, but refunds it owed failed (logged only).
-	notRefunded
-	// shadowKey: the key of a shadow limit failed; the request is served (logged only).
-	shadowKey
-	// shadowFailed: a shadow decision failed; the request was served (logged only).
-	shadowFailed
-	// unreleased: a lease's release failed after the request; the lease expires by itself
-	// (logged only).
-	unreleased
+	unavailable   = decide.Unavailable
+	misconfigured = decide.Misconfigured
+	refusedKey    = decide.RefusedKey
+	notRefunded   = decide.NotRefunded
+	shadowKey     = decide.ShadowKey
+	shadowFailed  = decide.ShadowFailed
+	unreleased    = decide.Unreleased
+	unsettled     = decide.Unsettled
 )
 
 // ErrEmptyKey is the error of a Key (Options.Key or an AlsoLimit's) that returned "": no principal
@@ -46,45 +34,10 @@ var ErrEmptyKey = errors.New("httplimit: the key is empty")
 
 // classify is the failure of an error that left a request without a decision.
 func classify(err error) failure {
-	var (
-		ke  *client.KeyError
-		pe  *PolicyError
-		le  *client.LimitError
-		lib *client.LibraryError
-	)
-	switch {
-	case errors.As(err, &ke) || errors.Is(err, ErrEmptyKey):
-		return refusedKey
-	case errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &lib) ||
-		errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer):
-		return misconfigured
-	}
-	return unavailable
-}
-
-// decisionStands reports an error that comes with a decision to answer: a
-// *client.CompensationError alone, which AllowAll returns beside a denial whose Result stands
-// (the refunds it owed failed; the limits not refunded are stricter for a while, never more
-// permissive). Joined to any other error (the decision itself failed), it is an error like
-// the others.
-func decisionStands(err error) bool {
-	switch e := err.(type) {
-	case nil:
-		return false
-	case *client.CompensationError:
-		return true
-	case interface{ Unwrap() []error }:
-		errs := e.Unwrap()
-		for _, err := range errs {
-			if !decisionStands(err) {
-				return false
-			}
-		}
-		return len(errs) > 0
-	case interface{ Unwrap() error }:
-		return decisionStands(e.Unwrap())
-	}
-	return false
+	return decide.Classify(err, ErrEmptyKey, func(err error) bool {
+		var pe *PolicyError
+		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer) || errors.Is(err, ErrNoSettler)
+	})
 }
 
 // The bodies of the responses the middleware writes without a decision.
@@ -138,70 +91,14 @@ func (m *Middleware) report(r *http.Request, kind failure, policy string, err er
 	m.log.log(r, kind, policy, err)
 }
 
-// logMessages are the default log's lines, by failure.
-var logMessages = [...]string{
-	unavailable:   "httplimit: no rate-limit decision",
-	misconfigured: "httplimit: rate limit misconfigured, answered 500",
-	refusedKey:    "httplimit: key refused, answered 400",
-	notRefunded:   "httplimit: decision answered, but refunds it owed failed",
-	shadowKey:     "httplimit: key of a shadow limit failed, request served",
-	shadowFailed:  "httplimit: shadow decision failed, request served",
-	unreleased:    "httplimit: lease not released, it expires at its end",
-}
-
-// maxThrottles bounds the throttles of an errorLog: policy names come from the service's code,
-// but a Policy function may make them up per request.
-const maxThrottles = 256
-
-// errorLog logs the errors that left requests without a decision, at most one a second per
-// failure and, for a misconfigured route, per policy: a dead server's errors share one line a
-// second, and one route's mistake never hides another's. Atomics rather than a mutex on the
-// path: with the server gone, every request of the service comes through here.
+// errorLog is the default OnError: decide.ErrorLog, throttled every every.
 type errorLog struct {
-	every     time.Duration
-	throttles sync.Map // logKey -> *throttle
-	n         atomic.Int64
-}
-
-type logKey struct {
-	kind   failure
-	policy string
-}
-
-type throttle struct {
-	last       atomic.Int64 // Unix nanoseconds of the last error logged; 0 before the first
-	suppressed atomic.Int64 // errors not logged since
-}
-
-func (l *errorLog) throttle(k logKey) *throttle {
-	if v, ok := l.throttles.Load(k); ok {
-		return v.(*throttle)
-	}
-	if l.n.Load() >= maxThrottles {
-		k.policy = "" // every further route shares one
-	}
-	v, loaded := l.throttles.LoadOrStore(k, &throttle{})
-	if !loaded {
-		l.n.Add(1)
-	}
-	return v.(*throttle)
+	every time.Duration
+	once  sync.Once
+	l     decide.ErrorLog
 }
 
 func (l *errorLog) log(r *http.Request, kind failure, policy string, err error) {
-	k := logKey{kind: kind}
-	if kind == misconfigured {
-		k.policy = policy
-	}
-	t := l.throttle(k)
-	now := time.Now().UnixNano()
-	last := t.last.Load()
-	if last != 0 && now-last < int64(l.every) || !t.last.CompareAndSwap(last, now) {
-		t.suppressed.Add(1)
-		return
-	}
-	args := []any{"err", err, "path", r.URL.Path, "errors_not_logged", t.suppressed.Swap(0)}
-	if policy != "" {
-		args = append(args, "policy", policy)
-	}
-	slog.Default().ErrorContext(r.Context(), logMessages[kind], args...)
+	l.once.Do(func() { l.l.Every, l.l.Prefix = l.every, "httplimit: " })
+	l.l.Log(r.Context(), kind, policy, err, "path", r.URL.Path)
 }

@@ -10,13 +10,13 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // Decider is what the middleware needs of a *client.Limiter, so that any decision maker (a
@@ -83,6 +83,21 @@ type Policy struct {
 	// roll-out. A key is in or out by a hash of it, the same on every request and every
 	// instance, so a client is not refused one request in two. Default (0): 100, all keys.
 	EnforcePercent int
+	// Cost returns the units the request takes of Limit, for a limit of something else than
+	// requests (tokens, bytes): "60 requests and 150,000 tokens per minute" is a Policy of the
+	// requests and an AlsoLimit of the tokens whose Cost is the request's estimate, decided at
+	// once. A cost of 0 takes 1, as client.Rule's. With a Cost the Limiter must be a
+	// *client.Limiter (or implement MultiDecider). Default (nil): 1.
+	Cost func(r *http.Request) int64
+	// Unit names what Limit counts, sent as the RateLimit-Policy item's qu parameter (the
+	// draft's quota unit), e.g. "tokens". Letters, digits, '_', '.' and '-' only. Default
+	// (empty): requests, the draft's default, no qu.
+	Unit string
+	// Outcome, when not nil, settles each request by how it ended: gives its units back when
+	// it does not count (a login limiter that counts failures, an API that charges only
+	// successes), or takes the cost the handler reported after the fact (an LLM's tokens).
+	// See Outcome. Default (nil): the decision before the handler is final.
+	Outcome *Outcome
 }
 
 // AlsoLimit is a limit of a Policy beside its Limit (Policy.Also).
@@ -100,6 +115,10 @@ type AlsoLimit struct {
 	// Shadow decides this limit in shadow (see Policy.Shadow): an error of its Key goes to
 	// Options.OnError and leaves the limit out, never refusing the request. Default: false.
 	Shadow bool
+	// Cost returns the units the request takes of this limit, as Policy.Cost. Default (nil): 1.
+	Cost func(r *http.Request) int64
+	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
+	Unit string
 }
 
 // Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
@@ -135,6 +154,11 @@ var ErrNoMultiDecider = errors.New("httplimit: Policy.Also needs a Limiter that 
 // Concurrency and the Limiter cannot take leases (it does not implement Acquirer). New refuses
 // such a Policy in Options.Policies.
 var ErrNoAcquirer = errors.New("httplimit: Policy.Concurrency needs a Limiter that implements Acquirer, such as *client.Limiter")
+
+// ErrNoSettler is passed to Options.OnError, and answered 500, when a Policy has an Outcome and
+// the Limiter cannot settle it (it does not implement Settler). New refuses such a Policy in
+// Options.Policies.
+var ErrNoSettler = errors.New("httplimit: Policy.Outcome needs a Limiter that implements Settler, such as *client.Limiter")
 
 // Options configures a Middleware. Key and Policy are required.
 type Options struct {
@@ -177,7 +201,7 @@ type Options struct {
 	// OnError is called with each error that leaves a request without a decision, before it is
 	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
 	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
-	// request so), a *PolicyError, ErrNoMultiDecider and ErrNoAcquirer. It also gets a
+	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. It also gets a
 	// *client.CompensationError that comes with a denial, which is answered: the decision
 	// stands. A request whose context ended during the decision (its client went away) is
 	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
@@ -189,7 +213,8 @@ type Options struct {
 	// mistake never hides another's.
 	//
 	// It also gets the errors of a Key that only limits in shadow need (the request is served),
-	// then wrapped in a *ShadowKeyError.
+	// then wrapped in a *ShadowKeyError, and each settlement by outcome that failed (Outcome),
+	// as an *UnsettledError.
 	OnError func(r *http.Request, err error)
 	// Reset is the form of X-RateLimit-Reset. Default (ResetUnix): a Unix time in seconds, as
 	// GitHub and X send it.
@@ -276,9 +301,9 @@ type Middleware struct {
 	opts      Options
 	policies  []Policy            // Options.Policies, Names defaulted
 	log       *errorLog           // the default OnError
-	now       func() int64        // Unix nanoseconds, of X-RateLimit-Reset: coarse, a tick ahead
-	wall      func() int64        // Unix nanoseconds, exact: a Calendar's window holding now
+	clock     decide.Clock        // of X-RateLimit-Reset (coarse, a tick ahead) and of Calendars (exact)
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
+	unsettled metric.Int64Counter // likewise
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
 }
 
@@ -319,15 +344,7 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 		}
 		m.policies = append(m.policies, p)
 	}
-	if opts.Now != nil {
-		m.now = func() int64 { return opts.Now().UnixNano() }
-		m.wall = m.now
-	} else {
-		m.now = coarseNanos
-		// A Calendar's window is read from the exact clock: the coarse one, a tick ahead,
-		// would put a request made just before a window's end in the next window.
-		m.wall = func() int64 { return time.Now().UnixNano() }
-	}
+	m.clock = decide.NewClock(opts.Now)
 	if opts.MeterProvider != nil {
 		c, err := opts.MeterProvider.Meter("github.com/rlfn/rlfn/client/httplimit").Int64Counter(MetricWouldDeny,
 			metric.WithUnit("{request}"),
@@ -336,6 +353,11 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricWouldDeny + ": " + err.Error()}
 		}
 		m.wouldDeny = c
+		if m.unsettled, err = opts.MeterProvider.Meter("github.com/rlfn/rlfn/client/httplimit").Int64Counter(MetricUnsettled,
+			metric.WithUnit("{request}"),
+			metric.WithDescription("Settlements by outcome (refunds, charges) that failed, not retried.")); err != nil {
+			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricUnsettled + ": " + err.Error()}
+		}
 	}
 	return m, nil
 }
@@ -346,15 +368,14 @@ func (m *Middleware) servable(p Policy) error {
 	if err := validPolicy(p); err != nil {
 		return err
 	}
-	if _, ok := m.lim.(MultiDecider); !ok {
-		for _, d := range decisions(p) {
-			if d.n > 1 {
-				return ErrNoMultiDecider
-			}
-		}
+	if _, ok := m.lim.(MultiDecider); !ok && (decide.Several(spec(p)) || p.Cost != nil) {
+		return ErrNoMultiDecider
 	}
 	if _, ok := m.lim.(Acquirer); !ok && p.Concurrency != nil {
 		return ErrNoAcquirer
+	}
+	if _, ok := m.lim.(Settler); !ok && p.Outcome != nil {
+		return ErrNoSettler
 	}
 	return nil
 }
@@ -399,15 +420,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if p.Critical {
 		ctx = client.Critical(ctx)
 	}
-	shadow := p.Shadow || p.EnforcePercent != 0 && !enforced(key, p.EnforcePercent)
+	shadow := decide.InShadow(key, p.Shadow, p.EnforcePercent)
 	// The name cannot contain ':', so "name:key" is injective.
 	key = p.Name + ":" + key
-	if len(p.Also) > 0 || shadow {
+	if len(p.Also) > 0 || shadow || p.Outcome != nil || p.Cost != nil {
 		m.several(ctx, w, r, next, &p, key, shadow)
 		return
 	}
 	if p.Limit == nil {
-		m.concurrent(ctx, w, r, next, p, key)
+		m.concurrent(ctx, w, r, next, p, key, nil)
 		return
 	}
 	res, err := m.lim.Allow(ctx, key, p.Limit)
@@ -415,7 +436,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
-	m.decided(ctx, w, r, next, &p, key, res, []quota{{p.Name, p.Limit}}, nil)
+	m.decided(ctx, w, r, next, &p, key, res, []decide.Quota{{Name: p.Name, Limit: p.Limit, Unit: p.Unit}}, nil, nil)
 }
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
@@ -449,32 +470,30 @@ func (m *Middleware) limiterError(w http.ResponseWriter, r *http.Request, next h
 }
 
 // decided answers a request its enforced limits decided on: quotas are those limits, the one
-// that decided (res.Rule) first, and each, when known, their own states in the same order.
-func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []quota, each []client.Result) {
+// that decided (res.Rule) first, and each, when known, their own states in the same order. c,
+// when not nil, is what the request owes by its outcome.
+func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, res client.Result, quotas []decide.Quota, each []client.Result, c *counting) {
 	h := w.Header()
 	switch {
 	case !res.Allowed:
 		m.setHeaders(h, p.HideQuota, quotas, res, each, res.RetryAfter, true)
-		m.deny(w, p.HideQuota, res.Blocked, quotas[0].name, res.RetryAfter)
+		m.deny(w, p.HideQuota, res.Blocked, quotas[0].Name, res.RetryAfter)
 	case res.Delay > m.opts.MaxDelay:
-		// The server has counted this request (its unit is in the queue) and it is refused all
-		// the same, as promised. A request made later waits behind that unit too: the delay it
-		// would get is within MaxDelay once Delay plus one unit's leak time has passed down to
-		// MaxDelay.
-		wait := res.Delay + maxLeak(quotas) - m.opts.MaxDelay
+		// The server has counted this request and it is refused all the same, as promised.
+		wait := decide.TooLongWait(res.Delay, m.opts.MaxDelay, quotas)
 		m.setHeaders(h, p.HideQuota, quotas, res, each, wait, true)
-		m.deny(w, p.HideQuota, false, quotas[0].name, wait)
+		m.deny(w, p.HideQuota, false, quotas[0].Name, wait)
 	default:
 		m.setHeaders(h, p.HideQuota, quotas, res, each, 0, false)
-		if res.Delay > 0 && !hold(r.Context(), res.Delay) {
-			m.write(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: quotas[0].name, RetryAfterMs: -1})
+		if res.Delay > 0 && !decide.Hold(r.Context().Done(), res.Delay) {
+			m.write(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: quotas[0].Name, RetryAfterMs: -1})
 			return
 		}
 		if p.Concurrency != nil {
-			m.concurrent(ctx, w, r, next, *p, key)
+			m.concurrent(ctx, w, r, next, *p, key, c)
 			return
 		}
-		next.ServeHTTP(w, r)
+		m.serveCounted(w, r, next, p, c)
 	}
 }
 
@@ -482,19 +501,13 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 // enforced ones at once, all or nothing, and beside them the shadow ones, whose denial is only
 // counted.
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
-	var enforcedRules, shadowRules []client.Rule
-	var enforcedQuotas, shadowQuotas []quota
-	add := func(name, key string, l client.Limit, inShadow bool) {
-		if inShadow {
-			shadowRules = append(shadowRules, client.Rule{Key: key, Limit: l})
-			shadowQuotas = append(shadowQuotas, quota{name, l})
-		} else {
-			enforcedRules = append(enforcedRules, client.Rule{Key: key, Limit: l})
-			enforcedQuotas = append(enforcedQuotas, quota{name, l})
-		}
-	}
+	var set decide.Set
+	var measured []bool // with an Outcome, whether each enforced limit has a Cost
 	if p.Limit != nil {
-		add(p.Name, key, p.Limit, shadow)
+		set.Add(p.Name, key, p.Limit, cost(p.Cost, r), p.Unit, shadow)
+		if p.Outcome != nil && !shadow {
+			measured = append(measured, p.Cost != nil)
+		}
 	}
 	for _, rule := range p.Also {
 		k := key
@@ -513,36 +526,52 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 			}
 			k = rule.Name + ":" + principal
 		} else {
-			k = rule.Name + key[len(p.Name):]
+			k = decide.AlsoKey(p.Name, rule.Name, key)
 		}
-		add(rule.Name, k, rule.Limit, shadow || rule.Shadow)
+		set.Add(rule.Name, k, rule.Limit, cost(rule.Cost, r), rule.Unit, shadow || rule.Shadow)
+		if p.Outcome != nil && !shadow && !rule.Shadow {
+			measured = append(measured, rule.Cost != nil)
+		}
 	}
-	if len(shadowRules) > 0 {
+	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
 		// does not wait for it: a roll-out must not add a round trip to the route's latency,
 		// nor a limiter's deadline when the server is gone. Its context outlives the response;
 		// the limiter's own deadline (client.Options.Deadline) bounds how long it runs.
 		m.shadows.Add(1)
-		go m.shadow(context.WithoutCancel(ctx), r, shadowRules, shadowQuotas)
+		go m.shadow(context.WithoutCancel(ctx), r, set.Shadow, set.ShadowQuotas)
 	}
-	if len(enforcedRules) == 0 {
+	if len(set.Enforced) == 0 {
 		if p.Concurrency != nil {
-			m.concurrent(ctx, w, r, next, *p, key)
+			m.concurrent(ctx, w, r, next, *p, key, nil)
 			return
 		}
 		next.ServeHTTP(w, r)
 		return
 	}
+	var c *counting
+	if p.Outcome != nil {
+		c = &counting{rules: set.Enforced, measured: measured, checkFirst: p.Outcome.CheckFirst}
+		if _, ok := m.lim.(Settler); !ok {
+			m.failed(w, r, next, p.Name, ErrNoSettler)
+			return
+		}
+	}
 	var res client.Result
 	var each []client.Result
+	var quotas []decide.Quota
 	var err error
-	if el, ok := m.lim.(EachDecider); ok && len(enforcedRules) > 1 && !p.HideQuota {
-		res, each, err = el.AllowAllEach(ctx, enforcedRules, 1)
+	if c != nil && p.Outcome.CheckFirst {
+		quotas = set.EnforcedQuotas
+		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced)
+		if err == nil && res.Rule != 0 {
+			quotas = decide.DecidingFirst(quotas, res.Rule)
+		}
 	} else {
-		res, err = m.decide(ctx, enforcedRules)
+		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, &set, p.HideQuota, ErrNoMultiDecider)
 	}
 	switch {
-	case decisionStands(err):
+	case decide.DecisionStands(err):
 		// A denial whose refunds failed: the refunded limits are stricter for a while, the
 		// denial is as true as any, and serving the request would admit what a limit refused.
 		m.report(r, notRefunded, p.Name, err)
@@ -550,39 +579,13 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
-	if res.Rule != 0 {
-		// The limit that decided comes first in the headers, the others in their order.
-		enforcedQuotas = decidingFirst(enforcedQuotas, res.Rule)
-		if each != nil {
-			each = decidingFirst(each, res.Rule)
-		}
-	}
-	m.decided(ctx, w, r, next, p, key, res, enforcedQuotas, each)
-}
-
-// decidingFirst is s with its element i moved first, the others in their order.
-func decidingFirst[T any](s []T, i int) []T {
-	out := append(make([]T, 0, len(s)), s[i])
-	out = append(out, s[:i]...)
-	return append(out, s[i+1:]...)
-}
-
-// decide decides rules, all or nothing.
-func (m *Middleware) decide(ctx context.Context, rules []client.Rule) (client.Result, error) {
-	if len(rules) == 1 {
-		return m.lim.Allow(ctx, rules[0].Key, rules[0].Limit)
-	}
-	ml, ok := m.lim.(MultiDecider)
-	if !ok {
-		return client.Result{}, ErrNoMultiDecider
-	}
-	return ml.AllowAll(ctx, rules)
+	m.decided(ctx, w, r, next, p, key, res, quotas, each, c)
 }
 
 // shadow decides the shadow limits of a request, and counts a denial. It runs on a goroutine
 // of its own, whose panic (a Limiter's, OnShadowDeny's, OnError's) would end the process
 // where net/http would only have ended the request: it is recovered and logged.
-func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client.Rule, quotas []quota) {
+func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client.Rule, quotas []decide.Quota) {
 	defer m.shadows.Done()
 	defer func() {
 		if v := recover(); v != nil {
@@ -590,83 +593,41 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 				"path", r.URL.Path, "stack", string(debug.Stack()))
 		}
 	}()
-	res, err := m.decide(ctx, rules)
-	name := quotas[0].name
-	if 0 <= res.Rule && res.Rule < len(quotas) {
-		name = quotas[res.Rule].name
+	decide.RunShadow(ctx, m.lim, rules, quotas, ErrNoMultiDecider,
+		func(kind failure, name string, err error) { m.report(r, kind, name, err) },
+		func(name string) {
+			if m.wouldDeny != nil {
+				m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
+			}
+			if m.opts.OnShadowDeny != nil {
+				m.opts.OnShadowDeny(r, name)
+			}
+		})
+}
+
+// cost is a Cost function's units for r, 0 (one, the call's) without one.
+func cost(f func(*http.Request) int64, r *http.Request) int64 {
+	if f == nil {
+		return 0
 	}
-	switch {
-	case decisionStands(err):
-		m.report(r, notRefunded, name, err) // the denial stands, and is counted
-	case err != nil:
-		m.report(r, shadowFailed, name, err) // the request is served: its kind's words would lie
-		return
-	}
-	if res.Allowed {
-		return
-	}
-	if m.wouldDeny != nil {
-		m.wouldDeny.Add(ctx, 1, metric.WithAttributes(attribute.String("rlfn.policy", name)))
-	}
-	if m.opts.OnShadowDeny != nil {
-		m.opts.OnShadowDeny(r, name)
-	}
+	return f(r)
 }
 
 // checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
-	if !validName(p.Name) {
-		return &PolicyError{Name: p.Name, Reason: nameReason}
-	}
-	if p.EnforcePercent < 0 || p.EnforcePercent > 100 {
-		return &PolicyError{Name: p.Name, Reason: fmt.Sprintf("EnforcePercent must be from 0 to 100, got %d", p.EnforcePercent)}
-	}
-	for i, rule := range p.Also {
-		switch {
-		case rule.Name == "":
-			return &PolicyError{Name: p.Name, Reason: fmt.Sprintf("Also[%d].Name is required", i)}
-		case !validName(rule.Name):
-			return &PolicyError{Name: rule.Name, Reason: nameReason}
-		case rule.Limit == nil:
-			return &PolicyError{Name: rule.Name, Reason: "Limit is required"}
-		case rule.Name == p.Name:
-			return &PolicyError{Name: rule.Name, Reason: "an AlsoLimit has the Name of its Policy"}
-		}
-		for _, o := range p.Also[:i] {
-			if o.Name == rule.Name {
-				return &PolicyError{Name: rule.Name, Reason: "two Rules of one Policy have this Name"}
-			}
-		}
+	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
+	})
+	if reason != "" {
+		return &PolicyError{Name: bad, Reason: reason}
 	}
 	return nil
 }
 
-const nameReason = "want letters, digits, '_', '.' or '-'"
-
-// enforced reports whether key is among the percent share of keys whose limits are enforced:
-// an FNV-1a hash of it, so that the same keys are in on every request and every instance, and
-// raising the percentage only adds keys.
-func enforced(key string, percent int) bool {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-	}
-	return int(h%100) < percent
-}
-
-// maxLeak is the longest time one unit takes to leak out of the leaky buckets among quotas.
-func maxLeak(quotas []quota) time.Duration {
-	var d time.Duration
-	for _, q := range quotas {
-		d = max(d, unitLeak(q.limit))
-	}
-	return d
-}
-
 // concurrent serves the request holding a lease of p.Concurrency, released when next returns
-// or panics.
-func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string) {
+// or panics; c, when not nil, settles it by its outcome. A request it refuses never reached the
+// handler: nothing is settled.
+func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p Policy, key string, c *counting) {
 	acq, ok := m.lim.(Acquirer)
 	if !ok {
 		m.failed(w, r, next, p.Name, ErrNoAcquirer)
@@ -679,7 +640,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	if !res.Allowed {
 		if res.RetryAfter != client.Never {
-			w.Header()["Retry-After"] = []string{string(appendSeconds(nil, res.RetryAfter))}
+			w.Header()["Retry-After"] = []string{string(decide.AppendSeconds(nil, res.RetryAfter))}
 		}
 		m.deny(w, p.HideQuota, false, p.Name, res.RetryAfter)
 		return
@@ -690,23 +651,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 			m.report(r, unreleased, p.Name, err)
 		}
 	}()
-	next.ServeHTTP(w, r)
-}
-
-// unitLeak is how long one unit takes to leak out of a leaky bucket; zero for every other
-// limit.
-func unitLeak(l client.Limit) time.Duration { return l.Quota().Leak }
-
-// hold waits d, and reports false if ctx ends first.
-func hold(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	m.serveCounted(w, r, next, &p, c)
 }
 
 // deny answers 429; setHeaders has set Retry-After. blocked says the principal's block
@@ -726,16 +671,6 @@ func (m *Middleware) deny(w http.ResponseWriter, hide, blocked bool, policy stri
 	m.write(w, http.StatusTooManyRequests, b)
 }
 
-func validName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // RemoteIP is a Key function that counts requests per client IP address, as the connection
 // reports it (Request.RemoteAddr). Behind a proxy every request has the proxy's address: use
 // ClientIP, which reads the header the proxies set, and only from them, and groups IPv6.
@@ -745,35 +680,4 @@ func RemoteIP(r *http.Request) (string, error) {
 		return "", fmt.Errorf("httplimit: RemoteAddr %q: %w", r.RemoteAddr, err)
 	}
 	return host, nil
-}
-
-// coarseTick is how often the default clock of X-RateLimit-Reset reads the wall clock.
-const coarseTick = 100 * time.Millisecond
-
-// coarse is the default clock of X-RateLimit-Reset: the wall time, read by one goroutine
-// every coarseTick for every Middleware of the process. Reading the clock on each request (60
-// to 70ns on a virtual machine without a fast clock source) was a tenth of the middleware's
-// whole cost, for a header in whole seconds.
-var coarse struct {
-	once  sync.Once
-	nanos atomic.Int64 // Unix nanoseconds of the last tick
-}
-
-// coarseNanos is the Unix time in nanoseconds, up to coarseTick ahead: a reset computed from
-// it is never before the true one, at most coarseTick later, unless the goroutine is held up
-// longer than a tick (a starved process), when it can be early by the excess. The goroutine is
-// started by the first Middleware without Options.Now to answer, and lives as long as the
-// process (a goroutine-leak checker in tests sees it: give Options.Now there).
-func coarseNanos() int64 {
-	coarse.once.Do(func() {
-		coarse.nanos.Store(time.Now().UnixNano())
-		go func() {
-			// The clock read when the tick is received, not the tick's own time: a goroutine
-			// that ran late would store a time already stale by its delay.
-			for range time.Tick(coarseTick) {
-				coarse.nanos.Store(time.Now().UnixNano())
-			}
-		}()
-	})
-	return coarse.nanos.Load() + int64(coarseTick)
 }

@@ -853,20 +853,6 @@ func TestErrorLogMisconfigured(t *testing.T) {
 	}
 }
 
-// Past maxThrottles policies, every further one shares one throttle: made-up names do not grow
-// the log's memory without bound.
-func TestErrorLogThrottlesAreBounded(t *testing.T) {
-	buf := logTo(t)
-	l := &errorLog{every: time.Hour}
-	r := httptest.NewRequest("GET", "/x", nil)
-	for i := range 2 * maxThrottles {
-		l.log(r, misconfigured, fmt.Sprintf("p%d", i), errDown)
-	}
-	if n := strings.Count(buf.String(), "\n"); n != maxThrottles+1 || l.n.Load() != maxThrottles+1 {
-		t.Errorf("%d lines, %d throttles; want %d of each", n, l.n.Load(), maxThrottles+1)
-	}
-}
-
 // BenchmarkMiddleware is the middleware's own cost per request around a decision that takes
 // no time: policy, key, headers, and the 429 body when denied.
 func BenchmarkMiddleware(b *testing.B) {

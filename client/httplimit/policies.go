@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/internal/limitspec"
-	"github.com/rlfn/rlfn/internal/needs"
-	"github.com/rlfn/rlfn/versions"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // VersionChecker is what Check needs of the Limiter, as *client.Limiter has it.
@@ -50,7 +45,8 @@ func quoteAll(names []string) string {
 }
 
 // Needs is the library release the decisions of p need: "1.2.0" when a limit is a
-// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency, when several of
+// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency or an Outcome that
+// gives units back (all but CheckFirst: refunds), when several of
 // its limits are decided at once (Also: all or nothing across keys needs refunds), or when a
 // limit has a Reserve; else "1.0.0". Limits in shadow count: they are decided too, all at once
 // when the whole route is in shadow (Shadow, or EnforcePercent below 100 for the keys outside
@@ -59,82 +55,16 @@ func quoteAll(names []string) string {
 // A node older than that does not stop limiting: the client decides what the node can (each
 // limit of a 1.0.0 node one at a time) and its client.Fallback the rest. Check says when that
 // would happen, before the first request.
-func Needs(p Policy) string {
-	if p.Limit != nil && needsV12(p.Limit) {
-		return needs.V12
-	}
+func Needs(p Policy) string { return decide.Needs(spec(p)) }
+
+// spec is p as the decision's checks see it.
+func spec(p Policy) decide.Spec {
+	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
+		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
-		if rule.Limit != nil && needsV12(rule.Limit) {
-			return needs.V12
-		}
+		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
 	}
-	if p.Concurrency != nil {
-		return needs.V11
-	}
-	rel := needs.V10
-	for _, d := range decisions(p) {
-		if r := needs.Release(d.n, d.reserved); versions.Compare(rel, r) < 0 {
-			rel = r
-		}
-	}
-	return rel
-}
-
-// needsV12 reports whether l needs library 1.2.0: a Calendar, or a Penalty (which is decided
-// with the principal's block in one rl_multi). Every limit of the client has a Penalty field,
-// whether passed as a value or a pointer, or embedded in a type of the caller's.
-func needsV12(l client.Limit) bool {
-	if _, ok := calendarOf(l); ok {
-		return true
-	}
-	v := reflect.ValueOf(l)
-	for v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return false
-		}
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return false
-	}
-	sf, ok := v.Type().FieldByName("Penalty")
-	if !ok || sf.Type != reflect.TypeFor[time.Duration]() {
-		return false
-	}
-	f, err := v.FieldByIndexErr(sf.Index)
-	return err == nil && f.Int() != 0 // err: through a nil embedded pointer, no limit to read
-}
-
-// decision is limits of a Policy decided at once: how many, and whether one has a reserve.
-type decision struct {
-	n        int
-	reserved bool
-}
-
-// decisions are the sets of p's limits that are decided at once: its enforced ones and its
-// shadow ones, or all of them when the whole route is in shadow for some keys (Shadow, or an
-// EnforcePercent below 100).
-func decisions(p Policy) []decision {
-	var all, enforced, shadow decision
-	add := func(l client.Limit, inShadow bool) {
-		r := limitspec.Reserve(l) > 0
-		d := &enforced
-		if inShadow {
-			d = &shadow
-		}
-		d.n, d.reserved = d.n+1, d.reserved || r
-		all.n, all.reserved = all.n+1, all.reserved || r
-	}
-	if p.Limit != nil {
-		add(p.Limit, p.Shadow)
-	}
-	for _, rule := range p.Also {
-		add(rule.Limit, p.Shadow || rule.Shadow)
-	}
-	if p.Shadow || p.EnforcePercent > 0 && p.EnforcePercent < 100 {
-		return []decision{all}
-	}
-	return []decision{enforced, shadow}
+	return s
 }
 
 // Check verifies that every primary of the Limiter's servers runs the library release each
@@ -148,36 +78,20 @@ func (m *Middleware) Check(ctx context.Context) error {
 	if !ok {
 		return ErrNoVersionChecker
 	}
-	byRelease := map[string][]string{}
+	var names, rels []string
 	for _, p := range m.policies {
 		if p.Limit == nil && p.Concurrency == nil && len(p.Also) == 0 {
 			continue // a route without limits needs no library
 		}
-		rel := Needs(p)
-		byRelease[rel] = append(byRelease[rel], p.Name)
+		names, rels = append(names, p.Name), append(rels, Needs(p))
 	}
-	if len(byRelease) == 0 {
-		if err := vc.CheckVersion(ctx, ""); err != nil {
-			return fmt.Errorf("httplimit: check: %w", err)
-		}
-		return nil
+	missing, err := decide.CheckReleases(ctx, vc, names, rels)
+	if err != nil {
+		return fmt.Errorf("httplimit: check: %w", err)
 	}
-	releases := make([]string, 0, len(byRelease))
-	for rel := range byRelease {
-		releases = append(releases, rel)
-	}
-	// newest first: when every node runs it, the older ones need no round trip
-	slices.SortFunc(releases, func(a, b string) int { return versions.Compare(b, a) })
 	var errs []error
-	for i, rel := range releases {
-		err := vc.CheckVersion(ctx, rel)
-		if err == nil {
-			if i == 0 {
-				return nil
-			}
-			break // every older release passes too
-		}
-		errs = append(errs, &ReleaseError{Policies: byRelease[rel], Release: rel, Err: err})
+	for _, ms := range missing {
+		errs = append(errs, &ReleaseError{Policies: ms.Policies, Release: ms.Release, Err: ms.Err})
 	}
 	return errors.Join(errs...)
 }
@@ -190,37 +104,22 @@ func validPolicy(p Policy) error {
 		return err
 	}
 	if p.Limit != nil {
-		if err := validLimit(p.Limit); err != nil {
-			return &PolicyError{Name: p.Name, Reason: "Limit: " + limitReason(err), Err: err}
+		if err := decide.ValidLimit(p.Limit); err != nil {
+			return &PolicyError{Name: p.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
 	if p.Concurrency != nil {
 		if err := p.Concurrency.Validate(); err != nil {
-			return &PolicyError{Name: p.Name, Reason: "Concurrency: " + limitReason(err), Err: err}
+			return &PolicyError{Name: p.Name, Reason: "Concurrency: " + decide.LimitReason(err), Err: err}
 		}
 	}
+	if o := p.Outcome; o != nil && o.CheckFirst && p.Limit == nil && len(p.Also) == 0 {
+		return &PolicyError{Name: p.Name, Reason: "Outcome.CheckFirst needs a Limit"}
+	}
 	for _, rule := range p.Also {
-		if err := validLimit(rule.Limit); err != nil {
-			return &PolicyError{Name: rule.Name, Reason: "Limit: " + limitReason(err), Err: err}
+		if err := decide.ValidLimit(rule.Limit); err != nil {
+			return &PolicyError{Name: rule.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
 	return nil
-}
-
-// validLimit is l's Validate, and refuses a nil pointer to a limit, whose Validate would
-// dereference it.
-func validLimit(l client.Limit) error {
-	if v := reflect.ValueOf(l); v.Kind() == reflect.Pointer && v.IsNil() {
-		return &client.LimitError{Field: "limit", Reason: "must not be nil"}
-	}
-	return l.Validate()
-}
-
-// limitReason is a limit's error without the client's prefix, which PolicyError has its own of.
-func limitReason(err error) string {
-	var le *client.LimitError
-	if errors.As(err, &le) {
-		return le.Field + " " + le.Reason
-	}
-	return err.Error()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // Defaults of TransportOptions.
@@ -63,9 +64,10 @@ type TransportOptions struct {
 // *client.Limiter's default, client.LocalFallback, paces it in-process while the server
 // cannot; client.FailOpen sends it unpaced.
 type Transport struct {
-	base http.RoundTripper
-	lim  Decider
-	opts TransportOptions
+	base  http.RoundTripper
+	lim   Decider
+	opts  TransportOptions
+	pacer decide.Pacer
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -129,19 +131,13 @@ func NewTransport(base http.RoundTripper, lim Decider, opts TransportOptions) (*
 		opts.Now = time.Now
 	}
 	if opts.Sleep == nil {
-		opts.Sleep = sleep
+		opts.Sleep = decide.Sleep
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
-	return &Transport{base: base, lim: lim, opts: opts}, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if hold(ctx, d) {
-		return nil
-	}
-	return ctx.Err()
+	return &Transport{base: base, lim: lim, opts: opts, pacer: decide.Pacer{Lim: lim, Limit: opts.Limit,
+		MaxWait: opts.MaxWait, Jitter: opts.Jitter, Now: opts.Now, Sleep: opts.Sleep, Rand: opts.Rand}}, nil
 }
 
 // RoundTrip paces req, sends it, and sends it again after a 429's Retry-After while the
@@ -167,12 +163,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			return resp, nil // the server said nothing of when: its answer stands
 		}
-		if !t.mayWait(ctx, wait) {
-			return resp, nil // also keeps the jitter's sum from overflowing
-		}
 		// The jitter stops at MaxWait and at the deadline: the server's wait fits, and a
 		// retry within it is worth more than a 429 returned for the sake of spreading.
-		wait = min(wait+t.jitter(wait), t.room(ctx))
+		wait, ok = t.pacer.RetryWait(ctx, wait, time.Second)
+		if !ok {
+			return resp, nil
+		}
 		next, err := rewind(req)
 		if err != nil {
 			return resp, nil // the body cannot be made again: the 429 stands
@@ -190,57 +186,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // pace waits until the limiter admits a request of key, within ctx.
 func (t *Transport) pace(ctx context.Context, key string) error {
-	for {
-		res, err := t.lim.Allow(ctx, key, t.opts.Limit)
-		if err != nil {
-			return fmt.Errorf("httplimit: Transport: %w", err)
-		}
-		wait := res.Delay
-		if !res.Allowed {
-			// A refusal is never a licence to send, even one whose wait rounded to nothing.
-			wait = max(res.RetryAfter, time.Millisecond)
-		}
-		if wait <= 0 {
-			return nil
-		}
-		switch {
-		case wait == client.Never:
-			return &WaitError{Key: key, Wait: wait, Reason: "admits no request: its cost is above the limit"}
-		case wait > t.opts.MaxWait:
-			return &WaitError{Key: key, Wait: wait, Reason: "is longer than MaxWait " + t.opts.MaxWait.String()}
-		case !t.mayWait(ctx, wait):
-			return &WaitError{Key: key, Wait: wait, Reason: "passes the request's deadline"}
-		}
-		if err := t.opts.Sleep(ctx, wait); err != nil {
-			return fmt.Errorf("httplimit: waiting for the rate limit of %q: %w", key, err)
-		}
-		if res.Allowed {
-			return nil // admitted with a delay, now served
-		}
+	wait, reason, slept, err := t.pacer.Pace(ctx, key)
+	switch {
+	case slept:
+		return fmt.Errorf("httplimit: waiting for the rate limit of %q: %w", key, err)
+	case err != nil:
+		return fmt.Errorf("httplimit: Transport: %w", err)
+	case reason != "":
+		return &WaitError{Key: key, Wait: wait, Reason: reason}
 	}
-}
-
-// mayWait reports whether a wait of d fits within MaxWait and ctx's deadline.
-func (t *Transport) mayWait(ctx context.Context, d time.Duration) bool {
-	if d > t.opts.MaxWait {
-		return false
-	}
-	deadline, ok := ctx.Deadline()
-	return !ok || !t.opts.Now().Add(d).After(deadline)
-}
-
-// room is the longest wait within MaxWait and ctx's deadline.
-func (t *Transport) room(ctx context.Context) time.Duration {
-	if deadline, ok := ctx.Deadline(); ok {
-		return min(t.opts.MaxWait, deadline.Sub(t.opts.Now()))
-	}
-	return t.opts.MaxWait
+	return nil
 }
 
 // jitter is the random share added to a wait of d.
-func (t *Transport) jitter(d time.Duration) time.Duration {
-	return time.Duration(t.opts.Rand() * t.opts.Jitter * float64(max(d, time.Second)))
-}
+func (t *Transport) jitter(d time.Duration) time.Duration { return t.pacer.JitterOf(d, time.Second) }
 
 // retryAfter reads a Retry-After: delay-seconds or an HTTP-date (RFC 9110, section 10.2.3).
 func retryAfter(v string, now time.Time) (time.Duration, bool) {

@@ -1,0 +1,42 @@
+// Package grpclimit is gRPC interceptors that rate-limit calls with a client.Limiter, the
+// gRPC side of httplimit, sharing its decisions: server interceptors (unary and stream) that
+// refuse a call ResourceExhausted with the exact wait in a google.rpc.RetryInfo, and client
+// interceptors that pace a service's own calls and wait out a server's RetryInfo.
+//
+// # Server
+//
+// NewServer takes a policy per full method name (ServerOptions.Methods, "/package.Service/*"
+// for a whole service, Default for the rest) and a Key that reads the call's principal: Peer,
+// Metadata, TLSIdentity, or a function of the caller's. A call a policy limits is decided when
+// it arrives, a stream once when it opens. An admitted call gets the draft RateLimit fields as
+// header metadata,
+//
+//	ratelimit-policy: "<policy>";q=<limit>;w=<window seconds>
+//	ratelimit: "<policy>";r=<remaining>;t=<seconds>
+//
+// as httplimit sends them (the same values: see its documentation). A refused call is
+// answered codes.ResourceExhausted, never Unavailable (which clients and meshes retry at
+// once), with the details
+//
+//	google.rpc.RetryInfo     retry_delay: the exact wait, in milliseconds (none when no wait helps)
+//	google.rpc.QuotaFailure  one violation: subject "policy:<policy>", quota_id "<policy>"
+//
+// and the same metadata with t the wait. A hidden quota (Policy.HideQuota) sends the
+// RetryInfo alone. A call without a key (ErrEmptyKey, or the Key's error) is InvalidArgument;
+// a policy that cannot be valid Internal; a limiter that could not decide (only with
+// client.ReturnError) ServerOptions.ErrorCode, Internal by default, or the call is served
+// with FailOpen.
+//
+// Policies have httplimit's ideas: several limits all or nothing (Also), shadow mode and a
+// share of keys enforced (Shadow, EnforcePercent), critical methods using the reserve
+// (Critical), a concurrency lease held for the whole call, a stream's whole life
+// (Concurrency), and counting by outcome (Outcome).
+//
+// # Client
+//
+// NewClient's interceptors pace outgoing calls through a limit shared by every instance
+// (ClientOptions.Limit), as httplimit.Transport does for HTTP, and send a unary call refused
+// ResourceExhausted with a RetryInfo again after that wait plus jitter, within the call's
+// deadline, when its method is idempotent: declared so in its proto (idempotency_level), or
+// marked by ClientOptions.Idempotent. A call not safe to repeat is never sent again.
+package grpclimit

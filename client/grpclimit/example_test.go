@@ -1,0 +1,205 @@
+package grpclimit_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/client/grpclimit"
+)
+
+// A gRPC server whose calls are counted per API key (the "x-api-key" metadata): bursts of 100
+// and 10 a second for the whole service, uploads shaped to 2 a second, health checks free.
+func Example() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits, err := grpclimit.NewServer(lim, grpclimit.ServerOptions{
+		Key: grpclimit.Metadata("x-api-key"),
+		Methods: map[string]grpclimit.Policy{
+			"/shop.v1.Shop/*": {Name: "api", Limit: client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second}},
+			"/shop.v1.Shop/Upload": {Name: "upload", Limit: client.LeakyBucket{
+				Capacity: 10, Rate: 2, Period: time.Second, Mode: client.Shape}},
+			"/grpc.health.v1.Health/Check": {}, // not limited
+		},
+		MaxDelay: 5 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err) // a policy that cannot be valid, named
+	}
+	// Every node runs the library release the policies need, before the first call.
+	if err := limits.Check(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(limits.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(limits.StreamInterceptor()))
+	// register the services here, then
+	lis, err := net.Listen("tcp", "127.0.0.1:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(srv.Serve(lis))
+}
+
+// budget is a Decider for this example alone, admitting n calls of each key: a service uses a
+// *client.Limiter.
+type budget struct{ used map[string]int64 }
+
+func (b *budget) Allow(_ context.Context, key string, l client.Limit) (client.Result, error) {
+	limit := l.Quota().Limit
+	if b.used[key] >= limit {
+		return client.Result{Limit: limit, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Minute}, nil
+	}
+	b.used[key]++
+	return client.Result{Allowed: true, Limit: limit, Remaining: limit - b.used[key], ResetAfter: time.Minute}, nil
+}
+
+// What a client sees: the quota state in the header metadata of an admitted call, and a
+// refusal as ResourceExhausted with the exact wait in a RetryInfo and the policy in a
+// QuotaFailure.
+func Example_refusal() {
+	limits, err := grpclimit.NewServer(&budget{used: map[string]int64{}}, grpclimit.ServerOptions{
+		Key:     grpclimit.Metadata("x-api-key"),
+		Default: grpclimit.Policy{Name: "health", Limit: client.FixedWindow{Limit: 1, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(limits.UnaryInterceptor()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///example",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1")
+
+	var md metadata.MD
+	_, err = health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+	fmt.Println(err, md.Get("ratelimit-policy"), md.Get("ratelimit"))
+
+	_, err = health.Check(ctx, &healthpb.HealthCheckRequest{})
+	fmt.Println(status.Code(err))
+	for _, d := range status.Convert(err).Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			fmt.Println("retry in", d.GetRetryDelay().AsDuration())
+		case *errdetails.QuotaFailure:
+			fmt.Println("policy", d.GetViolations()[0].GetQuotaId())
+		}
+	}
+	wait, _ := grpclimit.RetryDelay(err)
+	fmt.Println(wait)
+	// Output:
+	// <nil> ["health";q=1;w=60] ["health";r=0;t=60]
+	// ResourceExhausted
+	// retry in 1.5s
+	// policy health
+	// 1.5s
+}
+
+// A service calling a rate-limited gRPC API paces its calls through a limit every instance
+// shares (a leaky bucket spacing them 100ms apart), and waits out the API's RetryInfo for the
+// methods safe to repeat: GetPrice is; PlaceOrder is not, and is never sent twice.
+func ExampleNewClient() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pacer, err := grpclimit.NewClient(lim, grpclimit.ClientOptions{
+		Limit:      client.LeakyBucket{Capacity: 50, Rate: 10, Period: time.Second, Mode: client.Shape},
+		Idempotent: func(method string) bool { return method == "/market.v1.Market/GetPrice" },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient("dns:///market.internal:443",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(pacer.UnaryInterceptor()),
+		grpc.WithChainStreamInterceptor(pacer.StreamInterceptor()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	// market.NewMarketClient(conn) ...
+}
+
+// A login method counts failed attempts only: five a minute per user, peeked before the
+// handler and charged after a failure, so that a user who types the password right is never
+// refused for it. A concurrency lease of one per user closes the gap of the peek (calls in
+// flight at once could each pass it), and the quota is hidden from whoever is guessing.
+func Example_login() {
+	login := grpclimit.Policy{
+		Name:        "login",
+		Limit:       client.FixedWindow{Limit: 5, Window: time.Minute},
+		Outcome:     &grpclimit.Outcome{Count: grpclimit.Failures, CheckFirst: true},
+		Concurrency: &client.Concurrency{Limit: 1, Lease: 10 * time.Second},
+		HideQuota:   true,
+	}
+	opts := grpclimit.ServerOptions{
+		Key:     grpclimit.Metadata("x-user"),
+		Methods: map[string]grpclimit.Policy{"/auth.v1.Auth/Login": login},
+	}
+	fmt.Println(grpclimit.Needs(login), opts.Methods["/auth.v1.Auth/Login"].Outcome.Count(codes.Unauthenticated))
+	// Output:
+	// 1.1.0 true
+}
+
+// An LLM gateway's "60 calls and 150,000 tokens per minute" per organisation, decided all or
+// nothing: the tokens' limit takes the call's estimate (its max_tokens, here in the "x-max-tokens"
+// metadata), the calls' limit 1; once the call is served, the handler reports the tokens it
+// really used in the "rlfn-cost" trailer, which replace the estimate.
+func Example_tokens() {
+	estimate := func(ctx context.Context, _ string, _ any) int64 {
+		v := metadata.ValueFromIncomingContext(ctx, "x-max-tokens")
+		if len(v) == 0 {
+			return 4096
+		}
+		n, _ := strconv.ParseInt(v[0], 10, 64)
+		return n
+	}
+	completions := grpclimit.Policy{
+		Name:  "calls",
+		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
+		Also: []grpclimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate,
+			Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}}},
+		Outcome: &grpclimit.Outcome{CostTrailer: "rlfn-cost"},
+	}
+	// In the handler, once the tokens are counted:
+	//	grpc.SetTrailer(ctx, metadata.Pairs("rlfn-cost", strconv.Itoa(used)))
+	fmt.Println(grpclimit.Needs(completions))
+	// Output:
+	// 1.1.0
+}

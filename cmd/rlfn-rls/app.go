@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"github.com/valkey-io/valkey-go"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/rls"
+)
+
+// run runs the app with args and returns the process's exit code.
+func run(args []string, stderr io.Writer) int {
+	app := newApp(stderr)
+	if err := app.Run(args); err != nil {
+		fmt.Fprintln(stderr, "rlfn-rls:", err)
+		return 1
+	}
+	return 0
+}
+
+func newApp(stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "rlfn-rls",
+		Usage:     "an Envoy rate limit service deciding with rlfn's library",
+		ErrWriter: stderr,
+		Writer:    stderr,
+		// Errors are returned to run, never exit here, so tests run the app in-process.
+		ExitErrHandler: func(*cli.Context, error) {},
+		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
+		// of one flag in the environment are separated by semicolons instead.
+		SliceFlagSeparator: ";",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
+			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
+			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
+			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
+			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
+			&cli.IntFlag{Name: "max-in-flight", Value: 1000, EnvVars: []string{"RLFN_RLS_MAX_IN_FLIGHT"}, Usage: "requests decided at once; more are refused at once (RESOURCE_EXHAUSTED)"},
+			&cli.DurationFlag{Name: "deadline", Value: 100 * time.Millisecond, EnvVars: []string{"RLFN_RLS_DEADLINE"}, Usage: "bound of each call to the server"},
+			&cli.StringFlag{Name: "fallback", Value: "return_error", EnvVars: []string{"RLFN_RLS_FALLBACK"}, Usage: "what a request the server cannot decide gets: return_error (a gRPC error: Envoy's failure_mode_deny decides), local, fail_closed, fail_open"},
+			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more (in the environment, separated by ;)"},
+			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
+			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
+			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},
+			&cli.BoolFlag{Name: "dynamic-metadata", EnvVars: []string{"RLFN_RLS_DYNAMIC_METADATA"}, Usage: "add the response's dynamic metadata: the request, and the metadata of the descriptors within their limits (the reference's RESPONSE_DYNAMIC_METADATA)"},
+			&cli.IntFlag{Name: "denial-cache", EnvVars: []string{"RLFN_RLS_DENIAL_CACHE"}, Usage: "answer repeated denials from memory until their retry time, for up to this many keys (the reference's local cache); 0: off"},
+			&cli.StringFlag{Name: "prefix", EnvVars: []string{"RLFN_RLS_PREFIX"}, Usage: `start of every server key (default "rl:")`},
+			&cli.DurationFlag{Name: "max-connection-age", Value: 24 * time.Hour, EnvVars: []string{"RLFN_RLS_MAX_CONNECTION_AGE"}, Usage: "close a proxy's gRPC connection after this long (an hour's grace), so that connections spread over new replicas (the reference's GRPC_MAX_CONNECTION_AGE)"},
+			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		},
+		Action: serve,
+	}
+}
+
+func serve(c *cli.Context) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
+	cfg, err := files.Load()
+	if err != nil {
+		return err
+	}
+	if err := checkNumbers(c); err != nil {
+		return err
+	}
+	headers, err := parseHeaders(c.String("headers"))
+	if err != nil {
+		return err
+	}
+	base, err := parseFallback(c.String("fallback"))
+	if err != nil {
+		return fmt.Errorf("--fallback: %w", err)
+	}
+	policies := map[string]rls.Policy{}
+	for _, p := range c.StringSlice("policy") {
+		domain, pol, err := parsePolicy(p)
+		if err != nil {
+			return fmt.Errorf("--policy %q: %w", p, err)
+		}
+		policies[domain] = pol
+	}
+	opt, err := parseURL(c.String("url"))
+	if err != nil {
+		return err
+	}
+	if file := c.String("tls-ca"); file != "" && (opt.TLSConfig != nil || file != os.Getenv("RLFN_TLS_CA")) {
+		// $RLFN_TLS_CA with a plain URL is no mistake (it serves the environment's TLS URLs,
+		// as for the CLI); --tls-ca with one is.
+		if opt.TLSConfig == nil {
+			return errors.New("--tls-ca needs a rediss:// or valkeys:// URL")
+		}
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--tls-ca: no PEM certificate in %s", file)
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	vk, err := valkey.NewClient(opt)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", redact(c.String("url")), err)
+	}
+	defer vk.Close()
+
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	metrics, err := rls.NewMetrics(mp)
+	if err != nil {
+		return err
+	}
+	metrics.ConfigLoaded(nil)
+
+	limiters, err := rls.NewLimiters(vk, client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base,
+		Instances: c.Int("instances"), DenialCache: c.Int("denial-cache"), MeterProvider: mp}, policies)
+	if err != nil {
+		return err
+	}
+	// Close stops the denial caches once the last request is answered.
+	defer func() { _ = limiters.Close(context.Background()) }()
+	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
+	srv := rls.NewServer(svc, rls.ServerOptions{
+		MaxInFlight:      c.Int("max-in-flight"),
+		MaxConnectionAge: c.Duration("max-connection-age"),
+		Check:            func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
+		CheckEvery:       c.Duration("check-every"),
+		Metrics:          promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Log:              log,
+	})
+	g, err := net.Listen("tcp", c.String("grpc"))
+	if err != nil {
+		return err
+	}
+	var h net.Listener
+	if addr := c.String("http"); addr != "" {
+		if h, err = net.Listen("tcp", addr); err != nil {
+			g.Close()
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		if err := rls.Watch(ctx, files, svc, metrics, log, 200*time.Millisecond); err != nil {
+			log.Error("configuration reload stopped", "err", err)
+		}
+	}()
+	attrs := []any{"grpc", g.Addr().String(), "domains", len(cfg.Domains())}
+	if h != nil {
+		attrs = append(attrs, "http", h.Addr().String())
+	}
+	log.Info("serving", attrs...)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(g, h) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("requests still in flight after --shutdown-timeout %s were cut", c.Duration("shutdown-timeout"))
+		}
+		return err
+	}
+	return nil
+}
+
+// checkNumbers refuses a number or duration the service cannot use, naming its flag: below
+// the flag, the libraries would take 0 for their default or say which of their options is
+// wrong, not which flag.
+func checkNumbers(c *cli.Context) error {
+	for _, name := range []string{"max-in-flight", "instances"} {
+		if n := c.Int(name); n < 1 {
+			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
+		}
+	}
+	if n := c.Int("denial-cache"); n < 0 {
+		return fmt.Errorf("--denial-cache %d: must be 0 (off) or more", n)
+	}
+	for _, name := range []string{"deadline", "check-every", "shutdown-timeout", "max-connection-age"} {
+		if d := c.Duration(name); d <= 0 {
+			return fmt.Errorf("--%s %s: must be more than 0", name, d)
+		}
+	}
+	return nil
+}
+
+func parseHeaders(s string) (rls.Headers, error) {
+	switch s {
+	case "none", "":
+		return rls.NoHeaders, nil
+	case "reference":
+		return rls.ReferenceHeaders, nil
+	case "draft":
+		return rls.DraftHeaders, nil
+	}
+	return 0, fmt.Errorf("--headers %q: one of none, reference, draft", s)
+}
+
+func parseFallback(s string) (client.Fallback, error) {
+	switch s {
+	case "return_error":
+		return client.ReturnError, nil
+	case "local":
+		return client.LocalFallback, nil
+	case "fail_closed":
+		return client.FailClosed, nil
+	case "fail_open":
+		return client.FailOpen, nil
+	}
+	return 0, fmt.Errorf("%q is not one of return_error, local, fail_closed, fail_open", s)
+}
+
+// parsePolicy reads domain:fallback=fail_open,deadline=50ms.
+func parsePolicy(s string) (string, rls.Policy, error) {
+	var p rls.Policy
+	domain, rest, ok := strings.Cut(s, ":")
+	if !ok || domain == "" || rest == "" {
+		return "", p, errors.New("want domain:fallback=...,deadline=...")
+	}
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "fallback":
+			f, err := parseFallback(v)
+			if err != nil {
+				return "", p, err
+			}
+			p.Fallback, p.HasFallback = f, true
+		case "deadline":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return "", p, fmt.Errorf("deadline %q is not a positive duration", v)
+			}
+			p.Deadline = d
+		default:
+			return "", p, fmt.Errorf("unknown setting %q: fallback or deadline", k)
+		}
+	}
+	return domain, p, nil
+}

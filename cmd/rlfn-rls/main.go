@@ -1,0 +1,16 @@
+// Command rlfn-rls is an Envoy rate limit service (envoy.service.ratelimit.v3) that decides
+// with rlfn's library, configured by envoyproxy/ratelimit's YAML files and rlfn's
+// extensions. It is a binary of its own, not an rlfn subcommand, so that the CLI carries no
+// gRPC server and the service's image holds only what serving needs.
+package main
+
+import (
+	"os"
+	// Go's copy of the zone database: a calendar's time_zone loads in a FROM scratch image.
+	_ "time/tzdata"
+)
+
+// main is the only place that exits.
+func main() {
+	os.Exit(run(os.Args, os.Stderr))
+}

@@ -1,0 +1,291 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// MaxInFlight bounds the requests decided at once; one more is refused at once with
+	// RESOURCE_EXHAUSTED (HTTP 503), rather than queued while the backend stalls until the
+	// process runs out of memory. Default (0): 1000.
+	MaxInFlight int
+	// Check says whether the backend can decide (every primary runs a library release the
+	// configuration needs); the server is SERVING only while it returns nil. Default: always.
+	Check func(context.Context) error
+	// CheckEvery is how often Check runs. Default (0): 5s.
+	CheckEvery time.Duration
+	// MaxConnectionAge closes a client's connection after this long (with MaxConnectionAge
+	// of grace for its requests in flight), so that the connections of long-lived proxies
+	// spread over replicas added since. Defaults (0): 24h and 1h, as the reference's
+	// GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
+	Metrics http.Handler
+	Log     *slog.Logger
+}
+
+// Server serves a Service: ShouldRateLimit and gRPC health on one listener, and on
+// another HTTP: POST /json (the reference's JSON endpoint: a RateLimitRequest in protobuf
+// JSON, the response in it, 429 when over the limit), /healthcheck and /metrics.
+type Server struct {
+	svc    *Service
+	o      ServerOptions
+	sem    chan struct{}
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server
+
+	mu      sync.Mutex
+	serving bool
+	stop    chan struct{}
+	once    sync.Once
+}
+
+// httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
+// maxJSON on any network a rate limit service sits on. A variable for the tests.
+var httpReadTimeout = 10 * time.Second
+
+// serviceName is the RLS service's name in gRPC health.
+const serviceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// NewServer returns a Server of svc, not yet serving.
+func NewServer(svc *Service, o ServerOptions) *Server {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1000
+	}
+	if o.CheckEvery <= 0 {
+		o.CheckEvery = 5 * time.Second
+	}
+	if o.MaxConnectionAge <= 0 {
+		o.MaxConnectionAge = 24 * time.Hour
+	}
+	if o.MaxConnectionAgeGrace <= 0 {
+		o.MaxConnectionAgeGrace = time.Hour
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{svc: svc, o: o, sem: make(chan struct{}, o.MaxInFlight), health: health.NewServer(), stop: make(chan struct{})}
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
+	pb.RegisterRateLimitServiceServer(s.grpc, svc)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.setServing(false)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.HandleFunc("GET /healthcheck", s.serveHealth)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	// A client that sends its request slowly, or keeps its connection idle, must not hold a
+	// goroutine for ever: --max-in-flight bounds only the requests read whole.
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout, IdleTimeout: 2 * time.Minute}
+	return s
+}
+
+// bound refuses a request at once when MaxInFlight are being decided.
+func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod != "/"+serviceName+"/ShouldRateLimit" {
+		return handler(ctx, req)
+	}
+	if !s.enter(ctx) {
+		return nil, status.Error(codes.ResourceExhausted, "too many requests in flight")
+	}
+	defer s.leave(ctx)
+	return handler(ctx, req)
+}
+
+// enter takes a place among the MaxInFlight requests, or reports there is none, counted as
+// an overload. A request that entered calls leave when answered.
+func (s *Server) enter(ctx context.Context) bool {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.svc.metrics.overload(ctx)
+		return false
+	}
+	s.svc.metrics.flight(ctx, 1)
+	return true
+}
+
+func (s *Server) leave(ctx context.Context) {
+	<-s.sem
+	s.svc.metrics.flight(ctx, -1)
+}
+
+// maxJSON bounds a /json request's body: gRPC's own default bound is 4 MiB, and no Envoy
+// descriptor needs a quarter of it.
+const maxJSON = 1 << 20
+
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSON))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			// Cut at the bound, the JSON would be refused as truncated: say why instead.
+			http.Error(w, "request body larger than 1 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req pb.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		http.Error(w, "not a RateLimitRequest in protobuf JSON: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !s.enter(r.Context()) {
+		http.Error(w, "too many requests in flight", http.StatusServiceUnavailable)
+		return
+	}
+	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
+	s.leave(r.Context())
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if status.Code(err) == codes.InvalidArgument {
+			code = http.StatusBadRequest
+		}
+		http.Error(w, status.Convert(err).Message(), code)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if !s.Serving() {
+		http.Error(w, "NOT SERVING", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "OK\n")
+}
+
+// Serving reports whether the server answers SERVING.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving
+}
+
+func (s *Server) setServing(ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+		// A check that ends after Shutdown never turns a stopping server SERVING again.
+		ok = false
+	default:
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	if ok != s.serving {
+		s.o.Log.Info("health", "serving", ok)
+	}
+	s.serving = ok
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(serviceName, st)
+}
+
+// Serve serves gRPC on g and HTTP on h (nil: no HTTP) until Shutdown, and checks the backend
+// every CheckEvery meanwhile. It returns the first listener's error, nil after Shutdown.
+func (s *Server) Serve(g, h net.Listener) error {
+	errs := make(chan error, 2)
+	go func() { errs <- s.grpc.Serve(g) }()
+	if h != nil {
+		go func() {
+			err := s.http.Serve(h)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	go s.checkLoop()
+	select {
+	case err := <-errs:
+		return err
+	case <-s.stop:
+		return nil
+	}
+}
+
+func (s *Server) checkLoop() {
+	t := time.NewTicker(s.o.CheckEvery)
+	defer t.Stop()
+	for {
+		s.check()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) check() {
+	if s.o.Check == nil {
+		s.setServing(true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.CheckEvery)
+	defer cancel()
+	err := s.o.Check(ctx)
+	if err != nil {
+		s.o.Log.Warn("the backend cannot decide", "err", err)
+	}
+	s.setServing(err == nil)
+}
+
+// Shutdown stops serving: health turns NOT_SERVING at once (so that load balancers stop
+// sending), the requests being decided finish, and ctx bounds the wait, after which the
+// remaining ones are cut and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() { close(s.stop) })
+	s.health.Shutdown()
+	s.mu.Lock()
+	s.serving = false
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	err := s.http.Shutdown(ctx)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	return err
+}

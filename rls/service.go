@@ -1,0 +1,631 @@
+// Package rls is an Envoy rate limit service (envoy.service.ratelimit.v3, ShouldRateLimit)
+// that decides with rlfn's library through the Go client. Its configuration is
+// envoyproxy/ratelimit's YAML, with rlfn's extensions (see internal/envoyconf and
+// docs/envoy.md).
+//
+// A Service is the decisions, with no network of its own: Server puts it behind gRPC and
+// HTTP/JSON, Watch reloads its configuration.
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/envoyconf"
+)
+
+// Headers chooses the rate limit headers a response asks Envoy to add.
+type Headers uint8
+
+const (
+	NoHeaders Headers = iota // the default: none, as the reference without LIMIT_RESPONSE_HEADERS_ENABLED
+	// ReferenceHeaders are envoyproxy/ratelimit's, under its default names (with
+	// LIMIT_RESPONSE_HEADERS_ENABLED): RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, of the descriptor closest to its limit, a refusing one first.
+	ReferenceHeaders
+	// DraftHeaders are the IETF draft's RateLimit and RateLimit-Policy (draft 11), one item per
+	// limited descriptor.
+	DraftHeaders
+)
+
+// Policy is how one domain's decisions meet a slow or failed backend (see NewLimiters).
+type Policy struct {
+	// Deadline bounds each call to the server (client.Options.Deadline). Default (0): the
+	// base options' deadline.
+	Deadline time.Duration
+	// Fallback is what a call the server cannot decide returns, when HasFallback is set;
+	// otherwise the base options' (rlfn-rls: client.ReturnError, so that a backend failure
+	// reaches Envoy as a gRPC error and Envoy's failure_mode_deny decides, never a silent OK).
+	Fallback    client.Fallback
+	HasFallback bool
+}
+
+// LimiterFor returns the Limiter deciding a domain's requests: one per Policy, so that a
+// domain's deadline and fallback are its own.
+type LimiterFor func(domain string) *client.Limiter
+
+// Service answers ShouldRateLimit. It is safe for concurrent use; SetConfig swaps the
+// configuration between requests, and a request keeps the configuration it started with.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	limiter LimiterFor
+	config  atomic.Pointer[envoyconf.Config]
+	headers Headers
+	shadow  bool
+	// dynamicMetadata: see Options.DynamicMetadata.
+	dynamicMetadata bool
+	metrics         *Metrics
+	now             func() time.Time
+	prefix          string
+}
+
+// Options configure a Service.
+type Options struct {
+	Headers Headers
+	// ShadowMode answers every request OK overall (the reference's global SHADOW_MODE): the
+	// statuses still say which descriptors are over their limits, and a request they refuse
+	// still takes nothing.
+	ShadowMode bool
+	// DynamicMetadata adds the response's dynamic metadata as the reference does with
+	// RESPONSE_DYNAMIC_METADATA (the request's domain, descriptors and hits, and the
+	// configuration's metadata of the descriptors within their limits).
+	DynamicMetadata bool
+	// Metrics records what the service decides; nil records nothing.
+	Metrics *Metrics
+	// Now is the clock the fixed window's time until reset is read from when the server has
+	// counted nothing yet (a cost of 0 on an empty window). Default: time.Now.
+	Now func() time.Time
+	// KeyPrefix starts every principal rlfn keys a descriptor by, before the domain.
+	// Default "": the client's own prefix is enough to keep the service's keys apart.
+	KeyPrefix string
+}
+
+// NewService returns a Service deciding with limiter's Limiters, starting with cfg.
+func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
+	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, dynamicMetadata: o.DynamicMetadata, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.config.Store(cfg)
+	return s
+}
+
+// SetConfig replaces the configuration: requests that start after it use cfg.
+func (s *Service) SetConfig(cfg *envoyconf.Config) { s.config.Store(cfg) }
+
+// Config is the configuration in use.
+func (s *Service) Config() *envoyconf.Config { return s.config.Load() }
+
+// ShouldRateLimit decides every descriptor of req, all or nothing: either every limited
+// descriptor admits and each takes its hits, or none takes anything.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	cfg := s.Config()
+	resp, ds, err := s.shouldRateLimit(ctx, cfg, req)
+	s.metrics.request(ctx, cfg, req.GetDomain(), resp, ds, err, time.Since(start))
+	return resp, err
+}
+
+// descriptor is one descriptor of a request, as the configuration limits it.
+type descriptor struct {
+	rl       *envoyconf.RateLimit // nil: no limit
+	key      string               // the principal
+	holder   string               // a concurrency limit's holder, from the HolderKey entry
+	hits     int64
+	negative bool // is_negative_hits: a refund, or a lease's release
+	status   *pb.RateLimitResponse_DescriptorStatus
+	// taken: what this descriptor's decision took, for a refund when the request is refused
+	// after all (quota mode, a lease denied).
+	taken  bool
+	leases []*client.Lease
+	// shadowed: a shadow_mode descriptor that would have refused.
+	shadowed bool
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, req *pb.RateLimitRequest) (*pb.RateLimitResponse, []*descriptor, error) {
+	// The reference's messages for a request it cannot decide.
+	if req.GetDomain() == "" {
+		return nil, nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if cfg == nil {
+		return nil, nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	lim := s.limiter(req.Domain)
+	ds := make([]*descriptor, len(req.Descriptors))
+	replacing := map[string]bool{}
+	for i, d := range req.Descriptors {
+		desc, err := s.plan(cfg, req, d)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		ds[i] = desc
+		if desc.rl != nil {
+			for _, r := range desc.rl.Replaces {
+				replacing[r] = true
+			}
+		}
+	}
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
+	var enforced, quota, shadow []*descriptor
+	for _, d := range ds {
+		if d.rl != nil && d.rl.Name != "" && replacing[d.rl.Name] && !d.rl.Unlimited {
+			// Another descriptor of the request replaces this one's limit.
+			d.rl = nil
+		}
+		switch {
+		case d.rl == nil:
+			d.status = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		case d.rl.Unlimited:
+			d.status = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		case d.negative:
+			if err := s.giveBack(ctx, lim, d); err != nil {
+				return nil, nil, backendError(err)
+			}
+		case d.rl.ShadowMode:
+			shadow = append(shadow, d)
+		case d.rl.QuotaMode:
+			quota = append(quota, d)
+		default:
+			enforced = append(enforced, d)
+		}
+	}
+	admitted, err := s.decide(ctx, lim, enforced, false)
+	if err != nil {
+		return nil, nil, backendError(err)
+	}
+	if admitted && len(quota) > 0 {
+		// The reference refuses a request on quota descriptors only when all of them are
+		// over: each is decided alone, and the request stands if any admits.
+		some := false
+		for _, d := range quota {
+			ok, err := s.decide(ctx, lim, []*descriptor{d}, false)
+			if err != nil {
+				s.undo(lim, append(enforced, quota...))
+				return nil, nil, backendError(err)
+			}
+			some = some || ok
+		}
+		if !some {
+			admitted = false
+			s.undo(lim, enforced)
+		}
+	} else if len(quota) > 0 {
+		if _, err := s.decide(ctx, lim, quota, true); err != nil {
+			return nil, nil, backendError(err)
+		}
+	}
+	for _, d := range shadow {
+		// A shadow descriptor never refuses: it takes its hits when the request is admitted,
+		// and is only looked at when it is not (a refused request takes nothing).
+		if _, err := s.decide(ctx, lim, []*descriptor{d}, !admitted); err != nil {
+			if admitted {
+				s.undo(lim, append(enforced, quota...))
+			}
+			return nil, nil, backendError(err)
+		}
+		if d.status.Code == pb.RateLimitResponse_OVER_LIMIT {
+			d.shadowed = true
+			d.status.Code = pb.RateLimitResponse_OK
+		}
+	}
+	if !admitted && !s.shadow {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	for i, d := range ds {
+		resp.Statuses[i] = d.status
+	}
+	s.addHeaders(resp, ds)
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, ds)
+	}
+	return resp, ds, nil
+}
+
+// plan matches one descriptor of the request.
+func (s *Service) plan(cfg *envoyconf.Config, req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (*descriptor, error) {
+	hits := max(1, uint64(req.HitsAddend))
+	if d.GetHitsAddend() != nil {
+		// A descriptor's own hits_addend may be 0: it decides without taking.
+		hits = d.GetHitsAddend().GetValue()
+	}
+	if hits > maxHits {
+		return nil, fmt.Errorf("hits_addend %d is more than %d", hits, maxHits)
+	}
+	desc := &descriptor{hits: int64(hits), negative: d.GetIsNegativeHits()}
+	entries := make([]envoyconf.Entry, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		entries[i] = envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	var shared []string
+	if o := d.GetLimit(); o != nil {
+		// Envoy's per-descriptor override: a fixed window, as the reference reads it.
+		rl, err := envoyconf.Override(req.Domain, entries, o.GetRequestsPerUnit(), envoyconf.Unit(o.GetUnit()), int64(o.GetUnitMultiplier().GetValue()))
+		if err != nil {
+			return nil, err
+		}
+		desc.rl = rl
+	} else {
+		m := cfg.Match(req.Domain, entries)
+		desc.rl, shared = m.Limit, m.Shared
+	}
+	if desc.rl == nil || desc.rl.Unlimited {
+		return desc, nil
+	}
+	holderKey := ""
+	for _, l := range desc.rl.Limits {
+		if l.Slots != nil {
+			holderKey = l.HolderKey
+		}
+	}
+	var b strings.Builder
+	b.WriteString(s.prefix)
+	b.WriteString(escape(req.Domain))
+	for i, e := range entries {
+		if holderKey != "" && e.Key == holderKey {
+			desc.holder = e.Value
+			continue
+		}
+		v := e.Value
+		if i < len(shared) && shared[i] != "" {
+			v = shared[i]
+		}
+		b.WriteByte('/')
+		b.WriteString(escape(e.Key))
+		b.WriteByte('=')
+		b.WriteString(escape(v))
+	}
+	desc.key = b.String()
+	if len(desc.key) > maxKey {
+		// A principal as long as the request's values would cost the server that much per
+		// limiter: a long one is keyed by its hash.
+		sum := sha256.Sum256([]byte(desc.key))
+		desc.key = s.prefix + "sha256:" + hex.EncodeToString(sum[:])
+	}
+	if holderKey != "" && desc.holder == "" {
+		return nil, fmt.Errorf("the concurrency limit of %s needs the entry %q naming the lease's holder", desc.rl.FullKey, holderKey)
+	}
+	return desc, nil
+}
+
+// maxKey is the longest principal kept as it is, below the client's 512 bytes.
+const maxKey = 256
+
+// maxHits is the most units the library takes in one call.
+const maxHits = 999999999999999
+
+var escaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
+
+// escape keeps the principal's composition unambiguous: no domain, key or value can end
+// another's part early.
+func escape(s string) string { return escaper.Replace(s) }
+
+// decide runs one all-or-nothing decision over ds's limits (peek: without taking), and
+// sets each descriptor's status. It reports whether every limit admitted.
+func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descriptor, peek bool) (bool, error) {
+	var rules []client.Rule
+	var owners [][]int // the descriptors of each rule
+	var limits []envoyconf.Limit
+	type ruleID struct {
+		key   string
+		limit *envoyconf.Limit // the configuration's, so one limit of it is one ID
+	}
+	index := map[ruleID]int{}
+	for i, d := range ds {
+		for k := range d.rl.Limits {
+			l := d.rl.Limits[k]
+			if l.Client == nil {
+				continue
+			}
+			// Envoy sends one descriptor twice when two of a route's actions make the same:
+			// one limiter cannot be two rules of a decision, so it takes their hits added
+			// up, and both report what the sum left.
+			id := ruleID{d.key, &d.rl.Limits[k]}
+			if j, ok := index[id]; ok {
+				rules[j].Cost += d.hits
+				owners[j] = append(owners[j], i)
+				continue
+			}
+			index[id] = len(rules)
+			// Zero is the call's n, which is 0 below: a descriptor's hits of 0 take nothing
+			// while the others take theirs.
+			rules = append(rules, client.Rule{Key: d.key, Limit: l.Client, Cost: d.hits})
+			owners = append(owners, []int{i})
+			limits = append(limits, l)
+		}
+	}
+	each := make([]client.Result, len(rules))
+	admitted := true
+	// A limit of 0 refuses every hit, with no call: the others are then only looked at.
+	for _, d := range ds {
+		for _, l := range d.rl.Limits {
+			if l.Zero {
+				if d.hits > 0 {
+					admitted = false
+				}
+			}
+		}
+	}
+	if !admitted {
+		peek = true
+	}
+	if len(rules) > 0 {
+		if peek {
+			// A refused request looks at the other descriptors without taking: one peek
+			// each, for their own status.
+			for i, r := range rules {
+				res, err := lim.PeekN(ctx, r.Key, r.Limit, r.Cost)
+				if err != nil {
+					return false, err
+				}
+				each[i] = res
+			}
+		} else {
+			res, e, err := lim.AllowAllEach(ctx, rules, 0)
+			if err != nil {
+				return false, err
+			}
+			admitted = res.Allowed
+			copy(each, e)
+			if admitted {
+				for _, d := range ds {
+					d.taken = true
+				}
+			}
+		}
+	}
+	// Concurrency leases are no part of rl_multi: taken after the limits admitted, and
+	// given back with them when one is refused.
+	var refusedLease *descriptor
+	var leaseRes client.Result
+	if admitted && !peek {
+	leases:
+		for _, d := range ds {
+			for _, l := range d.rl.Limits {
+				if l.Slots == nil {
+					continue
+				}
+				le, err := lim.Lease(d.key, *l.Slots, d.holder)
+				if err != nil {
+					s.undo(lim, ds)
+					return false, err
+				}
+				res, err := le.Renew(ctx)
+				if err != nil {
+					s.undo(lim, ds)
+					return false, err
+				}
+				if !res.Allowed {
+					refusedLease, leaseRes, admitted = d, res, false
+					break leases
+				}
+				d.leases = append(d.leases, le)
+			}
+		}
+		if !admitted {
+			s.undo(lim, ds)
+		}
+	}
+	for i, d := range ds {
+		var mine []client.Result
+		var theirs []envoyconf.Limit
+		for j, r := range each {
+			if slices.Contains(owners[j], i) {
+				mine = append(mine, r)
+				theirs = append(theirs, limits[j])
+			}
+		}
+		if d == refusedLease {
+			mine = append(mine, leaseRes)
+			theirs = append(theirs, slotsOf(d.rl))
+		}
+		for _, l := range d.rl.Limits {
+			if l.Zero {
+				// Over it with any hit; the time until reset is the window's end.
+				mine = append(mine, client.Result{Allowed: d.hits == 0})
+				theirs = append(theirs, l)
+			}
+		}
+		d.status = s.status(d.rl, theirs, mine)
+	}
+	return admitted, nil
+}
+
+func slotsOf(rl *envoyconf.RateLimit) envoyconf.Limit {
+	for _, c := range rl.Limits {
+		if c.Slots != nil {
+			return c
+		}
+	}
+	return envoyconf.Limit{}
+}
+
+// undo gives back what ds's decisions took, for a request refused after they admitted. It
+// runs on its own deadline: the units are owed even when the request's context is done.
+func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, d := range ds {
+		for _, le := range d.leases {
+			_, _ = le.Release(ctx)
+		}
+		d.leases = nil
+		if !d.taken {
+			continue
+		}
+		d.taken = false
+		for _, l := range d.rl.Limits {
+			if l.Client != nil && d.hits > 0 {
+				_, _ = lim.Refund(ctx, d.key, l.Client, d.hits)
+			}
+		}
+	}
+}
+
+// giveBack answers a descriptor with is_negative_hits: its hits are refunded to each of its
+// limits, and a concurrency limit's lease of its holder is released.
+func (s *Service) giveBack(ctx context.Context, lim *client.Limiter, d *descriptor) error {
+	var results []client.Result
+	var limits []envoyconf.Limit
+	for _, l := range d.rl.Limits {
+		var res client.Result
+		var err error
+		if l.Slots != nil {
+			var le *client.Lease
+			if le, err = lim.Lease(d.key, *l.Slots, d.holder); err == nil {
+				res, err = le.Release(ctx)
+			}
+			res.Allowed = true
+		} else {
+			res, err = lim.Refund(ctx, d.key, l.Client, d.hits)
+		}
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+		limits = append(limits, l)
+	}
+	d.status = s.status(d.rl, limits, results)
+	return nil
+}
+
+// status is a descriptor's status from its limits' results: the binding one is the
+// refusing limit with the longest wait, else the one with the fewest units left.
+func (s *Service) status(rl *envoyconf.RateLimit, limits []envoyconf.Limit, results []client.Result) *pb.RateLimitResponse_DescriptorStatus {
+	if len(results) == 0 {
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+	}
+	b := 0
+	for i, r := range results {
+		cur := results[b]
+		switch {
+		case !r.Allowed && cur.Allowed, !r.Allowed && !cur.Allowed && r.RetryAfter > cur.RetryAfter,
+			r.Allowed && cur.Allowed && r.Remaining < cur.Remaining:
+			b = i
+		}
+	}
+	r, l := results[b], limits[b]
+	st := &pb.RateLimitResponse_DescriptorStatus{
+		Code:         pb.RateLimitResponse_OK,
+		CurrentLimit: &pb.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(l.Unit)},
+	}
+	if l.Multiplier > 1 {
+		st.CurrentLimit.UnitMultiplier = wrapU32(l.Multiplier)
+	}
+	var reset time.Duration
+	if r.Allowed {
+		st.LimitRemaining = uint32(min(r.Remaining, math.MaxUint32))
+		reset = r.ResetAfter
+	} else {
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+		// The reference counts the refused hits, so it has none left: so has rlfn's answer.
+		st.LimitRemaining = 0
+		reset = r.RetryAfter
+		if reset == client.Never {
+			// No wait admits these hits: say when the limit is whole again.
+			reset = r.ResetAfter
+		}
+	}
+	if reset == 0 && l.Algorithm == envoyconf.FixedWindow {
+		// Nothing counted in the window (hits 0, or more hits than the limit on a fresh
+		// key): the reference still says when the window ends.
+		p := l.Period()
+		reset = p - time.Duration(s.now().UnixNano())%p
+	}
+	if reset > 0 {
+		st.DurationUntilReset = &durationpb.Duration{Seconds: int64((reset + time.Second - 1) / time.Second)}
+	} else {
+		st.DurationUntilReset = &durationpb.Duration{}
+	}
+	return st
+}
+
+// backendError is a failure of the backend as a gRPC error, so that Envoy's
+// failure_mode_deny decides, never a silent OK.
+func backendError(err error) error {
+	var le *client.LimitError
+	var ke *client.KeyError
+	switch {
+	case errors.As(err, &le), errors.As(err, &ke):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// addHeaders asks Envoy to add rate limit headers to the response, from the descriptors'
+// statuses.
+func (s *Service) addHeaders(resp *pb.RateLimitResponse, ds []*descriptor) {
+	switch s.headers {
+	case ReferenceHeaders:
+		// The descriptor closest to its limit, a refusing one first, as the reference picks.
+		var best *pb.RateLimitResponse_DescriptorStatus
+		for _, d := range ds {
+			st := d.status
+			if st.CurrentLimit == nil {
+				continue
+			}
+			if best == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && best.Code != pb.RateLimitResponse_OVER_LIMIT) ||
+				(st.Code == best.Code && st.LimitRemaining < best.LimitRemaining) {
+				best = st
+			}
+		}
+		if best == nil {
+			return
+		}
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: "RateLimit-Limit", Value: fmt.Sprint(best.CurrentLimit.RequestsPerUnit)},
+			{Key: "RateLimit-Remaining", Value: fmt.Sprint(best.LimitRemaining)},
+			{Key: "RateLimit-Reset", Value: fmt.Sprint(best.DurationUntilReset.GetSeconds())},
+		}
+	case DraftHeaders:
+		var items, policies []string
+		for i, d := range ds {
+			st := d.status
+			if st.CurrentLimit == nil {
+				continue
+			}
+			name := fmt.Sprintf("d%d", i)
+			window := envoyconf.Unit(st.CurrentLimit.Unit).Length()
+			if m := st.CurrentLimit.GetUnitMultiplier(); m != nil {
+				window *= time.Duration(m.GetValue())
+			}
+			items = append(items, fmt.Sprintf("%q;r=%d;t=%d", name, st.LimitRemaining, st.DurationUntilReset.GetSeconds()))
+			policies = append(policies, fmt.Sprintf("%q;q=%d;w=%d", name, st.CurrentLimit.RequestsPerUnit, int64(window/time.Second)))
+		}
+		if len(items) == 0 {
+			return
+		}
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: "RateLimit", Value: strings.Join(items, ", ")},
+			{Key: "RateLimit-Policy", Value: strings.Join(policies, ", ")},
+		}
+	}
+}
+
+func wrapU32(n int64) *wrapperspb.UInt32Value {
+	return wrapperspb.UInt32(uint32(min(n, math.MaxUint32)))
+}
