@@ -95,6 +95,9 @@ type call struct {
 	// extra is what a leased budget's batch takes beyond cost (budget.go): the server is asked
 	// for cost + extra, while a Fallback that decides instead judges cost alone.
 	extra int64
+	// override is the operators' override that replaced the code's limit (Options.Overrides),
+	// nil for none: Result.Override.
+	override *Override
 }
 
 // appendArgs appends c's ARGV (without reserve) to buf, recording where each argument ends.

@@ -591,6 +591,9 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 // returns the refunds' errors, joined. A Limiter without leased budgets parks nothing: its
 // Close only stops the denial cache.
 func (l *Limiter) Close(ctx context.Context) error {
+	if l.top != nil {
+		l.top.close()
+	}
 	if l.near == nil {
 		return nil
 	}

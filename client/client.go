@@ -40,6 +40,8 @@ type Limiter struct {
 	resilience            // the breakers and the Fallback (fallback.go): always
 	near       *nearby    // leased budgets and the denial cache (near.go): nil unless set
 	tel        *telemetry // metrics and spans (metrics.go, trace.go): nil unless set
+	ovr        *overrides // the operators' overrides (override.go): nil unless set
+	top        *top       // the keys denied most (top.go): nil unless set
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -98,6 +100,16 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 			l.near.denials = newDenials(r.DenialCache)
 		}
 	}
+	if r.Overrides {
+		o, err := newOverrides(vk, r.Prefix, r.Deadline, r.MeterProvider)
+		if err != nil {
+			return nil, err
+		}
+		l.ovr = o
+	}
+	if r.TopKeys > 0 {
+		l.top = newTop(vk, r.Prefix, r.TopKeys, r.TopEvery)
+	}
 	if m != nil || r.TracerProvider != nil {
 		l.tel = &telemetry{m: m, traceKeys: r.TraceKeys}
 		if r.TracerProvider != nil {
@@ -150,7 +162,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err != nil {
 		return Result{}, err
 	}
-	return l.run(ctx, opAllow, key, c)
+	res, err := l.run(ctx, opAllow, key, c)
+	res.Override = c.override
+	if l.top != nil && err == nil && !res.Allowed {
+		l.top.denied(key, &c, res)
+	}
+	return res, err
 }
 
 // Peek reports whether one unit would be admitted now, consuming nothing.
@@ -170,7 +187,9 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 	if err != nil {
 		return Result{}, err
 	}
-	return l.run(ctx, opPeek, key, c)
+	res, err := l.run(ctx, opPeek, key, c)
+	res.Override = c.override
+	return res, err
 }
 
 // Refund gives n units (0 to 999999999999999) back to key's limiter, as far as its state
@@ -194,10 +213,13 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 		return Result{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
+	l.override(&c, key)
 	if err := l.bound(&c); err != nil {
 		return Result{}, err
 	}
-	return l.run(ctx, opRefund, key, c)
+	res, err := l.run(ctx, opRefund, key, c)
+	res.Override = c.override
+	return res, err
 }
 
 // Rule is one limit of a decision on several: Key's limiter of Limit, charged Cost.
@@ -246,7 +268,9 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 // the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
 // or, after a denial, returned with the denial's Result, which stands.
 func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
-	return l.all(ctx, opAllow, rules, n, nil)
+	res, err := l.all(ctx, opAllow, rules, n, nil)
+	l.topAll(rules, res, err)
+	return res, err
 }
 
 // AllowAllEach is AllowAllN that also reports each rule's own limiter, in rule order: what the
@@ -267,6 +291,7 @@ func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result,
 func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {
 	each := make([]Result, len(rules))
 	res, err := l.all(ctx, opAllow, rules, n, each)
+	l.topAll(rules, res, err)
 	return res, each, err
 }
 
@@ -565,6 +590,7 @@ func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64)
 		return call{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
+	l.override(&c, key)
 	c.judgeReserve(ctx)
 	if err := l.bound(&c); err != nil {
 		return call{}, err

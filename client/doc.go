@@ -126,4 +126,8 @@
 //     those batches took beyond their calls' cost ({unit}); rlfn.client.leased.refunded the
 //     parked units given back to the server ({unit}): aged out, after a denial, or by Close.
 //     All by rlfn.algorithm.
+//   - With Options.Overrides, rlfn.client.overrides.loads counts the versions of the
+//     overrides read and compiled; rlfn.client.overrides.errors the reads that failed (the
+//     last overrides read stay in force) by error.type as rlfn.client.errors', and the
+//     overrides that do not compile (error.type invalid_override: the code's limit applies).
 package client

@@ -94,3 +94,34 @@ func Example_longKey() {
 	}
 	fmt.Println(res.Allowed)
 }
+
+// Options.Overrides makes a Limiter obey what operators set with rlfn override: here customer
+// 42 (key cust:42) gets a bucket of 500 instead of the code's 100, with no deploy.
+// SyncOverrides at start-up reads them before the first request; afterwards they are kept
+// current in the background, from valkey-go's client-side cache (on by default): a decision
+// sends no extra command.
+func ExampleOptions_overrides() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{Overrides: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := lim.SyncOverrides(ctx); err != nil {
+		log.Print(err) // the code's limits apply until the overrides can be read
+	}
+
+	api := client.Limit(client.TokenBucket{Capacity: 100, Rate: 10, Period: time.Second})
+	res, err := lim.Allow(ctx, "cust:42", api)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if res.Override != nil {
+		// rlfn override set token_bucket cust:42 --capacity 500 --rate 50 --period 1s
+		fmt.Printf("override %s: %d of %d left\n", res.Override.Key, res.Remaining, res.Limit)
+	}
+}

@@ -66,8 +66,11 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 		return Result{}, ErrLeaseReleased
 	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
+	le.lim.override(&c, le.key)
 	c.judgeReserve(ctx)
-	return le.lim.run(ctx, opAcquire, le.key, c)
+	res, err := le.lim.run(ctx, opAcquire, le.key, c)
+	res.Override = c.override
+	return res, err
 }
 
 // Release frees the lease's slot: Allowed reports whether it still held one (false when it had
@@ -83,7 +86,9 @@ func (le *Lease) Release(ctx context.Context) (Result, error) {
 	defer le.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
 	c := call{spec: le.limit.spec(le.id), cost: 1}
+	le.lim.override(&c, le.key)
 	res, err := le.lim.run(ctx, opRelease, le.key, c)
+	res.Override = c.override
 	le.released = le.released || err == nil
 	return res, err
 }

@@ -161,6 +161,7 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 			}
 		}
 	}
+	setOverrides(groups, &res, each)
 	var refundErr error
 	if op == opAllow && (firstErr != nil || !res.Allowed) {
 		refundErr = l.compensate(ctx, groups, len(rules), each)
@@ -308,6 +309,7 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 			}
 			c.cost = r.Cost
 		}
+		l.override(&c, r.Key)
 		c.judgeReserve(ctx)
 		if err := l.bound(&c); err != nil {
 			return nil, err

@@ -99,6 +99,30 @@ type Options struct {
 	// address).
 	TraceKeys bool
 
+	// Overrides makes the Limiter obey the overrides operators set on the server (rlfn
+	// override set, or a file applied with rlfn override apply): an override replaces the
+	// limit of one key, or of every key with a prefix, for one limit (its algorithm and
+	// Name), until removed or until its end. The Limiter reads them through the valkey.Client's
+	// client-side cache, invalidated by the server (RESP3, the default of valkey-go), so that
+	// in steady state a decision sends no more to the server than without them, and a change
+	// is seen within milliseconds. A client without client-side caching
+	// (ClientOption.DisableCache) is detected and read once a second instead. When the
+	// overrides cannot be read, the last ones read stay in force (none before the first
+	// read: the code's limits), and the rlfn.client.overrides.errors metric counts it; a
+	// decision never waits for them nor fails because of them. See docs/overrides.md.
+	// Default: false, no override is read.
+	Overrides bool
+
+	// TopKeys tracks, for each limit (its algorithm and Name), the TopKeys keys it denies most
+	// (the denials of AllowN, and of AllowAll by the rule that decided; 1 to 10000), in bounded memory (a Space-Saving sketch: a key denied
+	// more than one in TopKeys of its limit's denials is among them), and publishes them
+	// every TopEvery to a key of this process that expires after three periods,
+	// <prefix>{%top}:<random id>, which rlfn top merges with every other process's. No key
+	// becomes a metric label. A Limiter with TopKeys publishes until Close. Default (0): off.
+	TopKeys int
+	// TopEvery is how often TopKeys are published, 10ms to 1 hour. Default (0): 5s.
+	TopEvery time.Duration
+
 	// clock replaces the Limiter's clock (Unix nanoseconds) in the package's tests, so that
 	// the breaker's cooldown and the local limiters' windows run on a fake clock.
 	clock func() int64
@@ -214,6 +238,15 @@ func resolve(o Options) resolved {
 		r.invalid("BudgetBatch", "must be from 2 to 1000000 (or 0 with BudgetAge 0: off), got %d", r.BudgetBatch)
 	case r.BudgetAge < time.Millisecond || r.BudgetAge > time.Minute:
 		r.invalid("BudgetAge", "must be from 1ms to 1m0s with BudgetBatch, got %s", r.BudgetAge)
+	}
+	if r.TopKeys < 0 || r.TopKeys > 10_000 {
+		r.invalid("TopKeys", "must be from 1 to 10000 (or 0: off), got %d", r.TopKeys)
+	}
+	switch {
+	case r.TopEvery == 0:
+		r.TopEvery = 5 * time.Second
+	case r.TopEvery < 10*time.Millisecond || r.TopEvery > time.Hour:
+		r.invalid("TopEvery", "must be from 10ms to 1h0m0s (or 0: 5s), got %s", r.TopEvery)
 	}
 	if r.DenialCache < 0 || r.DenialCache > 10_000_000 {
 		r.invalid("DenialCache", "must be from 1 to 10000000 (or 0: off), got %d", r.DenialCache)

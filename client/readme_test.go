@@ -40,6 +40,7 @@ var required = map[string][]string{
 		"docs_test.go:ExampleCritical",
 		"docs_test.go:Example_longKey",
 	},
+	"docs/overrides.md": {"docs_test.go:ExampleOptions_overrides"},
 	"docs/http.md": {
 		"httplimit/example_test.go:Example",
 		"httplimit/example_test.go:Example_concurrency",

@@ -51,6 +51,11 @@ type Result struct {
 	// block only then. ResetAfter is the longest of the decision's, as for AllowAll. For Limiter.Block and PeekBlock,
 	// whether the key is blocked after the call.
 	Blocked bool
+	// Override is the operators' override that replaced the code's limit in this decision
+	// (Options.Overrides; rlfn override set), nil when the code's limit decided. Limit,
+	// Remaining and the waits are the override's limit's: a response's rate-limit headers
+	// describe Override.Limit (its Quota), not the code's. For AllowAll, the deciding rule's.
+	Override *Override
 }
 
 // Source is where a decision came from.

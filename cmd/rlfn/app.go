@@ -87,6 +87,10 @@ func New() *cli.App {
 			callCommand(),
 			blockCommand(),
 			unblockCommand(),
+			overrideCommand(),
+			resetCommand(),
+			inspectCommand(),
+			topCommand(),
 			playgroundCommand(),
 		},
 		Before: func(c *cli.Context) error {
@@ -201,7 +205,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, errPending):
 		return exitPending
-	case errors.As(err, &refused):
+	case errors.As(err, &refused), errors.As(err, new(*refusedError)):
 		return exitRefused
 	case isWarnings(err):
 		return exitWarnings

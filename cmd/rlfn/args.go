@@ -46,6 +46,12 @@ func permute(app *cli.App, args []string) ([]string, error) {
 	if cmd == nil {
 		return helpOrUnknown(app, args, i)
 	}
+	if len(cmd.Subcommands) > 0 && i+1 < len(args) {
+		// rlfn override set ...: the subcommand's flags may follow its arguments in turn
+		if sub := cmd.Command(args[i+1]); sub != nil {
+			i, cmd = i+1, sub
+		}
+	}
 	var global, flags, positional []string
 	rest := args[i+1:]
 	dangling := false // the last argument is a flag that needs a value
