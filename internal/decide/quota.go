@@ -79,15 +79,30 @@ func AppendValues(buf []byte, c Clock, reset ResetFormat, quotas []Quota, res cl
 	// A Calendar's reset is its window's end by its boundaries, whether or not the reply has
 	// one (a window that holds no units has none), and a Unix reset counts from the clock that
 	// read them: the end itself, not the coarse clock's tick later.
+	// An operator's override (client.Options.Overrides) replaced the code's limit in the
+	// decision: the values describe the limit enforced, its q, its w and its window.
+	enforced := func(i int) client.Limit {
+		var o *client.Override
+		switch {
+		case i < len(each) && each[i].Override != nil:
+			o = each[i].Override
+		case i == 0:
+			o = res.Override
+		}
+		if o != nil && o.Limit != nil {
+			return o.Limit
+		}
+		return quotas[i].Limit
+	}
 	calendarReset := false
 	if !retry {
-		if _, left, ok := CalendarSpan(quotas[0].Limit, clock); ok {
+		if _, left, ok := CalendarSpan(enforced(0), clock); ok {
 			t, calendarReset = left, true
 		}
 	}
 	limit := res.Limit
 	if res.Blocked {
-		limit = quotaLimit(quotas[0], each, 0)
+		limit = quotaLimit(enforced(0), each, 0)
 	}
 	v := Values{Retry: retry}
 	// Policy names are restricted to characters a Structured Field String holds unescaped.
@@ -96,14 +111,15 @@ func AppendValues(buf []byte, c Clock, reset ResetFormat, quotas []Quota, res cl
 			buf = append(buf, ", "...)
 		}
 		buf = append(append(append(buf, '"'), q.Name...), `";q=`...)
+		l := enforced(i)
 		if i == 0 {
 			buf = strconv.AppendInt(buf, limit, 10)
 		} else {
-			buf = strconv.AppendInt(buf, quotaLimit(q, each, i), 10)
+			buf = strconv.AppendInt(buf, quotaLimit(l, each, i), 10)
 		}
-		if length, _, ok := CalendarSpan(q.Limit, clock); ok {
+		if length, _, ok := CalendarSpan(l, clock); ok {
 			buf = strconv.AppendInt(append(buf, ";w="...), Seconds(length), 10)
-		} else if w, ok := Window(q.Limit); ok {
+		} else if w, ok := Window(l); ok {
 			buf = strconv.AppendInt(append(buf, ";w="...), w, 10)
 		}
 		if q.Unit != "" {
@@ -126,7 +142,7 @@ func AppendValues(buf []byte, c Clock, reset ResetFormat, quotas []Quota, res cl
 		et := e.ResetAfter
 		if !e.Allowed && e.RetryAfter != client.Never {
 			et = e.RetryAfter
-		} else if _, left, ok := CalendarSpan(quotas[i].Limit, clock); ok {
+		} else if _, left, ok := CalendarSpan(enforced(i), clock); ok {
 			et = left
 		}
 		buf = append(append(append(buf, `, "`...), quotas[i].Name...), `";r=`...)
@@ -192,13 +208,13 @@ func Seconds(d time.Duration) int64 {
 	return min(maxSFInteger, (int64(d)-1)/int64(time.Second)+1)
 }
 
-// quotaLimit is the q of quotas[i]: its own state's Limit when each has it, else its
-// configured Limit.
-func quotaLimit(q Quota, each []client.Result, i int) int64 {
+// quotaLimit is the q of quotas[i], whose enforced limit is l: its own state's Limit when
+// each has it, else l's.
+func quotaLimit(l client.Limit, each []client.Result, i int) int64 {
 	if i < len(each) && each[i].Limit != 0 {
 		return each[i].Limit
 	}
-	return q.Limit.Quota().Limit
+	return l.Quota().Limit
 }
 
 // CalendarSpan is, when l is a client.Calendar (or a pointer to one, or embeds one), the
