@@ -434,6 +434,13 @@ func TestPermute(t *testing.T) {
 		{"rlfn deploy --yes --url", "error"},
 		{"rlfn --url deploy", "error"},
 		{"rlfn --url status deploy", "rlfn --url status deploy"},
+		// A subcommand's flags follow its arguments too; global flags go before the command
+		// wherever they are written.
+		{"rlfn override set token_bucket k --capacity 5 --url redis://x:1", "rlfn --url redis://x:1 override set --capacity 5 -- token_bucket k"},
+		{"rlfn override --url redis://x:1 list --json", "rlfn --url redis://x:1 override list --json"},
+		{"rlfn override --url=redis://x:1 --timeout 1s get token_bucket k", "rlfn --url=redis://x:1 --timeout 1s override get -- token_bucket k"},
+		{"rlfn override list --url", "error"},
+		{"rlfn override --url", "error"},
 	}
 	for _, tt := range tests {
 		args, err := permute(app, strings.Fields(tt.give))

@@ -46,13 +46,32 @@ func permute(app *cli.App, args []string) ([]string, error) {
 	if cmd == nil {
 		return helpOrUnknown(app, args, i)
 	}
-	if len(cmd.Subcommands) > 0 && i+1 < len(args) {
-		// rlfn override set ...: the subcommand's flags may follow its arguments in turn
-		if sub := cmd.Command(args[i+1]); sub != nil {
-			i, cmd = i+1, sub
+	// rlfn override set ...: the subcommand's flags may follow its arguments in turn, and the
+	// global flags go before the command, wherever they are written ("rlfn override --url U
+	// set ..." and "rlfn override set ... --url U" alike: cli would take them for the parent
+	// command's, which has none).
+	top := i
+	var global, flags, positional []string
+	if len(cmd.Subcommands) > 0 {
+		j := i + 1
+		var before []string // global flags between the command and its subcommand
+		for j < len(args) && isGlobal(app, cmd, args[j]) {
+			before = append(before, args[j])
+			j++
+			if takesValue(app.Flags, args[j-1]) {
+				if j >= len(args) {
+					return nil, needsValue(args[j-1], args[top], app)
+				}
+				before = append(before, args[j])
+				j++
+			}
+		}
+		if j < len(args) {
+			if sub := cmd.Command(args[j]); sub != nil {
+				i, cmd, global = j, sub, before
+			}
 		}
 	}
-	var global, flags, positional []string
 	rest := args[i+1:]
 	dangling := false // the last argument is a flag that needs a value
 	for j := 0; j < len(rest); j++ {
@@ -82,7 +101,10 @@ func permute(app *cli.App, args []string) ([]string, error) {
 			positional = append(positional, a)
 		}
 	}
-	out := append(append(append([]string{}, args[:i]...), global...), args[i])
+	out := append(append(append([]string{}, args[:top]...), global...), args[top])
+	if i != top {
+		out = append(out, args[i])
+	}
 	out = append(out, flags...)
 	if dangling {
 		// Left last, it is refused ("flag needs an argument"); followed by "--", it would take
@@ -95,6 +117,11 @@ func permute(app *cli.App, args []string) ([]string, error) {
 		out = append(out, positional...)
 	}
 	return out, nil
+}
+
+// isGlobal reports a global flag that cmd does not define itself.
+func isGlobal(app *cli.App, cmd *cli.Command, a string) bool {
+	return strings.HasPrefix(a, "-") && a != "-" && a != "--" && !defines(cmd.Flags, a) && defines(app.Flags, a)
 }
 
 // helpOrUnknown turns "rlfn help [COMMAND]", as many tools take it, into --help, and is

@@ -172,6 +172,9 @@ func TestParse(t *testing.T) {
 		got[1].Name != "hourly" || time.Duration(got[1].Limit.Window) != time.Hour {
 		t.Errorf("Parse = %+v", got)
 	}
+	if got, err := Parse(strings.NewReader(`{"overrides": []}`), now, nil); err != nil || len(got) != 0 {
+		t.Errorf(`Parse({"overrides": []}) = %v, %v; want none, the file that removes every override`, got, err)
+	}
 	for _, tt := range []struct{ give, want string }{
 		{`{"overrides": [{"algorithm": "token_bucket", "key": "k", "limit": {"capacity": 1}, "colour": "red"}]}`, `unknown field "colour"`},
 		{`{"overrides": [{"algorithm": "fixed_window", "key": "k", "limit": {"window": "1 hour"}}]}`, `"1 hour" is not a duration`},
@@ -179,7 +182,12 @@ func TestParse(t *testing.T) {
 		{`{"overrides": [{"algorithm": "fixed_window", "key": "k", "until": "2020-01-01T00:00:00Z"}, {"algorithm": "fixed_window", "key": "a*b"}]}`,
 			"override 1: invalid override: fixed_window k: until 2020-01-01T00:00:00Z is in the past; override 2: invalid override: key \"a*b\""},
 		{`{"overrides": []} {}`, "more than one JSON value"},
-		{`[1]`, "cannot unmarshal"},
+		{`[{"algorithm": "fixed_window", "key": "k"}]`, `a file of overrides is one JSON object, {"overrides": [...]}, not array`},
+		{`{"overrides": "x"}`, "cannot unmarshal"},
+		{``, "EOF"},
+		{`{}`, `no "overrides" list`},
+		{`null`, `no "overrides" list`},
+		{`{"overrides": null}`, `no "overrides" list`},
 	} {
 		_, err := Parse(strings.NewReader(tt.give), now, nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalid) {

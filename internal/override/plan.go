@@ -3,6 +3,7 @@ package override
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -102,10 +103,23 @@ func Parse(r io.Reader, now time.Time, limit func(Override) error) ([]Override, 
 	dec.DisallowUnknownFields()
 	var f File
 	if err := dec.Decode(&f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			// a bare list of overrides, the likeliest slip
+			return nil, fmt.Errorf(`%w: a file of overrides is one JSON object, {"overrides": [...]}, not %s`, ErrInvalid, te.Value)
+		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: more than one JSON value", ErrInvalid)
+	}
+	// An empty file, {} or null would apply as "remove every override": only an explicit
+	// {"overrides": []} says that.
+	var probe struct {
+		Overrides *json.RawMessage `json:"overrides"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.Overrides == nil || string(*probe.Overrides) == "null" {
+		return nil, fmt.Errorf(`%w: no "overrides" list: {"overrides": []} removes every override, say so`, ErrInvalid)
 	}
 	var errs []error
 	seen := map[ID]int{}
