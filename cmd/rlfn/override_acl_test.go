@@ -89,10 +89,7 @@ func TestOverrideWriterACL(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"overrides": [{"algorithm": "token_bucket", "key": "cust:9", "limit": {"capacity": 5, "rate": 1, "period": "1s"}}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, server := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, server := range standalones {
 		t.Run(server.name, func(t *testing.T) {
 			s := server.start(t)
 			admin := s.Client(t)
