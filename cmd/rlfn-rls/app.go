@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/serverurl"
 	"github.com/rlfn/rlfn/rls"
 )
 
@@ -102,29 +102,20 @@ func serve(c *cli.Context) error {
 		}
 		policies[domain] = pol
 	}
-	opt, err := parseURL(c.String("url"))
+	opt, err := serverurl.Parse(c.String("url"))
 	if err != nil {
 		return err
 	}
 	if file := c.String("tls-ca"); file != "" && (opt.TLSConfig != nil || file != os.Getenv("RLFN_TLS_CA")) {
 		// $RLFN_TLS_CA with a plain URL is no mistake (it serves the environment's TLS URLs,
 		// as for the CLI); --tls-ca with one is.
-		if opt.TLSConfig == nil {
-			return errors.New("--tls-ca needs a rediss:// or valkeys:// URL")
+		if err := serverurl.TrustCA(&opt, file, "--tls-ca"); err != nil {
+			return err
 		}
-		pem, err := os.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-ca: no PEM certificate in %s", file)
-		}
-		opt.TLSConfig.RootCAs = pool
 	}
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", redact(c.String("url")), err)
+		return fmt.Errorf("connecting to %s: %w", serverurl.Redact(c.String("url")), err)
 	}
 	defer vk.Close()
 

@@ -16,6 +16,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/internal/serverurl"
 )
 
 // defaultTimeout bounds a whole command; a deploy's verify step has its own, shorter timeout.
@@ -29,7 +30,7 @@ const tlsCAEnv = "RLFN_TLS_CA"
 // that does not answer must not hold a command past it). --tls-ca with a plain URL is a
 // mistake; $RLFN_TLS_CA with one is not (it serves the TLS URLs of the same environment).
 func clientOption(c *cli.Context) (valkey.ClientOption, error) {
-	opt, err := parseURL(c.String("url"))
+	opt, err := serverurl.Parse(c.String("url"))
 	if err != nil {
 		return opt, err
 	}
@@ -46,18 +47,9 @@ func clientOption(c *cli.Context) (valkey.ClientOption, error) {
 		file, from = os.Getenv(tlsCAEnv), "$"+tlsCAEnv
 	}
 	if file != "" {
-		if opt.TLSConfig == nil {
-			return opt, errors.New("--tls-ca needs a rediss:// or valkeys:// URL")
+		if err := serverurl.TrustCA(&opt, file, from); err != nil {
+			return opt, err
 		}
-		pem, err := os.ReadFile(file)
-		if err != nil {
-			return opt, fmt.Errorf("%s: %w", from, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return opt, fmt.Errorf("%s: no PEM certificate in %s", from, file)
-		}
-		opt.TLSConfig.RootCAs = pool
 	}
 	return opt, nil
 }

@@ -65,10 +65,7 @@ func jsonOf(t *testing.T, addr string, v any, args ...string) {
 // TestOverrideCommands: set, get, list and remove, each seen by a service's Limiter, with
 // their golden tables and JSON, on Valkey 8 and Redis 7.0.
 func TestOverrideCommands(t *testing.T) {
-	for _, server := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, server := range standalones {
 		t.Run(server.name, func(t *testing.T) {
 			s := server.start(t)
 			loadCode(t, s, functions.Source)

@@ -52,6 +52,12 @@ func standalone(t *testing.T, start func(testing.TB, ...string) *harness.Server)
 // what it tests; TestSecurityWarning and TestFullCoverage run without them and expect exit 4.
 var acceptOurs = []string{"--accept-warning", "lua-security,full-coverage"}
 
+// standalones are the standalone servers a test runs on, one of each kind.
+var standalones = []struct {
+	name  string
+	start func(testing.TB, ...string) *harness.Server
+}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}}
+
 // rlfnAt runs rlfn against the server at addr, with acceptOurs.
 func rlfnAt(t *testing.T, set versions.Set, addr string, args ...string) result {
 	t.Helper()
@@ -82,10 +88,7 @@ func wantExit(t *testing.T, r result, code int, what string) {
 // TestLifecycle walks a newcomer's path on a primary and its replica, on Valkey 8 and Redis
 // 7.0: status, diff, deploy, call, upgrade, rollback, drift; every exit code along the way.
 func TestLifecycle(t *testing.T) {
-	for _, server := range []struct {
-		name  string
-		start func(testing.TB, ...string) *harness.Server
-	}{{"valkey8", harness.StartValkey}, {"redis7.0", harness.StartRedis}} {
+	for _, server := range standalones {
 		t.Run(server.name, func(t *testing.T) {
 			t.Setenv("NO_COLOR", "1")
 			set := testReleases(t)

@@ -1,4 +1,4 @@
-package main
+package serverurl
 
 import (
 	"strings"
@@ -24,8 +24,8 @@ func TestParseURL(t *testing.T) {
 		{give: "redis://:s3cret@127.0.0.1:7001", wantAddr: "127.0.0.1:7001", wantPass: "s3cret"},
 		{give: "rediss://db.example:6380", wantAddr: "db.example:6380", wantTLS: true, wantSNI: "db.example"},
 		{give: "valkeys://u:p@127.0.0.1:6380", wantAddr: "127.0.0.1:6380", wantUser: "u", wantPass: "p", wantTLS: true, wantSNI: "127.0.0.1"},
-		{give: "http://127.0.0.1:7001", wantErr: `scheme "http" is not one of redis, valkey, rediss, valkeys`},
-		{give: "unix:///tmp/valkey.sock", wantErr: `scheme "unix" is not one of`},
+		{give: "http://127.0.0.1:7001", wantErr: `the scheme must be redis, valkey, rediss or valkeys, not "http"`},
+		{give: "unix:///tmp/valkey.sock", wantErr: `the scheme must be redis, valkey, rediss or valkeys, not "unix"`},
 		{give: "127.0.0.1:7001", wantErr: "URL is not valid"},
 		{give: "localhost", wantErr: "has no scheme"},
 		{give: "redis:127.0.0.1:7001", wantErr: "want redis://host:port"},
@@ -35,9 +35,11 @@ func TestParseURL(t *testing.T) {
 		{give: "redis://u:hunter2@127.0.0.1:7001/1/2", wantErr: "invalid URL path"},
 		{give: "redis://u:hunter2@[::1", wantErr: "URL is not valid"},
 		{give: "redis://127.0.0.1:6379/", wantAddr: "127.0.0.1:6379"},
+		{give: "valkeys://user:pw@cache.internal:6380/2", wantAddr: "cache.internal:6380", wantUser: "user", wantPass: "pw", wantDB: 2, wantTLS: true, wantSNI: "cache.internal"},
+		{give: "redis://u:hunter2@h:1?bogus=1", wantErr: `"redis://u:xxxxx@h:1?bogus=1": unknown parameter "bogus"`},
 		{give: "redis://u:p@127.0.0.1:6379?dial_timeout=1s&db=3", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p", wantDB: 3},
 		{give: "redis://u:hunter2@127.0.0.1:6379?dial_timout=1s", wantErr: `unknown parameter "dial_timout"; there are db, dial_timeout,`},
-		{give: "redis://127.0.0.1:26379?master_set=mymaster", wantErr: "finds the others itself, not master_set="},
+		{give: "redis://127.0.0.1:26379?master_set=mymaster", wantErr: `unknown parameter "master_set": the URL of any one node finds the others itself, not master_set=`},
 		{give: "redis://127.0.0.1:7001?addr=127.0.0.1:7002", wantErr: "finds the others itself, not addr="},
 		{give: "redis://u:p@127.0.0.1:6379/", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p"},
 		{give: "redis://u:s3cr%23et@127.0.0.1:6379", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr#et"},
@@ -55,7 +57,7 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			opt, err := parseURL(tt.give)
+			opt, err := Parse(tt.give)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
