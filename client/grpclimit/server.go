@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -38,27 +37,12 @@ type Server struct {
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
 	unsettled metric.Int64Counter // likewise
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
-	// the last refusal's status: a flood's refusals within one millisecond have one wait
-	last atomic.Pointer[lastRefusal]
+	refusals  refusals            // recent refusals' statuses, shared
 }
 
-// lastRefusal is a refusal's status and what it says.
-type lastRefusal struct {
-	policy        string
-	wait          time.Duration
-	hide, blocked bool
-	err           error
-}
-
-// refuse is refusal's status, the last one's again when it says the same: a status is
-// immutable, and gRPC copies it to send it, so calls can share one.
+// refuse is the status of a refusal, shared with a recent one that says the same.
 func (s *Server) refuse(hide, blocked bool, policy string, wait time.Duration) error {
-	if l := s.last.Load(); l != nil && l.wait == wait && l.policy == policy && l.hide == hide && l.blocked == blocked {
-		return l.err
-	}
-	err := refusal(hide, blocked, policy, wait)
-	s.last.Store(&lastRefusal{policy: policy, wait: wait, hide: hide, blocked: blocked, err: err})
-	return err
+	return s.refusals.refuse(hide, blocked, policy, wait)
 }
 
 // NewServer returns a Server that asks lim for a decision on every call a policy limits, or a

@@ -1,6 +1,7 @@
 package grpclimit
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -123,17 +124,21 @@ func TestRefusalDecodes(t *testing.T) {
 		name          string
 		hide, blocked bool
 		wait          time.Duration
+		policy        string
 	}{
-		{"zero", false, false, 0},
-		{"a millisecond", false, false, time.Millisecond},
-		{"seconds and nanos", false, false, 1500*time.Millisecond + 7},
-		{"hours", false, false, 3 * time.Hour},
-		{"never", false, false, client.Never},
-		{"hidden", true, false, 2 * time.Second},
-		{"blocked", false, true, time.Minute},
+		{"zero", false, false, 0, ""},
+		// a name longer than the refusal's buffer: the status is built in an array of its own
+		{"long name", false, true, time.Second, strings.Repeat("p", 400)},
+		{"a millisecond", false, false, time.Millisecond, ""},
+		{"seconds and nanos", false, false, 1500*time.Millisecond + 7, ""},
+		{"hours", false, false, 3 * time.Hour, ""},
+		{"never", false, false, client.Never, ""},
+		{"hidden", true, false, 2 * time.Second, ""},
+		{"blocked", false, true, time.Minute, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := refusal(tt.hide, tt.blocked, "api-v1", tt.wait)
+			policy := cmp.Or(tt.policy, "api-v1")
+			err := refusal(tt.hide, tt.blocked, policy, tt.wait).err
 			st := status.Convert(err)
 			if st.Code() != codes.ResourceExhausted {
 				t.Fatalf("code %v", st.Code())
@@ -168,8 +173,15 @@ func TestRefusalDecodes(t *testing.T) {
 			if tt.blocked {
 				desc = "blocked"
 			}
-			if len(v) != 1 || v[0].GetQuotaId() != "api-v1" || v[0].GetSubject() != "policy:api-v1" || v[0].GetDescription() != desc {
+			if len(v) != 1 || v[0].GetQuotaId() != policy || v[0].GetSubject() != "policy:"+policy || v[0].GetDescription() != desc {
 				t.Errorf("QuotaFailure %v", quota)
+			}
+			msg := "grpclimit: rate limited by policy " + policy
+			if tt.blocked {
+				msg += ": blocked by a penalty for exceeding the quota or by an operator"
+			}
+			if st.Message() != msg {
+				t.Errorf("message %q, want %q", st.Message(), msg)
 			}
 			if got, _ := RetryDelay(err); tt.wait != client.Never && got != tt.wait {
 				t.Errorf("RetryDelay = %v, want %v", got, tt.wait)
@@ -340,8 +352,8 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// A refusal that says what the last one said shares its status; one that differs in anything
-// gets its own.
+// A refusal that says what a recent one said shares its status; one that differs in anything
+// gets its own. Refusals of other waits keep theirs (a slot per wait).
 func TestRefusalShared(t *testing.T) {
 	s, err := NewServer(&constant{}, ServerOptions{Key: Peer})
 	if err != nil {
@@ -364,6 +376,15 @@ func TestRefusalShared(t *testing.T) {
 	}
 	if d, _ := RetryDelay(a); d != time.Second+time.Millisecond {
 		t.Errorf("RetryDelay %v", d)
+	}
+	x, y := s.refuse(false, false, "api", 2*time.Millisecond), s.refuse(false, false, "api", 3*time.Millisecond)
+	if s.refuse(false, false, "api", 2*time.Millisecond) != x || s.refuse(false, false, "api", 3*time.Millisecond) != y {
+		t.Error("two waits in turn do not keep their statuses")
+	}
+	// a slot holds one wait: the next wait of that slot replaces it
+	z := s.refuse(false, false, "api", (2+refusalSlots)*time.Millisecond)
+	if s.refuse(false, false, "api", 2*time.Millisecond) == x || z == x {
+		t.Error("a slot held two waits")
 	}
 }
 
