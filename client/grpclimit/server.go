@@ -186,8 +186,14 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 // checkPolicy reports why the interceptors cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit,
+			SameKey: p.Also[i].SameKey, OwnKey: p.Also[i].Key != nil}
 	})
+	if reason == "" {
+		bad, reason = decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
+			return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, SameKey: p.Also[i].SameKey}
+		})
+	}
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
 	}
@@ -224,7 +230,7 @@ func (s *Server) policy(method string) *Policy {
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
 // principal's calls against, as httplimit.LimiterKey: an operator blocks a principal with
-// the Limiter's Block on it.
+// the Limiter's Block on it. An AlsoLimit with SameKey counts on its Policy's.
 func LimiterKey(name, principal string) string {
 	if name == "" {
 		name = DefaultPolicyName
@@ -464,7 +470,7 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 				return nil, keyStatus(err)
 			}
 			k = rule.Name + ":" + principal
-		} else {
+		} else if !rule.SameKey {
 			k = decide.AlsoKey(p.Name, rule.Name, key)
 		}
 		set.Add(rule.Name, k, rule.Limit, cost(ctx, rule.Cost, method, req), rule.Unit, shadow || rule.Shadow)

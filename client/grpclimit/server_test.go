@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -59,6 +60,8 @@ func TestNewServerRefuses(t *testing.T) {
 		{"no acquirer", &allowOnly{}, ServerOptions{Key: key, Default: Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}}}, "Default"},
 		{"no settler", &allowOnly{}, ServerOptions{Key: key, Default: Policy{Limit: bucket, Outcome: &Outcome{}}}, "Default"},
 		{"trailer case", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Outcome: &Outcome{CostTrailer: "Cost"}}}, "Default"},
+		{"same key and a key", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true, Key: Peer}}}}, "Default"},
+		{"same key, one limiter", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true}}}}, "Default"},
 		{"check first alone", lim, ServerOptions{Key: key, Default: Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}, Outcome: &Outcome{CheckFirst: true}}}, "Default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -400,5 +403,43 @@ func TestShadowOnlyServes(t *testing.T) {
 	s.shadows.Wait()
 	if resp != "served" || err != nil {
 		t.Errorf("%v, %v; want served", resp, err)
+	}
+}
+
+// rules is a MultiDecider that admits, recording the rules of its decisions.
+type rules struct {
+	constant
+	got []client.Rule
+}
+
+func (r *rules) AllowAll(_ context.Context, rules []client.Rule) (client.Result, error) {
+	r.got = rules
+	return r.res, nil
+}
+
+// An AlsoLimit with SameKey is counted on the Policy's key, in the one decision with the
+// Policy's Limit; one without keeps the key of its own, as before.
+func TestSameKey(t *testing.T) {
+	tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}
+	lim := &rules{constant: constant{res: client.Result{Allowed: true, Limit: 60, Remaining: 59}}}
+	s, err := NewServer(lim, ServerOptions{Key: Metadata("x-key"), Default: Policy{Name: "calls",
+		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
+		Also: []AlsoLimit{
+			{Name: "tokens", Limit: tokens, SameKey: true, Cost: func(context.Context, string, any) int64 { return 1200 }},
+			{Name: "daily", Limit: client.FixedWindow{Limit: 5000, Window: 24 * time.Hour}},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-key", "org7"))
+	if _, err := s.unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/p.S/M"}, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(lim.got))
+	for i, r := range lim.got {
+		got[i] = fmt.Sprint(r.Key, " ", r.Cost)
+	}
+	if want := "[calls:org7 0 calls:org7 1200 daily:org7 0]"; fmt.Sprint(got) != want {
+		t.Errorf("rules %v, want %s", got, want)
 	}
 }

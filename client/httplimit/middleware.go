@@ -110,8 +110,20 @@ type AlsoLimit struct {
 	// AlsoLimit only. Required.
 	Limit client.Limit
 	// Key returns the principal this limit counts the request against. Default (nil):
-	// Options.Key's. An error answers 400, as Options.Key's does.
+	// Options.Key's. An error answers 400, as Options.Key's does. Without a Key (and without
+	// SameKey) the limit keeps its state on a key of its own, LimiterKey(Name, principal).
 	Key func(r *http.Request) (string, error)
+	// SameKey counts this limit on the Policy's own key, LimiterKey(Policy.Name, principal),
+	// beside the Policy's Limit, rather than on a key of its own: the limits of one key are
+	// decided by one atomic call (rl_multi, library 1.1.0) in the principal's cluster slot,
+	// where limits of several keys take one call each, and refunds when one refuses. "60
+	// requests and 150,000 tokens a minute" is one call. The state is the Limit's own on that
+	// key, named by its algorithm and its Name (client.Limiter.Key): two limits of one
+	// algorithm there need the client's Name to tell them apart (New refuses a pair that would
+	// be one limiter). A Penalty then blocks the Policy's key: every limit with a Penalty on it
+	// obeys the block. It cannot be set with Key. Default: false, the key of its own, as
+	// before: setting it moves the limit's state to a new key, starting from a full limit.
+	SameKey bool
 	// Shadow decides this limit in shadow (see Policy.Shadow): an error of its Key goes to
 	// Options.OnError and leaves the limit out, never refusing the request. Default: false.
 	Shadow bool
@@ -441,7 +453,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
 // principal's requests against: "<name>:<principal>", principal as Options.Key (or
-// AlsoLimit.Key) returns it. An operator blocks a principal of a route with the Limiter's
+// AlsoLimit.Key) returns it. An AlsoLimit with SameKey counts on its Policy's. An operator blocks a principal of a route with the Limiter's
 // Block(ctx, LimiterKey(name, principal), d), which every limit of that name with a Penalty
 // then obeys, and lifts it with Unblock (PeekBlock tells); Peek and Refund take it too.
 func LimiterKey(name, principal string) string {
@@ -525,7 +537,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 				return
 			}
 			k = rule.Name + ":" + principal
-		} else {
+		} else if !rule.SameKey {
 			k = decide.AlsoKey(p.Name, rule.Name, key)
 		}
 		set.Add(rule.Name, k, rule.Limit, cost(rule.Cost, r), rule.Unit, shadow || rule.Shadow)
@@ -616,7 +628,8 @@ func cost(f func(*http.Request) int64, r *http.Request) int64 {
 // checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit,
+			SameKey: p.Also[i].SameKey, OwnKey: p.Also[i].Key != nil}
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}

@@ -3,9 +3,11 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -134,6 +136,35 @@ func TestPolicyCost(t *testing.T) {
 		t.Errorf("rules %v, want one of cost 5", lim.rules)
 	}
 	if got := w.Header().Get("RateLimit-Policy"); got != `"bytes";q=100;w=10;qu="bytes"` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
+
+// An AlsoLimit with SameKey is counted on the Policy's key, in the one decision with the
+// Policy's Limit; one without keeps the key of its own, as before; a refusal names the limit
+// that refused.
+func TestSameKey(t *testing.T) {
+	tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}
+	lim := &multi{constant: constant{client.Result{Allowed: true, Limit: 60, Remaining: 59}}}
+	m, err := New(lim, Options{Key: constKey("org7"), Policy: func(*http.Request) Policy {
+		return Policy{Name: "requests", Limit: hourly, Also: []AlsoLimit{
+			{Name: "tokens", Limit: tokens, SameKey: true, Unit: "tokens", Cost: func(*http.Request) int64 { return 1200 }},
+			{Name: "daily", Limit: daily},
+		}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	got := make([]string, len(lim.rules))
+	for i, r := range lim.rules {
+		got[i] = fmt.Sprint(r.Key, " ", r.Cost)
+	}
+	if want := "[requests:org7 0 requests:org7 1200 daily:org7 0]"; fmt.Sprint(got) != want {
+		t.Errorf("rules %v, want %s", got, want)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"requests";q=60;w=3600, "tokens";q=150000;w=60;qu="tokens", "daily";q=5000;w=86400` {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
 }

@@ -121,5 +121,10 @@ func validPolicy(p Policy) error {
 			return &PolicyError{Name: rule.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
 	}
+	if bad, reason := decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
+		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, SameKey: p.Also[i].SameKey}
+	}); reason != "" {
+		return &PolicyError{Name: bad, Reason: reason}
+	}
 	return nil
 }
