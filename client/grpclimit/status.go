@@ -24,7 +24,8 @@ const (
 // gRPC 9 allocations to copy its status (status.FromProto clones it), and the refusals of one
 // policy have few waits, to the millisecond (a token bucket of 10 a second refuses with one
 // of 100; a fixed window refuses every principal with the wait to its end, as windows are
-// aligned). A slot holds about 900 bytes: 128 of them hold a flood's statuses in 120 KB.
+// aligned). A slot holds about 900 bytes (this and gRPC's copy): 128 of them hold a flood's
+// statuses in 120 KB.
 const refusalSlots = 128
 
 // refusals are the statuses of recent refusals, a slot per wait (direct-mapped): lock-free,
@@ -42,8 +43,10 @@ type refusalParts struct {
 	st            spb.Status
 	details       [2]*anypb.Any
 	anys          [2]anypb.Any
-	// the message, then the details' values: written once, before anything points into it
-	buf [288]byte
+	// the message, then the details' values: written once, before anything points into it.
+	// 192 bytes hold a refusal by a policy of a name up to 38 bytes (11 for a block's longer
+	// message) and keep the whole in 512 bytes; a longer one takes an array of its own.
+	buf [192]byte
 }
 
 // refuse is the status of a refusal, shared with a recent one that says the same.
