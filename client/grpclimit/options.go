@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // Decider is what the interceptors need of a *client.Limiter, so that any decision maker (a
@@ -140,6 +141,12 @@ type AlsoLimit struct {
 	Cost Cost
 	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
 	Unit string
+}
+
+// named is a as the decision's checks and split see it.
+func (a *AlsoLimit) named() decide.Named {
+	return decide.Named{Name: a.Name, Limit: a.Limit, Shadow: a.Shadow, Unit: a.Unit,
+		SameKey: a.SameKey, OwnKey: a.Key != nil, HasCost: a.Cost != nil}
 }
 
 // ServerOptions configures a Server. Key and Methods (or Default) are required.

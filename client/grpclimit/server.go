@@ -186,12 +186,11 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 // checkPolicy reports why the interceptors cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit,
-			SameKey: p.Also[i].SameKey, OwnKey: p.Also[i].Key != nil}
+		return p.Also[i].named()
 	})
 	if reason == "" {
 		bad, reason = decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
-			return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, SameKey: p.Also[i].SameKey}
+			return p.Also[i].named()
 		})
 	}
 	if reason != "" {
@@ -205,7 +204,7 @@ func spec(p Policy) decide.Spec {
 	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
 		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
-		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
+		s.Also = append(s.Also, rule.named())
 	}
 	return s
 }
@@ -449,34 +448,23 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 // decision it starts beside the call. With an Outcome, it returns whether each enforced limit
 // has a Cost function.
 func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
-	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, cost(ctx, p.Cost, method, req), p.Unit, shadow)
-		if p.Outcome != nil && !shadow {
-			measured = append(measured, p.Cost != nil)
-		}
-	}
-	for _, rule := range p.Also {
-		k := key
-		if rule.Key != nil {
-			principal, err := rule.Key(ctx, method)
-			if err == nil && principal == "" {
-				err = ErrEmptyKey
+	measured, err = set.Split(&decide.Limits{Name: p.Name, Key: key, Limit: p.Limit, Unit: p.Unit,
+		HasCost: p.Cost != nil, Shadow: shadow, Outcome: p.Outcome != nil, N: len(p.Also),
+		Also: func(i int) decide.Named { return p.Also[i].named() },
+		Cost: func(i int) int64 {
+			if i < 0 {
+				return cost(ctx, p.Cost, method, req)
 			}
-			switch {
-			case err != nil && (shadow || rule.Shadow):
-				s.report(ctx, method, decide.ShadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
-				continue
-			case err != nil:
-				return nil, keyStatus(err)
-			}
-			k = rule.Name + ":" + principal
-		} else if !rule.SameKey {
-			k = decide.AlsoKey(p.Name, rule.Name, key)
-		}
-		set.Add(rule.Name, k, rule.Limit, cost(ctx, rule.Cost, method, req), rule.Unit, shadow || rule.Shadow)
-		if p.Outcome != nil && !shadow && !rule.Shadow {
-			measured = append(measured, rule.Cost != nil)
-		}
+			return cost(ctx, p.Also[i].Cost, method, req)
+		},
+		Principal: func(i int) (string, error) { return p.Also[i].Key(ctx, method) },
+		ShadowKey: func(name string, err error) {
+			s.report(ctx, method, decide.ShadowKey, name, &ShadowKeyError{Policy: name, Err: err})
+		},
+		EmptyKey: ErrEmptyKey,
+	})
+	if err != nil {
+		return nil, keyStatus(err)
 	}
 	if len(set.Shadow) > 0 {
 		// Beside the call, which does not wait for it: a roll-out adds no round trip. The

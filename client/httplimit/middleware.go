@@ -133,6 +133,12 @@ type AlsoLimit struct {
 	Unit string
 }
 
+// named is a as the decision's checks and split see it.
+func (a *AlsoLimit) named() decide.Named {
+	return decide.Named{Name: a.Name, Limit: a.Limit, Shadow: a.Shadow, Unit: a.Unit,
+		SameKey: a.SameKey, OwnKey: a.Key != nil, HasCost: a.Cost != nil}
+}
+
 // Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
 type Acquirer interface {
 	Acquire(ctx context.Context, key string, c client.Concurrency) (*client.Lease, client.Result, error)
@@ -514,36 +520,25 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 // counted.
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
 	var set decide.Set
-	var measured []bool // with an Outcome, whether each enforced limit has a Cost
-	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, cost(p.Cost, r), p.Unit, shadow)
-		if p.Outcome != nil && !shadow {
-			measured = append(measured, p.Cost != nil)
-		}
-	}
-	for _, rule := range p.Also {
-		k := key
-		if rule.Key != nil {
-			principal, err := rule.Key(r)
-			if err == nil && principal == "" {
-				err = ErrEmptyKey
+	// with an Outcome, whether each enforced limit has a Cost
+	measured, err := set.Split(&decide.Limits{Name: p.Name, Key: key, Limit: p.Limit, Unit: p.Unit,
+		HasCost: p.Cost != nil, Shadow: shadow, Outcome: p.Outcome != nil, N: len(p.Also),
+		Also: func(i int) decide.Named { return p.Also[i].named() },
+		Cost: func(i int) int64 {
+			if i < 0 {
+				return cost(p.Cost, r)
 			}
-			switch {
-			case err != nil && (shadow || rule.Shadow):
-				m.report(r, shadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
-				continue
-			case err != nil:
-				m.badKey(w, keyBody(err))
-				return
-			}
-			k = rule.Name + ":" + principal
-		} else if !rule.SameKey {
-			k = decide.AlsoKey(p.Name, rule.Name, key)
-		}
-		set.Add(rule.Name, k, rule.Limit, cost(rule.Cost, r), rule.Unit, shadow || rule.Shadow)
-		if p.Outcome != nil && !shadow && !rule.Shadow {
-			measured = append(measured, rule.Cost != nil)
-		}
+			return cost(p.Also[i].Cost, r)
+		},
+		Principal: func(i int) (string, error) { return p.Also[i].Key(r) },
+		ShadowKey: func(name string, err error) {
+			m.report(r, shadowKey, name, &ShadowKeyError{Policy: name, Err: err})
+		},
+		EmptyKey: ErrEmptyKey,
+	})
+	if err != nil {
+		m.badKey(w, keyBody(err))
+		return
 	}
 	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
@@ -572,7 +567,6 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	var res client.Result
 	var each []client.Result
 	var quotas []decide.Quota
-	var err error
 	if c != nil && p.Outcome.CheckFirst {
 		quotas = set.EnforcedQuotas
 		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced)
@@ -628,8 +622,7 @@ func cost(f func(*http.Request) int64, r *http.Request) int64 {
 // checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit,
-			SameKey: p.Also[i].SameKey, OwnKey: p.Also[i].Key != nil}
+		return p.Also[i].named()
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}

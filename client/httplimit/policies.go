@@ -62,7 +62,7 @@ func spec(p Policy) decide.Spec {
 	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
 		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
-		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
+		s.Also = append(s.Also, rule.named())
 	}
 	return s
 }
@@ -122,7 +122,7 @@ func validPolicy(p Policy) error {
 		}
 	}
 	if bad, reason := decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, SameKey: p.Also[i].SameKey}
+		return p.Also[i].named()
 	}); reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
 	}

@@ -35,8 +35,9 @@ type Named struct {
 	Limit  client.Limit
 	Shadow bool
 	Unit   string
-	// SameKey: counted on the policy's own key; OwnKey: it has a Key function of its own.
-	SameKey, OwnKey bool
+	// SameKey: counted on the policy's own key; OwnKey: it has a Key function of its own;
+	// HasCost: a Cost function.
+	SameKey, OwnKey, HasCost bool
 }
 
 // Check reports what makes a policy (name, its limit's unit, EnforcePercent percent, n further

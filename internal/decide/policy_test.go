@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,64 @@ func TestCheckSameKeyWithKey(t *testing.T) {
 	bad, reason := Check("p", "", 0, 1, func(i int) Named { return also[i] })
 	if bad != "b" || !strings.Contains(reason, "cannot have a Key of its own") {
 		t.Errorf("%q, %q", bad, reason)
+	}
+}
+
+// Split puts each limit on its key: the policy's own, a further one's own name on the
+// policy's principal, its Key's principal, or with SameKey the policy's key; a Key error
+// refuses unless only shadow limits see it; with an outcome, which costs are estimates.
+func TestSplit(t *testing.T) {
+	fw := client.FixedWindow{Limit: 5, Window: time.Minute}
+	errKey := errors.New("no user")
+	for _, tt := range []struct {
+		name     string
+		also     []Named
+		shadow   bool
+		enforced string // key cost, of each enforced rule
+		inShadow string
+		measured string
+		err      error
+		reported string // the limits whose Key error went to ShadowKey
+	}{
+		{name: "each key", also: []Named{
+			{Name: "own", Limit: fw},
+			{Name: "same", Limit: fw, SameKey: true, HasCost: true},
+			{Name: "user", Limit: fw, OwnKey: true},
+		}, enforced: "[p:alice 2 own:alice 3 p:alice 4 user:bob 5]", measured: "[false false true false]"},
+		{name: "a shadow limit's key error", also: []Named{{Name: "user", Limit: fw, OwnKey: true, Shadow: true}},
+			enforced: "[p:alice 2]", inShadow: "[]", measured: "[false]", reported: "user"},
+		{name: "an enforced limit's key error", also: []Named{{Name: "user", Limit: fw, OwnKey: true}}, err: errKey},
+		{name: "the policy in shadow", shadow: true, also: []Named{{Name: "same", Limit: fw, SameKey: true}},
+			enforced: "[]", inShadow: "[p:alice 2 p:alice 3]", measured: "[]"},
+	} {
+		var set Set
+		var reported []string
+		principal := "bob"
+		if tt.err != nil || tt.reported != "" {
+			principal = ""
+		}
+		measured, err := set.Split(&Limits{Name: "p", Key: "p:alice", Limit: fw, Shadow: tt.shadow, Outcome: true,
+			N: len(tt.also), Also: func(i int) Named { return tt.also[i] },
+			Cost:      func(i int) int64 { return int64(i + 3) },
+			Principal: func(int) (string, error) { return principal, nil },
+			ShadowKey: func(name string, err error) { reported = append(reported, name) },
+			EmptyKey:  errKey,
+		})
+		keys := func(rules []client.Rule) string {
+			s := make([]string, len(rules))
+			for i, r := range rules {
+				s[i] = fmt.Sprint(r.Key, " ", r.Cost)
+			}
+			return fmt.Sprint(s)
+		}
+		switch {
+		case tt.err != nil:
+			if !errors.Is(err, tt.err) {
+				t.Errorf("%s: %v, want %v", tt.name, err, tt.err)
+			}
+		case err != nil || keys(set.Enforced) != tt.enforced || tt.inShadow != "" && keys(set.Shadow) != tt.inShadow ||
+			fmt.Sprint(measured) != tt.measured || strings.Join(reported, " ") != tt.reported:
+			t.Errorf("%s: %v enforced %s shadow %s measured %v reported %v", tt.name, err, keys(set.Enforced), keys(set.Shadow), measured, reported)
+		}
 	}
 }

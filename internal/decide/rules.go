@@ -45,6 +45,69 @@ func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, sha
 // ("name:principal"), when the limit has no Key of its own: its name on the same principal.
 func AlsoKey(name, also, key string) string { return also + key[len(name):] }
 
+// Limits are a policy's limits for one call, as Split reads them through a transport.
+type Limits struct {
+	Name  string       // the policy's
+	Key   string       // the call's key of the policy, "Name:principal"
+	Limit client.Limit // the policy's own; nil: none
+	Unit  string
+	// HasCost: Limit's cost comes from a Cost function (an estimate, with an outcome)
+	HasCost bool
+	Shadow  bool // the whole policy is in shadow for this key
+	Outcome bool // the call is settled by its outcome
+	// N further limits: Also(i) is each, and Principal(i) its own principal, asked only of
+	// one with OwnKey. Cost(i) is what limit i takes of the call (-1: Limit), 0 for one,
+	// asked only of a limit Split counts.
+	N         int
+	Also      func(i int) Named
+	Cost      func(i int) int64
+	Principal func(i int) (string, error)
+	// ShadowKey gets the error of a Key that only shadow limits see: the call goes on without
+	// that limit. EmptyKey is the transport's error of an empty principal.
+	ShadowKey func(name string, err error)
+	EmptyKey  error
+}
+
+// Split puts l's limits into s: the policy's own on its key, each further one on a key of its
+// own ("Name:principal", the principal its Key returns, or the policy's), or with SameKey on
+// the policy's key. A further limit's Key error refuses the call (err) unless only shadow
+// limits see it. With an outcome it returns whether each enforced limit's cost is an estimate
+// (a Cost function's), in the order of s.Enforced.
+func (s *Set) Split(l *Limits) (measured []bool, err error) {
+	if l.Limit != nil {
+		s.Add(l.Name, l.Key, l.Limit, l.Cost(-1), l.Unit, l.Shadow)
+		if l.Outcome && !l.Shadow {
+			measured = append(measured, l.HasCost)
+		}
+	}
+	for i := range l.N {
+		rule := l.Also(i)
+		k := l.Key
+		switch {
+		case rule.OwnKey:
+			p, err := l.Principal(i)
+			if err == nil && p == "" {
+				err = l.EmptyKey
+			}
+			switch {
+			case err != nil && (l.Shadow || rule.Shadow):
+				l.ShadowKey(rule.Name, err)
+				continue
+			case err != nil:
+				return nil, err
+			}
+			k = rule.Name + ":" + p
+		case !rule.SameKey:
+			k = AlsoKey(l.Name, rule.Name, l.Key)
+		}
+		s.Add(rule.Name, k, rule.Limit, l.Cost(i), rule.Unit, l.Shadow || rule.Shadow)
+		if l.Outcome && !l.Shadow && !rule.Shadow {
+			measured = append(measured, rule.HasCost)
+		}
+	}
+	return measured, nil
+}
+
 // Decide decides rules, all or nothing, each taking its own Cost; noMulti is the error when
 // there are several, or one of a Cost, and lim cannot decide them at once (a MultiDecider
 // takes a rule's cost).
