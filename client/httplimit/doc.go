@@ -158,10 +158,10 @@
 // SameKey) Name, ':' and the principal from Options.Key (or AlsoLimit.Key); the client stores
 // its state under the Limiter's Key("<name>:<principal>", limit), e.g.
 // rl:{api:user-42}:token_bucket, and its block (a Penalty's, or an operator's) under
-// rl:{api:user-42}:block: LimiterKey composes "<name>:<principal>". The server holds each key for as long as its limiter's
-// state lives (an hour for an hour's sliding log), so the client bounds it: at most
-// 512 bytes (the client's Options.MaxKeyLen default), name and ':' included, or what Options.MaxKeyLen
-// sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
+// rl:{api:user-42}:block: LimiterKey composes "<name>:<principal>". The server holds each
+// key for as long as its limiter's state lives (an hour for an hour's sliding log), so the
+// client bounds it: at most 512 bytes (the client's Options.MaxKeyLen default), name and ':'
+// included, or what Options.MaxKeyLen sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
 // a long header) by a hash of it, e.g. hex.EncodeToString of its crypto/sha256 sum: 64 bytes,
 // the same for every request that carries it.
 //
