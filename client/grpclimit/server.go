@@ -448,31 +448,35 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 // decision it starts beside the call. With an Outcome, it returns whether each enforced limit
 // has a Cost function.
 func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
-	measured, err = set.Split(&decide.Limits{Name: p.Name, Key: key, Limit: p.Limit, Unit: p.Unit,
-		HasCost: p.Cost != nil, Shadow: shadow, Outcome: p.Outcome != nil, N: len(p.Also),
-		Also: func(i int) decide.Named { return p.Also[i].named() },
-		Cost: func(i int) int64 {
-			if i < 0 {
-				return cost(ctx, p.Cost, method, req)
-			}
-			return cost(ctx, p.Also[i].Cost, method, req)
-		},
-		Principal: func(i int) (string, error) { return p.Also[i].Key(ctx, method) },
-		ShadowKey: func(name string, err error) {
-			s.report(ctx, method, decide.ShadowKey, name, &ShadowKeyError{Policy: name, Err: err})
-		},
-		EmptyKey: ErrEmptyKey,
-	})
-	if err != nil {
-		return nil, keyStatus(err)
+	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
+	if p.Limit != nil {
+		sp.Own(p.Limit, cost(ctx, p.Cost, method, req), p.Unit, p.Cost != nil)
 	}
+	for i := range p.Also {
+		a := &p.Also[i]
+		var principal string
+		var keyErr error
+		if a.Key != nil {
+			principal, keyErr = a.Key(ctx, method)
+		}
+		k, skip, err := sp.Key(a.named(), principal, keyErr, ErrEmptyKey)
+		switch {
+		case err != nil:
+			return nil, keyStatus(err)
+		case skip != nil:
+			s.report(ctx, method, decide.ShadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
+			continue
+		}
+		sp.Add(a.named(), k, cost(ctx, a.Cost, method, req))
+	}
+	*set = sp.Set
 	if len(set.Shadow) > 0 {
 		// Beside the call, which does not wait for it: a roll-out adds no round trip. The
 		// limiter's own deadline bounds how long it runs.
 		s.shadows.Add(1)
 		go s.shadow(context.WithoutCancel(ctx), method, set.Shadow, set.ShadowQuotas)
 	}
-	return measured, nil
+	return sp.Measured, nil
 }
 
 // cost is a Cost function's units for a call, 0 (one, the call's) without one.

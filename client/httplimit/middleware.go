@@ -519,27 +519,29 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 // enforced ones at once, all or nothing, and beside them the shadow ones, whose denial is only
 // counted.
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
-	var set decide.Set
-	// with an Outcome, whether each enforced limit has a Cost
-	measured, err := set.Split(&decide.Limits{Name: p.Name, Key: key, Limit: p.Limit, Unit: p.Unit,
-		HasCost: p.Cost != nil, Shadow: shadow, Outcome: p.Outcome != nil, N: len(p.Also),
-		Also: func(i int) decide.Named { return p.Also[i].named() },
-		Cost: func(i int) int64 {
-			if i < 0 {
-				return cost(p.Cost, r)
-			}
-			return cost(p.Also[i].Cost, r)
-		},
-		Principal: func(i int) (string, error) { return p.Also[i].Key(r) },
-		ShadowKey: func(name string, err error) {
-			m.report(r, shadowKey, name, &ShadowKeyError{Policy: name, Err: err})
-		},
-		EmptyKey: ErrEmptyKey,
-	})
-	if err != nil {
-		m.badKey(w, keyBody(err))
-		return
+	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
+	if p.Limit != nil {
+		sp.Own(p.Limit, cost(p.Cost, r), p.Unit, p.Cost != nil)
 	}
+	for i := range p.Also {
+		a := &p.Also[i]
+		var principal string
+		var keyErr error
+		if a.Key != nil {
+			principal, keyErr = a.Key(r)
+		}
+		k, skip, err := sp.Key(a.named(), principal, keyErr, ErrEmptyKey)
+		switch {
+		case err != nil:
+			m.badKey(w, keyBody(err))
+			return
+		case skip != nil:
+			m.report(r, shadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
+			continue
+		}
+		sp.Add(a.named(), k, cost(a.Cost, r))
+	}
+	set, measured := &sp.Set, sp.Measured // with an Outcome, whether each enforced limit has a Cost
 	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
 		// does not wait for it: a roll-out must not add a round trip to the route's latency,
@@ -567,6 +569,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	var res client.Result
 	var each []client.Result
 	var quotas []decide.Quota
+	var err error
 	if c != nil && p.Outcome.CheckFirst {
 		quotas = set.EnforcedQuotas
 		res, err = decide.PeekAll(ctx, m.lim.(Settler), set.Enforced)
@@ -574,7 +577,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 			quotas = decide.DecidingFirst(quotas, res.Rule)
 		}
 	} else {
-		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, &set, p.HideQuota, ErrNoMultiDecider)
+		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, set, p.HideQuota, ErrNoMultiDecider)
 	}
 	switch {
 	case decide.DecisionStands(err):

@@ -56,46 +56,50 @@ func TestCheckSameKeyWithKey(t *testing.T) {
 	}
 }
 
-// Split puts each limit on its key: the policy's own, a further one's own name on the
+// A Split puts each limit on its key: the policy's own, a further one's own name on the
 // policy's principal, its Key's principal, or with SameKey the policy's key; a Key error
 // refuses unless only shadow limits see it; with an outcome, which costs are estimates.
 func TestSplit(t *testing.T) {
 	fw := client.FixedWindow{Limit: 5, Window: time.Minute}
 	errKey := errors.New("no user")
 	for _, tt := range []struct {
-		name     string
-		also     []Named
-		shadow   bool
-		enforced string // key cost, of each enforced rule
-		inShadow string
-		measured string
-		err      error
-		reported string // the limits whose Key error went to ShadowKey
+		name      string
+		also      []Named
+		principal string
+		shadow    bool
+		enforced  string // key cost, of each enforced rule
+		inShadow  string
+		measured  string
+		err       error
+		skipped   string // the limits whose Key error only shadow limits see
 	}{
-		{name: "each key", also: []Named{
+		{name: "each key", principal: "bob", also: []Named{
 			{Name: "own", Limit: fw},
 			{Name: "same", Limit: fw, SameKey: true, HasCost: true},
 			{Name: "user", Limit: fw, OwnKey: true},
-		}, enforced: "[p:alice 2 own:alice 3 p:alice 4 user:bob 5]", measured: "[false false true false]"},
+		}, enforced: "[p:alice 2 own:alice 3 p:alice 4 user:bob 5]", inShadow: "[]", measured: "[false false true false]"},
 		{name: "a shadow limit's key error", also: []Named{{Name: "user", Limit: fw, OwnKey: true, Shadow: true}},
-			enforced: "[p:alice 2]", inShadow: "[]", measured: "[false]", reported: "user"},
+			enforced: "[p:alice 2]", inShadow: "[]", measured: "[false]", skipped: "user"},
 		{name: "an enforced limit's key error", also: []Named{{Name: "user", Limit: fw, OwnKey: true}}, err: errKey},
 		{name: "the policy in shadow", shadow: true, also: []Named{{Name: "same", Limit: fw, SameKey: true}},
 			enforced: "[]", inShadow: "[p:alice 2 p:alice 3]", measured: "[]"},
 	} {
-		var set Set
-		var reported []string
-		principal := "bob"
-		if tt.err != nil || tt.reported != "" {
-			principal = ""
+		sp := NewSplit("p", "p:alice", tt.shadow, true)
+		sp.Own(fw, 2, "", false)
+		var skipped []string
+		var err error
+		for i, rule := range tt.also {
+			k, skip, kerr := sp.Key(rule, tt.principal, nil, errKey)
+			if kerr != nil {
+				err = kerr
+				break
+			}
+			if skip != nil {
+				skipped = append(skipped, rule.Name)
+				continue
+			}
+			sp.Add(rule, k, int64(i+3))
 		}
-		measured, err := set.Split(&Limits{Name: "p", Key: "p:alice", Limit: fw, Shadow: tt.shadow, Outcome: true,
-			N: len(tt.also), Also: func(i int) Named { return tt.also[i] },
-			Cost:      func(i int) int64 { return int64(i + 3) },
-			Principal: func(int) (string, error) { return principal, nil },
-			ShadowKey: func(name string, err error) { reported = append(reported, name) },
-			EmptyKey:  errKey,
-		})
 		keys := func(rules []client.Rule) string {
 			s := make([]string, len(rules))
 			for i, r := range rules {
@@ -108,9 +112,10 @@ func TestSplit(t *testing.T) {
 			if !errors.Is(err, tt.err) {
 				t.Errorf("%s: %v, want %v", tt.name, err, tt.err)
 			}
-		case err != nil || keys(set.Enforced) != tt.enforced || tt.inShadow != "" && keys(set.Shadow) != tt.inShadow ||
-			fmt.Sprint(measured) != tt.measured || strings.Join(reported, " ") != tt.reported:
-			t.Errorf("%s: %v enforced %s shadow %s measured %v reported %v", tt.name, err, keys(set.Enforced), keys(set.Shadow), measured, reported)
+		case err != nil || keys(sp.Set.Enforced) != tt.enforced || keys(sp.Set.Shadow) != tt.inShadow ||
+			fmt.Sprint(sp.Measured) != tt.measured || strings.Join(skipped, " ") != tt.skipped:
+			t.Errorf("%s: %v enforced %s shadow %s measured %v skipped %v", tt.name, err,
+				keys(sp.Set.Enforced), keys(sp.Set.Shadow), sp.Measured, skipped)
 		}
 	}
 }

@@ -45,67 +45,63 @@ func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, sha
 // ("name:principal"), when the limit has no Key of its own: its name on the same principal.
 func AlsoKey(name, also, key string) string { return also + key[len(name):] }
 
-// Limits are a policy's limits for one call, as Split reads them through a transport.
-type Limits struct {
-	Name  string       // the policy's
-	Key   string       // the call's key of the policy, "Name:principal"
-	Limit client.Limit // the policy's own; nil: none
-	Unit  string
-	// HasCost: Limit's cost comes from a Cost function (an estimate, with an outcome)
-	HasCost bool
-	Shadow  bool // the whole policy is in shadow for this key
-	Outcome bool // the call is settled by its outcome
-	// N further limits: Also(i) is each, and Principal(i) its own principal, asked only of
-	// one with OwnKey. Cost(i) is what limit i takes of the call (-1: Limit), 0 for one,
-	// asked only of a limit Split counts.
-	N         int
-	Also      func(i int) Named
-	Cost      func(i int) int64
-	Principal func(i int) (string, error)
-	// ShadowKey gets the error of a Key that only shadow limits see: the call goes on without
-	// that limit. EmptyKey is the transport's error of an empty principal.
-	ShadowKey func(name string, err error)
-	EmptyKey  error
+// Split puts a policy's limits for one call into its Set: the policy's own (Own), then each
+// further one (Key, then Add), whose Key the transport asks. With an outcome, Measured says
+// whether each enforced limit's cost is an estimate (a Cost function's), in Set.Enforced's
+// order.
+type Split struct {
+	Set      Set
+	Measured []bool
+	name     string // the policy's
+	key      string // the call's key of the policy, "name:principal"
+	shadow   bool   // the whole policy is in shadow for this key
+	outcome  bool   // the call is settled by its outcome
 }
 
-// Split puts l's limits into s: the policy's own on its key, each further one on a key of its
-// own ("Name:principal", the principal its Key returns, or the policy's), or with SameKey on
-// the policy's key. A further limit's Key error refuses the call (err) unless only shadow
-// limits see it. With an outcome it returns whether each enforced limit's cost is an estimate
-// (a Cost function's), in the order of s.Enforced.
-func (s *Set) Split(l *Limits) (measured []bool, err error) {
-	if l.Limit != nil {
-		s.Add(l.Name, l.Key, l.Limit, l.Cost(-1), l.Unit, l.Shadow)
-		if l.Outcome && !l.Shadow {
-			measured = append(measured, l.HasCost)
-		}
+// NewSplit starts the split of the limits of a policy named name for a call whose key of the
+// policy is key.
+func NewSplit(name, key string, shadow, outcome bool) Split {
+	return Split{name: name, key: key, shadow: shadow, outcome: outcome}
+}
+
+// Own adds the policy's own limit l, taking cost units (0: one) counted in unit; hasCost says
+// the cost came from a Cost function.
+func (sp *Split) Own(l client.Limit, cost int64, unit string, hasCost bool) {
+	sp.Set.Add(sp.name, sp.key, l, cost, unit, sp.shadow)
+	if sp.outcome && !sp.shadow {
+		sp.Measured = append(sp.Measured, hasCost)
 	}
-	for i := range l.N {
-		rule := l.Also(i)
-		k := l.Key
+}
+
+// Key is the key of a further limit: "Name:principal", with the principal its own Key returned
+// (principal, keyErr: asked only of a rule with OwnKey) or the policy's; with SameKey the
+// policy's key itself. A Key error (or an empty principal, emptyKey) refuses the call (err)
+// unless only shadow limits see it: then skip is that error, and the limit is left out.
+func (sp *Split) Key(rule Named, principal string, keyErr, emptyKey error) (key string, skip, err error) {
+	switch {
+	case rule.OwnKey:
+		if keyErr == nil && principal == "" {
+			keyErr = emptyKey
+		}
 		switch {
-		case rule.OwnKey:
-			p, err := l.Principal(i)
-			if err == nil && p == "" {
-				err = l.EmptyKey
-			}
-			switch {
-			case err != nil && (l.Shadow || rule.Shadow):
-				l.ShadowKey(rule.Name, err)
-				continue
-			case err != nil:
-				return nil, err
-			}
-			k = rule.Name + ":" + p
-		case !rule.SameKey:
-			k = AlsoKey(l.Name, rule.Name, l.Key)
+		case keyErr != nil && (sp.shadow || rule.Shadow):
+			return "", keyErr, nil
+		case keyErr != nil:
+			return "", nil, keyErr
 		}
-		s.Add(rule.Name, k, rule.Limit, l.Cost(i), rule.Unit, l.Shadow || rule.Shadow)
-		if l.Outcome && !l.Shadow && !rule.Shadow {
-			measured = append(measured, rule.HasCost)
-		}
+		return rule.Name + ":" + principal, nil, nil
+	case rule.SameKey:
+		return sp.key, nil, nil
 	}
-	return measured, nil
+	return AlsoKey(sp.name, rule.Name, sp.key), nil, nil
+}
+
+// Add adds further limit rule on key (Key's), taking cost units (0: one).
+func (sp *Split) Add(rule Named, key string, cost int64) {
+	sp.Set.Add(rule.Name, key, rule.Limit, cost, rule.Unit, sp.shadow || rule.Shadow)
+	if sp.outcome && !sp.shadow && !rule.Shadow {
+		sp.Measured = append(sp.Measured, rule.HasCost)
+	}
 }
 
 // Decide decides rules, all or nothing, each taking its own Cost; noMulti is the error when
