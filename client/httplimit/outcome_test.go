@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go/mock"
+
 	"github.com/rlfn/rlfn/client"
 )
 
@@ -166,5 +168,31 @@ func TestSameKey(t *testing.T) {
 	}
 	if got := w.Header().Get("RateLimit-Policy"); got != `"requests";q=60;w=3600, "tokens";q=150000;w=60;qu="tokens", "daily";q=5000;w=86400` {
 		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
+
+// A policy Options.Policy makes up per request, whose SameKey limit would be the Policy's own
+// limiter, is a configuration mistake the client refuses before any call: answered 500, the
+// *client.LimitError to OnError.
+func TestSameKeyOneLimiterAtRequestTime(t *testing.T) {
+	lim, err := client.New(mock.NewClient(nil), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	m, err := New(lim, Options{Key: constKey("org7"),
+		Policy: func(*http.Request) Policy {
+			return Policy{Name: "requests", Limit: tokenBucket, Also: []AlsoLimit{{Name: "tokens", Limit: tokenBucket, SameKey: true}}}
+		},
+		OnError: func(_ *http.Request, err error) { got = err },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("served") })).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	var le *client.LimitError
+	if w.Code != http.StatusInternalServerError || !errors.As(got, &le) {
+		t.Errorf("%d, OnError got %v; want 500 and a *client.LimitError", w.Code, got)
 	}
 }
