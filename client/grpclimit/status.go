@@ -30,7 +30,7 @@ const refusalSlots = 128
 
 // refusals are the statuses of recent refusals, a slot per wait (direct-mapped): lock-free,
 // bounded, and a miss costs one atomic store. A status is immutable and gRPC only reads it
-// (it copies it to send it), so calls share one.
+// (it marshals it into the call's trailer), so calls share one.
 type refusals [refusalSlots]atomic.Pointer[refusalParts]
 
 // refusalParts is a refusal's status, the parts it is built of, and what it says: one
