@@ -34,7 +34,7 @@ func invoker(refused int, wait time.Duration, calls *int) grpc.UnaryInvoker {
 	return func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
 		*calls++
 		if *calls <= refused {
-			return refusal(false, false, "api", wait)
+			return refusal(false, false, "api", wait).err
 		}
 		return nil
 	}

@@ -27,7 +27,8 @@
 // client.ReturnError) ServerOptions.ErrorCode, Internal by default, or the call is served
 // with FailOpen.
 //
-// Policies have httplimit's ideas: several limits all or nothing (Also), shadow mode and a
+// Policies have httplimit's ideas: several limits all or nothing (Also; AlsoLimit.SameKey
+// keeps one on the Policy's key, where one atomic call decides them), shadow mode and a
 // share of keys enforced (Shadow, EnforcePercent), critical methods using the reserve
 // (Critical), a concurrency lease held for the whole call, a stream's whole life
 // (Concurrency), and counting by outcome (Outcome).

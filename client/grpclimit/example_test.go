@@ -178,9 +178,11 @@ func Example_login() {
 }
 
 // An LLM gateway's "60 calls and 150,000 tokens per minute" per organisation, decided all or
-// nothing: the tokens' limit takes the call's estimate (its max_tokens, here in the "x-max-tokens"
-// metadata), the calls' limit 1; once the call is served, the handler reports the tokens it
-// really used in the "rlfn-cost" trailer, which replace the estimate.
+// nothing in one atomic call: the tokens' limit is counted on the policy's own key (SameKey),
+// beside the calls', where one rl_multi decides both. It takes the call's estimate (its
+// max_tokens, here in the "x-max-tokens" metadata), the calls' limit 1; once the call is
+// served, the handler reports the tokens it really used in the "rlfn-cost" trailer, which
+// replace the estimate.
 func Example_tokens() {
 	estimate := func(ctx context.Context, _ string, _ any) int64 {
 		v := metadata.ValueFromIncomingContext(ctx, "x-max-tokens")
@@ -193,13 +195,16 @@ func Example_tokens() {
 	completions := grpclimit.Policy{
 		Name:  "calls",
 		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
-		Also: []grpclimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate,
+		Also: []grpclimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate, SameKey: true,
 			Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}}},
 		Outcome: &grpclimit.Outcome{CostTrailer: "rlfn-cost"},
 	}
 	// In the handler, once the tokens are counted:
 	//	grpc.SetTrailer(ctx, metadata.Pairs("rlfn-cost", strconv.Itoa(used)))
-	fmt.Println(grpclimit.Needs(completions))
+
+	// Both limits of organisation org-7 are on one key (the server's keys
+	// rl:{calls:org-7}:sliding_window and rl:{calls:org-7}:token_bucket).
+	fmt.Println(grpclimit.Needs(completions), grpclimit.LimiterKey(completions.Name, "org-7"))
 	// Output:
-	// 1.1.0
+	// 1.1.0 calls:org-7
 }

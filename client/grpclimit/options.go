@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/decide"
 )
 
 // Decider is what the interceptors need of a *client.Limiter, so that any decision maker (a
@@ -120,13 +121,32 @@ type AlsoLimit struct {
 	Limit client.Limit
 	// Key returns the principal this limit counts the call against. Default (nil):
 	// ServerOptions.Key's. An error refuses the call InvalidArgument, as ServerOptions.Key's.
+	// Without a Key (and without SameKey) the limit keeps its state on a key of its own,
+	// LimiterKey(Name, principal).
 	Key Key
+	// SameKey counts this limit on the Policy's own key, LimiterKey(Policy.Name, principal),
+	// beside the Policy's Limit, rather than on a key of its own: the limits of one key are
+	// decided by one atomic call (rl_multi, library 1.1.0) in the principal's cluster slot,
+	// where limits of several keys take one call each, and refunds when one refuses. "60 calls
+	// and 150,000 tokens a minute" is one call. The state is the Limit's own on that key, named
+	// by its algorithm and its Name (client.Limiter.Key): two limits of one algorithm there
+	// need the client's Name to tell them apart (NewServer refuses a pair that would be one
+	// limiter). A Penalty then blocks the Policy's key. It cannot be set with Key. Default:
+	// false, the key of its own, as before: setting it moves the limit's state to a new key,
+	// starting from a full limit.
+	SameKey bool
 	// Shadow decides this limit in shadow (see Policy.Shadow). Default: false.
 	Shadow bool
 	// Cost returns the units the call takes of this limit, as Policy.Cost. Default (nil): 1.
 	Cost Cost
 	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
 	Unit string
+}
+
+// named is a as the decision's checks and split see it.
+func (a *AlsoLimit) named() decide.Named {
+	return decide.Named{Name: a.Name, Limit: a.Limit, Shadow: a.Shadow, Unit: a.Unit,
+		SameKey: a.SameKey, OwnKey: a.Key != nil, HasCost: a.Cost != nil}
 }
 
 // ServerOptions configures a Server. Key and Methods (or Default) are required.

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -38,27 +37,12 @@ type Server struct {
 	wouldDeny metric.Int64Counter // nil without a MeterProvider
 	unsettled metric.Int64Counter // likewise
 	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
-	// the last refusal's status: a flood's refusals within one millisecond have one wait
-	last atomic.Pointer[lastRefusal]
+	refusals  refusals            // recent refusals' statuses, shared
 }
 
-// lastRefusal is a refusal's status and what it says.
-type lastRefusal struct {
-	policy        string
-	wait          time.Duration
-	hide, blocked bool
-	err           error
-}
-
-// refuse is refusal's status, the last one's again when it says the same: a status is
-// immutable, and gRPC copies it to send it, so calls can share one.
+// refuse is the status of a refusal, shared with a recent one that says the same.
 func (s *Server) refuse(hide, blocked bool, policy string, wait time.Duration) error {
-	if l := s.last.Load(); l != nil && l.wait == wait && l.policy == policy && l.hide == hide && l.blocked == blocked {
-		return l.err
-	}
-	err := refusal(hide, blocked, policy, wait)
-	s.last.Store(&lastRefusal{policy: policy, wait: wait, hide: hide, blocked: blocked, err: err})
-	return err
+	return s.refusals.refuse(hide, blocked, policy, wait)
 }
 
 // NewServer returns a Server that asks lim for a decision on every call a policy limits, or a
@@ -202,8 +186,13 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 // checkPolicy reports why the interceptors cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
+		return p.Also[i].named()
 	})
+	if reason == "" {
+		bad, reason = decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
+			return p.Also[i].named()
+		})
+	}
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
 	}
@@ -215,7 +204,7 @@ func spec(p Policy) decide.Spec {
 	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
 		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
-		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
+		s.Also = append(s.Also, rule.named())
 	}
 	return s
 }
@@ -240,7 +229,7 @@ func (s *Server) policy(method string) *Policy {
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
 // principal's calls against, as httplimit.LimiterKey: an operator blocks a principal with
-// the Limiter's Block on it.
+// the Limiter's Block on it. An AlsoLimit with SameKey counts on its Policy's.
 func LimiterKey(name, principal string) string {
 	if name == "" {
 		name = DefaultPolicyName
@@ -459,42 +448,35 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 // decision it starts beside the call. With an Outcome, it returns whether each enforced limit
 // has a Cost function.
 func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
+	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
 	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, cost(ctx, p.Cost, method, req), p.Unit, shadow)
-		if p.Outcome != nil && !shadow {
-			measured = append(measured, p.Cost != nil)
-		}
+		sp.Own(p.Limit, cost(ctx, p.Cost, method, req), p.Unit, p.Cost != nil)
 	}
-	for _, rule := range p.Also {
-		k := key
-		if rule.Key != nil {
-			principal, err := rule.Key(ctx, method)
-			if err == nil && principal == "" {
-				err = ErrEmptyKey
-			}
-			switch {
-			case err != nil && (shadow || rule.Shadow):
-				s.report(ctx, method, decide.ShadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
-				continue
-			case err != nil:
-				return nil, keyStatus(err)
-			}
-			k = rule.Name + ":" + principal
-		} else {
-			k = decide.AlsoKey(p.Name, rule.Name, key)
+	for i := range p.Also {
+		a := &p.Also[i]
+		var principal string
+		var keyErr error
+		if a.Key != nil {
+			principal, keyErr = a.Key(ctx, method)
 		}
-		set.Add(rule.Name, k, rule.Limit, cost(ctx, rule.Cost, method, req), rule.Unit, shadow || rule.Shadow)
-		if p.Outcome != nil && !shadow && !rule.Shadow {
-			measured = append(measured, rule.Cost != nil)
+		k, skip, err := sp.Key(a.named(), principal, keyErr, ErrEmptyKey)
+		switch {
+		case err != nil:
+			return nil, keyStatus(err)
+		case skip != nil:
+			s.report(ctx, method, decide.ShadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
+			continue
 		}
+		sp.Add(a.named(), k, cost(ctx, a.Cost, method, req))
 	}
+	*set = sp.Set
 	if len(set.Shadow) > 0 {
 		// Beside the call, which does not wait for it: a roll-out adds no round trip. The
 		// limiter's own deadline bounds how long it runs.
 		s.shadows.Add(1)
 		go s.shadow(context.WithoutCancel(ctx), method, set.Shadow, set.ShadowQuotas)
 	}
-	return measured, nil
+	return sp.Measured, nil
 }
 
 // cost is a Cost function's units for a call, 0 (one, the call's) without one.

@@ -1,11 +1,13 @@
 package grpclimit
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -58,6 +60,8 @@ func TestNewServerRefuses(t *testing.T) {
 		{"no acquirer", &allowOnly{}, ServerOptions{Key: key, Default: Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}}}, "Default"},
 		{"no settler", &allowOnly{}, ServerOptions{Key: key, Default: Policy{Limit: bucket, Outcome: &Outcome{}}}, "Default"},
 		{"trailer case", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Outcome: &Outcome{CostTrailer: "Cost"}}}, "Default"},
+		{"same key and a key", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true, Key: Peer}}}}, "Default"},
+		{"same key, one limiter", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true}}}}, "Default"},
 		{"check first alone", lim, ServerOptions{Key: key, Default: Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}, Outcome: &Outcome{CheckFirst: true}}}, "Default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,17 +127,21 @@ func TestRefusalDecodes(t *testing.T) {
 		name          string
 		hide, blocked bool
 		wait          time.Duration
+		policy        string
 	}{
-		{"zero", false, false, 0},
-		{"a millisecond", false, false, time.Millisecond},
-		{"seconds and nanos", false, false, 1500*time.Millisecond + 7},
-		{"hours", false, false, 3 * time.Hour},
-		{"never", false, false, client.Never},
-		{"hidden", true, false, 2 * time.Second},
-		{"blocked", false, true, time.Minute},
+		{"zero", false, false, 0, ""},
+		// a name longer than the refusal's buffer: the status is built in an array of its own
+		{"long name", false, true, time.Second, strings.Repeat("p", 400)},
+		{"a millisecond", false, false, time.Millisecond, ""},
+		{"seconds and nanos", false, false, 1500*time.Millisecond + 7, ""},
+		{"hours", false, false, 3 * time.Hour, ""},
+		{"never", false, false, client.Never, ""},
+		{"hidden", true, false, 2 * time.Second, ""},
+		{"blocked", false, true, time.Minute, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := refusal(tt.hide, tt.blocked, "api-v1", tt.wait)
+			policy := cmp.Or(tt.policy, "api-v1")
+			err := refusal(tt.hide, tt.blocked, policy, tt.wait).err
 			st := status.Convert(err)
 			if st.Code() != codes.ResourceExhausted {
 				t.Fatalf("code %v", st.Code())
@@ -168,8 +176,15 @@ func TestRefusalDecodes(t *testing.T) {
 			if tt.blocked {
 				desc = "blocked"
 			}
-			if len(v) != 1 || v[0].GetQuotaId() != "api-v1" || v[0].GetSubject() != "policy:api-v1" || v[0].GetDescription() != desc {
+			if len(v) != 1 || v[0].GetQuotaId() != policy || v[0].GetSubject() != "policy:"+policy || v[0].GetDescription() != desc {
 				t.Errorf("QuotaFailure %v", quota)
+			}
+			msg := "grpclimit: rate limited by policy " + policy
+			if tt.blocked {
+				msg += ": blocked by a penalty for exceeding the quota or by an operator"
+			}
+			if st.Message() != msg {
+				t.Errorf("message %q, want %q", st.Message(), msg)
 			}
 			if got, _ := RetryDelay(err); tt.wait != client.Never && got != tt.wait {
 				t.Errorf("RetryDelay = %v, want %v", got, tt.wait)
@@ -340,8 +355,8 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// A refusal that says what the last one said shares its status; one that differs in anything
-// gets its own.
+// A refusal that says what a recent one said shares its status; one that differs in anything
+// gets its own. Refusals of other waits keep theirs (a slot per wait).
 func TestRefusalShared(t *testing.T) {
 	s, err := NewServer(&constant{}, ServerOptions{Key: Peer})
 	if err != nil {
@@ -365,6 +380,15 @@ func TestRefusalShared(t *testing.T) {
 	if d, _ := RetryDelay(a); d != time.Second+time.Millisecond {
 		t.Errorf("RetryDelay %v", d)
 	}
+	x, y := s.refuse(false, false, "api", 2*time.Millisecond), s.refuse(false, false, "api", 3*time.Millisecond)
+	if s.refuse(false, false, "api", 2*time.Millisecond) != x || s.refuse(false, false, "api", 3*time.Millisecond) != y {
+		t.Error("two waits in turn do not keep their statuses")
+	}
+	// a slot holds one wait: the next wait of that slot replaces it
+	z := s.refuse(false, false, "api", (2+refusalSlots)*time.Millisecond)
+	if s.refuse(false, false, "api", 2*time.Millisecond) == x || z == x {
+		t.Error("a slot held two waits")
+	}
 }
 
 // A policy whose limits are all in shadow serves the call, with or without a lease to take.
@@ -379,5 +403,43 @@ func TestShadowOnlyServes(t *testing.T) {
 	s.shadows.Wait()
 	if resp != "served" || err != nil {
 		t.Errorf("%v, %v; want served", resp, err)
+	}
+}
+
+// rules is a MultiDecider that admits, recording the rules of its decisions.
+type rules struct {
+	constant
+	got []client.Rule
+}
+
+func (r *rules) AllowAll(_ context.Context, rules []client.Rule) (client.Result, error) {
+	r.got = rules
+	return r.res, nil
+}
+
+// An AlsoLimit with SameKey is counted on the Policy's key, in the one decision with the
+// Policy's Limit; one without keeps the key of its own, as before.
+func TestSameKey(t *testing.T) {
+	tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}
+	lim := &rules{constant: constant{res: client.Result{Allowed: true, Limit: 60, Remaining: 59}}}
+	s, err := NewServer(lim, ServerOptions{Key: Metadata("x-key"), Default: Policy{Name: "calls",
+		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
+		Also: []AlsoLimit{
+			{Name: "tokens", Limit: tokens, SameKey: true, Cost: func(context.Context, string, any) int64 { return 1200 }},
+			{Name: "daily", Limit: client.FixedWindow{Limit: 5000, Window: 24 * time.Hour}},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-key", "org7"))
+	if _, err := s.unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/p.S/M"}, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(lim.got))
+	for i, r := range lim.got {
+		got[i] = fmt.Sprint(r.Key, " ", r.Cost)
+	}
+	if want := "[calls:org7 0 calls:org7 1200 daily:org7 0]"; fmt.Sprint(got) != want {
+		t.Errorf("rules %v, want %s", got, want)
 	}
 }

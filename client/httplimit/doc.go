@@ -118,7 +118,8 @@
 // requests of one key in flight at once can each pass the peek, a gap a Concurrency of 1
 // closes. Policy.Cost and AlsoLimit.Cost give each limit its own cost per request, decided all
 // or nothing ("60 requests and 150,000 tokens per minute"), and Unit names what a limit counts
-// in RateLimit-Policy (qu). Package client/grpclimit does all of this for gRPC services.
+// in RateLimit-Policy (qu). AlsoLimit.SameKey keeps the tokens' limit on the Policy's own key,
+// beside the requests', where one atomic rl_multi call decides both. Package client/grpclimit does all of this for gRPC services.
 //
 // # Failures
 //
@@ -153,14 +154,14 @@
 //
 // # Keys
 //
-// The key a limit counts a request against is the Policy's (or the AlsoLimit's) Name, ':' and the
-// principal from Options.Key (or AlsoLimit.Key); the client stores its state under
-// the Limiter's Key("<name>:<principal>", limit), e.g. rl:{api:user-42}:token_bucket, and
-// its block (a Penalty's, or an operator's) under rl:{api:user-42}:block: LimiterKey
-// composes "<name>:<principal>". The server holds each key for as long as its limiter's
-// state lives (an hour for an hour's sliding log), so the client bounds it: at most
-// 512 bytes (the client's Options.MaxKeyLen default), name and ':' included, or what Options.MaxKeyLen
-// sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
+// The key a limit counts a request against is the Policy's (or the AlsoLimit's, unless it has
+// SameKey) Name, ':' and the principal from Options.Key (or AlsoLimit.Key); the client stores
+// its state under the Limiter's Key("<name>:<principal>", limit), e.g.
+// rl:{api:user-42}:token_bucket, and its block (a Penalty's, or an operator's) under
+// rl:{api:user-42}:block: LimiterKey composes "<name>:<principal>". The server holds each
+// key for as long as its limiter's state lives (an hour for an hour's sliding log), so the
+// client bounds it: at most 512 bytes (the client's Options.MaxKeyLen default), name and ':'
+// included, or what Options.MaxKeyLen sets. A longer one is answered 400 and writes nothing. Key a long identifier (a JWT, a URL,
 // a long header) by a hash of it, e.g. hex.EncodeToString of its crypto/sha256 sum: 64 bytes,
 // the same for every request that carries it.
 //

@@ -478,10 +478,11 @@ func Example_outcome() {
 }
 
 // An LLM gateway's "60 requests and 150,000 tokens per minute" per organisation, decided all or
-// nothing: the tokens' limit takes the request's estimate (its max_tokens, here in a header),
-// the requests' limit 1, and RateLimit-Policy names the tokens' unit. Once the response is
-// streamed, the handler reports the tokens it really used in the Rlfn-Cost trailer, which
-// replace the estimate: the difference is given back (or taken).
+// nothing in one atomic call: the tokens' limit is counted on the policy's own key (SameKey),
+// beside the requests', where one rl_multi decides both. It takes the request's estimate (its
+// max_tokens, here in a header), the requests' limit 1, and RateLimit-Policy names the tokens'
+// unit. Once the response is streamed, the handler reports the tokens it really used in the
+// Rlfn-Cost trailer, which replace the estimate: the difference is given back (or taken).
 func Example_tokens() {
 	estimate := func(r *http.Request) int64 {
 		n, err := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
@@ -493,13 +494,16 @@ func Example_tokens() {
 	completions := httplimit.Policy{
 		Name:  "requests",
 		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
-		Also: []httplimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate,
+		Also: []httplimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate, SameKey: true,
 			Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}}},
 		Outcome: &httplimit.Outcome{CostHeader: "Rlfn-Cost"},
 	}
 	// In the handler, once the completion is streamed and its tokens counted:
 	//	w.Header().Set(http.TrailerPrefix+"Rlfn-Cost", strconv.Itoa(used))
-	fmt.Println(httplimit.Needs(completions))
+
+	// Both limits of organisation org-7 are on one key (the server's keys
+	// rl:{requests:org-7}:sliding_window and rl:{requests:org-7}:token_bucket).
+	fmt.Println(httplimit.Needs(completions), httplimit.LimiterKey(completions.Name, "org-7"))
 	// Output:
-	// 1.1.0
+	// 1.1.0 requests:org-7
 }

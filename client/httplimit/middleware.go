@@ -110,8 +110,20 @@ type AlsoLimit struct {
 	// AlsoLimit only. Required.
 	Limit client.Limit
 	// Key returns the principal this limit counts the request against. Default (nil):
-	// Options.Key's. An error answers 400, as Options.Key's does.
+	// Options.Key's. An error answers 400, as Options.Key's does. Without a Key (and without
+	// SameKey) the limit keeps its state on a key of its own, LimiterKey(Name, principal).
 	Key func(r *http.Request) (string, error)
+	// SameKey counts this limit on the Policy's own key, LimiterKey(Policy.Name, principal),
+	// beside the Policy's Limit, rather than on a key of its own: the limits of one key are
+	// decided by one atomic call (rl_multi, library 1.1.0) in the principal's cluster slot,
+	// where limits of several keys take one call each, and refunds when one refuses. "60
+	// requests and 150,000 tokens a minute" is one call. The state is the Limit's own on that
+	// key, named by its algorithm and its Name (client.Limiter.Key): two limits of one
+	// algorithm there need the client's Name to tell them apart (New refuses a pair that would
+	// be one limiter). A Penalty then blocks the Policy's key: every limit with a Penalty on it
+	// obeys the block. It cannot be set with Key. Default: false, the key of its own, as
+	// before: setting it moves the limit's state to a new key, starting from a full limit.
+	SameKey bool
 	// Shadow decides this limit in shadow (see Policy.Shadow): an error of its Key goes to
 	// Options.OnError and leaves the limit out, never refusing the request. Default: false.
 	Shadow bool
@@ -119,6 +131,12 @@ type AlsoLimit struct {
 	Cost func(r *http.Request) int64
 	// Unit names what this limit counts, as Policy.Unit. Default (empty): requests.
 	Unit string
+}
+
+// named is a as the decision's checks and split see it.
+func (a *AlsoLimit) named() decide.Named {
+	return decide.Named{Name: a.Name, Limit: a.Limit, Shadow: a.Shadow, Unit: a.Unit,
+		SameKey: a.SameKey, OwnKey: a.Key != nil, HasCost: a.Cost != nil}
 }
 
 // Acquirer is what a Policy with Concurrency needs of the Limiter, as *client.Limiter has it.
@@ -441,7 +459,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // LimiterKey is the key of the Limiter that a Policy (or an AlsoLimit) named name counts
 // principal's requests against: "<name>:<principal>", principal as Options.Key (or
-// AlsoLimit.Key) returns it. An operator blocks a principal of a route with the Limiter's
+// AlsoLimit.Key) returns it. An AlsoLimit with SameKey counts on its Policy's. An operator blocks a principal of a route with the Limiter's
 // Block(ctx, LimiterKey(name, principal), d), which every limit of that name with a Penalty
 // then obeys, and lifts it with Unblock (PeekBlock tells); Peek and Refund take it too.
 func LimiterKey(name, principal string) string {
@@ -501,38 +519,29 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 // enforced ones at once, all or nothing, and beside them the shadow ones, whose denial is only
 // counted.
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
-	var set decide.Set
-	var measured []bool // with an Outcome, whether each enforced limit has a Cost
+	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
 	if p.Limit != nil {
-		set.Add(p.Name, key, p.Limit, cost(p.Cost, r), p.Unit, shadow)
-		if p.Outcome != nil && !shadow {
-			measured = append(measured, p.Cost != nil)
-		}
+		sp.Own(p.Limit, cost(p.Cost, r), p.Unit, p.Cost != nil)
 	}
-	for _, rule := range p.Also {
-		k := key
-		if rule.Key != nil {
-			principal, err := rule.Key(r)
-			if err == nil && principal == "" {
-				err = ErrEmptyKey
-			}
-			switch {
-			case err != nil && (shadow || rule.Shadow):
-				m.report(r, shadowKey, rule.Name, &ShadowKeyError{Policy: rule.Name, Err: err})
-				continue
-			case err != nil:
-				m.badKey(w, keyBody(err))
-				return
-			}
-			k = rule.Name + ":" + principal
-		} else {
-			k = decide.AlsoKey(p.Name, rule.Name, key)
+	for i := range p.Also {
+		a := &p.Also[i]
+		var principal string
+		var keyErr error
+		if a.Key != nil {
+			principal, keyErr = a.Key(r)
 		}
-		set.Add(rule.Name, k, rule.Limit, cost(rule.Cost, r), rule.Unit, shadow || rule.Shadow)
-		if p.Outcome != nil && !shadow && !rule.Shadow {
-			measured = append(measured, rule.Cost != nil)
+		k, skip, err := sp.Key(a.named(), principal, keyErr, ErrEmptyKey)
+		switch {
+		case err != nil:
+			m.badKey(w, keyBody(err))
+			return
+		case skip != nil:
+			m.report(r, shadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
+			continue
 		}
+		sp.Add(a.named(), k, cost(a.Cost, r))
 	}
+	set, measured := &sp.Set, sp.Measured // with an Outcome, whether each enforced limit has a Cost
 	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
 		// does not wait for it: a roll-out must not add a round trip to the route's latency,
@@ -568,7 +577,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 			quotas = decide.DecidingFirst(quotas, res.Rule)
 		}
 	} else {
-		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, &set, p.HideQuota, ErrNoMultiDecider)
+		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, set, p.HideQuota, ErrNoMultiDecider)
 	}
 	switch {
 	case decide.DecisionStands(err):
@@ -616,7 +625,7 @@ func cost(f func(*http.Request) int64, r *http.Request) int64 {
 // checkPolicy reports why the middleware cannot apply p, as a *PolicyError.
 func checkPolicy(p *Policy) error {
 	bad, reason := decide.Check(p.Name, p.Unit, p.EnforcePercent, len(p.Also), func(i int) decide.Named {
-		return decide.Named{Name: p.Also[i].Name, Limit: p.Also[i].Limit, Unit: p.Also[i].Unit}
+		return p.Also[i].named()
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}

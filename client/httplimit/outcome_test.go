@@ -3,9 +3,13 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go/mock"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -135,5 +139,60 @@ func TestPolicyCost(t *testing.T) {
 	}
 	if got := w.Header().Get("RateLimit-Policy"); got != `"bytes";q=100;w=10;qu="bytes"` {
 		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
+
+// An AlsoLimit with SameKey is counted on the Policy's key, in the one decision with the
+// Policy's Limit; one without keeps the key of its own, as before; a refusal names the limit
+// that refused.
+func TestSameKey(t *testing.T) {
+	tokens := client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}
+	lim := &multi{constant: constant{client.Result{Allowed: true, Limit: 60, Remaining: 59}}}
+	m, err := New(lim, Options{Key: constKey("org7"), Policy: func(*http.Request) Policy {
+		return Policy{Name: "requests", Limit: hourly, Also: []AlsoLimit{
+			{Name: "tokens", Limit: tokens, SameKey: true, Unit: "tokens", Cost: func(*http.Request) int64 { return 1200 }},
+			{Name: "daily", Limit: daily},
+		}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	got := make([]string, len(lim.rules))
+	for i, r := range lim.rules {
+		got[i] = fmt.Sprint(r.Key, " ", r.Cost)
+	}
+	if want := "[requests:org7 0 requests:org7 1200 daily:org7 0]"; fmt.Sprint(got) != want {
+		t.Errorf("rules %v, want %s", got, want)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"requests";q=60;w=3600, "tokens";q=150000;w=60;qu="tokens", "daily";q=5000;w=86400` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
+
+// A policy Options.Policy makes up per request, whose SameKey limit would be the Policy's own
+// limiter, is a configuration mistake the client refuses before any call: answered 500, the
+// *client.LimitError to OnError.
+func TestSameKeyOneLimiterAtRequestTime(t *testing.T) {
+	lim, err := client.New(mock.NewClient(nil), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	m, err := New(lim, Options{Key: constKey("org7"),
+		Policy: func(*http.Request) Policy {
+			return Policy{Name: "requests", Limit: tokenBucket, Also: []AlsoLimit{{Name: "tokens", Limit: tokenBucket, SameKey: true}}}
+		},
+		OnError: func(_ *http.Request, err error) { got = err },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("served") })).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	var le *client.LimitError
+	if w.Code != http.StatusInternalServerError || !errors.As(got, &le) {
+		t.Errorf("%d, OnError got %v; want 500 and a *client.LimitError", w.Code, got)
 	}
 }

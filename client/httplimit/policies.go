@@ -62,7 +62,7 @@ func spec(p Policy) decide.Spec {
 	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
 		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
 	for _, rule := range p.Also {
-		s.Also = append(s.Also, decide.Named{Name: rule.Name, Limit: rule.Limit, Shadow: rule.Shadow})
+		s.Also = append(s.Also, rule.named())
 	}
 	return s
 }
@@ -120,6 +120,11 @@ func validPolicy(p Policy) error {
 		if err := decide.ValidLimit(rule.Limit); err != nil {
 			return &PolicyError{Name: rule.Name, Reason: "Limit: " + decide.LimitReason(err), Err: err}
 		}
+	}
+	if bad, reason := decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
+		return p.Also[i].named()
+	}); reason != "" {
+		return &PolicyError{Name: bad, Reason: reason}
 	}
 	return nil
 }

@@ -35,6 +35,9 @@ type Named struct {
 	Limit  client.Limit
 	Shadow bool
 	Unit   string
+	// SameKey: counted on the policy's own key; OwnKey: it has a Key function of its own;
+	// HasCost: a Cost function.
+	SameKey, OwnKey, HasCost bool
 }
 
 // Check reports what makes a policy (name, its limit's unit, EnforcePercent percent, n further
@@ -64,6 +67,8 @@ func Check(name, unit string, percent, n int, also func(i int) Named) (bad, reas
 			return rule.Name, "an AlsoLimit has the Name of its Policy"
 		case !ValidName(rule.Unit):
 			return rule.Name, "Unit: " + NameReason
+		case rule.SameKey && rule.OwnKey:
+			return rule.Name, "SameKey counts the limit on the Policy's key: it cannot have a Key of its own"
 		}
 		for j := range i {
 			if also(j).Name == rule.Name {
@@ -72,6 +77,91 @@ func Check(name, unit string, percent, n int, also func(i int) Named) (bad, reas
 		}
 	}
 	return "", ""
+}
+
+// CheckSameKey reports two limits that would be one limiter on a policy's own key: its limit
+// (nil: none) and the n further limits counted there (SameKey). A limiter's state is named by
+// the key, the limit's algorithm and its Name (client.Limiter.Key), so two limits of one
+// algorithm there need Names of their own. It returns the name of the limit concerned and why,
+// or "" and "". A limit of a type it cannot read (a caller's that embeds no limit of the
+// client's) is left to the client, which refuses the pair when it decides.
+func CheckSameKey(name string, limit client.Limit, n int, also func(i int) Named) (bad, reason string) {
+	type state struct {
+		t    reflect.Type
+		name string
+	}
+	seen := map[state]string{}
+	add := func(owner string, l client.Limit) (string, bool) {
+		t, lname, ok := stateOf(l)
+		if !ok {
+			return "", false
+		}
+		k := state{t, lname}
+		if other, dup := seen[k]; dup {
+			return other, true
+		}
+		seen[k] = owner
+		return "", false
+	}
+	if limit != nil {
+		add(name, limit)
+	}
+	for i := range n {
+		rule := also(i)
+		if !rule.SameKey || rule.Limit == nil {
+			continue
+		}
+		if other, dup := add(rule.Name, rule.Limit); dup {
+			return rule.Name, fmt.Sprintf("SameKey: its Limit has the algorithm and Name of %q's on the Policy's key, where they would be one limiter: give the Limit a Name (client's Name field)", other)
+		}
+	}
+	return "", ""
+}
+
+// limitTypes are the client's limits: the algorithm of a limit is the one of these it is or
+// embeds (its methods are promoted from it).
+var limitTypes = map[reflect.Type]bool{
+	reflect.TypeFor[client.FixedWindow]():   true,
+	reflect.TypeFor[client.SlidingLog]():    true,
+	reflect.TypeFor[client.SlidingWindow](): true,
+	reflect.TypeFor[client.TokenBucket]():   true,
+	reflect.TypeFor[client.LeakyBucket]():   true,
+	reflect.TypeFor[client.Calendar]():      true,
+}
+
+// stateOf is the client's limit type that l is (by value or pointer) or embeds, and that
+// limit's Name: with the key, what names its state. ok is false when l is none of them.
+func stateOf(l client.Limit) (t reflect.Type, name string, ok bool) {
+	v := reflect.ValueOf(l)
+	deref := func(v reflect.Value) (reflect.Value, bool) {
+		for v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return v, false
+			}
+			v = v.Elem()
+		}
+		return v, v.Kind() == reflect.Struct
+	}
+	v, ok = deref(v)
+	if !ok {
+		return nil, "", false
+	}
+	if !limitTypes[v.Type()] {
+		found := false
+		for i := range v.NumField() {
+			if !v.Type().Field(i).Anonymous {
+				continue
+			}
+			if f, ok := deref(v.Field(i)); ok && limitTypes[f.Type()] {
+				v, found = f, true
+				break
+			}
+		}
+		if !found {
+			return nil, "", false
+		}
+	}
+	return v.Type(), v.FieldByName("Name").String(), true
 }
 
 // Enforced reports whether key is among the percent share of keys whose limits are enforced:

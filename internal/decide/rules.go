@@ -45,6 +45,65 @@ func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, sha
 // ("name:principal"), when the limit has no Key of its own: its name on the same principal.
 func AlsoKey(name, also, key string) string { return also + key[len(name):] }
 
+// Split puts a policy's limits for one call into its Set: the policy's own (Own), then each
+// further one (Key, then Add), whose Key the transport asks. With an outcome, Measured says
+// whether each enforced limit's cost is an estimate (a Cost function's), in Set.Enforced's
+// order.
+type Split struct {
+	Set      Set
+	Measured []bool
+	name     string // the policy's
+	key      string // the call's key of the policy, "name:principal"
+	shadow   bool   // the whole policy is in shadow for this key
+	outcome  bool   // the call is settled by its outcome
+}
+
+// NewSplit starts the split of the limits of a policy named name for a call whose key of the
+// policy is key.
+func NewSplit(name, key string, shadow, outcome bool) Split {
+	return Split{name: name, key: key, shadow: shadow, outcome: outcome}
+}
+
+// Own adds the policy's own limit l, taking cost units (0: one) counted in unit; hasCost says
+// the cost came from a Cost function.
+func (sp *Split) Own(l client.Limit, cost int64, unit string, hasCost bool) {
+	sp.Set.Add(sp.name, sp.key, l, cost, unit, sp.shadow)
+	if sp.outcome && !sp.shadow {
+		sp.Measured = append(sp.Measured, hasCost)
+	}
+}
+
+// Key is the key of a further limit: "Name:principal", with the principal its own Key returned
+// (principal, keyErr: asked only of a rule with OwnKey) or the policy's; with SameKey the
+// policy's key itself. A Key error (or an empty principal, emptyKey) refuses the call (err)
+// unless only shadow limits see it: then skip is that error, and the limit is left out.
+func (sp *Split) Key(rule Named, principal string, keyErr, emptyKey error) (key string, skip, err error) {
+	switch {
+	case rule.OwnKey:
+		if keyErr == nil && principal == "" {
+			keyErr = emptyKey
+		}
+		switch {
+		case keyErr != nil && (sp.shadow || rule.Shadow):
+			return "", keyErr, nil
+		case keyErr != nil:
+			return "", nil, keyErr
+		}
+		return rule.Name + ":" + principal, nil, nil
+	case rule.SameKey:
+		return sp.key, nil, nil
+	}
+	return AlsoKey(sp.name, rule.Name, sp.key), nil, nil
+}
+
+// Add adds further limit rule on key (Key's), taking cost units (0: one).
+func (sp *Split) Add(rule Named, key string, cost int64) {
+	sp.Set.Add(rule.Name, key, rule.Limit, cost, rule.Unit, sp.shadow || rule.Shadow)
+	if sp.outcome && !sp.shadow && !rule.Shadow {
+		sp.Measured = append(sp.Measured, rule.HasCost)
+	}
+}
+
 // Decide decides rules, all or nothing, each taking its own Cost; noMulti is the error when
 // there are several, or one of a Cost, and lim cannot decide them at once (a MultiDecider
 // takes a rule's cost).
