@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -20,11 +19,11 @@ import (
 	"github.com/rlfn/rlfn/internal/decide"
 )
 
-// Defaults of ClientOptions.
+// Defaults of ClientOptions: 3 retries, waits of at most a minute, up to 20% of jitter.
 const (
-	DefaultMaxRetries = 3
-	DefaultMaxWait    = time.Minute
-	DefaultJitter     = 0.2
+	DefaultMaxRetries = decide.DefaultMaxRetries
+	DefaultMaxWait    = decide.DefaultMaxWait
+	DefaultJitter     = decide.DefaultJitter
 )
 
 // ClientOptions configures NewClient.
@@ -115,32 +114,9 @@ func NewClient(lim Decider, opts ClientOptions) (*Client, error) {
 			return nil, &ConfigError{Field: "ClientOptions.Limit", Reason: decide.LimitReason(err), Err: err}
 		}
 	}
-	switch {
-	case opts.MaxRetries == 0:
-		opts.MaxRetries = DefaultMaxRetries
-	case opts.MaxRetries < 0:
-		opts.MaxRetries = 0
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = DefaultMaxWait
-	}
-	switch {
-	case opts.Jitter == 0:
-		opts.Jitter = DefaultJitter
-	case opts.Jitter < 0:
-		opts.Jitter = 0
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = decide.Sleep
-	}
-	if opts.Rand == nil {
-		opts.Rand = rand.Float64
-	}
-	c := &Client{opts: opts, pacer: decide.Pacer{Lim: lim, Limit: opts.Limit, MaxWait: opts.MaxWait,
-		Jitter: opts.Jitter, Now: opts.Now, Sleep: opts.Sleep, Rand: opts.Rand}}
+	opts.MaxRetries = decide.Retries(opts.MaxRetries)
+	c := &Client{opts: opts, pacer: decide.NewPacer(lim, opts.Limit, opts.MaxWait,
+		opts.Jitter, opts.Now, opts.Sleep, opts.Rand)}
 	return c, nil
 }
 
@@ -175,7 +151,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 		if !ok {
 			return err // the server's wait does not fit: its answer stands
 		}
-		if serr := c.opts.Sleep(ctx, wait); serr != nil {
+		if serr := c.pacer.Sleep(ctx, wait); serr != nil {
 			return status.FromContextError(serr).Err()
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,11 +13,11 @@ import (
 	"github.com/rlfn/rlfn/internal/decide"
 )
 
-// Defaults of TransportOptions.
+// Defaults of TransportOptions: 3 retries, waits of at most a minute, up to 20% of jitter.
 const (
-	DefaultMaxRetries = 3
-	DefaultMaxWait    = time.Minute
-	DefaultJitter     = 0.2
+	DefaultMaxRetries = decide.DefaultMaxRetries
+	DefaultMaxWait    = decide.DefaultMaxWait
+	DefaultJitter     = decide.DefaultJitter
 )
 
 // TransportOptions configures NewTransport. Limit is required.
@@ -112,32 +111,9 @@ func NewTransport(base http.RoundTripper, lim Decider, opts TransportOptions) (*
 	if opts.Key == nil {
 		opts.Key = func(r *http.Request) (string, error) { return r.URL.Host, nil }
 	}
-	switch {
-	case opts.MaxRetries == 0:
-		opts.MaxRetries = DefaultMaxRetries
-	case opts.MaxRetries < 0:
-		opts.MaxRetries = 0
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = DefaultMaxWait
-	}
-	switch {
-	case opts.Jitter == 0:
-		opts.Jitter = DefaultJitter
-	case opts.Jitter < 0:
-		opts.Jitter = 0
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = decide.Sleep
-	}
-	if opts.Rand == nil {
-		opts.Rand = rand.Float64
-	}
-	return &Transport{base: base, lim: lim, opts: opts, pacer: decide.Pacer{Lim: lim, Limit: opts.Limit,
-		MaxWait: opts.MaxWait, Jitter: opts.Jitter, Now: opts.Now, Sleep: opts.Sleep, Rand: opts.Rand}}, nil
+	opts.MaxRetries = decide.Retries(opts.MaxRetries)
+	return &Transport{base: base, lim: lim, opts: opts, pacer: decide.NewPacer(lim, opts.Limit,
+		opts.MaxWait, opts.Jitter, opts.Now, opts.Sleep, opts.Rand)}, nil
 }
 
 // RoundTrip paces req, sends it, and sends it again after a 429's Retry-After while the
@@ -159,7 +135,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests || attempt >= t.opts.MaxRetries || !replay {
 			return resp, err
 		}
-		wait, ok := retryAfter(resp.Header.Get("Retry-After"), t.opts.Now())
+		wait, ok := retryAfter(resp.Header.Get("Retry-After"), t.pacer.Now())
 		if !ok {
 			return resp, nil // the server said nothing of when: its answer stands
 		}
@@ -176,7 +152,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Read a little of the body so that the connection can be reused, then let it go.
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
-		if err := t.opts.Sleep(ctx, wait); err != nil {
+		if err := t.pacer.Sleep(ctx, wait); err != nil {
 			closeBody(next)
 			return nil, fmt.Errorf("httplimit: waiting out Retry-After: %w", err)
 		}

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
@@ -17,6 +18,52 @@ type Pacer struct {
 	Now     func() time.Time
 	Sleep   func(ctx context.Context, d time.Duration) error
 	Rand    func() float64
+}
+
+// The defaults of pacing and retries, which httplimit's Transport and grpclimit's Client export
+// as their own.
+const (
+	DefaultMaxRetries = 3
+	DefaultMaxWait    = time.Minute
+	DefaultJitter     = 0.2
+)
+
+// NewPacer is the Pacer of a transport's options as given, the zero values their defaults:
+// MaxWait DefaultMaxWait, Jitter DefaultJitter (negative: none), the real clock, sleep and
+// randomness. The caller has refused what cannot be valid (a negative MaxWait, a Jitter above 1).
+func NewPacer(lim Decider, limit client.Limit, maxWait time.Duration, jitter float64, now func() time.Time,
+	sleep func(context.Context, time.Duration) error, rnd func() float64) Pacer {
+	p := Pacer{Lim: lim, Limit: limit, MaxWait: maxWait, Jitter: jitter, Now: now, Sleep: sleep, Rand: rnd}
+	if p.MaxWait == 0 {
+		p.MaxWait = DefaultMaxWait
+	}
+	switch {
+	case p.Jitter == 0:
+		p.Jitter = DefaultJitter
+	case p.Jitter < 0:
+		p.Jitter = 0
+	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	if p.Sleep == nil {
+		p.Sleep = Sleep
+	}
+	if p.Rand == nil {
+		p.Rand = rand.Float64
+	}
+	return p
+}
+
+// Retries is a MaxRetries option as given: 0 is DefaultMaxRetries, a negative one none.
+func Retries(n int) int {
+	switch {
+	case n == 0:
+		return DefaultMaxRetries
+	case n < 0:
+		return 0
+	}
+	return n
 }
 
 // Sleep waits d, or returns ctx's error when it ends first.
