@@ -20,7 +20,7 @@ import (
 )
 
 // resetCommand and inspectCommand are an operator's view of one principal: every limiter key
-// a client keeps for it, all in its cluster slot, found by SCAN on the one node that holds it.
+// a client keeps for it, all in its cluster slot, found on the one node that holds it.
 func resetCommand() *cli.Command {
 	return &cli.Command{
 		OnUsageError: usageErrorHandler,
@@ -52,16 +52,20 @@ func inspectCommand() *cli.Command {
 	}
 }
 
-// principalKeys finds the server keys of key's limiters (and block) under prefix: a SCAN of
-// the node that holds key's slot, matching <prefix>{<key>}:*. It returns a client of that node.
+// principalKeys finds the server keys of key's limiters (and block) under prefix, those
+// starting <prefix>{<key>}:, on the node that holds key's slot. It returns a client of that
+// node.
 func principalKeys(ctx context.Context, c *cli.Context, prefix, key string) (node string, vk valkey.Client, found []string, err error) {
 	tag := keys.Compose(prefix, key, "", "") // <prefix>{<key>}:
-	return scanSlot(ctx, c, tag, globEscape(tag)+"*")
+	return keysOfSlot(ctx, c, tag, tag)
 }
 
-// scanSlot finds the keys matching pattern on the node that holds key's slot (the primary of
-// a standalone server), and returns a client of that node.
-func scanSlot(ctx context.Context, c *cli.Context, key, pattern string) (node string, vk valkey.Client, found []string, err error) {
+// keysOfSlot finds the keys starting with start on the node that holds key's slot (the
+// primary of a standalone server), and returns a client of that node. In a cluster it reads
+// that slot alone (CLUSTER GETKEYSINSLOT), never the node's whole keyspace: a principal's
+// keys are found at the cost of its slot's, whatever the node holds. A standalone server has
+// no slots: a SCAN matching start.
+func keysOfSlot(ctx context.Context, c *cli.Context, key, start string) (node string, vk valkey.Client, found []string, err error) {
 	opt, err := clientOption(c)
 	if err != nil {
 		return "", nil, nil, err
@@ -84,20 +88,60 @@ func scanSlot(ctx context.Context, c *cli.Context, key, pattern string) (node st
 	if err != nil {
 		return "", nil, nil, connectHint(opt, fmt.Errorf("%s: %w", node, err))
 	}
-	var cursor uint64
-	for {
-		e, err := vk.Do(ctx, vk.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			vk.Close()
-			return "", nil, nil, fmt.Errorf("%s: SCAN: %w", node, err)
-		}
-		found = append(found, e.Elements...)
-		if cursor = e.Cursor; cursor == 0 {
-			break
-		}
+	if topo.Cluster {
+		found, err = slotKeys(ctx, vk, key, start)
+	} else {
+		found, err = scanKeys(ctx, vk, start)
+	}
+	if err != nil {
+		vk.Close()
+		return "", nil, nil, fmt.Errorf("%s: %w", node, err)
 	}
 	slices.Sort(found)
 	return node, vk, slices.Compact(found), nil
+}
+
+// slotKeys are the keys of key's slot that start with start, read from the node serving it.
+func slotKeys(ctx context.Context, vk valkey.Client, key, start string) ([]string, error) {
+	slot, err := vk.Do(ctx, vk.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER KEYSLOT: %w", err)
+	}
+	n, err := vk.Do(ctx, vk.B().ClusterCountkeysinslot().Slot(slot).Build()).AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER COUNTKEYSINSLOT: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	// keys written meanwhile may be left out, as a SCAN may leave them
+	all, err := vk.Do(ctx, vk.B().ClusterGetkeysinslot().Slot(slot).Count(n).Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER GETKEYSINSLOT: %w", err)
+	}
+	var found []string
+	for _, k := range all {
+		if strings.HasPrefix(k, start) {
+			found = append(found, k)
+		}
+	}
+	return found, nil
+}
+
+// scanKeys are the keys of a standalone server that start with start.
+func scanKeys(ctx context.Context, vk valkey.Client, start string) ([]string, error) {
+	var found []string
+	var cursor uint64
+	for {
+		e, err := vk.Do(ctx, vk.B().Scan().Cursor(cursor).Match(globEscape(start)+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return nil, fmt.Errorf("SCAN: %w", err)
+		}
+		found = append(found, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			return found, nil
+		}
+	}
 }
 
 // globEscape escapes SCAN MATCH's special characters.

@@ -101,7 +101,7 @@ func topAction(c *cli.Context) error {
 	ctx, cancel := commandContext(c)
 	defer cancel()
 	tk := client.TopKey(prefix)
-	node, vk, found, err := scanSlot(ctx, c, tk, globEscape(tk)+":*")
+	node, vk, found, err := keysOfSlot(ctx, c, tk, tk+":")
 	if err != nil {
 		return err
 	}
