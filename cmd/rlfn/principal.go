@@ -25,14 +25,15 @@ func resetCommand() *cli.Command {
 	return &cli.Command{
 		OnUsageError: usageErrorHandler,
 		Name:         "reset",
-		Usage:        "give a principal a fresh start: delete every limiter it has",
-		ArgsUsage:    "KEY",
+		Usage:        "give a principal a fresh start: delete every limiter it has, or one",
+		ArgsUsage:    "KEY [ALGORITHM]",
 		Description: "Deletes every key <prefix>{<key>}:<algorithm>[:<name>] of KEY, in one command on the node of\n" +
-			"its slot: its next calls are decided by fresh limiters. Its block stays (rlfn unblock).\n" +
+			"its slot: its next calls are decided by fresh limiters. ALGORITHM (and --name) deletes that\n" +
+			"limiter alone, as the client's Limiter.Reset with a limit. Its block stays (rlfn unblock).\n" +
 			"A service's processes may still hand out units their leased budgets took before (for\n" +
 			"Options.BudgetAge at most) and answer cached denials until they end; see the client's\n" +
 			"Limiter.Reset, which a service calls to drop its own.",
-		Flags:  keyFlags(),
+		Flags:  append(keyFlags(), &cli.StringFlag{Name: "name", Usage: "the `NAME` of ALGORITHM's limit"}),
 		Action: resetAction,
 	}
 }
@@ -166,7 +167,11 @@ func limiterOf(tag, serverKey string) (algorithm, name string) {
 // principalArg reads KEY, --prefix and --policy as block does; inspect takes an ALGORITHM
 // after KEY, which inspectLimit reads.
 func principalArg(c *cli.Context) (prefix, key string, err error) {
-	if c.Command.Name == "inspect" && c.NArg() == 2 {
+	takesAlgorithm := c.Command.Name == "inspect" || c.Command.Name == "reset"
+	if takesAlgorithm && c.NArg() > 2 {
+		return "", "", usageError(c, fmt.Sprintf("takes KEY and ALGORITHM only; extra %q after %q", c.Args().Get(2), c.Args().Get(1)))
+	}
+	if takesAlgorithm && c.NArg() == 2 {
 		if key, err = principalKey(c, c.Args().First()); err != nil {
 			return "", "", err
 		}
@@ -236,16 +241,35 @@ func onPrincipal(c *cli.Context, f func(ctx context.Context, prefix, key, node s
 }
 
 func resetAction(c *cli.Context) error {
+	alg, err := resetLimiter(c)
+	if err != nil {
+		return err // before any connection
+	}
 	return onPrincipal(c, func(ctx context.Context, prefix, key, node string, vk valkey.Client, found []string) error {
-		return reset(ctx, c, prefix, key, node, vk, found)
+		return reset(ctx, c, prefix, key, node, vk, found, alg)
 	})
 }
 
-func reset(ctx context.Context, c *cli.Context, prefix, key, node string, vk valkey.Client, found []string) error {
+// resetLimiter is the algorithm of the one limiter reset was given (ALGORITHM), nil for all.
+func resetLimiter(c *cli.Context) (*limitspec.Algorithm, error) {
+	if c.NArg() < 2 {
+		if c.IsSet("name") {
+			return nil, usageError(c, "--name names a limit of ALGORITHM: give ALGORITHM after KEY")
+		}
+		return nil, nil
+	}
+	a, ok := limitspec.Lookup(c.Args().Get(1))
+	if !ok {
+		return nil, usageError(c, fmt.Sprintf("unknown algorithm %q: %s", c.Args().Get(1), or(limitspec.Names()...)))
+	}
+	return &a, nil
+}
+
+func reset(ctx context.Context, c *cli.Context, prefix, key, node string, vk valkey.Client, found []string, alg *limitspec.Algorithm) error {
 	block := limitspec.BlockKey(prefix, key)
 	var del []string
 	for _, k := range found {
-		if k != block {
+		if k != block && (alg == nil || k == alg.Key(prefix, key, limitspec.Values{Name: c.String("name")})) {
 			del = append(del, k)
 		}
 	}

@@ -123,6 +123,21 @@ func testInspectReset(t *testing.T, addr string, goldens bool) {
 		golden(t, "inspect.golden", cells(r.stdout))
 	}
 
+	// one limiter alone, as Limiter.Reset with a limit
+	var one resetJSON
+	jsonOf(t, addr, &one, "reset", "cust:42", "fixed_window", "--name", "hourly")
+	if len(one.Deleted) != 1 || one.Deleted[0] != "rl:{cust:42}:fixed_window:hourly" {
+		t.Errorf("reset of one limiter: %+v", one)
+	}
+	jsonOf(t, addr, &in, "inspect", "cust:42")
+	for _, l := range in.Limiters {
+		if l.Key == "rl:{cust:42}:fixed_window:hourly" {
+			t.Errorf("inspect after its reset: %+v", l)
+		}
+	}
+	if len(in.Limiters) < 2 {
+		t.Errorf("reset of one limiter took the others: %+v", in.Limiters)
+	}
 	r = rlfnAt(t, nil, addr, "reset", "cust:42")
 	wantExit(t, r, exitOK, "reset")
 	if goldens {
@@ -153,5 +168,7 @@ func testInspectReset(t *testing.T, addr string, goldens bool) {
 	r = rlfnAt(t, nil, addr, "reset")
 	wantExit(t, r, exitError, "reset without KEY")
 	wantExit(t, rlfnAt(t, nil, addr, "inspect", "a", "b"), exitError, "inspect of an unknown algorithm")
-	wantExit(t, rlfnAt(t, nil, addr, "reset", "a", "b"), exitError, "reset with two keys")
+	wantExit(t, rlfnAt(t, nil, addr, "reset", "a", "b"), exitError, "reset of an unknown algorithm")
+	wantExit(t, rlfnAt(t, nil, addr, "reset", "a", "fixed_window", "c"), exitError, "reset with an extra argument")
+	wantExit(t, rlfnAt(t, nil, addr, "reset", "a", "--name", "n"), exitError, "reset --name without ALGORITHM")
 }
