@@ -163,7 +163,6 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 		return Result{}, err
 	}
 	res, err := l.run(ctx, opAllow, key, c)
-	res.Override = c.override
 	if l.top != nil && err == nil && !res.Allowed {
 		l.top.denied(key, &c, res)
 	}
@@ -187,9 +186,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := l.run(ctx, opPeek, key, c)
-	res.Override = c.override
-	return res, err
+	return l.run(ctx, opPeek, key, c)
 }
 
 // Refund gives n units (0 to 999999999999999) back to key's limiter, as far as its state
@@ -217,9 +214,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 	if err := l.bound(&c); err != nil {
 		return Result{}, err
 	}
-	res, err := l.run(ctx, opRefund, key, c)
-	res.Override = c.override
-	return res, err
+	return l.run(ctx, opRefund, key, c)
 }
 
 // Rule is one limit of a decision on several: Key's limiter of Limit, charged Cost.
@@ -396,11 +391,14 @@ func (l *Limiter) blockCall(ctx context.Context, op operation, key string, ms in
 }
 
 // run is the path of every call on one limit: its span when traced, then route.
-func (l *Limiter) run(ctx context.Context, op operation, key string, c call) (Result, error) {
+func (l *Limiter) run(ctx context.Context, op operation, key string, c call) (res Result, err error) {
 	if l.tel.tracing() {
-		return l.traced(ctx, op, key, c)
+		res, err = l.traced(ctx, op, key, c)
+	} else {
+		res, err = l.route(ctx, op, key, c)
 	}
-	return l.route(ctx, op, key, c)
+	res.Override = c.override // the override that replaced the code's limit, nil for none
+	return res, err
 }
 
 // route decides c: an Allow through the leased budgets and the denial cache when they are on

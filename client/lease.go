@@ -68,9 +68,7 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 	c := call{spec: le.limit.spec(le.id), cost: 1}
 	le.lim.override(&c, le.key)
 	c.judgeReserve(ctx)
-	res, err := le.lim.run(ctx, opAcquire, le.key, c)
-	res.Override = c.override
-	return res, err
+	return le.lim.run(ctx, opAcquire, le.key, c)
 }
 
 // Release frees the lease's slot: Allowed reports whether it still held one (false when it had
@@ -88,7 +86,6 @@ func (le *Lease) Release(ctx context.Context) (Result, error) {
 	c := call{spec: le.limit.spec(le.id), cost: 1}
 	le.lim.override(&c, le.key)
 	res, err := le.lim.run(ctx, opRelease, le.key, c)
-	res.Override = c.override
 	le.released = le.released || err == nil
 	return res, err
 }
