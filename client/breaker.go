@@ -50,6 +50,8 @@ type breaker struct {
 
 	mu sync.Mutex // serializes transitions
 
+	degradedState // what the Limiter's notices know of its node (notice.go)
+
 	// old is set when the shard's node answered that its library is older than a call needs:
 	// calls that need more are decided by the Fallback without asking it, but for one call a
 	// cooldown (as the breaker's probe), so that a node still on 1.0.0 costs one refused call

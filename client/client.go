@@ -42,6 +42,7 @@ type Limiter struct {
 	tel        *telemetry // metrics and spans (metrics.go, trace.go): nil unless set
 	ovr        *overrides // the operators' overrides (override.go): nil unless set
 	top        *top       // the keys denied most (top.go): nil unless set
+	notes      *notices   // what the Limiter says in its log (notice.go): always
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -88,6 +89,7 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 	if r.clock != nil {
 		l.clock, l.monoClock = r.clock, false
 	}
+	l.notes = newNotices(r.Logger, l.clock)
 	if r.Fallback == LocalFallback {
 		l.local = newLocalStore(r.LocalKeys)
 	}
@@ -519,25 +521,31 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 	if err != nil {
 		kind = classify(ctx, err)
 	}
+	s := breakerState(-1)
 	switch {
 	case kind == kindVersion:
 		var ve *VersionError
 		if errors.As(err, &ve) {
 			a.br.old.Store(&oldLibrary{err: ve, until: now + a.br.cooldown})
 		}
-		l.tel.transition(ctx, a.br.success(probe))
+		s = a.br.success(probe)
 	case kind.unanswered():
-		s := a.br.failure(probe, now)
-		if s == open {
+		if s = a.br.failure(probe, now); s == open {
 			// a failover or a resharding may have given the node's slots to another
 			l.refreshSlots(true)
 		}
-		l.tel.transition(ctx, s)
 	case kind == kindCanceled:
-		l.tel.transition(ctx, a.br.release(probe))
+		s = a.br.release(probe)
 	default:
 		// the server answered, if only with an error
-		l.tel.transition(ctx, a.br.success(probe))
+		s = a.br.success(probe)
+	}
+	if s >= 0 {
+		l.tel.transition(ctx, s)
+		l.moved(ctx, a.br, s, kind)
+	}
+	if kind == kindNone {
+		l.answered(ctx, a.br)
 	}
 	if m := l.tel.meter(); m != nil {
 		out := outError

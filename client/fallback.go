@@ -69,6 +69,7 @@ func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, b 
 		return Result{}, err
 	}
 	l.tel.countError(ctx, c.alg.id, op, kind)
+	l.fellBack(ctx, key, &c, kind)
 	if l.fallback == ReturnError {
 		return Result{}, err
 	}

@@ -623,6 +623,7 @@ func multiFunction(op operation) string {
 // decided as a single call would be, all or nothing.
 func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []call, kind errKind, err error, each []Result) (Result, int, error) {
 	l.tel.countError(ctx, multiSubject, op, kind)
+	l.fellBack(ctx, key, &cs[0], kind)
 	if l.fallback == ReturnError {
 		return Result{}, 0, err
 	}

@@ -173,6 +173,7 @@ func (l *Limiter) buildSlots(old *slotTable, entries []valkey.ValkeyMessage) *sl
 			b := kept[id]
 			if b == nil {
 				b = newBreaker(bs.threshold, bs.cooldown)
+				b.addr = addr
 			}
 			i = uint16(len(t.breakers))
 			index[id] = i

@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -93,6 +94,15 @@ type Options struct {
 	// TracerProvider records a span per decision (see "Traces" in the package
 	// documentation). Default (nil): a call makes no span and costs nothing more.
 	TracerProvider trace.TracerProvider
+
+	// Logger receives what the Limiter has to say while it runs, one structured line per
+	// event, node and 10 seconds at most (the lines not written meanwhile are counted in the
+	// next one's "suppressed"): a node's calls going to the Fallback (warn) and back to the
+	// server (info), a circuit breaker opening (warn) and closing (info), a node without the
+	// ratelimit library (error). Every line has "event" and "node" (host:port) attributes, and
+	// names the limit where one call caused it ("limit": its algorithm and Name). Default
+	// (nil): slog.Default() at the time of the line; slog.New(slog.DiscardHandler) silences it.
+	Logger *slog.Logger
 
 	// TraceKeys adds the key (the principal, as the call names it) to every span, as
 	// ratelimit.key. Default: false, because a key is often personal data (a user, an
