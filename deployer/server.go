@@ -95,10 +95,14 @@ const (
 	// it answers every call CLUSTERDOWN, so one dead shard stops rate limiting on all of
 	// them (Target.Coverage).
 	WarnFullCoverage = "full-coverage"
+	// WarnEmptyPrimary: a cluster primary that owns no slots lacks the release the other
+	// primaries run (Gaps): the keys of any slot it gets will be decided by the clients'
+	// fallback until it is deployed to.
+	WarnEmptyPrimary = "empty-primary"
 )
 
 // WarningIDs are every Warning.ID there is.
-var WarningIDs = []string{WarnLuaSecurity, WarnLockRelease, WarnReplicaLagging, WarnFullCoverage}
+var WarningIDs = []string{WarnLuaSecurity, WarnLockRelease, WarnReplicaLagging, WarnFullCoverage, WarnEmptyPrimary}
 
 // Warning is a problem that does not stop a deploy, but that people should act on.
 type Warning struct {

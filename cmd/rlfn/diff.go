@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -24,8 +25,10 @@ func diffCommand() *cli.Command {
 		ArgsUsage:    " ",
 		Description: "diff shows what a deploy would do on every node the server knows of. It exits 1 when a\n" +
 			"node cannot be read (unreachable) or cannot run Functions (unsupported); with\n" +
-			"--exit-code it exits 2 unless every node runs the release. Otherwise, warnings make it\n" +
-			"exit 4 unless --accept-warning names them.",
+			"--exit-code it exits 2 unless every node runs the release. It exits 1 too when a cluster\n" +
+			"primary owns slots and has no library while the others run a release (the clients'\n" +
+			"fallback decides its keys). Otherwise, warnings make it exit 4 unless --accept-warning\n" +
+			"names them.",
 		Flags: []cli.Flag{
 			toFlag(),
 			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 unless every node runs the release"},
@@ -42,10 +45,12 @@ func diffCommand() *cli.Command {
 				return err
 			}
 			defer t.Close()
+			gapErr := planGaps(&plan)
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, diffJSON{
 					To: plan.To.Version, Pending: plan.Pending(), Current: plan.Current(),
 					Steps: stepsJSON(plan), Diffs: diffsJSON(plan), Warnings: warningsJSON(plan.Warnings()),
+					Gaps: gapsJSON(gapErr),
 				})
 			} else {
 				p := colours(c.App.Writer)
@@ -58,6 +63,9 @@ func diffCommand() *cli.Command {
 			}
 			if err := unread(statusRows(plan)); err != nil {
 				return err
+			}
+			if gapErr != nil {
+				return gapErr
 			}
 			if c.Bool("exit-code") && !plan.Current() {
 				return errPending
@@ -112,6 +120,41 @@ type diffJSON struct {
 	Steps    []stepJSON    `json:"steps"`
 	Diffs    []codeJSON    `json:"diffs"`
 	Warnings []warningJSON `json:"warnings,omitempty"`
+	// Gaps are the primaries that own slots and have no library while the others run a
+	// release: diff exits 1.
+	Gaps []gapJSON `json:"gaps,omitempty"`
+}
+
+type gapJSON struct {
+	Addr  string `json:"addr"`
+	Slots int    `json:"slots"`
+	Want  string `json:"want"` // the release the other primaries run
+}
+
+func gapsJSON(err error) []gapJSON {
+	var ge *deployer.GapsError
+	if !errors.As(err, &ge) {
+		return nil
+	}
+	out := make([]gapJSON, len(ge.Gaps))
+	for i, g := range ge.Gaps {
+		out[i] = gapJSON{Addr: g.Node.Addr, Slots: g.Node.Slots, Want: g.Want}
+	}
+	return out
+}
+
+// planGaps finds the plan's coverage gaps (coverageGaps): a primary with no slots becomes a
+// warning of its step; the error names those that own slots.
+func planGaps(plan *deployer.Plan) error {
+	installed := make([]deployer.Installed, len(plan.Steps))
+	for i, s := range plan.Steps {
+		installed[i] = s.Installed
+	}
+	_, err := coverageGaps(installed)
+	for i := range plan.Steps {
+		plan.Steps[i].Warnings = installed[i].Warnings
+	}
+	return err
 }
 
 type stepJSON struct {

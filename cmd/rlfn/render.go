@@ -39,11 +39,15 @@ func renderStatus(out io.Writer, p palette, rows []statusRow, cluster bool) erro
 		if r.Role == string(deployer.RoleReplica) {
 			role, slots = "replica of "+printable(r.Primary), "-"
 		}
-		state := r.State
-		if r.Error != "" {
+		state, colour := r.State, r.State
+		switch {
+		case r.Error != "":
 			state += ": " + printable(r.Error)
+		case r.Gap != "":
+			state += ": " + printable(r.Gap)
+			colour = "gap" // red, as every state that is a problem
 		}
-		t.row(printable(r.Addr), role, slots, printable(version), p.state(r.State, state))
+		t.row(printable(r.Addr), role, slots, printable(version), p.state(colour, state))
 	}
 	if err := t.flush(); err != nil {
 		return err

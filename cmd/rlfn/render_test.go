@@ -54,8 +54,10 @@ var (
 		{Node: r3, Unreachable: errors.New("dial tcp 127.0.0.1:7006: connect: connection refused")},
 	}
 	fixturePlan = deployer.NewPlan(fixtureInstalled, to, false)
-	// status also asks every cluster node for cluster-require-full-coverage (Target.Coverage)
-	fixtureStatus = statusRows(deployer.NewPlan(withCoverage(fixtureInstalled), to, false))
+	// status also asks every cluster node for cluster-require-full-coverage (Target.Coverage),
+	// and finds the primaries without the library the others run (deployer.Gaps): p4 owns no
+	// slots (a warning), p7 was given one slot (a problem).
+	fixtureStatus = statusFixture()
 
 	fixtureReport = deployer.Report{To: "1.1.0", Duration: 412 * time.Millisecond, Nodes: []deployer.NodeResult{
 		{Node: p1, From: "1.0.0", To: "1.1.0", Outcome: deployer.OutcomeLoaded, Duration: 12 * time.Millisecond},
@@ -124,6 +126,21 @@ func withCoverage(installed []deployer.Installed) []deployer.Installed {
 	return out
 }
 
+// p7 joined the cluster and was given one slot, but no library.
+var p7 = deployer.Node{Addr: "127.0.0.1:7010", ID: "a10", Role: deployer.RolePrimary, Slots: 1}
+
+// statusFixture is the status rows of fixtureInstalled and p7, as status makes them.
+func statusFixture() []statusRow {
+	installed := withCoverage(fixtureInstalled)
+	installed = slices.Insert(installed, 6, identify(p7, ""))
+	gaps, _ := coverageGaps(installed)
+	rows := statusRows(deployer.NewPlan(installed, to, false))
+	for i := range rows {
+		rows[i].Gap = gaps[rows[i].Addr]
+	}
+	return rows
+}
+
 func identify(n deployer.Node, code string) deployer.Installed {
 	return deployer.Identify(n, code, "LUA", fixtureSet)
 }
@@ -177,7 +194,7 @@ func TestPlanNothingToDo(t *testing.T) {
 func TestStatusJSONNames(t *testing.T) {
 	// The JSON names are a contract: scripts read addr, role, state and version.
 	var b bytes.Buffer
-	must(t, writeJSON(&b, fixtureStatus[:1]))
+	must(t, writeJSON(&b, []statusRow{fixtureStatus[0], fixtureStatus[6]}))
 	golden(t, "status.json.golden", b.String())
 }
 

@@ -23,8 +23,11 @@ func statusCommand() *cli.Command {
 			"cannot run Functions is unsupported: status then exits 1. Every node the server knows\n" +
 			"of is a row. Warnings (a server missing Lua security fixes, a replica that does not follow\n" +
 			"its primary, a cluster node that stops answering everywhere when one shard has no primary:\n" +
-			"cluster-require-full-coverage yes, or not readable) make it exit 4 unless --accept-warning\n" +
-			"names them.",
+			"cluster-require-full-coverage yes, or not readable, a primary with no slots and no library\n" +
+			"while the others run a release) make it exit 4 unless --accept-warning names them.\n\n" +
+			"A cluster primary that owns slots and has no library while the others run a release makes\n" +
+			"status exit 1: the keys of its slots are decided by each client's fallback, not the\n" +
+			"library. The line says what to run.",
 		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -45,8 +48,12 @@ func statusCommand() *cli.Command {
 			// Only status asks: the setting is the service's availability, not a deploy's
 			// safety, and must not change what diff or deploy exit with.
 			withWarnings(installed, t.Coverage(ctx))
+			gaps, gapErr := coverageGaps(installed)
 			plan := deployer.NewPlan(installed, set.Latest(), false)
 			rows := statusRows(plan)
+			for i := range rows {
+				rows[i].Gap = gaps[rows[i].Addr]
+			}
 			if c.Bool("json") {
 				err = writeJSON(c.App.Writer, rows)
 			} else {
@@ -57,6 +64,9 @@ func statusCommand() *cli.Command {
 			}
 			if err := unread(rows); err != nil {
 				return err
+			}
+			if gapErr != nil {
+				return gapErr
 			}
 			return unaccepted(c, plan.Warnings())
 		},
@@ -75,6 +85,7 @@ type statusRow struct {
 	ID       string        `json:"id,omitempty"`       // cluster node ID
 	Server   string        `json:"server,omitempty"`   // e.g. "Valkey 8.0.1"
 	Error    string        `json:"error,omitempty"`    // why the node is unreachable or unsupported
+	Gap      string        `json:"gap,omitempty"`      // a primary that owns slots and has no library while the others run one: what to run
 	Warnings []warningJSON `json:"warnings,omitempty"` // e.g. a server missing known security fixes
 }
 
@@ -135,4 +146,27 @@ func withWarnings(installed []deployer.Installed, ws []deployer.Warning) {
 			}
 		}
 	}
+}
+
+// coverageGaps finds the cluster primaries without the library the others run
+// (deployer.Gaps): those that own no slots yet become warnings on their node, in place; the
+// others are an error naming them and what to run, and a text for each one's row, by
+// address.
+func coverageGaps(installed []deployer.Installed) (map[string]string, error) {
+	rows := map[string]string{}
+	var serving []deployer.Gap
+	var ws []deployer.Warning
+	for _, g := range deployer.Gaps(installed) {
+		if !g.Serving() {
+			ws = append(ws, g.Warning())
+			continue
+		}
+		serving = append(serving, g)
+		rows[g.Node.Addr] = "owns slots and has no library while the other primaries run " + g.Want + ": run rlfn deploy --to " + g.Want
+	}
+	withWarnings(installed, ws)
+	if len(serving) == 0 {
+		return rows, nil
+	}
+	return rows, &deployer.GapsError{Gaps: serving}
 }
