@@ -98,6 +98,9 @@ type run struct {
 	failed   error     // the first failure
 	restored bool      // the run failed and restore ran
 	warnings []Warning // Report.Warnings
+	// part: the plan holds some of the target's nodes (a reconcile's one primary and its
+	// replicas), so only they are checked for staleness (checkPart), not the whole target.
+	part bool
 }
 
 // newRun records every node as unchanged, but those a forced plan leaves out: an unreachable
@@ -240,7 +243,11 @@ func (r *run) deploy(ctx context.Context) error {
 	}
 	defer r.unlock(ctx, l, lockNode)
 
-	if err := r.t.checkStale(dctx, r.p); err != nil {
+	check := r.t.checkStale
+	if r.part {
+		check = r.t.checkPart
+	}
+	if err := check(dctx, r.p); err != nil {
 		r.emit(Event{Phase: PhaseInspect, Err: err})
 		return err
 	}
@@ -355,6 +362,32 @@ func (t *Target) checkStale(ctx context.Context, p Plan) error {
 	if len(diffs) > 0 {
 		return fmt.Errorf("%w: %s", ErrStalePlan, strings.Join(diffs, ", "))
 	}
+	return t.checkCodes(ctx, p)
+}
+
+// checkPart is checkStale for a plan of some of the target's nodes: each of them must still
+// be there in the role the plan saw (a replica following the same primary) and run the code
+// it saw; nodes outside the plan may come and go.
+func (t *Target) checkPart(ctx context.Context, p Plan) error {
+	topo, err := t.discover(ctx)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.topo = topo
+	t.mu.Unlock()
+	for _, s := range p.Steps {
+		if !slices.ContainsFunc(topo.Nodes, func(n Node) bool {
+			return n.Addr == s.Node.Addr && n.Role == s.Node.Role && n.Primary == s.Node.Primary && n.Down == ""
+		}) {
+			return fmt.Errorf("%w: %s is no longer a %s as planned", ErrStalePlan, s.Node.Addr, s.Node.Role)
+		}
+	}
+	return t.checkCodes(ctx, p)
+}
+
+// checkCodes reads the code of the plan's nodes again and compares it with what the plan saw.
+func (t *Target) checkCodes(ctx context.Context, p Plan) error {
 	// Re-read every node but those left out: dialling an unreachable node again would
 	// only delay the deploy.
 	var steps []Step

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -330,4 +331,61 @@ func (t *Target) readCodes(ctx context.Context, nodes []Node) []codeResult {
 	}
 	wg.Wait()
 	return out
+}
+
+// refresh discovers the target again, for a process that keeps one Target (a reconciler):
+// from the seed, or, when it does not answer, from any other address the URL gave or any
+// node last discovered, so that one dead seed does not blind it. A failed dial is forgotten
+// (the node is dialled again), and the connections of nodes no longer listed are closed.
+func (t *Target) refresh(ctx context.Context) error {
+	t.mu.Lock()
+	candidates := append([]string{t.seed}, t.opt.InitAddress...)
+	for _, n := range t.topo.Nodes {
+		if n.Down == "" {
+			candidates = append(candidates, n.Addr)
+		}
+	}
+	for addr, d := range t.conns {
+		if d.c == nil && d.err != nil {
+			delete(t.conns, addr)
+		}
+	}
+	t.mu.Unlock()
+	var first error
+	for _, seed := range candidates {
+		t.mu.Lock()
+		t.seed = seed
+		t.mu.Unlock()
+		topo, err := t.discover(ctx)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		t.mu.Lock()
+		t.topo = topo
+		listed := map[string]bool{}
+		for _, n := range topo.Nodes {
+			listed[n.Addr] = true
+		}
+		var gone []*dialed
+		for addr, d := range t.conns {
+			if !listed[addr] && !slices.Contains(t.opt.InitAddress, addr) {
+				gone = append(gone, d)
+				delete(t.conns, addr)
+			}
+		}
+		t.mu.Unlock()
+		for _, d := range gone {
+			if d.c != nil {
+				d.c.close()
+			}
+		}
+		return nil
+	}
+	return first
 }

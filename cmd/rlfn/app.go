@@ -92,6 +92,7 @@ func New() *cli.App {
 			inspectCommand(),
 			topCommand(),
 			playgroundCommand(),
+			reconcileCommand(),
 		},
 		Before: func(c *cli.Context) error {
 			// --version wherever it is written, with a command too ("rlfn deploy --yes

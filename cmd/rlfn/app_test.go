@@ -264,7 +264,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"deploy", "--yes", "--verify-timeout", "-1s"}, "deploy: --verify-timeout must be positive, got -1s"},
 		{[]string{"--timeout", "30s", "deploy", "--yes", "--verify-timeout", "1m"}, "deploy: --verify-timeout 1m0s must be shorter than --timeout 30s, which bounds the whole deploy: raise --timeout too"},
 		{[]string{"diff", "--to", "0.0.1"}, "--to 0.0.1: no such release"},
-		{[]string{"bogus"}, `no command "bogus"; there are versions, status, diff, deploy, call, block, unblock, override, reset, inspect, top, playground (see rlfn --help)`},
+		{[]string{"bogus"}, `no command "bogus"; there are versions, status, diff, deploy, call, block, unblock, override, reset, inspect, top, playground, reconcile (see rlfn --help)`},
 		{[]string{"stat", "--json"}, `no command "stat"`},
 		{[]string{"help", "bogus"}, `no command "bogus"`},
 		{[]string{"help", "status", "deploy"}, "help takes one command"},
