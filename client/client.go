@@ -37,12 +37,13 @@ type Limiter struct {
 	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
 
 	// What an option turns on lives in files of its own, behind these fields.
-	resilience            // the breakers and the Fallback (fallback.go): always
-	near       *nearby    // leased budgets and the denial cache (near.go): nil unless set
-	tel        *telemetry // metrics and spans (metrics.go, trace.go): nil unless set
-	ovr        *overrides // the operators' overrides (override.go): nil unless set
-	top        *top       // the keys denied most (top.go): nil unless set
-	notes      *notices   // what the Limiter says in its log (notice.go): always
+	resilience             // the breakers and the Fallback (fallback.go): always
+	near       *nearby     // leased budgets and the denial cache (near.go): nil unless set
+	tel        *telemetry  // metrics and spans (metrics.go, trace.go): nil unless set
+	ovr        *overrides  // the operators' overrides (override.go): nil unless set
+	top        *top        // the keys denied most (top.go): nil unless set
+	notes      *notices    // what the Limiter says in its log (notice.go): always
+	selfLoad   *selfLoader // loads the library onto a node without one (selfload.go): nil unless set
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -90,6 +91,9 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 		l.clock, l.monoClock = r.clock, false
 	}
 	l.notes = newNotices(r.Logger, l.clock)
+	if r.LoadLibrary {
+		l.selfLoad = newSelfLoader()
+	}
 	if r.Fallback == LocalFallback {
 		l.local = newLocalStore(r.LocalKeys)
 	}

@@ -132,6 +132,7 @@ func (l *Limiter) fellBack(ctx context.Context, key string, c *call, kind errKin
 		l.notes.say(ctx, slog.LevelError, noticeNotLoaded, br, l.nodeOf,
 			"the node has no ratelimit library: its limits are decided by the fallback until `rlfn deploy` loads it",
 			slog.String("limit", limitName(c)), slog.String("fallback", l.fallback.String()))
+		l.loadLibrary(ctx, br)
 	}
 	if br.degraded.Load() || !br.degraded.CompareAndSwap(false, true) {
 		br.fallbacks.Add(1)

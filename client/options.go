@@ -104,6 +104,16 @@ type Options struct {
 	// (nil): slog.Default() at the time of the line; slog.New(slog.DiscardHandler) silences it.
 	Logger *slog.Logger
 
+	// LoadLibrary lets the Limiter load the library it embeds (the functions package) onto a
+	// node that answers it has none: a primary that joined the cluster, or replaced a dead
+	// one, after the last rlfn deploy. At most once per node and 10 seconds, in the
+	// background (the call that found it goes to the Fallback as always), with FUNCTION LOAD
+	// without REPLACE, so that a library that exists is never replaced; the server user
+	// needs FUNCTION LOAD in its ACL. The Logger says what it did (event library_loaded) or
+	// why it could not. Default: false: the node is logged (event library_missing), and rlfn
+	// deploy or rlfn reconcile loads it. See docs/operations.md.
+	LoadLibrary bool
+
 	// TraceKeys adds the key (the principal, as the call names it) to every span, as
 	// ratelimit.key. Default: false, because a key is often personal data (a user, an
 	// address).
