@@ -132,6 +132,10 @@ func (l *Limiter) fellBack(ctx context.Context, key string, c *call, kind errKin
 		l.notes.say(ctx, slog.LevelError, noticeNotLoaded, br, l.nodeOf,
 			"the node has no ratelimit library: its limits are decided by the fallback until `rlfn deploy` loads it",
 			slog.String("limit", limitName(c)), slog.String("fallback", l.fallback.String()))
+		// A node without the library is often one the slot table does not know yet (it
+		// took a dead primary's slots): read the table again, so that the next line names it
+		// and LoadLibrary loads it, not the node it replaced.
+		l.refreshSlots(false)
 		l.loadLibrary(ctx, br)
 	}
 	if br.degraded.Load() || !br.degraded.CompareAndSwap(false, true) {

@@ -18,11 +18,14 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/valkey-io/valkey-go"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/deployer"
 	"github.com/rlfn/rlfn/internal/serverurl"
 	"github.com/rlfn/rlfn/rls"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // run runs the app with args and returns the process's exit code.
@@ -66,6 +69,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "max-connection-age", Value: 24 * time.Hour, EnvVars: []string{"RLFN_RLS_MAX_CONNECTION_AGE"}, Usage: "close a proxy's gRPC connection after this long (an hour's grace), so that connections spread over new replicas (the reference's GRPC_MAX_CONNECTION_AGE)"},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
+			&cli.BoolFlag{Name: "reconcile", EnvVars: []string{"RLFN_RLS_RECONCILE"}, Usage: "keep the newest library release this binary embeds on every primary, as rlfn reconcile does, every second (its user needs deployer.ReconcileACLRules)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
 		Action: serve,
@@ -166,6 +170,17 @@ func serve(c *cli.Context) error {
 			log.Error("configuration reload stopped", "err", err)
 		}
 	}()
+	if c.Bool("reconcile") {
+		stopped, err := startReconciler(ctx, opt, log, mp)
+		if err != nil {
+			g.Close()
+			if h != nil {
+				h.Close()
+			}
+			return err
+		}
+		defer func() { stop(); <-stopped }()
+	}
 	attrs := []any{"grpc", g.Addr().String(), "domains", len(cfg.Domains())}
 	if h != nil {
 		attrs = append(attrs, "http", h.Addr().String())
@@ -263,4 +278,21 @@ func parsePolicy(s string) (string, rls.Policy, error) {
 		}
 	}
 	return domain, p, nil
+}
+
+// startReconciler runs, until ctx ends, the reconciler rlfn reconcile runs: the newest
+// release embedded here on every primary, checked every second. The channel is closed once
+// it has stopped.
+func startReconciler(ctx context.Context, opt valkey.ClientOption, log *slog.Logger, mp metric.MeterProvider) (<-chan struct{}, error) {
+	r, err := deployer.NewReconciler(ctx, opt, deployer.ReconcileOptions{Release: versions.Embedded().Latest(), Logger: log.With("component", "reconciler"), MeterProvider: mp})
+	if err != nil {
+		return nil, fmt.Errorf("--reconcile: %w", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		defer r.Close()
+		_ = r.Run(ctx)
+	}()
+	return stopped, nil
 }

@@ -337,3 +337,25 @@ func TestHealthByRelease(t *testing.T) {
 		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
 }
+
+// --reconcile loads the newest embedded release onto a server that has none (a node joined
+// after the last deploy): the service becomes SERVING by itself, and says so in its log.
+func TestReconcileFlag(t *testing.T) {
+	harness.Require(t, harness.ValkeyImage())
+	srv := harness.StartValkey(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(fmt.Sprintf(policyConfig, "a")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startApp(t, ctx, "--url", "redis://"+srv.Addr, "--config", dir, "--reconcile") // SERVING: loaded
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
+	}
+	if log := a.stderr.String(); !strings.Contains(log, `"msg":"library loaded"`) || !strings.Contains(log, `"component":"reconciler"`) ||
+		!strings.Contains(log, `"release":"`+versions.Embedded().Latest().Version+`"`) {
+		t.Errorf("the log does not say the reconciler loaded the library:\n%s", log)
+	}
+}

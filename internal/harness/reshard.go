@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -55,39 +56,71 @@ func (c *Cluster) meet(ctx context.Context, s *Server) error {
 // SETSLOT NODE on both and every other running node. Meanwhile a client's call on a key
 // not yet moved is served by from, one already moved is redirected (ASK).
 func (c *Cluster) MoveSlots(ctx context.Context, from, to *Server, lo, hi int) error {
+	// Eight slots at once: each is independent of the others, and one at a time spends its
+	// time waiting on round trips.
+	slots := make(chan int)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for slot := range slots {
+				if err := c.moveSlot(ctx, from, to, slot); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var err error
+feed:
 	for slot := lo; slot <= hi; slot++ {
-		sl := int64(slot)
-		if err := to.do(ctx, to.admin.B().ClusterSetslot().Slot(sl).Importing().NodeId(from.NodeID).Build()); err != nil {
+		select {
+		case slots <- slot:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(slots)
+	wg.Wait()
+	close(errs)
+	if err == nil {
+		err = <-errs
+	}
+	return err
+}
+
+func (c *Cluster) moveSlot(ctx context.Context, from, to *Server, slot int) error {
+	sl := int64(slot)
+	if err := to.do(ctx, to.admin.B().ClusterSetslot().Slot(sl).Importing().NodeId(from.NodeID).Build()); err != nil {
+		return err
+	}
+	if err := from.do(ctx, from.admin.B().ClusterSetslot().Slot(sl).Migrating().NodeId(to.NodeID).Build()); err != nil {
+		return err
+	}
+	for {
+		keys, err := from.admin.Do(ctx, from.admin.B().ClusterGetkeysinslot().Slot(sl).Count(100).Build()).AsStrSlice()
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER GETKEYSINSLOT %d: %w", from.Addr, slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		cmd := from.admin.B().Arbitrary("MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS").Args(keys...).Build()
+		if err := from.admin.Do(ctx, cmd).Error(); err != nil {
+			return fmt.Errorf("%s: MIGRATE slot %d to %s: %w", from.Addr, slot, to.Addr, err)
+		}
+	}
+	// The new owner first, then the old one, as valkey-cli does: no moment when neither
+	// claims the slot.
+	order := []*Server{to, from}
+	for _, n := range c.Nodes() {
+		if n != to && n != from && n.Running() {
+			order = append(order, n)
+		}
+	}
+	for _, n := range order {
+		if err := n.do(ctx, n.admin.B().ClusterSetslot().Slot(sl).Node().NodeId(to.NodeID).Build()); err != nil {
 			return err
-		}
-		if err := from.do(ctx, from.admin.B().ClusterSetslot().Slot(sl).Migrating().NodeId(to.NodeID).Build()); err != nil {
-			return err
-		}
-		for {
-			keys, err := from.admin.Do(ctx, from.admin.B().ClusterGetkeysinslot().Slot(sl).Count(100).Build()).AsStrSlice()
-			if err != nil {
-				return fmt.Errorf("%s: CLUSTER GETKEYSINSLOT %d: %w", from.Addr, slot, err)
-			}
-			if len(keys) == 0 {
-				break
-			}
-			cmd := from.admin.B().Arbitrary("MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS").Args(keys...).Build()
-			if err := from.admin.Do(ctx, cmd).Error(); err != nil {
-				return fmt.Errorf("%s: MIGRATE slot %d to %s: %w", from.Addr, slot, to.Addr, err)
-			}
-		}
-		// The new owner first, then the old one, as valkey-cli does: no moment when
-		// neither claims the slot.
-		order := []*Server{to, from}
-		for _, n := range c.Nodes() {
-			if n != to && n != from && n.Running() {
-				order = append(order, n)
-			}
-		}
-		for _, n := range order {
-			if err := n.do(ctx, n.admin.B().ClusterSetslot().Slot(sl).Node().NodeId(to.NodeID).Build()); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
