@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlfn/rlfn/internal/harness"
 )
@@ -87,4 +93,54 @@ func TestCoverageGaps(t *testing.T) {
 	fresh := c.ReplacePrimary(t, victim)
 	seed = fresh.Addr // any seed: the replacement itself
 	wantGap("with a dead primary replaced by an empty node", fresh, slots)
+
+	// rlfn reconcile heals the same gap by itself, serves its metrics, and ends cleanly
+	// when its context ends (SIGTERM's, in run).
+	another := c.MeetPrimary(t)
+	// The first of the victim's slots (the harness gives each primary a third, in order),
+	// which fresh took over.
+	const slot = 16384 / 3
+	if err := c.MoveSlots(ctx, fresh, another, slot, slot); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, rlfnAt(t, set, seed, "status"), exitError, "status before reconcile")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := l.Addr().String()
+	l.Close()
+	app := New()
+	app.Metadata[releasesKey] = set
+	var stdout, stderr syncBuffer
+	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(""), &stdout, &stderr
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- runApp(rctx, app, []string{"rlfn", "--url", "redis://" + seed, "reconcile", "--interval", "200ms", "--metrics", metrics})
+	}()
+	waitLibrary(t, another, set.Latest().Code)
+	wantExit(t, rlfnAt(t, set, seed, "status"), exitOK, "status after reconcile")
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^rlfn_reconcile_loads_total\{.*outcome="loaded".*\} 1$`).Match(body) ||
+		!strings.Contains(string(body), "rlfn_reconcile_missing{") {
+		t.Errorf("/metrics does not count the load:\n%s", body)
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("reconcile ended with exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reconcile did not end with its context")
+	}
+	if log := stderr.String(); !strings.Contains(log, `"msg":"library loaded","node":"`+another.Addr+`"`) || !strings.Contains(log, `"msg":"reconciler stopped"`) {
+		t.Errorf("reconcile's log:\n%s", log)
+	}
 }
