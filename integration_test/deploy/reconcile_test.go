@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,7 +93,9 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("lock held", func(t *testing.T) {
 		vk := cl.Client(t, false)
-		if err := vk.Do(t.Context(), vk.B().Set().Key(deployer.LockKey).Value("a deploy|x").Px(time.Minute).Build()).Error(); err != nil {
+		if err := retry(func() error {
+			return vk.Do(t.Context(), vk.B().Set().Key(deployer.LockKey).Value("a deploy|x").Px(time.Minute).Build()).Error()
+		}); err != nil {
 			t.Fatal(err)
 		}
 		n := cl.MeetPrimary(top)
@@ -105,7 +108,7 @@ func TestReconcile(t *testing.T) {
 		if rec.loads("locked") == 0 {
 			t.Error("no load counted as waiting for the lock")
 		}
-		if err := vk.Do(t.Context(), vk.B().Del().Key(deployer.LockKey).Build()).Error(); err != nil {
+		if err := retry(func() error { return vk.Do(t.Context(), vk.B().Del().Key(deployer.LockKey).Build()).Error() }); err != nil {
 			t.Fatal(err)
 		}
 		waitCode(t, n, pinned.Code)
@@ -124,7 +127,7 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("%d failed loads logged in 3s, want 1 to 8 (backed off): %v", len(failed), failed)
 		}
 		if len(failed) > 0 && !slices.ContainsFunc(failed, func(l map[string]string) bool {
-			return l["node"] == n.Addr && contains(l["err"], "NOPERM")
+			return l["node"] == n.Addr && strings.Contains(l["err"], "NOPERM")
 		}) {
 			t.Errorf("the failed loads do not name %s and NOPERM: %v", n.Addr, failed)
 		}
@@ -177,22 +180,16 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("%s runs %s after a reconciler pinned to 1.0.0", p.Addr, label(got))
 			}
 		}
-		if held := old.logs.with("msg", "node left as it is"); !slices.ContainsFunc(held, func(l map[string]string) bool { return contains(l["why"], "would downgrade") }) {
+		if held := old.logs.with("msg", "node left as it is"); !slices.ContainsFunc(held, func(l map[string]string) bool { return strings.Contains(l["why"], "would downgrade") }) {
 			t.Errorf("the held primaries are not logged: %v", held)
 		}
 	})
 
-	counts := load.stop(t)
-	// Every key keeps its state: the server's count is exactly the admissions it made, for
-	// the keys that moved with MIGRATE and those that did not. The replaced shard's keys
-	// died with it: they are left out.
-	lost := map[int]bool{}
-	for i := range principals {
-		if counts.lostSlot(i) {
-			lost[i] = true
-		}
-	}
-	checkState(t, load, principals, counts, lost)
+	load.stop(t)
+	// Every key keeps its state: the server's count is the admissions it made, for the keys
+	// that moved with MIGRATE and those that did not. The replaced shard's keys died with
+	// it (the harness gave the second primary the second third of the slots).
+	checkState(t, load, principals, func(slot int) bool { return 16384/3 <= slot && slot < 2*16384/3 })
 }
 
 // prepareNode sets a node as the tests need: cluster-require-full-coverage no, and the
@@ -344,15 +341,6 @@ func waitLogged(t *testing.T, h *records, key, value, node string) {
 	t.Fatalf("no %s=%s line naming %s", key, value, node)
 }
 
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
-}
-
 // principalsBySlot returns one principal per hash slot: principals[slot] lands on slot.
 func principalsBySlot() []string {
 	out := make([]string, 16384)
@@ -399,7 +387,7 @@ type loadGen struct {
 	fallbacks atomic.Int64
 	errs      atomic.Int64
 	server    []atomic.Int64 // admissions by the server, by slot
-	fellBack  []atomic.Bool  // slots a fallback decided, or a call failed on: the server may or may not have counted it
+	uncertain []atomic.Int64 // calls by slot a fallback decided or that failed: the server may have counted them (a timeout) or not
 }
 
 type loadSnapshot struct{ decisions, fallbacks, notLoaded int64 }
@@ -432,7 +420,7 @@ func (l *loadGen) notLoadedErrors() int64 {
 
 func startLoad(t *testing.T, cl *harness.Cluster, principals []string) *loadGen {
 	t.Helper()
-	l := &loadGen{logs: &records{}, reader: sdkmetric.NewManualReader(), server: make([]atomic.Int64, len(principals)), fellBack: make([]atomic.Bool, len(principals))}
+	l := &loadGen{logs: &records{}, reader: sdkmetric.NewManualReader(), server: make([]atomic.Int64, len(principals)), uncertain: make([]atomic.Int64, len(principals))}
 	lim, err := client.New(cl.Client(t, false), client.Options{Deadline: time.Second, Logger: slog.New(l.logs),
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(l.reader))})
 	if err != nil {
@@ -450,11 +438,11 @@ func startLoad(t *testing.T, cl *harness.Cluster, principals []string) *loadGen 
 					switch {
 					case err != nil:
 						l.errs.Add(1)
-						l.fellBack[slot].Store(true)
+						l.uncertain[slot].Add(1)
 						continue
 					case res.Source == client.FromFallback:
 						l.fallbacks.Add(1)
-						l.fellBack[slot].Store(true)
+						l.uncertain[slot].Add(1)
 					case res.Allowed:
 						l.server[slot].Add(1)
 					}
@@ -467,44 +455,52 @@ func startLoad(t *testing.T, cl *harness.Cluster, principals []string) *loadGen 
 	return l
 }
 
-// loadCounts is what the load counted when it stopped.
-type loadCounts struct{ l *loadGen }
-
-// lostSlot reports whether a slot's key may have lost its state through no fault of the
-// library: a fallback decided it (its shard died with its keys, or it had no library).
-func (c loadCounts) lostSlot(slot int) bool { return c.l.fellBack[slot].Load() }
-
-func (l *loadGen) stop(t *testing.T) loadCounts {
+func (l *loadGen) stop(t *testing.T) {
 	if l.cancel != nil {
 		l.cancel()
 		l.cancel = nil
 		l.wg.Wait()
 		t.Logf("load: %d decisions, %d by the fallback, %d errors", l.decisions.Load(), l.fallbacks.Load(), l.errs.Load())
 	}
-	return loadCounts{l}
 }
 
-// checkState peeks every principal's limiter: its count on the server must be exactly the
-// server's admissions (Remaining = Limit - admissions), but for the slots left out.
-func checkState(t *testing.T, load *loadGen, principals []string, counts loadCounts, leftOut map[int]bool) {
+// checkState peeks every principal's limiter: its count on the server must be at least the
+// admissions the server made (nothing lost, moved or not) and at most those plus the calls
+// whose fate is unknown (a timeout may have been counted), but for the slots left out.
+func checkState(t *testing.T, load *loadGen, principals []string, leftOut func(slot int) bool) {
 	t.Helper()
-	wrong := 0
+	wrong, checked := 0, 0
 	for slot, p := range principals {
-		if leftOut[slot] {
+		if leftOut(slot) {
 			continue
 		}
 		res, err := load.lim.Peek(t.Context(), p, limit)
 		if err != nil {
 			t.Fatalf("Peek %s: %v", p, err)
 		}
-		if want := limit.Limit - load.server[slot].Load(); res.Remaining != want {
+		checked++
+		used, admitted, unknown := limit.Limit-res.Remaining, load.server[slot].Load(), load.uncertain[slot].Load()
+		if used < admitted || used > admitted+unknown {
 			if wrong++; wrong <= 5 {
-				t.Errorf("slot %d (%s): remaining %d, want %d (%d admissions by the server)", slot, p, res.Remaining, want, load.server[slot].Load())
+				t.Errorf("slot %d (%s): the server counts %d, want %d admissions (+ up to %d of unknown fate)", slot, p, used, admitted, unknown)
 			}
 		}
 	}
 	if wrong > 0 {
-		t.Errorf("%d keys of %d lost or gained state", wrong, len(principals)-len(leftOut))
+		t.Errorf("%d keys of %d lost or gained state", wrong, checked)
 	}
-	t.Logf("state checked on %d keys (%d left out: their shard died, or a fallback decided them)", len(principals)-len(leftOut), len(leftOut))
+	t.Logf("state checked on %d keys", checked)
+}
+
+// retry runs do until it succeeds, fails otherwise than CLUSTERDOWN, or 30s have passed: a
+// loaded machine's nodes may miss pings and hold the cluster down for a moment.
+func retry(do func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := do()
+		if err == nil || !strings.HasPrefix(err.Error(), "CLUSTERDOWN") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // MeetPrimary starts a new node and joins it to the cluster with CLUSTER MEET, as an
@@ -105,8 +107,10 @@ func (c *Cluster) moveSlot(ctx context.Context, from, to *Server, slot int) erro
 		if len(keys) == 0 {
 			break
 		}
-		cmd := from.admin.B().Arbitrary("MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS").Args(keys...).Build()
-		if err := from.admin.Do(ctx, cmd).Error(); err != nil {
+		cmd := from.admin.B().Arbitrary("MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS").Args(keys...).Build().Pin()
+		// A node that missed pings on a loaded machine may hold the cluster down for a
+		// moment: tried again, as an operator's tool would, for up to clusterTimeout.
+		if err := transient(ctx, func() error { return from.admin.Do(ctx, cmd).Error() }); err != nil {
 			return fmt.Errorf("%s: MIGRATE slot %d to %s: %w", from.Addr, slot, to.Addr, err)
 		}
 	}
@@ -200,4 +204,21 @@ func ownedRanges(ctx context.Context, s *Server) ([][2]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// transient runs do until it succeeds, fails otherwise than CLUSTERDOWN or TRYAGAIN, or
+// clusterTimeout has passed.
+func transient(ctx context.Context, do func() error) error {
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		err := do()
+		if err == nil || !strings.HasPrefix(err.Error(), "CLUSTERDOWN") && !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
