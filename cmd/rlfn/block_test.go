@@ -69,8 +69,13 @@ func TestCalendarCall(t *testing.T) {
 		{[]string{"--period", "day"}, calendar.Day, time.Time{}},
 		{[]string{"--period", "month", "--anchor", "2026-01-31T00:00", "--zone", "Europe/Berlin"}, calendar.Month, time.Date(2026, 1, 31, 0, 0, 0, 0, berlin)},
 		{[]string{"--period", "week", "--zone", "Europe/Berlin"}, calendar.Week, time.Date(2001, 1, 1, 0, 0, 0, 0, berlin)},
+		// an anchor on the day Berlin skips 02:30: windows start at 02:30 on every day that
+		// has it, as an anchor on any other day says (not at 03:30, time.Date's reading)
+		{[]string{"--period", "day", "--anchor", "2026-03-29T02:30", "--zone", "Europe/Berlin"}, calendar.Day, time.Date(2026, 3, 28, 2, 30, 0, 0, berlin)},
+		// an anchor in the future sets the phase: the window that holds now, the 31st's
+		{[]string{"--period", "month", "--anchor", "2030-05-31"}, calendar.Month, time.Date(2020, 1, 31, 0, 0, 0, 0, time.UTC)},
 	} {
-		key := "cal:" + tt.period.String()
+		key := "cal:" + tt.period.String() + ":" + strings.Join(tt.args, "")
 		got := calls(t, s.Addr, append([]string{"calendar", key, "--limit", "3", "--repeat", "4"}, tt.args...)...)
 		b, err := calendar.Windows(tt.period, tt.anchor, time.Now())
 		if err != nil {
@@ -87,7 +92,7 @@ func TestCalendarCall(t *testing.T) {
 		}
 	}
 	// The table names the denial's wait to the window's end.
-	r := rlfnAt(t, nil, s.Addr, "call", "calendar", "cal:day", "--limit", "3", "--period", "day")
+	r := rlfnAt(t, nil, s.Addr, "call", "calendar", "cal:day:--periodday", "--limit", "3", "--period", "day")
 	if wantExit(t, r, exitOK, "a fourth call"); !strings.Contains(r.stdout, " no ") {
 		t.Errorf("a fourth call in the day's window:\n%s", r.stdout)
 	}
