@@ -223,12 +223,12 @@ func ParseAnchor(period Period, text string, loc *time.Location) (time.Time, boo
 // of an earlier year): windows then start at 02:30 on every day that has it, and on a day
 // that skips it at the instant time.Date gives. A time.Time made with time.Date has lost the
 // clock time already; Windows cannot tell it from one given after the gap.
-func Anchor(period Period, year int, month time.Month, day, hour, min, sec, nsec int, loc *time.Location) time.Time {
+func Anchor(period Period, year int, month time.Month, day, hour, minute, sec, nsec int, loc *time.Location) time.Time {
 	at := func(y int, m time.Month, d int) (time.Time, bool) {
-		t := time.Date(y, m, d, hour, min, sec, nsec, loc)
+		t := time.Date(y, m, d, hour, minute, sec, nsec, loc)
 		ty, tm, td := t.Date()
 		th, tmi, ts := t.Clock()
-		return t, ty == y && tm == m && td == d && th == hour && tmi == min && ts == sec
+		return t, ty == y && tm == m && td == d && th == hour && tmi == minute && ts == sec
 	}
 	given, ok := at(year, month, day)
 	if ok {
