@@ -33,6 +33,12 @@ type Calendar struct {
 	// the 1st, years from 1 January. An Anchor in time.Local is refused: a process's Local
 	// is whatever its environment said at start-up (often UTC in a container), never the
 	// customer's zone; load the zone with time.LoadLocation.
+	//
+	// The Anchor sets the windows' phase only, never when the quota begins: one in the future
+	// (a billing day to come) counts in the window that holds now, as one in the past does.
+	// time.Date moves a clock time its zone skips that day (02:30 on 29 March 2026 in Berlin)
+	// past the gap (03:30), and that clock time then starts every window: give the Anchor on
+	// a day that has its clock time (any day of the same phase).
 	Anchor  time.Time
 	Reserve int64         // 0 to Limit, default 0 (none): units only critical calls may take (see Limit)
 	Name    string        // default "": the key without a name; set, a second calendar for one principal (see Limit)

@@ -283,10 +283,11 @@ func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result,
 // cost (always, when the decision admitted); when it did not, RetryAfter is its own wait.
 // Rule is i, Source is FromFallback when the Fallback decided it. A rule decided alone (the only rule of
 // its Key) has its call's Result, Delay included. Rules of one Key share one rl_multi, whose
-// reply is the binding limit's alone: their own state is read by a peek of each, pipelined
-// behind the rl_multi on its connection (one round trip, one more call per rule for the
-// server), so it is the state just after the decision, which a concurrent call may already
-// have changed; their Delay is zero (the binding Result has the decision's). A rule whose
+// reply is the binding limit's alone: their own state is read by a peek of each (FCALL_RO),
+// pipelined with the rl_multi (one round trip, one more call per rule for the server), so it
+// is the state just after the decision, which a concurrent call may already have changed (a
+// replica that runs the peeks, with valkey.ClientOption.SendToReplicas in a cluster, may not
+// have the decision's write yet); their Delay is zero (the binding Result has the decision's). A rule whose
 // state could not be read (its peek failed, or its Key's call did, with the error returned)
 // is the zero Result, Limit 0.
 func (l *Limiter) AllowAllEach(ctx context.Context, rules []Rule, n int64) (Result, []Result, error) {

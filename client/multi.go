@@ -551,19 +551,39 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	if each == nil {
 		res, idx, err = decodeN(fn, rel.result(l.vk.Do(ctx, command(op == opPeek))), 7)
 	} else {
-		// The peeks go behind the rl_multi on its connection, in one round trip: its slot's
-		// node runs them right after it. FCALL, not FCALL_RO: the primary's state, not a
-		// replica's behind it.
+		// The peeks go with the rl_multi, in one round trip. They only read, so they are
+		// FCALL_RO, as every peek: no write on the primary's books, and a replica answers
+		// them when the valkey.Client sends read-only commands to replicas
+		// (SendToReplicas). The primary runs them right after the rl_multi on its
+		// connection; a replica reads its copy, which may not have the rl_multi's write yet:
+		// the other limits' values then lag this decision by the replication delay (what
+		// they show only informs; the rl_multi decided).
 		cmds := make(valkey.Commands, 1, 1+len(cs))
 		cmds[0] = command(op == opPeek)
 		for i := range cs {
-			cmds = append(cmds, l.command(false, cs[i].alg.peek, []byte(stateKeys[i]), cs[i], true))
+			cmds = append(cmds, l.command(true, cs[i].alg.peek, []byte(stateKeys[i]), cs[i], true))
 		}
 		replies := l.vk.DoMulti(ctx, cmds...)
 		res, idx, err = decodeN(fn, rel.result(replies[0]), 7)
+		var again []int // peeks a replica without the library yet refused: FCALL, to the primary
 		for i := range cs {
-			if r, perr := decode(cs[i].alg.peek, rel.result(replies[1+i])); perr == nil {
+			r, perr := decode(cs[i].alg.peek, rel.result(replies[1+i]))
+			switch {
+			case perr == nil:
 				each[i] = r
+			case errors.Is(perr, ErrNotLoaded):
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			cmds = cmds[:0]
+			for _, i := range again {
+				cmds = append(cmds, l.command(false, cs[i].alg.peek, []byte(stateKeys[i]), cs[i], true))
+			}
+			for j, reply := range l.vk.DoMulti(ctx, cmds...) {
+				if r, perr := decode(cs[again[j]].alg.peek, rel.result(reply)); perr == nil {
+					each[again[j]] = r
+				}
 			}
 		}
 	}

@@ -57,6 +57,7 @@ var required = map[string][]string{
 	"docs/grpc.md": {
 		"grpclimit/example_test.go:Example",
 		"grpclimit/example_test.go:Example_refusal",
+		"grpclimit/example_test.go:Example_streamRefusal",
 		"grpclimit/example_test.go:ExampleNewClient",
 		"grpclimit/example_test.go:Example_login",
 		"grpclimit/example_test.go:Example_tokens",

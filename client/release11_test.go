@@ -570,8 +570,9 @@ func TestAllowAllEachByPolicy(t *testing.T) {
 		DoAndReturn(func(_ context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
 			want := [][]string{
 				{"FCALL", "rl_multi", "2", "rl:{a}:token_bucket", "rl:{a}:fixed_window"},
-				{"FCALL", "rl_token_bucket_peek", "1", "rl:{a}:token_bucket", "2", "1", "3600000", "1", "0"},
-				{"FCALL", "rl_fixed_window_peek", "1", "rl:{a}:fixed_window", "5", "3600000", "1", "0"},
+				// read-only: a replica may answer them (SendToReplicas)
+				{"FCALL_RO", "rl_token_bucket_peek", "1", "rl:{a}:token_bucket", "2", "1", "3600000", "1", "0"},
+				{"FCALL_RO", "rl_fixed_window_peek", "1", "rl:{a}:fixed_window", "5", "3600000", "1", "0"},
 			}
 			for i, c := range cmds {
 				got := c.Commands()
@@ -672,6 +673,37 @@ func TestAllowAllEachRefundedAfterFailedPeek(t *testing.T) {
 		if each[i] != want[i] {
 			t.Errorf("each[%d] = %+v, want %+v", i, each[i], want[i])
 		}
+	}
+}
+
+// AllowAllEach's peeks are FCALL_RO, which a replica may answer: one without the library yet
+// (ERR Function not found) has them sent again as FCALL, to the primary, in one pipeline;
+// the decision, the rl_multi's, is not sent again.
+func TestAllowAllEachPeeksNotLoadedOnAReplica(t *testing.T) {
+	rules := []client.Rule{{Key: "a", Limit: client.TokenBucket{Capacity: 2, Rate: 1, Period: time.Hour}},
+		{Key: "a", Limit: client.FixedWindow{Limit: 5, Window: time.Hour}}}
+	var sent [][]string
+	vk := scriptClient{
+		Client: mock.NewClient(nil),
+		doMulti: func(cmds [][]string) []valkey.ValkeyResult {
+			for _, c := range cmds {
+				sent = append(sent, c[:2])
+			}
+			if cmds[0][1] == "rl_multi" {
+				notFound := mock.Result(mock.ValkeyError("ERR Function not found"))
+				return []valkey.ValkeyResult{mock.Result(ints(1, 2, 1, 0, 3_600_000, 0, 1)), notFound, notFound}
+			}
+			return []valkey.ValkeyResult{mock.Result(ints(1, 2, 1, 0, 3_600_000, 0)), mock.Result(ints(1, 5, 4, 0, 3_600_000, 0))}
+		},
+	}
+	res, each, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).AllowAllEach(context.Background(), rules, 1)
+	if err != nil || !res.Allowed || len(each) != 2 || each[0].Remaining != 1 || each[1].Remaining != 4 || each[1].Limit != 5 {
+		t.Fatalf("got %+v, %+v, %v; want admitted, 1 and 4 left", res, each, err)
+	}
+	want := [][]string{{"FCALL", "rl_multi"}, {"FCALL_RO", "rl_token_bucket_peek"}, {"FCALL_RO", "rl_fixed_window_peek"},
+		{"FCALL", "rl_token_bucket_peek"}, {"FCALL", "rl_fixed_window_peek"}}
+	if !slices.EqualFunc(sent, want, slices.Equal) {
+		t.Errorf("sent %q, want %q", sent, want)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/rlfn/rlfn/internal/keys"
+	"github.com/rlfn/rlfn/internal/topkeys"
 )
 
 // top is what Options.TopKeys turns on: for each policy (a limit's algorithm and Name), the
@@ -56,17 +56,10 @@ func newTop(vk valkey.Client, prefix string, k int, every time.Duration) *top {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &top{k: k, every: every, vk: vk, policies: map[topPolicy]*sketch{},
-		key:  TopKey(prefix) + ":" + hex.EncodeToString(id[:]),
+		key:  topkeys.Key(prefix) + ":" + hex.EncodeToString(id[:]),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go t.run()
 	return t
-}
-
-// TopKey is the start of the keys the Limiters under prefix publish their top denied keys
-// to (Options.TopKeys): <prefix>{%top}, then ":" and a process's random id. Like the
-// overrides', it is no limiter's key, and all of them share one cluster slot.
-func TopKey(prefix string) string {
-	return string(keys.AppendEscaped(nil, prefix)) + "{%top}"
 }
 
 // denied counts a denial of key by c's policy.
@@ -113,25 +106,14 @@ func (l *Limiter) topAll(rules []Rule, res Result, err error) {
 	l.top.denied(r.Key, &c, res)
 }
 
-// TopEntry is one key of a process's published top: what rlfn top merges.
-type TopEntry struct {
-	Algorithm    string `json:"algorithm"`
-	Name         string `json:"name,omitempty"`
-	Key          string `json:"key"`
-	Denials      int64  `json:"denials"`
-	Error        int64  `json:"error,omitempty"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-	LastMs       int64  `json:"last_ms"` // Unix ms of the last denial
-}
-
 // snapshot is the sketch's keys, most denied first.
-func (t *top) snapshot() []TopEntry {
+func (t *top) snapshot() []topkeys.Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []TopEntry
+	var out []topkeys.Entry
 	for p, s := range t.policies {
 		for k, v := range s.counts {
-			out = append(out, TopEntry{Algorithm: p.alg, Name: p.name, Key: k, Denials: v.Denials, Error: v.Error,
+			out = append(out, topkeys.Entry{Algorithm: p.alg, Name: p.name, Key: k, Denials: v.Denials, Error: v.Error,
 				RetryAfterMs: retryAfterMs(v.RetryAfter), LastMs: v.Last.UnixMilli()})
 		}
 	}

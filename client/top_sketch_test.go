@@ -3,6 +3,8 @@ package client
 import (
 	"fmt"
 	"testing"
+
+	"github.com/rlfn/rlfn/internal/topkeys"
 )
 
 // TestTopSketch: the sketch holds at most k keys per limit, every key denied more than n/k of
@@ -33,7 +35,7 @@ func TestTopSketch(t *testing.T) {
 	if n := len(tp.policies[topPolicy{"token_bucket", ""}].counts); n != 10 {
 		t.Errorf("the sketch holds %d keys, want k = 10", n)
 	}
-	got := map[string]TopEntry{}
+	got := map[string]topkeys.Entry{}
 	for _, e := range tp.snapshot() {
 		if e.Name == "" {
 			got[e.Key] = e

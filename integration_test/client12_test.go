@@ -219,6 +219,28 @@ func TestClientVersionErrorOn11(t *testing.T) {
 // AllowAll across keys with a calendar: all or nothing, so a denial by the other key leaves
 // the calendar's window as it was (refunded, or never taken when the denying key is asked
 // first), and an admission takes from both.
+// TestClientCalendarFutureAnchor: an Anchor in the future sets the windows' phase (here the
+// 15th at midnight UTC), as one in the past does: the quota counts in the window that holds
+// now, not from the anchor.
+func TestClientCalendarFutureAnchor(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		key := keyFor(t)
+		monthly := client.Calendar{Limit: 2, Period: client.Month, Anchor: time.Date(2031, 6, 15, 0, 0, 0, 0, time.UTC)}
+		for i := range 2 {
+			if r, err := lim.Allow(ctx, key, monthly); err != nil || !r.Allowed {
+				t.Fatalf("call %d: %+v, %v", i+1, r, err)
+			}
+		}
+		r, err := lim.Allow(ctx, key, monthly)
+		end := time.Now().Add(r.RetryAfter).UTC().Round(time.Minute)
+		if err != nil || r.Allowed || r.RetryAfter > 31*24*time.Hour || end.Day() != 15 || end.Hour() != 0 || end.Minute() != 0 {
+			t.Fatalf("the third: %+v, %v; want denied until the next 15th at 00:00 UTC (until %s)", r, err, end)
+		}
+	})
+}
+
 func TestClientCalendarAcrossKeys(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)

@@ -218,6 +218,56 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 	}
 }
 
+// AllowAllEach's peeks (what fills the quota headers of a SameKey policy: one rl_multi and a
+// peek of each limit) are FCALL_RO, in the rl_multi's pipeline. A cluster client that sends
+// read-only commands to replicas has a replica run them; valkey-go sends a standalone
+// client's pipeline that holds a write (the rl_multi) to the primary whole, which runs them
+// as reads, FCALL_RO, not FCALL. The decision stays the primary's; a replica may not have
+// the rl_multi's write yet, so a limit's Remaining reads the decision's, or one more.
+func TestAllowAllEachPeeksReadOnly(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		key := keyFor(t)
+		tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: 10 * time.Minute}
+		fw := client.FixedWindow{Limit: 9, Window: time.Hour}
+		rules := []client.Rule{{Key: key, Limit: tb}, {Key: key, Limit: fw}}
+		primary := harness.NewLimiter(t, tg.c, slowMachine)
+		if _, err := primary.AllowAll(ctx, rules); err != nil {
+			t.Fatal(err)
+		}
+		rep := tg.replicaFor(t, primary.Key(key, tb))
+		waitReplicated(t, rep, primary.Key(key, tb))
+		waitReplicated(t, rep, primary.Key(key, fw))
+
+		lim := harness.NewLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
+		// the node that runs the peeks, and the one whose FCALLs are counted
+		reader, writer := rep.c, tg.c
+		if tg.name != "cluster" {
+			reader = tg.c
+		}
+		roBefore, rwBefore := commandCalls(t, reader, "fcall_ro"), commandCalls(t, writer, "fcall")
+		for i := range int64(3) {
+			res, each, err := lim.AllowAllEach(ctx, rules, 1)
+			if err != nil || !res.Allowed || res.Source != client.FromServer || len(each) != 2 {
+				t.Fatalf("decision %d: %+v, %+v, %v", i+2, res, each, err)
+			}
+			for j, want := range []int64{3 - i, 7 - i} {
+				if e := each[j]; e.Limit != rules[j].Limit.Quota().Limit || e.Remaining < want || e.Remaining > want+1 {
+					t.Errorf("decision %d, limit %d: %+v; want %d remaining (or one more, from a replica behind)", i+2, j, e, want)
+				}
+			}
+		}
+		if after := commandCalls(t, reader, "fcall_ro"); after.Calls-roBefore.Calls < 6 {
+			t.Errorf("%s ran FCALL_RO %d times for 3 decisions' 6 peeks", tg.name, after.Calls-roBefore.Calls)
+		}
+		if tg.name != "cluster" {
+			if after := commandCalls(t, writer, "fcall"); after.Calls-rwBefore.Calls != 3 {
+				t.Errorf("the primary ran FCALL %d times for 3 decisions, want 3 (the rl_multi alone)", after.Calls-rwBefore.Calls)
+			}
+		}
+	})
+}
+
 // A server without the library answers ErrNotLoaded, which says what to do: returned as it is
 // by ReturnError (the default policy, LocalFallback, decides such calls locally).
 func TestClientNotLoaded(t *testing.T) {

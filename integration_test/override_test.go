@@ -182,7 +182,8 @@ func TestOverrideApplies(t *testing.T) {
 
 // TestOverrideLiveState: a lowered limit meets state counted under the higher one. Never
 // over the new limit: a token bucket fuller than its new capacity admits at most the new
-// capacity; a window, log or leaky bucket that counted more than its new limit denies until
+// capacity, and one emptier than the new capacity allows is empty, refilling at the new rate;
+// a window, log or leaky bucket that counted more than its new limit denies until
 // enough has expired or leaked; a concurrency limit lowered below its live leases refuses new
 // holders until enough leases end, while a holder's renewal keeps its slot. A raised limit
 // admits at once what the new limit leaves.
@@ -257,6 +258,32 @@ func TestOverrideLiveState(t *testing.T) {
 			}
 			if admitted != tt.admits {
 				t.Errorf("%s %s: %d used of the code's limit, then the override admits %d, want %d", tt.name, name, tt.used, admitted, tt.admits)
+			}
+		}
+
+		// A bucket emptier than its new capacity allows is empty, no more: the units taken
+		// beyond the new capacity are forgotten, so it admits again once one unit has
+		// refilled at the new rate (250ms), not once all those taken have (the library caps
+		// the state at the new capacity). 6 taken of 10, then a capacity of 3 refilling one
+		// per 250ms: denied for at most 250ms, full within 750ms.
+		{
+			key := keyFor(t)
+			code := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour, Name: "refill"}
+			for i := range 6 {
+				if res, err := e.lim.Allow(ctx, key, code); err != nil || !res.Allowed {
+					t.Fatalf("refill: call %d under the code's limit: %+v, %v", i, res, err)
+				}
+			}
+			e.set(t, override.Override{Policy: override.Policy{Algorithm: "token_bucket", Name: "refill"}, Key: key,
+				Limit: override.Fields{Capacity: 3, Rate: 1, Period: "250ms"}})
+			res, err := e.lim.Allow(ctx, key, code)
+			if err != nil || res.Allowed || res.Override == nil || res.Remaining != 0 ||
+				res.RetryAfter <= 0 || res.RetryAfter > 250*time.Millisecond || res.ResetAfter > 750*time.Millisecond {
+				t.Fatalf("6 taken of 10, then a capacity of 3 at 1 per 250ms: %+v, %v; want denied for at most one token's 250ms, full within 750ms", res, err)
+			}
+			time.Sleep(res.RetryAfter + 20*time.Millisecond)
+			if res, err := e.lim.Allow(ctx, key, code); err != nil || !res.Allowed || res.Limit != 3 {
+				t.Errorf("refill: once one token refilled: %+v, %v; want admitted", res, err)
 			}
 		}
 

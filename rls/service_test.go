@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/calendar"
 	"github.com/rlfn/rlfn/internal/envoyconf"
 	"github.com/rlfn/rlfn/rls"
 )
@@ -77,6 +78,10 @@ descriptors:
     rate_limit: {algorithm: sliding_log, unit: minute, requests_per_unit: 2}
   - key: cal
     rate_limit: {algorithm: calendar, unit: month, requests_per_unit: 2, time_zone: Europe/Paris}
+  - key: calfuture
+    rate_limit: {algorithm: calendar, unit: day, requests_per_unit: 2, anchor: "2099-01-15T06:00"}
+  - key: calgap
+    rate_limit: {algorithm: calendar, unit: day, requests_per_unit: 2, time_zone: Europe/Berlin, anchor: "2026-03-29T02:30"}
   - key: critical
     rate_limit: {unit: minute, requests_per_unit: 3, reserve: 1}
   - key: penalised
@@ -377,6 +382,33 @@ func TestExtensions(t *testing.T) {
 			resp := r.ask(t, request("edge", desc("cal", "c")))
 			if resp.OverallCode != want || resp.Statuses[0].CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_MONTH {
 				t.Fatalf("calendar %d: %v", i, resp)
+			}
+		}
+		// Calendars whose anchor is in the future (it sets the phase: the day from 06:00 UTC
+		// that holds now), or on the day Berlin skips its clock time (windows start at 02:30
+		// on every day that has it): the denial waits for that window's end.
+		berlin, err := time.LoadLocation("Europe/Berlin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			key    string
+			anchor time.Time // one of the same phase on a day that has its clock time
+		}{
+			{"calfuture", time.Date(2020, 1, 15, 6, 0, 0, 0, time.UTC)},
+			{"calgap", time.Date(2026, 3, 28, 2, 30, 0, 0, berlin)},
+		} {
+			var resp *pb.RateLimitResponse
+			for range 3 {
+				resp = r.ask(t, request("edge", desc(c.key, "c")))
+			}
+			end, err := calendar.Windows(calendar.Day, c.anchor, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := time.Until(time.UnixMilli(end[2])).Seconds()
+			if got := float64(resp.Statuses[0].DurationUntilReset.GetSeconds()); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || got < left-2 || got > left+2 {
+				t.Fatalf("%s: %v, want over the limit until the window's end in about %.0fs (%s)", c.key, resp, left, time.UnixMilli(end[2]))
 			}
 		}
 		// A shaped leaky bucket admits a burst.

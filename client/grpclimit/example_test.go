@@ -125,6 +125,54 @@ func Example_refusal() {
 	// 1.5s
 }
 
+// A refused stream looks open: the call that opens it returns a stream and no error, since
+// gRPC opens a stream without waiting for the server's answer, and a Send may succeed too.
+// The refusal arrives with the first Recv (or CloseAndRecv), which returns the status with
+// its RetryInfo: read before relying on the stream, and handle the refusal there.
+func Example_streamRefusal() {
+	limits, err := grpclimit.NewServer(&budget{used: map[string]int64{}}, grpclimit.ServerOptions{
+		Key:     grpclimit.Metadata("x-api-key"),
+		Default: grpclimit.Policy{Name: "watch", Limit: client.FixedWindow{Limit: 1, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(grpc.StreamInterceptor(limits.StreamInterceptor()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///example",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1"))
+	defer cancel()
+
+	for range 2 {
+		stream, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
+		fmt.Println("opened:", err) // nil for the refused stream too
+		if err != nil {
+			return
+		}
+		if _, err := stream.Recv(); err != nil {
+			wait, _ := grpclimit.RetryDelay(err)
+			fmt.Println("first Recv:", status.Code(err), "retry in", wait)
+			continue
+		}
+		fmt.Println("first Recv: serving")
+	}
+	// Output:
+	// opened: <nil>
+	// first Recv: serving
+	// opened: <nil>
+	// first Recv: ResourceExhausted retry in 1.5s
+}
+
 // A service calling a rate-limited gRPC API paces its calls through a limit every instance
 // shares (a leaky bucket spacing them 100ms apart), and waits out the API's RetryInfo for the
 // methods safe to repeat: GetPrice is; PlaceOrder is not, and is never sent twice.

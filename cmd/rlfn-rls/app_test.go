@@ -47,6 +47,7 @@ func TestStartErrors(t *testing.T) {
 		// A policy's commas are its own, not a list's.
 		{[]string{"--config", good, "--policy", "d:fallback=fail_open,deadline=-1s"}, `--policy "d:fallback=fail_open,deadline=-1s": deadline "-1s" is not a positive duration`},
 		{[]string{"--config", good, "--url", "http://x"}, "the scheme must be redis, valkey, rediss or valkeys"},
+		{[]string{"--config", good, "--url", "127.0.0.1:7442"}, `URL "127.0.0.1:7442" has no scheme: write redis://HOST:PORT`},
 		{[]string{"--config", good, "--log-level", "loud"}, "--log-level"},
 		{[]string{}, `Required flag "config" not set`},
 		// Numbers the service cannot use, refused by their flag's name rather than taken

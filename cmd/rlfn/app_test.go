@@ -255,6 +255,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--bogus"}, "flag provided but not defined: -bogus (see rlfn status --help)"},
 		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus (see rlfn --help)"},
 		{[]string{"--url", "http://127.0.0.1:1", "status"}, "scheme"},
+		{[]string{"--url", "127.0.0.1:7442", "status"}, `URL "127.0.0.1:7442" has no scheme: write redis://HOST:PORT`},
 		{[]string{"--url", "redis://127.0.0.1:1", "--tls-ca", "ca.pem", "status"}, "--tls-ca needs a rediss://"},
 		{[]string{"status", "extra"}, "status: takes no arguments"},
 		{[]string{"deploy", "--parallel", "0"}, "--parallel must be at least 1"},

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +72,13 @@ func TestCalendarCall(t *testing.T) {
 		{[]string{"--period", "day"}, calendar.Day, time.Time{}},
 		{[]string{"--period", "month", "--anchor", "2026-01-31T00:00", "--zone", "Europe/Berlin"}, calendar.Month, time.Date(2026, 1, 31, 0, 0, 0, 0, berlin)},
 		{[]string{"--period", "week", "--zone", "Europe/Berlin"}, calendar.Week, time.Date(2001, 1, 1, 0, 0, 0, 0, berlin)},
+		// an anchor on the day Berlin skips 02:30: windows start at 02:30 on every day that
+		// has it, as an anchor on any other day says (not at 03:30, time.Date's reading)
+		{[]string{"--period", "day", "--anchor", "2026-03-29T02:30", "--zone", "Europe/Berlin"}, calendar.Day, time.Date(2026, 3, 28, 2, 30, 0, 0, berlin)},
+		// an anchor in the future sets the phase: the window that holds now, the 31st's
+		{[]string{"--period", "month", "--anchor", "2030-05-31"}, calendar.Month, time.Date(2020, 1, 31, 0, 0, 0, 0, time.UTC)},
 	} {
-		key := "cal:" + tt.period.String()
+		key := "cal:" + tt.period.String() + ":" + strings.Join(tt.args, "")
 		got := calls(t, s.Addr, append([]string{"calendar", key, "--limit", "3", "--repeat", "4"}, tt.args...)...)
 		b, err := calendar.Windows(tt.period, tt.anchor, time.Now())
 		if err != nil {
@@ -87,7 +95,7 @@ func TestCalendarCall(t *testing.T) {
 		}
 	}
 	// The table names the denial's wait to the window's end.
-	r := rlfnAt(t, nil, s.Addr, "call", "calendar", "cal:day", "--limit", "3", "--period", "day")
+	r := rlfnAt(t, nil, s.Addr, "call", "calendar", "cal:day:--periodday", "--limit", "3", "--period", "day")
 	if wantExit(t, r, exitOK, "a fourth call"); !strings.Contains(r.stdout, " no ") {
 		t.Errorf("a fourth call in the day's window:\n%s", r.stdout)
 	}
@@ -119,6 +127,22 @@ func TestPenaltyCall(t *testing.T) {
 	}
 	if b := blockOf(t, s.Addr, "block", "p", "--peek"); !b.Blocked || b.Key != "rl:{p}:block" {
 		t.Errorf("block --peek after a penalty: %+v", b)
+	}
+	// A denial whose limit waits longer than the penalty blocks the key too: blocked, with the
+	// limit's LIMIT, REMAINING and wait, the longer.
+	got = calls(t, s.Addr, "sliding_window", "acct:1", "--limit", "2", "--window", "1m", "--penalty", "20s", "--repeat", "4")
+	if d := got[2]; len(got) != 4 || !d.Blocked || d.Limit != 2 || d.Remaining != 0 || d.RetryAfterMs <= 20000 {
+		t.Errorf("a limit's wait longer than the penalty: %+v; want blocked, limit 2, a wait over 20s", got)
+	}
+	// Several limits of a blocked key: the block decides, and the row's RESET AFTER is its
+	// time left, as its RETRY AFTER (not the untouched limit's 0s).
+	wantExit(t, rlfnAt(t, nil, s.Addr, "block", "m", "--for", "15m"), exitOK, "block m")
+	r = rlfnAt(t, nil, s.Addr, "call", "sliding_window", "m", "--limit", "100", "--window", "1m", "--also", "fixed_window,name=hourly,limit=10,window=1h,penalty=1h")
+	wantExit(t, r, exitOK, "a blocked key's limits")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 {
+		t.Errorf("a blocked key's limits:\n%s", r.stdout)
+	} else if cs := regexp.MustCompile(`\s{2,}`).Split(lines[1], -1); len(cs) != 8 || cs[2] != "blocked" || cs[5] != cs[6] || cs[5] == "0s" {
+		t.Errorf("a blocked key's deciding row: %q; want blocked, RESET AFTER its RETRY AFTER", cs)
 	}
 	// penalty= in --also: the calendar's denial blocks the key of its rule.
 	got = calls(t, s.Addr, "fixed_window", "q", "--limit", "5", "--window", "1h", "--also", "calendar,limit=1,period=day,penalty=48h", "--repeat", "3")
@@ -266,4 +290,81 @@ func TestBlockBadFlags(t *testing.T) {
 	if b := blockOf(t, s.Addr, "block", "b", "--peek"); !b.Blocked || b.RetryAfterMs < 3590000 {
 		t.Errorf("the block after the mistakes: %+v", b)
 	}
+}
+
+// TestPenaltyGoldenIsReal: call-penalty.golden, which docs/deploying.md shows, is what rlfn
+// call prints against a real server for its command, times aside: the same rows, ALLOWED,
+// LIMIT and REMAINING cells, keys and JSON fields. The window is an hour rather than the
+// golden's second, so that the five admissions never straddle two windows on a slow machine.
+func TestPenaltyGoldenIsReal(t *testing.T) {
+	s := harness.StartValkey(t)
+	loadCode(t, s, functions.Source)
+	args := []string{"call", "fixed_window", "user:42", "--limit", "5", "--window", "1h", "--penalty", "15m", "--repeat", "7"}
+	table := rlfnAt(t, nil, s.Addr, args...)
+	wantExit(t, table, exitOK, "the penalty's table")
+	wantExit(t, rlfnAt(t, nil, s.Addr, "unblock", "user:42"), exitOK, "unblock")
+	wantExit(t, rlfnAt(t, nil, s.Addr, "reset", "user:42"), exitOK, "reset")
+	lines := rlfnAt(t, nil, s.Addr, append(args, "--json")...)
+	wantExit(t, lines, exitOK, "the penalty's JSON")
+	goldenIsReal(t, "call-penalty.golden", table.stdout+"\n"+lines.stdout)
+}
+
+// TestPeekGoldenIsReal: call-peek.golden, docs/deploying.md's peek from make demo, is what a
+// real server's peek prints after four calls of its bucket, times aside (the bucket refills
+// in an hour, not a second, so that the peek never finds a token refilled).
+func TestPeekGoldenIsReal(t *testing.T) {
+	s := harness.StartValkey(t)
+	loadCode(t, s, functions.Source)
+	args := []string{"call", "token_bucket", "user:42", "--capacity", "3", "--rate", "1", "--period", "1h"}
+	wantExit(t, rlfnAt(t, nil, s.Addr, append(args, "--repeat", "4")...), exitOK, "four calls")
+	table := rlfnAt(t, nil, s.Addr, append(args, "--peek")...)
+	lines := rlfnAt(t, nil, s.Addr, append(args, "--peek", "--json")...)
+	wantExit(t, table, exitOK, "peek")
+	wantExit(t, lines, exitOK, "peek --json")
+	goldenIsReal(t, "call-peek.golden", table.stdout+"\n"+lines.stdout)
+}
+
+// goldenIsReal compares a call golden (a table, an empty line, JSON Lines) with real output
+// once the times of both are masked: a duration cell other than 0s, and a JSON time other
+// than 0, read "T".
+func goldenIsReal(t *testing.T, name, real string) {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, r := maskTimes(t, string(want)), maskTimes(t, real); g != r {
+		t.Errorf("%s is not what a real server's call prints, times aside:\n--- golden\n%s\n--- real\n%s", name, g, r)
+	}
+}
+
+var durationCell = regexp.MustCompile(`^(\d+h)?(\d+m)?(\d+(\.\d+)?(ms|s|µs|ns))?$`)
+
+func maskTimes(t *testing.T, out string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if strings.HasPrefix(line, "{") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			for k, v := range m {
+				if strings.HasSuffix(k, "_ms") && v != float64(0) {
+					m[k] = "T"
+				}
+			}
+			j, _ := json.Marshal(m)
+			b.Write(append(j, '\n'))
+			continue
+		}
+		cs := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+		for i, c := range cs {
+			if c != "0s" && c != "" && durationCell.MatchString(c) {
+				cs[i] = "T"
+			}
+		}
+		b.WriteString(strings.Join(cs, " | ") + "\n")
+	}
+	return b.String()
 }

@@ -578,6 +578,11 @@ func (o *callOutput) add(row callRow) error {
 				cells[5] = human(e.res.ResetAfter)
 			}
 		}
+		if row.res.Blocked && row.res.Limit == 0 {
+			// The block decided (LIMIT and REMAINING are its 0): its own reset is its time
+			// left, as its RETRY AFTER, not the peek of a limit the call never reached.
+			cells[5] = human(row.res.RetryAfter)
+		}
 		cells = append([]string{strconv.Itoa(row.rule)}, cells...)
 		if err := o.t.row(cells...); err != nil {
 			return err

@@ -125,7 +125,7 @@ func (s *limitSpec) readRaw() error {
 		return fmt.Errorf("%s is empty: give a date and clock time such as 2026-01-31T00:00", s.field("anchor"))
 	}
 	var err error
-	if s.values.Anchor, err = limitspec.Anchor(s.raw["anchor"], s.raw["zone"]); err != nil {
+	if s.values.Anchor, err = limitspec.Anchor(s.values.Calendar, s.raw["anchor"], s.raw["zone"]); err != nil {
 		return fmt.Errorf("%s %v", s.field("anchor"), err)
 	}
 	return nil

@@ -287,8 +287,24 @@ func reset(ctx context.Context, c *cli.Context, prefix, key, node string, vk val
 	}
 	w := c.App.Writer
 	if len(del) == 0 {
-		_, err := fmt.Fprintf(w, "Nothing to reset: %s has no limiter state.\n", printable(key))
-		return err
+		// Say what the principal has, so that a reset of the wrong algorithm (or name) is
+		// seen as such rather than read as "nothing there".
+		tag := keys.Compose(prefix, key, "", "")
+		var has []string
+		for _, k := range found {
+			if k != block {
+				has = append(has, strings.TrimPrefix(k, tag))
+			}
+		}
+		switch {
+		case alg == nil || len(has) == 0:
+			_, err := fmt.Fprintf(w, "Nothing to reset: %s has no limiter state.\n", printable(key))
+			return err
+		default:
+			asked := strings.TrimPrefix(alg.Key(prefix, key, limitspec.Values{Name: c.String("name")}), tag)
+			_, err := fmt.Fprintf(w, "Nothing to reset: %s has no %s state; it has: %s.\n", printable(key), printable(asked), printable(strings.Join(has, ", ")))
+			return err
+		}
 	}
 	for _, k := range del {
 		fmt.Fprintf(w, "deleted %s\n", printable(k))

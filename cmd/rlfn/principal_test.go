@@ -138,6 +138,16 @@ func testInspectReset(t *testing.T, addr string, goldens bool) {
 	if len(in.Limiters) < 2 {
 		t.Errorf("reset of one limiter took the others: %+v", in.Limiters)
 	}
+	// a limiter the principal lacks: nothing deleted, and what it has said (its block aside)
+	for _, args := range [][]string{{"sliding_window"}, {"fixed_window", "--name", "daily"}} {
+		r = rlfnAt(t, nil, addr, append([]string{"reset", "cust:42"}, args...)...)
+		wantExit(t, r, exitOK, "reset of a limiter the principal lacks")
+		want := "Nothing to reset: cust:42 has no " + strings.Join(args, "") + " state; it has: calendar, concurrency, token_bucket.\n"
+		want = strings.Replace(want, "--name", ":", 1)
+		if r.stdout != want {
+			t.Errorf("reset cust:42 %v: %q, want %q", args, r.stdout, want)
+		}
+	}
 	r = rlfnAt(t, nil, addr, "reset", "cust:42")
 	wantExit(t, r, exitOK, "reset")
 	if goldens {

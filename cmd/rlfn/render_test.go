@@ -287,11 +287,35 @@ func TestCallGolden(t *testing.T) {
 				{3, "rl:{global}:token_bucket", client.Result{Limit: 10, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}},
 			}},
 		}},
-		// A penalty: the denial that sets the block, then a call the block refuses (its limit
-		// and remaining the block's 0, its retry the block's time left).
-		{"penalty", &callPlan{mode: modeAllow, prefix: "rl:", key: "user:42", limit: client.FixedWindow{Limit: 10, Window: time.Minute, Penalty: 15 * time.Minute}, most: 10}, []callRow{
-			{key: "rl:{user:42}:fixed_window", res: client.Result{Limit: 10, RetryAfter: 15 * time.Minute, ResetAfter: 15 * time.Minute}},
-			{key: "rl:{user:42}:fixed_window", res: client.Result{Blocked: true, RetryAfter: 14*time.Minute + 58*time.Second, ResetAfter: 14*time.Minute + 58*time.Second}},
+		// A penalty, from a real run of rlfn call fixed_window user:42 --limit 5 --window 1s
+		// --penalty 15m --repeat 7 (TestPenaltyGoldenIsReal checks its rows against a real
+		// server's, times aside): five admitted, the denial that sets the block and is
+		// refused by it (limit and remaining the block's 0, its waits the penalty), then a call
+		// the block refuses (the block's time left).
+		{"penalty", &callPlan{mode: modeAllow, prefix: "rl:", key: "user:42", limit: client.FixedWindow{Limit: 5, Window: time.Second, Penalty: 15 * time.Minute}, most: 5, wait: 15 * time.Minute}, []callRow{
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 880 * time.Millisecond}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 880 * time.Millisecond}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 879 * time.Millisecond}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Allowed: true, Limit: 5, Remaining: 1, ResetAfter: 879 * time.Millisecond}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Allowed: true, Limit: 5, Remaining: 0, ResetAfter: 879 * time.Millisecond}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Blocked: true, RetryAfter: 15 * time.Minute, ResetAfter: 15 * time.Minute}},
+			{key: "rl:{user:42}:fixed_window", res: client.Result{Blocked: true, RetryAfter: 15*time.Minute - time.Millisecond, ResetAfter: 15*time.Minute - time.Millisecond}},
+		}},
+		// Several limits of a blocked key: the block decides, and its row's RESET AFTER is
+		// the block's, as its RETRY AFTER, not the peek of the limit the call never reached.
+		{"multi-blocked", &callPlan{mode: modeMulti, prefix: "rl:", key: "user:42", most: 5000, wait: time.Hour, rules: []client.Rule{
+			{Key: "user:42", Limit: client.SlidingWindow{Limit: 100, Window: time.Minute}},
+			{Key: "user:42", Limit: client.FixedWindow{Limit: 5000, Window: time.Hour, Name: "hourly", Penalty: time.Hour}},
+		}}, []callRow{
+			{key: "rl:{user:42}:sliding_window", rule: 1, res: client.Result{Blocked: true, RetryAfter: 14*time.Minute + 59980*time.Millisecond, ResetAfter: 40 * time.Minute}, each: []ruleRow{
+				{1, "rl:{user:42}:sliding_window", client.Result{Limit: 100, Remaining: 100, RetryAfter: 14*time.Minute + 59980*time.Millisecond}},
+				{2, "rl:{user:42}:fixed_window:hourly", client.Result{Allowed: true, Limit: 5000, Remaining: 4999, ResetAfter: 40 * time.Minute}},
+			}},
+		}},
+		// A peek, from make demo: rlfn call token_bucket user:42 --capacity 3 --rate 1
+		// --period 1s --peek after four calls (TestPeekGoldenIsReal checks it as the penalty's).
+		{"peek", &callPlan{mode: modeAllow, prefix: "rl:", key: "user:42", limit: client.TokenBucket{Capacity: 3, Rate: 1, Period: time.Second}, most: 3, peek: true}, []callRow{
+			{key: "rl:{user:42}:token_bucket", res: client.Result{Limit: 3, RetryAfter: 964 * time.Millisecond, ResetAfter: 2964 * time.Millisecond}},
 		}},
 		// A month's windows: waits of days, in columns as wide as the longest.
 		{"calendar", &callPlan{mode: modeAllow, prefix: "rl:", key: "shop:7", limit: client.Calendar{Limit: 10000, Period: client.Month}, most: 10000, wait: 31*24*time.Hour + time.Hour}, []callRow{

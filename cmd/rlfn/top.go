@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/override"
+	"github.com/rlfn/rlfn/internal/topkeys"
 )
 
 // topCommand shows who is being limited now: the keys every process's Limiter with
@@ -52,7 +52,7 @@ type topJSON struct {
 }
 
 // mergeTop merges the processes' published tops, most denied first (ties: by key).
-func mergeTop(published [][]client.TopEntry) []topRow {
+func mergeTop(published [][]topkeys.Entry) []topRow {
 	type id struct{ alg, name, key string }
 	rows := map[id]*topRow{}
 	for _, entries := range published {
@@ -100,19 +100,19 @@ func topAction(c *cli.Context) error {
 	}
 	ctx, cancel := commandContext(c)
 	defer cancel()
-	tk := client.TopKey(prefix)
+	tk := topkeys.Key(prefix)
 	node, vk, found, err := keysOfSlot(ctx, c, tk, tk+":")
 	if err != nil {
 		return err
 	}
 	defer vk.Close()
-	var published [][]client.TopEntry
+	var published [][]topkeys.Entry
 	for _, k := range found {
 		v, err := vk.Do(ctx, vk.B().Get().Key(k).Build()).ToString()
 		if err != nil {
 			continue // expired since the SCAN
 		}
-		var entries []client.TopEntry
+		var entries []topkeys.Entry
 		if json.Unmarshal([]byte(v), &entries) != nil {
 			fmt.Fprintf(c.App.ErrWriter, "Warning: %s on %s holds no top of a process: skipped\n", printable(k), node)
 			continue

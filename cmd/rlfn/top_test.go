@@ -12,18 +12,19 @@ import (
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/topkeys"
 )
 
 func TestMergeTop(t *testing.T) {
-	a := []client.TopEntry{
+	a := []topkeys.Entry{
 		{Algorithm: "token_bucket", Key: "x", Denials: 5, RetryAfterMs: 100, LastMs: 10},
 		{Algorithm: "token_bucket", Key: "y", Denials: 3, RetryAfterMs: 50, LastMs: 10},
 	}
-	b := []client.TopEntry{
+	b := []topkeys.Entry{
 		{Algorithm: "token_bucket", Key: "y", Denials: 4, RetryAfterMs: 70, LastMs: 20},
 		{Algorithm: "token_bucket", Name: "n", Key: "x", Denials: 7, RetryAfterMs: -1, LastMs: 5},
 	}
-	got := mergeTop([][]client.TopEntry{a, b})
+	got := mergeTop([][]topkeys.Entry{a, b})
 	want := []topRow{ // most denied first, ties by key; the last denial's retry-after
 		{Key: "x", Algorithm: "token_bucket", Name: "n", Denials: 7, RetryAfterMs: -1, LastMs: 5, Processes: 1},
 		{Key: "y", Algorithm: "token_bucket", Denials: 7, RetryAfterMs: 70, LastMs: 20, Processes: 2},

@@ -192,3 +192,84 @@ func floorDiv(a, b int) int {
 	}
 	return q
 }
+
+// anchorLayouts are the anchors the tools take as text (rlfn's --anchor, rlfn-rls's anchor,
+// an override's): the clock on the zone's wall, no offset, since the zone gives it.
+var anchorLayouts = []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
+
+// ParseAnchor reads text, a date and clock time as loc's clocks read it (2026-01-31T00:00,
+// 2026-01-31T09:30:00, 2026-01-31T09:30:00.250, or a date alone for midnight), as the anchor
+// of period's windows (see Anchor). It reports false for text in none of those forms.
+func ParseAnchor(period Period, text string, loc *time.Location) (time.Time, bool) {
+	for _, layout := range anchorLayouts {
+		if t, err := time.Parse(layout, text); err == nil {
+			y, m, d := t.Date()
+			h, mi, s := t.Clock()
+			return Anchor(period, y, m, d, h, mi, s, t.Nanosecond(), loc), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// Anchor is the anchor of period's windows for a date and clock time as loc's clocks read
+// them. Windows takes from an anchor only its clock time, weekday, day of month and month (as
+// period needs them), never its date otherwise, so an anchor sets the windows' phase: one in
+// the past or in the future starts the same windows.
+//
+// Where loc skips the clock time on that date (a daylight saving gap: 02:30 on 29 March 2026
+// in Europe/Berlin), time.Date would move it past the gap (03:30), and every window would
+// start at 03:30. Anchor returns instead that clock time on the nearest earlier date of the
+// same phase that has it (the day, the week, the same day of an earlier month, the same date
+// of an earlier year): windows then start at 02:30 on every day that has it, and on a day
+// that skips it at the instant time.Date gives. A time.Time made with time.Date has lost the
+// clock time already; Windows cannot tell it from one given after the gap.
+func Anchor(period Period, year int, month time.Month, day, hour, minute, sec, nsec int, loc *time.Location) time.Time {
+	at := func(y int, m time.Month, d int) (time.Time, bool) {
+		t := time.Date(y, m, d, hour, minute, sec, nsec, loc)
+		ty, tm, td := t.Date()
+		th, tmi, ts := t.Clock()
+		return t, ty == y && tm == m && td == d && th == hour && tmi == minute && ts == sec
+	}
+	given, ok := at(year, month, day)
+	if ok {
+		return given
+	}
+	if day < 1 || day > daysIn(year, month) {
+		return given // not a date: time.Date's normalisation is all there is
+	}
+	// A zone skips a clock time on a few days a year at most: a handful of steps back finds
+	// one that has it (the cap guards against a zone that would skip it forever).
+	y, m, d := year, month, day
+	for range 100 {
+		switch period {
+		case Day:
+			y, m, d = time.Date(y, m, d-1, 12, 0, 0, 0, time.UTC).Date()
+		case Week:
+			y, m, d = time.Date(y, m, d-7, 12, 0, 0, 0, time.UTC).Date()
+		case Month:
+			// the same day of month, in the month before that has it
+			for {
+				if m--; m < time.January {
+					y, m = y-1, time.December
+				}
+				if day <= daysIn(y, m) {
+					break
+				}
+			}
+		case Year:
+			// the same date, in the year before that has it (29 February: a leap year)
+			for {
+				y--
+				if day <= daysIn(y, m) {
+					break
+				}
+			}
+		default:
+			return given
+		}
+		if t, ok := at(y, m, d); ok {
+			return t
+		}
+	}
+	return given
+}

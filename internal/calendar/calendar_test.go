@@ -76,6 +76,29 @@ var tableCases = []tcase{
 		[4]string{"2026-03-07T02:30:00-05:00", "2026-03-08T01:30:00-05:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"}, 24 * time.Hour},
 	{"new york skipped 02:30, 01:00 EST the short day", "America/New_York", Day, "2026-01-01 02:30:00", "2026-03-08T01:00:00-05:00",
 		[4]string{"2026-03-06T02:30:00-05:00", "2026-03-07T02:30:00-05:00", "2026-03-08T01:30:00-05:00", "2026-03-09T02:30:00-04:00"}, 23 * time.Hour},
+	// An anchor given on the very day the zone skips its clock time: windows start at that
+	// clock time on every day that has it, and on the day that skips it at time.Date's instant
+	// (not at 03:30 every day, as the anchor's own instant would say).
+	{"berlin anchor 02:30 on the day it is skipped, that day", "Europe/Berlin", Day, "2026-03-29 02:30:00", "2026-03-29T12:00:00+02:00",
+		[4]string{"2026-03-28T02:30:00+01:00", "2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00", "2026-03-31T02:30:00+02:00"}, 23 * time.Hour},
+	{"berlin anchor 02:30 on the day it is skipped, in june", "Europe/Berlin", Day, "2026-03-29 02:30:00", "2026-06-10T12:00:00+02:00",
+		[4]string{"2026-06-09T02:30:00+02:00", "2026-06-10T02:30:00+02:00", "2026-06-11T02:30:00+02:00", "2026-06-12T02:30:00+02:00"}, 24 * time.Hour},
+	{"berlin week anchor on the skipped sunday 02:30", "Europe/Berlin", Week, "2026-03-29 02:30:00", "2026-04-08T12:00:00+02:00",
+		[4]string{"2026-03-29T03:30:00+02:00", "2026-04-05T02:30:00+02:00", "2026-04-12T02:30:00+02:00", "2026-04-19T02:30:00+02:00"}, 168 * time.Hour},
+	{"berlin month anchor on the skipped 29 march 02:30", "Europe/Berlin", Month, "2026-03-29 02:30:00", "2026-04-15T12:00:00+02:00",
+		[4]string{"2026-02-28T02:30:00+01:00", "2026-03-29T03:30:00+02:00", "2026-04-29T02:30:00+02:00", "2026-05-29T02:30:00+02:00"}, 31*24*time.Hour - time.Hour},
+	{"berlin year anchor on the skipped 29 march 02:30", "Europe/Berlin", Year, "2026-03-29 02:30:00", "2027-06-01T00:00:00+02:00",
+		[4]string{"2026-03-29T03:30:00+02:00", "2027-03-29T02:30:00+02:00", "2028-03-29T02:30:00+02:00", "2029-03-29T02:30:00+02:00"}, 366 * 24 * time.Hour},
+	{"new york anchor 02:30 on the day it is skipped, the day after", "America/New_York", Day, "2026-03-08 02:30:00", "2026-03-09T12:00:00-04:00",
+		[4]string{"2026-03-08T01:30:00-05:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00", "2026-03-11T02:30:00-04:00"}, 24 * time.Hour},
+
+	// An anchor in the future sets the phase only, as one in the past does: the window that
+	// holds now, not one that starts at the anchor.
+	{"month anchor in the future", "Europe/Berlin", Month, "2030-05-31 00:00:00", "2026-02-15T12:00:00+01:00",
+		[4]string{"2025-12-31T00:00:00+01:00", "2026-01-31T00:00:00+01:00", "2026-02-28T00:00:00+01:00", "2026-03-31T00:00:00+02:00"}, 28 * 24 * time.Hour},
+	{"day anchor in the future", "UTC", Day, "2099-01-15 06:00:00", "2026-02-15T12:00:00Z",
+		[4]string{"2026-02-14T06:00:00Z", "2026-02-15T06:00:00Z", "2026-02-16T06:00:00Z", "2026-02-17T06:00:00Z"}, 24 * time.Hour},
+
 	// A repeated anchor clock time: time.Date picks Berlin's second 02:30 (CET)...
 	{"berlin repeated 02:30", "Europe/Berlin", Day, "2026-01-01 02:30:00", "2026-10-25T12:00:00+01:00",
 		[4]string{"2026-10-24T02:30:00+02:00", "2026-10-25T02:30:00+01:00", "2026-10-26T02:30:00+01:00", "2026-10-27T02:30:00+01:00"}, 24 * time.Hour},
@@ -149,11 +172,15 @@ func runTable(t *testing.T, load func(testing.TB, string) *time.Location) {
 		t.Run(c.name, func(t *testing.T) {
 			var anchor time.Time
 			if c.anchor != "" {
-				a, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", c.anchor, load(t, c.zone))
+				// as the tools read an anchor's text: Anchor, which is time.Date's instant
+				// unless the zone skips the clock time on that date
+				a, err := time.Parse("2006-01-02 15:04:05.999999999", c.anchor)
 				if err != nil {
 					t.Fatal(err)
 				}
-				anchor = a
+				y, m, d := a.Date()
+				h, mi, sec := a.Clock()
+				anchor = Anchor(c.period, y, m, d, h, mi, sec, a.Nanosecond(), load(t, c.zone))
 			}
 			got, err := Windows(c.period, anchor, mustParse(t, c.now))
 			if err != nil {

@@ -607,7 +607,7 @@ func extend(y yamlLimit, unit Unit, name string) (Limit, error) {
 		if l.Multiplier != 1 {
 			return l, fmt.Errorf("a calendar takes no unit_multiplier")
 		}
-		anchor, err := limitspec.Anchor(y.Anchor, y.TimeZone)
+		anchor, err := limitspec.Anchor(p, y.Anchor, y.TimeZone)
 		if err != nil {
 			return l, err
 		}

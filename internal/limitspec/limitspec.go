@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rlfn/rlfn/client"
+	cal "github.com/rlfn/rlfn/internal/calendar"
 	"github.com/rlfn/rlfn/internal/keys"
 )
 
@@ -298,10 +299,6 @@ func ParsePeriod(s string) (client.Period, bool) {
 	return 0, false
 }
 
-// anchorLayouts are the anchors a tool takes, as the clock on the zone's wall reads them:
-// no offset, since the zone gives it (and a daylight saving change moves it).
-var anchorLayouts = []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
-
 // zoneAnchor is where windows start in a zone when no anchor is given: local midnight on
 // Monday 1 January 2001, so that days start at midnight, weeks on Monday, months on the 1st
 // and years on 1 January, as the client's zero anchor does in UTC.
@@ -312,8 +309,10 @@ var zoneAnchor = time.Date(2001, time.January, 1, 0, 0, 0, 0, time.UTC)
 // alone for midnight), zone an IANA name (Europe/Berlin; default UTC). Neither given is the
 // client's zero anchor; a zone alone is local midnight, weeks from Monday, months from the
 // 1st, years from 1 January. A zone that does not load is an error, and so is "Local": the
-// client refuses time.Local, whose zone is whatever the process's environment says.
-func Anchor(text, zoneName string) (time.Time, error) {
+// client refuses time.Local, whose zone is whatever the process's environment says. The
+// anchor sets the windows' phase for period (internal/calendar's Anchor): a clock time the zone skips on
+// the date given starts the windows at that clock time on every day that has it.
+func Anchor(period client.Period, text, zoneName string) (time.Time, error) {
 	if text == "" && zoneName == "" {
 		return time.Time{}, nil
 	}
@@ -328,10 +327,8 @@ func Anchor(text, zoneName string) (time.Time, error) {
 		y, m, d := zoneAnchor.Date()
 		return time.Date(y, m, d, 0, 0, 0, 0, loc), nil
 	}
-	for _, layout := range anchorLayouts {
-		if t, err := time.ParseInLocation(layout, text, loc); err == nil {
-			return t, nil
-		}
+	if t, ok := cal.ParseAnchor(cal.Period(period), text, loc); ok {
+		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("%q is not a date and clock time such as 2026-01-31T00:00 (no offset: the zone gives it)", text)
 }

@@ -282,21 +282,33 @@ func TestAnchor(t *testing.T) {
 		text, zone string
 		want       time.Time
 		err        string
+		period     client.Period // default Day
 	}{
-		{"", "", time.Time{}, ""},
-		{"2026-01-31T00:00", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), ""},
-		{"2026-01-31T09:30:15", "", time.Date(2026, 1, 31, 9, 30, 15, 0, time.UTC), ""},
-		{"2026-01-31T09:30:15.250", "UTC", time.Date(2026, 1, 31, 9, 30, 15, 250e6, time.UTC), ""},
-		{"2026-01-31", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), ""},
-		{"", "Europe/Berlin", time.Date(2001, 1, 1, 0, 0, 0, 0, berlin), ""},
-		{"2026-01-31T00:00+01:00", "", time.Time{}, "no offset"},
-		{"31/01/2026", "", time.Time{}, "not a date and clock time"},
-		{"2026-02-30T00:00", "", time.Time{}, "not a date and clock time"},
-		{"2026-01-31T00:00", "Mars/Olympus", time.Time{}, `"Mars/Olympus" does not load`},
-		{"2026-01-31T00:00", "../../etc/passwd", time.Time{}, "does not load"},
-		{"", "Local", time.Time{}, `"Local" is not a time zone`},
+		{"", "", time.Time{}, "", 0},
+		{"2026-01-31T00:00", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), "", 0},
+		{"2026-01-31T09:30:15", "", time.Date(2026, 1, 31, 9, 30, 15, 0, time.UTC), "", 0},
+		{"2026-01-31T09:30:15.250", "UTC", time.Date(2026, 1, 31, 9, 30, 15, 250e6, time.UTC), "", 0},
+		{"2026-01-31", "Europe/Berlin", time.Date(2026, 1, 31, 0, 0, 0, 0, berlin), "", 0},
+		{"", "Europe/Berlin", time.Date(2001, 1, 1, 0, 0, 0, 0, berlin), "", 0},
+		{"2026-01-31T00:00+01:00", "", time.Time{}, "no offset", 0},
+		{"31/01/2026", "", time.Time{}, "not a date and clock time", 0},
+		{"2026-02-30T00:00", "", time.Time{}, "not a date and clock time", 0},
+		{"2026-01-31T00:00", "Mars/Olympus", time.Time{}, `"Mars/Olympus" does not load`, 0},
+		{"2026-01-31T00:00", "../../etc/passwd", time.Time{}, "does not load", 0},
+		{"", "Local", time.Time{}, `"Local" is not a time zone`, 0},
+		// 02:30 is skipped in Berlin on 29 March 2026: the same clock time on the date of the
+		// same phase before it, so that windows start at 02:30 wherever the day has it
+		{"2026-03-29T02:30", "Europe/Berlin", time.Date(2026, 3, 28, 2, 30, 0, 0, berlin), "", client.Day},
+		{"2026-03-29T02:30", "Europe/Berlin", time.Date(2026, 3, 22, 2, 30, 0, 0, berlin), "", client.Week},
+		{"2026-03-29T02:30", "Europe/Berlin", time.Date(2026, 1, 29, 2, 30, 0, 0, berlin), "", client.Month},
+		{"2026-03-29T02:30", "Europe/Berlin", time.Date(2025, 3, 29, 2, 30, 0, 0, berlin), "", client.Year},
+		// a date in the future is taken as it is: it sets the phase only
+		{"2099-01-15", "", time.Date(2099, 1, 15, 0, 0, 0, 0, time.UTC), "", client.Month},
 	} {
-		got, err := Anchor(c.text, c.zone)
+		if c.period == 0 {
+			c.period = client.Day
+		}
+		got, err := Anchor(c.period, c.text, c.zone)
 		switch {
 		case c.err == "" && err != nil:
 			t.Errorf("Anchor(%q, %q): %v", c.text, c.zone, err)

@@ -83,7 +83,7 @@ func (f Fields) Values(algorithm string) (Values, error) {
 		if v.Calendar == 0 {
 			return Values{}, fmt.Errorf("a calendar's period is day, week, month or year, not %q", f.Period)
 		}
-		a, err := anchor(f.Anchor, f.Zone)
+		a, err := anchor(v.Calendar, f.Anchor, f.Zone)
 		if err != nil {
 			return Values{}, err
 		}
@@ -92,14 +92,11 @@ func (f Fields) Values(algorithm string) (Values, error) {
 	return v, nil
 }
 
-// anchorLayouts are the anchors a calendar override takes, as rlfn call's --anchor: the
-// clock on the zone's wall, no offset (the zone gives it).
-var anchorLayouts = []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
-
 // anchor is a calendar's anchor from its text and zone, as rlfn call reads --anchor and
 // --zone: neither is the zero anchor (midnight UTC); a zone alone, local midnight on Monday
-// 1 January 2001 (days from midnight, weeks from Monday, months from the 1st).
-func anchor(text, zone string) (time.Time, error) {
+// 1 January 2001 (days from midnight, weeks from Monday, months from the 1st). The anchor
+// sets the windows' phase for period (calendar.Anchor).
+func anchor(period calendar.Period, text, zone string) (time.Time, error) {
 	if text == "" && zone == "" {
 		return time.Time{}, nil
 	}
@@ -116,10 +113,8 @@ func anchor(text, zone string) (time.Time, error) {
 	if text == "" {
 		return time.Date(2001, time.January, 1, 0, 0, 0, 0, loc), nil
 	}
-	for _, layout := range anchorLayouts {
-		if t, err := time.ParseInLocation(layout, text, loc); err == nil {
-			return t, nil
-		}
+	if t, ok := calendar.ParseAnchor(period, text, loc); ok {
+		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("anchor %q is not a date and clock time such as 2026-01-31T00:00 (no offset: the zone gives it)", text)
 }

@@ -243,3 +243,15 @@ func TestKeysMeetNoLimiter(t *testing.T) {
 		}
 	}
 }
+
+// A calendar override's anchor on a day its zone skips the clock time (02:30 on 29 March 2026
+// in Berlin) keeps that clock time, as rlfn call's --anchor does: windows start at 02:30.
+func TestAnchorInAGap(t *testing.T) {
+	v, err := Fields{Limit: 5, Period: "day", Anchor: "2026-03-29T02:30", Zone: "Europe/Berlin"}.Values("calendar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, m, _ := v.Anchor.Clock(); h != 2 || m != 30 || v.Anchor.Location().String() != "Europe/Berlin" {
+		t.Errorf("anchor %v, want 02:30 in Europe/Berlin", v.Anchor)
+	}
+}

@@ -21,6 +21,16 @@ import (
 // the password.
 const ErrPassword = "URL is not valid (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
 
+// noScheme says what to write for a URL without a scheme.
+const noScheme = "write redis://HOST:PORT (valkey:// is the same; rediss:// or valkeys:// for TLS)"
+
+// knownOpaque reports whether raw starts with one of the schemes but no "//"
+// (redis:127.0.0.1:7001), which Parse refuses with what to write instead.
+func knownOpaque(raw string) bool {
+	scheme, _, ok := strings.Cut(raw, ":")
+	return ok && slices.Contains([]string{"redis", "valkey", "rediss", "valkeys"}, strings.ToLower(scheme))
+}
+
 // Params are the query parameters of valkey-go's URLs that are passed on.
 var Params = []string{"db", "dial_timeout", "write_timeout", "skip_verify", "protocol", "client_cache", "max_retries", "client_name"}
 
@@ -36,6 +46,14 @@ func Parse(raw string) (valkey.ClientOption, error) {
 	// A password is always followed by '@': without one, the URL holds none and the
 	// parser's own words are safe to show.
 	mayHoldPassword := strings.Contains(raw, "@")
+	if !strings.Contains(raw, "://") && !knownOpaque(raw) {
+		// host:port alone: url.Parse takes the host for a scheme ("localhost:7442") or
+		// fails on the colon ("127.0.0.1:7442"), and neither says what to write.
+		if mayHoldPassword {
+			return valkey.ClientOption{}, errors.New("URL has no scheme: " + noScheme)
+		}
+		return valkey.ClientOption{}, fmt.Errorf("URL %q has no scheme: %s", raw, noScheme)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		if mayHoldPassword {
@@ -54,7 +72,7 @@ func Parse(raw string) (valkey.ClientOption, error) {
 	switch u.Scheme {
 	case "redis", "valkey", "rediss", "valkeys":
 	case "":
-		return valkey.ClientOption{}, fmt.Errorf("URL %q has no scheme: use redis://host:port (or valkey://, rediss://, valkeys://)", safe)
+		return valkey.ClientOption{}, fmt.Errorf("URL %q has no scheme: %s", safe, noScheme)
 	default:
 		return valkey.ClientOption{}, fmt.Errorf("URL %q: the scheme must be redis, valkey, rediss or valkeys, not %q", safe, u.Scheme)
 	}
