@@ -102,6 +102,8 @@ func TestObservability(t *testing.T) {
 		Policy:        func(r *http.Request) httplimit.Policy { return policy(strings.TrimPrefix(r.URL.Path, "/")) },
 		Policies:      []httplimit.Policy{policy("login"), policy("api"), policy("search")},
 		MeterProvider: mp,
+		// the middleware's own lines beside its Limiter's: nothing is said twice
+		Logger: slog.New(slog.NewJSONHandler(logs["http"], nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +119,12 @@ func TestObservability(t *testing.T) {
 			"/grpc.testing.TestService/UnaryCall": gpolicy("search"),
 		},
 		MeterProvider: mp,
+		Logger:        slog.New(slog.NewJSONHandler(logs["grpc"], nil)),
 	}, nil, nil)
 
 	// Traffic: fresh keys, far from their limits, except the hot key of search when hot.
 	var seq int
-	var nearSeen bool
+	var nearHTTP, nearGRPC bool
 	traffic := func(hot bool) {
 		for range 10 {
 			seq++
@@ -138,7 +141,7 @@ func TestObservability(t *testing.T) {
 					t.Fatal(err)
 				}
 				if resp.Header.Get("RateLimit-Near") == `"search"` {
-					nearSeen = true
+					nearHTTP = true
 				}
 				resp.Body.Close()
 			}
@@ -150,7 +153,7 @@ func TestObservability(t *testing.T) {
 			var header metadata.MD
 			rpc.UnaryCall(withKey(ctx, k), &testgrpc.SimpleRequest{}, grpc.Header(&header))
 			if slices.Contains(header.Get(grpclimit.MetadataNear), `"search"`) {
-				nearSeen = true
+				nearGRPC = true
 			}
 			if _, err := plain.Allow(ctx, key, client.TokenBucket{Capacity: 50, Rate: 50, Period: time.Minute, Name: "plain"}); err != nil {
 				t.Fatal(err)
@@ -204,8 +207,8 @@ func TestObservability(t *testing.T) {
 	}
 	run("recovered", 3, false)
 	end := phases[len(phases)-1].till
-	if !nearSeen {
-		t.Error("no admitted request of search said RateLimit-Near, nor a call ratelimit-near")
+	if !nearHTTP || !nearGRPC {
+		t.Errorf("an admitted request of search past its NearLimit said RateLimit-Near: %v; a call ratelimit-near: %v", nearHTTP, nearGRPC)
 	}
 
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 50_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
