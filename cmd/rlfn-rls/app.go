@@ -66,6 +66,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "max-connection-age", Value: 24 * time.Hour, EnvVars: []string{"RLFN_RLS_MAX_CONNECTION_AGE"}, Usage: "close a proxy's gRPC connection after this long (an hour's grace), so that connections spread over new replicas (the reference's GRPC_MAX_CONNECTION_AGE)"},
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
+			&cli.Float64Flag{Name: "near-limit-ratio", Value: rls.DefaultNearLimitRatio, EnvVars: []string{"RLFN_RLS_NEAR_LIMIT_RATIO"}, Usage: "share of a limit past which admitted hits count in rlfn_rls_near_limit_total (the reference's NEAR_LIMIT_RATIO), above 0 and at most 1"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
 		Action: serve,
@@ -129,6 +130,9 @@ func serve(c *cli.Context) error {
 	metrics, err := rls.NewMetrics(mp)
 	if err != nil {
 		return err
+	}
+	if err := metrics.SetNearLimitRatio(c.Float64("near-limit-ratio")); err != nil {
+		return fmt.Errorf("--near-limit-ratio: %w", err)
 	}
 	metrics.ConfigLoaded(nil)
 
