@@ -153,13 +153,30 @@ type limitNameKey struct{}
 // declares (a route's, a tier's), never a request's values: each name is a metric series (see
 // Options.MetricLimits). Without it, a decision is named by its Limit's Name.
 func WithLimitName(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, limitNameKey{}, name)
+	return &namedContext{ctx, name}
+}
+
+// namedContext is WithLimitName's context: one allocation per call, where context.WithValue
+// would make two (the context, and the string boxed in an interface), on a middleware's every
+// request.
+type namedContext struct {
+	context.Context
+	name string
+}
+
+// Value answers limitNameKey with c itself, a pointer, which an interface holds without an
+// allocation.
+func (c *namedContext) Value(key any) any {
+	if key == (limitNameKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // nameOf is the name of c's decisions under ctx: WithLimitName's, else the Limit's Name.
 func nameOf(ctx context.Context, s *spec) string {
-	if n, ok := ctx.Value(limitNameKey{}).(string); ok {
-		return n
+	if n, ok := ctx.Value(limitNameKey{}).(*namedContext); ok {
+		return n.name
 	}
 	if s == nil {
 		return ""
