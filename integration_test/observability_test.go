@@ -78,8 +78,8 @@ func TestObservability(t *testing.T) {
 		}
 		t.Cleanup(vk.Close)
 		return harness.NewLimiter(t, vk, client.Options{
-			MeterProvider:   mp,
-			Logger:          slog.New(slog.NewJSONHandler(logs[name], nil)),
+			MeterProvider: mp,
+			Logger:        slog.New(slog.NewJSONHandler(logs[name], nil)),
 			// long enough that a loaded machine never times a call out while the server
 			// lives: the quiet phase has no fallback, and the log one episode
 			Deadline:        2 * time.Second,
