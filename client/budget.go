@@ -323,9 +323,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			r := Result{Allowed: true, Limit: b.limit, Remaining: b.remaining + b.units,
 				ResetAfter: time.Duration(max(0, b.resetAt-now)), Source: FromLease}
 			b.mu.Unlock()
-			if m := l.tel.meter(); m != nil {
-				m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][1][srcLeased]...)
-			}
+			l.tel.decided(ctx, l.tel.series(ctx, c.alg.id, &c.spec), opAllow, r, srcLeased)
 			return r, nil
 		case b.fetching && b.k == 1:
 			// A batch of one unit parks nothing: the key is cold or denied, and its calls go to
@@ -359,7 +357,7 @@ func (l *Limiter) allowLeased(ctx context.Context, sk []byte, n int, key string,
 			if d := l.near.denials; d != nil {
 				// the batch was denied: its denial answers the calls that waited for it
 				if r, ok := d.get(sk, n, c.cost, l.clock()); ok {
-					l.tel.countCached(ctx, c)
+					l.tel.countCached(ctx, c, r)
 					return r, nil
 				}
 			}

@@ -62,7 +62,7 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 	var m *metrics
 	if r.MeterProvider != nil && len(r.errs) == 0 {
 		var err error
-		if m, err = newMetrics(r.MeterProvider); err != nil {
+		if m, err = newMetrics(r.MeterProvider, r.MetricLimits); err != nil {
 			r.errs = append(r.errs, err)
 		}
 	}
@@ -455,6 +455,7 @@ func (l *Limiter) decide(ctx context.Context, op operation, key string, c call, 
 	}
 	want := wants(op, c)
 	a, kind, err := l.begin(ctx, key, want, b.now)
+	a.series = l.tel.series(ctx, c.alg.id, &c.spec)
 	if err != nil {
 		if kind == kindVersion && l.fallback == ReturnError {
 			err = forCall(err, c.needs(op), want) // the caller reads it: its own need, not another call's
@@ -490,6 +491,7 @@ type attempt struct {
 	probe     bool      // the breaker's probe
 	start     time.Time // for the duration metric; zero without metrics
 	dropLocal bool      // local state exists: the server's answer drops the keys' (see drop)
+	series    *series   // the limit's metrics; nil for rl_multi, whose settle finds them
 }
 
 // begin lets a call on key through the breaker of key's node, or returns why not: the breaker
@@ -562,7 +564,11 @@ func (l *Limiter) settle(ctx context.Context, a attempt, subject int, op operati
 		}
 		m.duration.Record(ctx, time.Since(start).Seconds(), m.durationOpts[subject][op][out]...)
 		if err == nil {
-			m.decisions.Add(ctx, 1, m.decisionOpts[subject][op][b2i(res.Allowed)][0]...)
+			ser := a.series
+			if ser == nil {
+				ser = l.tel.series(ctx, subject, nil)
+			}
+			l.tel.decided(ctx, ser, op, res, srcServer)
 		}
 	}
 	return kind

@@ -107,10 +107,20 @@
 // it, no instrument exists):
 //
 //   - rlfn.client.decisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
-//     concurrency, or multi for rl_multi), rlfn.operation (allow, peek, refund, acquire,
-//     release), rlfn.outcome (allowed, denied) and rlfn.source: server; the fallback that
-//     decided (fail_open, fail_closed, local_fallback); leased for a unit handed out from a
-//     leased budget; denial_cache for a denial answered by the denial cache.
+//     concurrency, or multi for rl_multi), the limit (rlfn.limit.name: WithLimitName's name,
+//     else the Limit's Name; rlfn.limit.quota, its configured limit or capacity;
+//     rlfn.limit.period, its window, period or lease as time.Duration prints it, or a
+//     calendar's day, week, month or year; rl_multi has a name alone), rlfn.operation
+//     (allow, peek, refund, acquire, release), rlfn.outcome (allowed, denied) and rlfn.source:
+//     server; the fallback that decided (fail_open, fail_closed, local_fallback); leased for
+//     a unit handed out from a leased budget; denial_cache for a denial answered by the
+//     denial cache. At most Options.MetricLimits limits (256) have series of their own; the
+//     decisions of further ones share their algorithm's, named OverflowLimitName. Keys are
+//     never attributes.
+//   - rlfn.client.limit.utilization is, for each Allow and Acquire decided, the share of the
+//     limit used right after it (1 - Remaining/Limit; 1 when denied), by rlfn.algorithm and
+//     the limit's three attributes, in buckets 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99 and 1:
+//     the share of a limit's decisions above 90% is 1 - bucket{le="0.9"}/count.
 //   - rlfn.client.errors counts the errors calls met ({error}), returned or decided by a
 //     fallback, by rlfn.algorithm, rlfn.operation and error.type: timeout, unreachable,
 //     cluster_down (CLUSTERDOWN, TRYAGAIN), circuit_open, not_loaded, server_error,

@@ -74,9 +74,7 @@ func (l *Limiter) fail(ctx context.Context, op operation, key string, c call, b 
 		return Result{}, err
 	}
 	r := l.fallbackResult(op, key, c, b)
-	if m := l.tel.meter(); m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
-	}
+	l.tel.decided(ctx, l.tel.series(ctx, c.alg.id, &c.spec), op, r, fallbackSrc[l.fallback])
 	return r, nil
 }
 

@@ -19,6 +19,7 @@ const (
 	metricErrors             = "rlfn.client.errors"
 	metricDuration           = "rlfn.client.call.duration"
 	metricBreakerTransitions = "rlfn.client.breaker.transitions"
+	metricUtilization        = "rlfn.client.limit.utilization"
 )
 
 // errKind is what a call's error means for the breaker, the Fallback and the errors metric.
@@ -107,8 +108,9 @@ type metrics struct {
 	batches     metric.Int64Counter
 	units       metric.Int64Counter
 	refunded    metric.Int64Counter
+	utilization metric.Float64Histogram
 
-	decisionOpts   [nSubjects][nOps][2][nSources][]metric.AddOption // subject, op, allowed, source
+	limits         *limitSeries // the decisions' attribute sets, by limit (series.go)
 	errorOpts      [nSubjects][nOps][nKinds][]metric.AddOption
 	durationOpts   [nSubjects][nOps][3][]metric.RecordOption
 	transitionOpts [3][]metric.AddOption // by breakerState
@@ -117,10 +119,10 @@ type metrics struct {
 
 // newMetrics creates the instruments and their attribute sets. The API's instruments never
 // fail to be created with valid names, so an error is a broken provider: New returns it.
-func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, maxLimits int) (*metrics, error) {
 	meter := mp.Meter("github.com/rlfn/rlfn/client")
-	m := &metrics{}
-	var errs [7]error
+	m := &metrics{limits: newLimitSeries(maxLimits)}
+	var errs [8]error
 	m.decisions, errs[0] = meter.Int64Counter(metricDecisions, metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limiting decisions, by the server or by a fallback."))
 	m.errors, errs[1] = meter.Int64Counter(metricErrors, metric.WithUnit("{error}"),
@@ -138,26 +140,17 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Units taken by leased budgets beyond their calls' cost."))
 	m.refunded, errs[6] = meter.Int64Counter(metricLeasedRefunded, metric.WithUnit("{unit}"),
 		metric.WithDescription("Parked units of leased budgets given back to the server."))
+	m.utilization, errs[7] = meter.Float64Histogram(metricUtilization, metric.WithUnit("1"),
+		metric.WithDescription("Share of the limit used once a decision admitted (1 when it refused)."),
+		metric.WithExplicitBucketBoundaries(utilizationBuckets...))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, &OptionError{Field: "MeterProvider", Reason: fmt.Sprintf("creating instruments: %v", err)}
 	}
-	var subjects [nSubjects]string
-	for _, a := range algorithms {
-		subjects[a.id] = a.name
-	}
-	subjects[multiSubject] = "multi"
-	for a, name := range subjects {
+	for a, name := range subjectNames() {
 		m.algOpts[a] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("rlfn.algorithm", name)))}
 		for op := range nOps {
 			alg := attribute.String("rlfn.algorithm", name)
 			opa := attribute.String("rlfn.operation", opNames[op])
-			for allowed := range 2 {
-				for src := range nSources {
-					set := attribute.NewSet(alg, opa, attribute.String("rlfn.outcome", outcomeNames[1-allowed]),
-						attribute.String("rlfn.source", sourceNames[src]))
-					m.decisionOpts[a][op][allowed][src] = []metric.AddOption{metric.WithAttributeSet(set)}
-				}
-			}
 			for k := kindTimeout; k < nKinds; k++ {
 				set := attribute.NewSet(alg, opa, attribute.String("error.type", kindNames[k]))
 				m.errorOpts[a][op][k] = []metric.AddOption{metric.WithAttributeSet(set)}
@@ -211,10 +204,8 @@ func (t *telemetry) transition(ctx context.Context, s breakerState) {
 }
 
 // countCached counts a denial the denial cache answered.
-func (t *telemetry) countCached(ctx context.Context, c call) {
-	if m := t.meter(); m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[c.alg.id][opAllow][0][srcCached]...)
-	}
+func (t *telemetry) countCached(ctx context.Context, c call, res Result) {
+	t.decided(ctx, t.series(ctx, c.alg.id, &c.spec), opAllow, res, srcCached)
 }
 
 func b2i(b bool) int {

@@ -665,8 +665,6 @@ func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []
 		r, b = binding(results)
 	}
 	copy(each, results)
-	if m := l.tel.meter(); m != nil {
-		m.decisions.Add(ctx, 1, m.decisionOpts[multiSubject][op][b2i(r.Allowed)][fallbackSrc[l.fallback]]...)
-	}
+	l.tel.decided(ctx, l.tel.series(ctx, multiSubject, nil), op, r, fallbackSrc[l.fallback])
 	return r, b, nil
 }

@@ -31,7 +31,7 @@ func (l *Limiter) allowNear(ctx context.Context, key string, c call) (Result, er
 	if d != nil {
 		sent = l.clock()
 		if r, ok := d.get(sk, n, c.cost, sent); ok {
-			l.tel.countCached(ctx, c)
+			l.tel.countCached(ctx, c, r)
 			return r, nil
 		}
 	}

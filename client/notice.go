@@ -116,12 +116,14 @@ func (l *Limiter) nodeOf(br *breaker) string {
 	return "cluster"
 }
 
-// limitName is how a notice names a call's limit: its algorithm and its Name.
-func limitName(c *call) string {
-	if c.name == "" {
+// limitName is how a notice names a call's limit: its algorithm and its name (WithLimitName's,
+// or its Name), as the rlfn.limit.name of its metrics.
+func limitName(ctx context.Context, c *call) string {
+	name := nameOf(ctx, &c.spec)
+	if name == "" {
 		return c.alg.name
 	}
-	return c.alg.name + ":" + c.name
+	return c.alg.name + ":" + name
 }
 
 // fellBack notes that the server could not decide c on key's node (kind), and that the
@@ -131,7 +133,7 @@ func (l *Limiter) fellBack(ctx context.Context, key string, c *call, kind errKin
 	if kind == kindNotLoaded {
 		l.notes.say(ctx, slog.LevelError, noticeNotLoaded, br, l.nodeOf,
 			"the node has no ratelimit library: its limits are decided by the fallback until `rlfn deploy` loads it",
-			slog.String("limit", limitName(c)), slog.String("fallback", l.fallback.String()))
+			slog.String("limit", limitName(ctx, c)), slog.String("fallback", l.fallback.String()))
 		// A node without the library is often one the slot table does not know yet (it
 		// took a dead primary's slots): read the table again, so that the next line names it
 		// and LoadLibrary loads it, not the node it replaced.
@@ -144,7 +146,7 @@ func (l *Limiter) fellBack(ctx context.Context, key string, c *call, kind errKin
 	}
 	br.fallbacks.Store(1)
 	l.notes.say(ctx, slog.LevelWarn, noticeFallback, br, l.nodeOf, "the server cannot decide: limits go to the fallback",
-		slog.String("limit", limitName(c)), slog.String("cause", kindNames[kind]), slog.String("fallback", l.fallback.String()))
+		slog.String("limit", limitName(ctx, c)), slog.String("cause", kindNames[kind]), slog.String("fallback", l.fallback.String()))
 }
 
 // answered notes that br's node decided a call: if the Fallback decided its calls until now,

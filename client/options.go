@@ -91,6 +91,14 @@ type Options struct {
 	// (nil): no instrument exists, and a call costs nothing more.
 	MeterProvider metric.MeterProvider
 
+	// MetricLimits bounds the limits whose decisions get metric series of their own (by
+	// rlfn.limit.name, rlfn.limit.quota and rlfn.limit.period, see "Metrics" in the package
+	// documentation), from 1 to 100000: a limit is its algorithm, name (its Name, or
+	// WithLimitName's), quota and period. The decisions of limits beyond it share one series
+	// per algorithm named OverflowLimitName, so that names made up per request, or an override
+	// per key, never grow the series count further. Default (0): 256.
+	MetricLimits int
+
 	// TracerProvider records a span per decision (see "Traces" in the package
 	// documentation). Default (nil): a call makes no span and costs nothing more.
 	TracerProvider trace.TracerProvider
@@ -252,6 +260,7 @@ func resolve(o Options) resolved {
 	r.BreakerFailures = inRange(&r, "BreakerFailures", r.BreakerFailures, 1, 1<<31-1, defaultBreakerFailures)
 	r.BreakerCooldown = orDefault(&r, "BreakerCooldown", r.BreakerCooldown, defaultBreakerCooldown)
 	r.MaxKeyLen = inRange(&r, "MaxKeyLen", r.MaxKeyLen, 1, 1<<20, defaultMaxKeyLen)
+	r.MetricLimits = inRange(&r, "MetricLimits", r.MetricLimits, 1, 100_000, defaultMetricLimits)
 	switch {
 	case r.BudgetBatch == 0 && r.BudgetAge == 0:
 	case r.BudgetBatch < 2 || r.BudgetBatch > 1_000_000:

@@ -24,7 +24,7 @@ func (l *Limiter) traced(ctx context.Context, op operation, key string, c call) 
 	attrs = append(attrs,
 		attribute.String("rlfn.operation", opNames[op]),
 		attribute.Int64("rlfn.cost", c.cost))
-	attrs = l.limitAttrs(attrs, c.spec, key)
+	attrs = l.limitAttrs(ctx, attrs, c.spec, key)
 	l.endSpan(span, attrs, res, err)
 	return res, err
 }
@@ -43,18 +43,22 @@ func (l *Limiter) tracedAll(ctx context.Context, op operation, rules []Rule, n i
 	if err == nil {
 		r := rules[res.Rule]
 		attrs = append(attrs, attribute.Int("rlfn.rule", res.Rule))
-		attrs = l.limitAttrs(attrs, r.Limit.spec(), r.Key)
+		attrs = l.limitAttrs(ctx, attrs, r.Limit.spec(), r.Key)
 	}
 	l.endSpan(span, attrs, res, err)
 	return res, err
 }
 
-// limitAttrs appends a limit's algorithm and name, and its key with Options.TraceKeys alone (keys
-// are often personal data).
-func (l *Limiter) limitAttrs(attrs []attribute.KeyValue, s spec, key string) []attribute.KeyValue {
+// limitAttrs appends a limit's algorithm, name (WithLimitName's, or its Name), quota and period,
+// named as its metrics' attributes, and its key with Options.TraceKeys alone (keys are often
+// personal data).
+func (l *Limiter) limitAttrs(ctx context.Context, attrs []attribute.KeyValue, s spec, key string) []attribute.KeyValue {
 	attrs = append(attrs, attribute.String("rlfn.algorithm", s.alg.name))
-	if s.name != "" {
-		attrs = append(attrs, attribute.String("rlfn.limit.name", s.name))
+	if name := nameOf(ctx, &s); name != "" {
+		attrs = append(attrs, attribute.String(attrLimitName, name))
+	}
+	if s.alg != blockAlg {
+		attrs = append(attrs, attribute.Int64(attrLimitQuota, s.limit), attribute.String(attrLimitPeriod, periodOf(&s)))
 	}
 	if l.tel.traceKeys {
 		attrs = append(attrs, attribute.String("ratelimit.key", key))

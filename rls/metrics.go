@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,7 +26,13 @@ type Metrics struct {
 	loads       metric.Int64Counter
 	overloaded  metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
+	nearLimit   metric.Int64Counter
+	nearRatio   float64 // SetNearLimitRatio's
 }
+
+// DefaultNearLimitRatio is the share of a limit past which hits count as near it, as the
+// reference's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
 
 // NewMetrics makes the instruments from mp:
 //
@@ -36,11 +44,14 @@ type Metrics struct {
 //   - rlfn.rls.config.loads ({load}): configuration loads, by result (ok, error);
 //   - rlfn.rls.overloaded ({request}): requests refused at once because MaxInFlight were
 //     being decided;
-//   - rlfn.rls.in_flight ({request}): requests being decided.
+//   - rlfn.rls.in_flight ({request}): requests being decided;
+//   - rlfn.rls.near_limit ({hit}): hits admitted past the near-limit ratio of their limit
+//     (DefaultNearLimitRatio, SetNearLimitRatio) and within it, by domain and descriptor, as
+//     the reference's near_limit: a limit whose traffic is about to be refused.
 func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m := mp.Meter("github.com/rlfn/rlfn/rls")
 	var err error
-	var x Metrics
+	x := Metrics{nearRatio: DefaultNearLimitRatio}
 	if x.requests, err = m.Int64Counter("rlfn.rls.requests", metric.WithUnit("{request}"), metric.WithDescription("ShouldRateLimit calls")); err != nil {
 		return nil, err
 	}
@@ -55,6 +66,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		return nil, err
 	}
 	if x.overloaded, err = m.Int64Counter("rlfn.rls.overloaded", metric.WithUnit("{request}"), metric.WithDescription("requests refused for too many in flight")); err != nil {
+		return nil, err
+	}
+	if x.nearLimit, err = m.Int64Counter("rlfn.rls.near_limit", metric.WithUnit("{hit}"), metric.WithDescription("hits admitted past the near-limit ratio of their limit")); err != nil {
 		return nil, err
 	}
 	if x.inFlight, err = m.Int64UpDownCounter("rlfn.rls.in_flight", metric.WithUnit("{request}"), metric.WithDescription("requests being decided")); err != nil {
@@ -99,7 +113,41 @@ func (m *Metrics) request(ctx context.Context, cfg *envoyconf.Config, domain str
 			name = "override"
 		}
 		m.descriptors.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", domain), attribute.String("descriptor", name), attribute.String("outcome", outcome)))
+		if outcome == "ok" && x.status != nil && x.status.CurrentLimit != nil {
+			if n := nearHits(int64(x.status.CurrentLimit.RequestsPerUnit), int64(x.status.LimitRemaining), x.hits, m.nearRatio); n > 0 {
+				m.nearLimit.Add(ctx, n, metric.WithAttributes(attribute.String("domain", domain), attribute.String("descriptor", name)))
+			}
+		}
 	}
+}
+
+// SetNearLimitRatio sets the share of a limit past which admitted hits are counted in
+// rlfn.rls.near_limit, from 0 (exclusive) to 1: the reference's NEAR_LIMIT_RATIO.
+func (m *Metrics) SetNearLimitRatio(ratio float64) error {
+	if !(ratio > 0 && ratio <= 1) {
+		return fmt.Errorf("rls: near-limit ratio must be above 0 and at most 1, got %v", ratio)
+	}
+	if m != nil {
+		m.nearRatio = ratio
+	}
+	return nil
+}
+
+// nearHits is how many of hits, admitted by a limit of limit units that has remaining left
+// after them, lie past the near-limit threshold (floor(limit * ratio)): the units used after
+// the hits beyond the threshold, or beyond the units used before them if those were past it
+// already.
+func nearHits(limit, remaining, hits int64, ratio float64) int64 {
+	if limit <= 0 || hits <= 0 {
+		return 0
+	}
+	threshold := int64(math.Floor(float64(limit) * ratio))
+	after := limit - remaining
+	before := after - hits
+	if after <= threshold {
+		return 0
+	}
+	return after - max(threshold, before)
 }
 
 // ConfigLoaded counts a configuration load: err nil or not.

@@ -3,6 +3,7 @@ package rls_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,36 @@ func TestMetrics(t *testing.T) {
 	got = collect(t, reader)
 	if got["rlfn.rls.in_flight{}"] != 0 || got["rlfn.rls.overloaded{}"] != 1 {
 		t.Fatalf("in flight %v, overloaded %v", got["rlfn.rls.in_flight{}"], got["rlfn.rls.overloaded{}"])
+	}
+}
+
+// Hits admitted past the near-limit ratio of their limit are counted, as the reference's
+// near_limit: a limit of 5 with the ratio 0.6 (threshold 3) counts the 4th and 5th hits, and
+// nothing of the refused 6th.
+func TestNearLimit(t *testing.T) {
+	b := backends(t)[0]
+	reader := sdkmetric.NewManualReader()
+	m, err := rls.NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []float64{0, -0.5, 1.5} {
+		if m.SetNearLimitRatio(bad) == nil {
+			t.Errorf("ratio %v accepted", bad)
+		}
+	}
+	if err := m.SetNearLimitRatio(0.6); err != nil {
+		t.Fatal(err)
+	}
+	// an hour's window: six requests never straddle two
+	const hourly = "domain: edge\ndescriptors:\n  - key: big\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	r := newRig(t, b, hourly, client.Options{Deadline: 5 * time.Second}, rls.ServerOptions{}, rls.Options{Metrics: m})
+	key := "near-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	for i := range 6 {
+		r.ask(t, request("edge", desc("big", key)))
+		want := max(0, min(i+1, 5)-3)
+		if got := collect(t, reader)["rlfn.rls.near_limit{descriptor=edge.big,domain=edge}"]; got != float64(want) {
+			t.Errorf("after %d hits: %v near the limit, want %d", i+1, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -107,6 +108,12 @@ type Policy struct {
 	// Outcome, when not nil, settles the call by how it ended (see Outcome). Default (nil):
 	// the decision before the call is final.
 	Outcome *Outcome
+	// NearLimit, from 0 to 1, is the soft limit that warns before the limit refuses: a call
+	// admitted with at least this share of its deciding limit used (1 - remaining / limit)
+	// gets the header metadata ratelimit-near naming the policy ("api"), and is counted in
+	// MetricNearLimit, so that a client can slow down before it is refused. A hidden quota
+	// (HideQuota) is counted but sends no metadata. Default (0): off.
+	NearLimit float64
 }
 
 // Cost returns the units a call takes of a limit (Policy.Cost, AlsoLimit.Cost).
@@ -190,7 +197,20 @@ type ServerOptions struct {
 	MeterProvider metric.MeterProvider
 	// Now is the clock of a Calendar's window, for tests. Default (nil): time.Now.
 	Now func() time.Time
+	// Logger receives the default OnError's lines and a shadow decision's panic. The
+	// Limiter's own lines (a node's calls going to its Fallback and back, a circuit breaker, a
+	// node without the library) go to its client.Options.Logger. Default (nil):
+	// slog.Default(); slog.New(slog.DiscardHandler) silences them.
+	Logger *slog.Logger
 }
+
+// MetricNearLimit counts the calls admitted past their policy's NearLimit ({call}), by
+// rlfn.policy.
+const MetricNearLimit = "rlfn.grpclimit.near_limit"
+
+// MetadataNear is the header metadata naming the policy whose soft limit (Policy.NearLimit) an
+// admitted call passed.
+const MetadataNear = "ratelimit-near"
 
 // MetricWouldDeny counts the calls a limit in shadow would have denied ({call}), by
 // rlfn.policy.

@@ -34,10 +34,11 @@ type Server struct {
 	def       *Policy            // Default; nil when it limits nothing
 	clock     decide.Clock
 	log       decide.ErrorLog
-	wouldDeny metric.Int64Counter // nil without a MeterProvider
-	unsettled metric.Int64Counter // likewise
-	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
-	refusals  refusals            // recent refusals' statuses, shared
+	wouldDeny metric.Int64Counter   // nil without a MeterProvider
+	unsettled metric.Int64Counter   // likewise
+	near      *decide.PolicyCounter // likewise
+	shadows   sync.WaitGroup        // the shadow decisions running, for tests to wait out
+	refusals  refusals              // recent refusals' statuses, shared
 }
 
 // refuse is the status of a refusal, shared with a recent one that says the same.
@@ -73,7 +74,7 @@ func NewServer(lim Decider, opts ServerOptions) (*Server, error) {
 	}
 	s := &Server{lim: lim, opts: opts, methods: map[string]*Policy{}, services: map[string]*Policy{},
 		clock: decide.NewClock(opts.Now)}
-	s.log.Every, s.log.Prefix, s.log.Messages = time.Second, "grpclimit: ", &logMessages
+	s.log.Every, s.log.Prefix, s.log.Messages, s.log.Logger = time.Second, "grpclimit: ", &logMessages, opts.Logger
 	for name, p := range opts.Methods {
 		field := fmt.Sprintf("Methods[%q]", name)
 		service, method, ok := splitMethod(name)
@@ -108,6 +109,10 @@ func NewServer(lim Decider, opts ServerOptions) (*Server, error) {
 		if err == nil {
 			s.unsettled, err = meter.Int64Counter(MetricUnsettled, metric.WithUnit("{call}"),
 				metric.WithDescription("Settlements by outcome (refunds, charges) that failed, not retried."))
+		}
+		if err == nil {
+			s.near, err = decide.NewPolicyCounter(opts.MeterProvider, "github.com/rlfn/rlfn/client/grpclimit", MetricNearLimit,
+				"{call}", "Calls admitted past their policy's soft limit (NearLimit).")
 		}
 		if err != nil {
 			return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error()}
@@ -192,6 +197,9 @@ func checkPolicy(p *Policy) error {
 		bad, reason = decide.CheckSameKey(p.Name, p.Limit, len(p.Also), func(i int) decide.Named {
 			return p.Also[i].named()
 		})
+	}
+	if reason == "" {
+		bad, reason = p.Name, decide.CheckNear(p.NearLimit)
 	}
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
@@ -367,9 +375,11 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		}
 		return call{}, keyStatus(err)
 	}
-	dctx := ctx
+	// The decisions are the policy's in the Limiter's metrics, spans and log lines: its Name is
+	// in the key, not in the Limit.
+	dctx := client.WithLimitName(ctx, p.Name)
 	if p.Critical {
-		dctx = client.Critical(ctx)
+		dctx = client.Critical(dctx)
 	}
 	shadow := decide.InShadow(key, p.Shadow, p.EnforcePercent)
 	// The name cannot contain ':', so "name:key" is injective. The key and the metadata
@@ -415,16 +425,20 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {
-		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, res.RetryAfter, true)
+		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, res.RetryAfter, true, false)
 		return call{}, s.refuse(p.HideQuota, res.Blocked, quotas[0].Name, res.RetryAfter)
 	}
 	if res.Delay > s.opts.MaxDelay {
 		// The server has counted this call and it is refused all the same, as promised.
 		wait := decide.TooLongWait(res.Delay, s.opts.MaxDelay, quotas)
-		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, wait, true)
+		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, wait, true, false)
 		return call{}, s.refuse(p.HideQuota, false, quotas[0].Name, wait)
 	}
-	s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, 0, false)
+	near := decide.Near(res, p.NearLimit)
+	if near {
+		s.near.Add(ctx, p.Name)
+	}
+	s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, 0, false, near)
 	if p.Outcome != nil {
 		c.rules = set.Enforced
 		if p.Outcome.CostTrailer != "" {
@@ -493,7 +507,7 @@ func (s *Server) shadow(ctx context.Context, method string, rules []client.Rule,
 	defer s.shadows.Done()
 	defer func() {
 		if v := recover(); v != nil {
-			slog.Default().ErrorContext(ctx, "grpclimit: panic in a shadow decision", "panic", v,
+			s.logger().ErrorContext(ctx, "grpclimit: panic in a shadow decision", "panic", v,
 				"method", method, "stack", string(debug.Stack()))
 		}
 	}()
@@ -570,6 +584,14 @@ func (s *Server) report(ctx context.Context, method string, kind decide.Failure,
 	s.log.Log(ctx, kind, policy, err, "method", method)
 }
 
+// logger is ServerOptions.Logger, or slog.Default().
+func (s *Server) logger() *slog.Logger {
+	if s.opts.Logger != nil {
+		return s.opts.Logger
+	}
+	return slog.Default()
+}
+
 // keyStatus is the status of a call whose principal could not be read or was refused.
 func keyStatus(err error) error {
 	var ke *client.KeyError
@@ -612,8 +634,9 @@ func (cb *callBuf) key(name, principal string) string {
 }
 
 // setMetadata sends the quota state of a decision as header metadata: the draft's
-// RateLimit-Policy and RateLimit values (decide.AppendValues). A hidden quota sends none.
-func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, cb *callBuf, hide bool, quotas []decide.Quota, res client.Result, each []client.Result, wait time.Duration, refused bool) {
+// RateLimit-Policy and RateLimit values (decide.AppendValues), and with near MetadataNear. A
+// hidden quota sends none.
+func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, cb *callBuf, hide bool, quotas []decide.Quota, res client.Result, each []client.Result, wait time.Duration, refused, near bool) {
 	if hide {
 		return
 	}
@@ -623,6 +646,9 @@ func (s *Server) setMetadata(ctx context.Context, ss grpc.ServerStream, cb *call
 	str := unsafe.String(unsafe.SliceData(v.Buf), len(v.Buf))
 	cb.vals = [2]string{str[:v.Ends[0]], str[v.Ends[0]:v.Ends[1]]}
 	md := metadata.MD{MetadataPolicy: cb.vals[0:1:1], MetadataRateLimit: cb.vals[1:2:2]}
+	if near {
+		md[MetadataNear] = []string{`"` + quotas[0].Name + `"`}
+	}
 	if ss != nil {
 		ss.SetHeader(md)
 		return

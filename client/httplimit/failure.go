@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -93,12 +94,13 @@ func (m *Middleware) report(r *http.Request, kind failure, policy string, err er
 
 // errorLog is the default OnError: decide.ErrorLog, throttled every every.
 type errorLog struct {
-	every time.Duration
-	once  sync.Once
-	l     decide.ErrorLog
+	every  time.Duration
+	logger *slog.Logger
+	once   sync.Once
+	l      decide.ErrorLog
 }
 
 func (l *errorLog) log(r *http.Request, kind failure, policy string, err error) {
-	l.once.Do(func() { l.l.Every, l.l.Prefix = l.every, "httplimit: " })
+	l.once.Do(func() { l.l.Every, l.l.Prefix, l.l.Logger = l.every, "httplimit: ", l.logger })
 	l.l.Log(r.Context(), kind, policy, err, "path", r.URL.Path)
 }

@@ -98,6 +98,13 @@ type Policy struct {
 	// successes), or takes the cost the handler reported after the fact (an LLM's tokens).
 	// See Outcome. Default (nil): the decision before the handler is final.
 	Outcome *Outcome
+	// NearLimit, from 0 to 1, is the soft limit that warns before the limit refuses: a
+	// request admitted with at least this share of its deciding limit used (1 - remaining /
+	// limit) gets the header RateLimit-Near naming the policy ("api"), and is counted in
+	// MetricNearLimit, so that a client can slow down, and an operator see who is about to be
+	// refused, before a 429. A hidden quota (HideQuota) is counted but sends no header.
+	// Default (0): off.
+	NearLimit float64
 }
 
 // AlsoLimit is a limit of a Policy beside its Limit (Policy.Also).
@@ -248,6 +255,11 @@ type Options struct {
 	OnShadowDeny func(r *http.Request, policy string)
 	// MeterProvider, when not nil, records MetricWouldDeny. Default (nil): no instrument.
 	MeterProvider metric.MeterProvider
+	// Logger receives the default OnError's lines and a shadow decision's panic. The
+	// Limiter's own lines (a node's calls going to its Fallback and back, a circuit breaker, a
+	// node without the library) go to its client.Options.Logger. Default (nil):
+	// slog.Default(); slog.New(slog.DiscardHandler) silences them.
+	Logger *slog.Logger
 	// Now is the clock of X-RateLimit-Reset's Unix time and of the window a Calendar's headers
 	// describe, for tests. Default (nil): for X-RateLimit-Reset, the wall clock as one
 	// goroutine of the process reads it every 100ms, a tick ahead so that a reset is never
@@ -270,6 +282,13 @@ const (
 // MetricWouldDeny counts the requests a limit in shadow would have denied ({request}), by
 // rlfn.policy, the limit's Name: the cost of enforcing it.
 const MetricWouldDeny = "rlfn.httplimit.would_deny"
+
+// MetricNearLimit counts the requests admitted past their policy's NearLimit ({request}), by
+// rlfn.policy.
+const MetricNearLimit = "rlfn.httplimit.near_limit"
+
+// headerNear names the policy whose soft limit (Policy.NearLimit) an admitted request passed.
+const headerNear = "Ratelimit-Near" // RateLimit-Near
 
 // ConfigError reports Options that cannot work, found by New.
 type ConfigError struct {
@@ -317,12 +336,13 @@ func (e *ShadowKeyError) Unwrap() error { return e.Err }
 type Middleware struct {
 	lim       Decider
 	opts      Options
-	policies  []Policy            // Options.Policies, Names defaulted
-	log       *errorLog           // the default OnError
-	clock     decide.Clock        // of X-RateLimit-Reset (coarse, a tick ahead) and of Calendars (exact)
-	wouldDeny metric.Int64Counter // nil without a MeterProvider
-	unsettled metric.Int64Counter // likewise
-	shadows   sync.WaitGroup      // the shadow decisions running, for tests to wait out
+	policies  []Policy              // Options.Policies, Names defaulted
+	log       *errorLog             // the default OnError
+	clock     decide.Clock          // of X-RateLimit-Reset (coarse, a tick ahead) and of Calendars (exact)
+	wouldDeny metric.Int64Counter   // nil without a MeterProvider
+	near      *decide.PolicyCounter // likewise
+	unsettled metric.Int64Counter   // likewise
+	shadows   sync.WaitGroup        // the shadow decisions running, for tests to wait out
 }
 
 // New returns a Middleware that asks lim for a decision on every request.
@@ -352,7 +372,7 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 	if opts.ErrorStatus == 0 {
 		opts.ErrorStatus = http.StatusServiceUnavailable
 	}
-	m := &Middleware{lim: lim, opts: opts, log: &errorLog{every: time.Second}}
+	m := &Middleware{lim: lim, opts: opts, log: &errorLog{every: time.Second, logger: opts.Logger}}
 	for i, p := range opts.Policies {
 		if p.Name == "" {
 			p.Name = DefaultPolicyName
@@ -375,6 +395,10 @@ func New(lim Decider, opts Options) (*Middleware, error) {
 			metric.WithUnit("{request}"),
 			metric.WithDescription("Settlements by outcome (refunds, charges) that failed, not retried.")); err != nil {
 			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricUnsettled + ": " + err.Error()}
+		}
+		if m.near, err = decide.NewPolicyCounter(opts.MeterProvider, "github.com/rlfn/rlfn/client/httplimit", MetricNearLimit,
+			"{request}", "Requests admitted past their policy's soft limit (NearLimit)."); err != nil {
+			return nil, &ConfigError{Field: "MeterProvider", Reason: "creating " + MetricNearLimit + ": " + err.Error()}
 		}
 	}
 	return m, nil
@@ -434,7 +458,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.badKey(w, keyBody(err))
 		return
 	}
-	ctx := r.Context()
+	// The decisions are the policy's in the Limiter's metrics, spans and log lines: its Name is
+	// in the key, not in the Limit.
+	ctx := client.WithLimitName(r.Context(), p.Name)
 	if p.Critical {
 		ctx = client.Critical(ctx)
 	}
@@ -503,6 +529,12 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 		m.deny(w, p.HideQuota, false, quotas[0].Name, wait)
 	default:
 		m.setHeaders(h, p.HideQuota, quotas, res, each, 0, false)
+		if decide.Near(res, p.NearLimit) {
+			m.near.Add(ctx, p.Name)
+			if !p.HideQuota {
+				h[headerNear] = []string{`"` + quotas[0].Name + `"`}
+			}
+		}
 		if res.Delay > 0 && !decide.Hold(r.Context().Done(), res.Delay) {
 			m.write(w, http.StatusServiceUnavailable, body{Error: "request ended while delayed by the rate limit", Policy: quotas[0].Name, RetryAfterMs: -1})
 			return
@@ -598,7 +630,7 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 	defer m.shadows.Done()
 	defer func() {
 		if v := recover(); v != nil {
-			slog.Default().ErrorContext(ctx, "httplimit: panic in a shadow decision", "panic", v,
+			m.logger().ErrorContext(ctx, "httplimit: panic in a shadow decision", "panic", v,
 				"path", r.URL.Path, "stack", string(debug.Stack()))
 		}
 	}()
@@ -612,6 +644,14 @@ func (m *Middleware) shadow(ctx context.Context, r *http.Request, rules []client
 				m.opts.OnShadowDeny(r, name)
 			}
 		})
+}
+
+// logger is Options.Logger, or slog.Default().
+func (m *Middleware) logger() *slog.Logger {
+	if m.opts.Logger != nil {
+		return m.opts.Logger
+	}
+	return slog.Default()
 }
 
 // cost is a Cost function's units for r, 0 (one, the call's) without one.
@@ -629,6 +669,9 @@ func checkPolicy(p *Policy) error {
 	})
 	if reason != "" {
 		return &PolicyError{Name: bad, Reason: reason}
+	}
+	if reason := decide.CheckNear(p.NearLimit); reason != "" {
+		return &PolicyError{Name: p.Name, Reason: reason}
 	}
 	return nil
 }

@@ -70,6 +70,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
 			&cli.BoolFlag{Name: "reconcile", EnvVars: []string{"RLFN_RLS_RECONCILE"}, Usage: "keep the newest library release this binary embeds on every primary, as rlfn reconcile does, every second (its user needs deployer.ReconcileACLRules)"},
+			&cli.Float64Flag{Name: "near-limit-ratio", Value: rls.DefaultNearLimitRatio, EnvVars: []string{"RLFN_RLS_NEAR_LIMIT_RATIO"}, Usage: "share of a limit past which admitted hits count in rlfn_rls_near_limit_total (the reference's NEAR_LIMIT_RATIO), above 0 and at most 1"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
 		Action: serve,
@@ -133,6 +134,9 @@ func serve(c *cli.Context) error {
 	metrics, err := rls.NewMetrics(mp)
 	if err != nil {
 		return err
+	}
+	if err := metrics.SetNearLimitRatio(c.Float64("near-limit-ratio")); err != nil {
+		return fmt.Errorf("--near-limit-ratio: %w", err)
 	}
 	metrics.ConfigLoaded(nil)
 

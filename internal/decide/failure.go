@@ -96,6 +96,8 @@ const maxThrottles = 256
 type ErrorLog struct {
 	Every  time.Duration // the least time between two lines of one kind
 	Prefix string        // the package's, e.g. "httplimit: "
+	// Logger receives the lines. Default (nil): slog.Default() when a line is written.
+	Logger *slog.Logger
 	// Messages are the lines by Failure, after Prefix. Default (nil): HTTPMessages.
 	Messages  *[Unsettled + 1]string
 	throttles sync.Map // logKey -> *throttle
@@ -161,5 +163,9 @@ func (l *ErrorLog) Log(ctx context.Context, kind Failure, policy string, err err
 	if l.Messages != nil {
 		msgs = l.Messages
 	}
-	slog.Default().ErrorContext(ctx, l.Prefix+msgs[kind], args...)
+	log := l.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.ErrorContext(ctx, l.Prefix+msgs[kind], args...)
 }
