@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -75,6 +76,7 @@ type Service struct {
 	metrics         *Metrics
 	now             func() time.Time
 	prefix          string
+	bounds          *bounds
 }
 
 // Options configure a Service.
@@ -96,6 +98,17 @@ type Options struct {
 	// KeyPrefix starts every principal rlfn keys a descriptor by, before the domain.
 	// Default "": the client's own prefix is enough to keep the service's keys apart.
 	KeyPrefix string
+	// MaxDescriptors, MaxEntries and MaxValueBytes bound one request's work: its descriptors,
+	// each descriptor's entries, and the bytes of each entry's key and value (and of the
+	// domain). A request past one is refused with INVALID_ARGUMENT naming it, before anything
+	// is matched or sent to the server, so that one request cannot take the backend's time
+	// (and, through its deadlines, its circuit breaker) from every other caller. Defaults (0):
+	// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxValueBytes. The client's
+	// Options.MaxRules must allow RulesFor(MaxDescriptors).
+	MaxDescriptors, MaxEntries, MaxValueBytes int
+	// Log receives a line, at warn and at most once per 10 seconds (with the count of those
+	// not said), when requests are refused for their size. Default (nil): none.
+	Log *slog.Logger
 }
 
 // NewService returns a Service deciding with limiter's Limiters, starting with cfg.
@@ -104,8 +117,20 @@ func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.bounds = &bounds{descriptors: or(o.MaxDescriptors, DefaultMaxDescriptors), entries: or(o.MaxEntries, DefaultMaxEntries),
+		valueBytes: or(o.MaxValueBytes, DefaultMaxValueBytes), log: o.Log}
+	if s.bounds.log == nil {
+		s.bounds.log = slog.New(slog.DiscardHandler)
+	}
 	s.config.Store(cfg)
 	return s
+}
+
+func or(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
 }
 
 // SetConfig replaces the configuration: requests that start after it use cfg.
@@ -147,6 +172,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if err := s.bounds.check(ctx, req); err != nil {
+		return nil, nil, err
 	}
 	if cfg == nil {
 		return nil, nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")

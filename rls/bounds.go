@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The defaults of the bounds on one request's work (Options.MaxDescriptors, MaxEntries,
+// MaxValueBytes). An Envoy route makes one descriptor per rate_limits action list and one
+// entry per action: a handful of each. envoyproxy/ratelimit bounds neither, only gRPC's 4 MiB
+// message, in which 100,000 descriptors fit, each a call to the backend.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 16
+	DefaultMaxValueBytes  = 4096
+)
+
+// limitsPerDescriptor is the most limits a descriptor's rate_limits decide in one rl_multi.
+const limitsPerDescriptor = 16
+
+// RulesFor is the most rules one request's decision gives the client (client.Options.MaxRules)
+// when requests have at most maxDescriptors descriptors.
+func RulesFor(maxDescriptors int) int { return min(maxDescriptors*limitsPerDescriptor, 1_000_000) }
+
+// bounds are a Service's bounds on one request, and its log of the requests they refuse.
+type bounds struct {
+	descriptors, entries, valueBytes int
+	log                              *slog.Logger
+	mu                               sync.Mutex
+	said                             time.Time // when a refusal was last logged
+	suppressed                       int       // refusals not logged since
+}
+
+// refusalsEvery is the least time between two lines about refused requests: a caller that
+// sends nothing but oversized requests costs the log one line per period, not one per request.
+const refusalsEvery = 10 * time.Second
+
+// check refuses a request past a bound, before anything of it is matched or sent: an
+// INVALID_ARGUMENT naming the bound (and rlfn-rls's flag that sets it), short whatever the
+// request's size.
+func (b *bounds) check(ctx context.Context, req *pb.RateLimitRequest) error {
+	err := b.exceeded(req)
+	if err != nil {
+		b.logRefusal(ctx, req.GetDomain(), err)
+	}
+	return err
+}
+
+func (b *bounds) exceeded(req *pb.RateLimitRequest) error {
+	if n := len(req.GetDescriptors()); n > b.descriptors {
+		return status.Errorf(codes.InvalidArgument, "rate limit request has %d descriptors, more than %d (--max-descriptors)", n, b.descriptors)
+	}
+	if n := len(req.GetDomain()); n > b.valueBytes {
+		return status.Errorf(codes.InvalidArgument, "rate limit domain of %d bytes, more than %d (--max-value-bytes)", n, b.valueBytes)
+	}
+	for i, d := range req.GetDescriptors() {
+		if n := len(d.GetEntries()); n > b.entries {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d (--max-entries)", i, n, b.entries)
+		}
+		for j, e := range d.GetEntries() {
+			if n := max(len(e.GetKey()), len(e.GetValue())); n > b.valueBytes {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has a key or value of %d bytes, more than %d (--max-value-bytes)", i, j, n, b.valueBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// logRefusal says, at most once per refusalsEvery, that a request was refused, and how many
+// were since the last line.
+func (b *bounds) logRefusal(ctx context.Context, domain string, err error) {
+	b.mu.Lock()
+	now := time.Now()
+	if !b.said.IsZero() && now.Sub(b.said) < refusalsEvery {
+		b.suppressed++
+		b.mu.Unlock()
+		return
+	}
+	suppressed := b.suppressed
+	b.said, b.suppressed = now, 0
+	b.mu.Unlock()
+	if len(domain) > 64 {
+		domain = fmt.Sprintf("%s... (%d bytes)", domain[:64], len(domain))
+	}
+	b.log.LogAttrs(ctx, slog.LevelWarn, "request refused: larger than the service takes",
+		slog.String("domain", domain), slog.String("err", status.Convert(err).Message()), slog.Int("suppressed", suppressed))
+}
