@@ -35,11 +35,31 @@ func RulesFor(maxDescriptors int) int { return min(maxDescriptors*limitsPerDescr
 // bounds are a Service's bounds on one request, and its log of the requests they refuse.
 type bounds struct {
 	descriptors, entries, valueBytes int
-	log                              *slog.Logger
-	mu                               sync.Mutex
-	said                             time.Time // when a refusal was last logged
-	suppressed                       int       // refusals not logged since
+	refusals                         throttledLog
 	freeing                          atomic.Bool
+}
+
+// throttledLog writes one kind of line at most once per refusalsEvery, counting those it did
+// not write in the next one's "suppressed".
+type throttledLog struct {
+	log        *slog.Logger
+	mu         sync.Mutex
+	said       time.Time // when a line was last written
+	suppressed int       // lines not written since
+}
+
+func (t *throttledLog) say(ctx context.Context, msg string, attrs ...slog.Attr) {
+	t.mu.Lock()
+	now := time.Now()
+	if !t.said.IsZero() && now.Sub(t.said) < refusalsEvery {
+		t.suppressed++
+		t.mu.Unlock()
+		return
+	}
+	suppressed := t.suppressed
+	t.said, t.suppressed = now, 0
+	t.mu.Unlock()
+	t.log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.Int("suppressed", suppressed))...)
 }
 
 // freeAfter is how long after a refusal the memory its request took is given back to the
@@ -102,19 +122,9 @@ func (b *bounds) exceeded(req *pb.RateLimitRequest) error {
 // logRefusal says, at most once per refusalsEvery, that a request was refused, and how many
 // were since the last line.
 func (b *bounds) logRefusal(ctx context.Context, domain string, err error) {
-	b.mu.Lock()
-	now := time.Now()
-	if !b.said.IsZero() && now.Sub(b.said) < refusalsEvery {
-		b.suppressed++
-		b.mu.Unlock()
-		return
-	}
-	suppressed := b.suppressed
-	b.said, b.suppressed = now, 0
-	b.mu.Unlock()
 	if len(domain) > 64 {
 		domain = fmt.Sprintf("%s... (%d bytes)", domain[:64], len(domain))
 	}
-	b.log.LogAttrs(ctx, slog.LevelWarn, "request refused: larger than the service takes",
-		slog.String("domain", domain), slog.String("err", status.Convert(err).Message()), slog.Int("suppressed", suppressed))
+	b.refusals.say(ctx, "request refused: larger than the service takes",
+		slog.String("domain", domain), slog.String("err", status.Convert(err).Message()))
 }

@@ -8,6 +8,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -77,6 +78,7 @@ type Service struct {
 	now             func() time.Time
 	prefix          string
 	bounds          *bounds
+	undone          *throttledLog // the refunds of undo that failed
 }
 
 // Options configure a Service.
@@ -106,8 +108,10 @@ type Options struct {
 	// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxValueBytes. The client's
 	// Options.MaxRules must allow RulesFor(MaxDescriptors).
 	MaxDescriptors, MaxEntries, MaxValueBytes int
-	// Log receives a line, at warn and at most once per 10 seconds (with the count of those
-	// not said), when requests are refused for their size. Default (nil): none.
+	// Log receives a line, at warn and at most once per 10 seconds of each kind (with the
+	// count of those not said), when requests are refused for their size, and when the refunds
+	// of a request refused after its limits admitted (quota mode, a lease refused) fail.
+	// Default (nil): none.
 	Log *slog.Logger
 }
 
@@ -117,11 +121,13 @@ func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.bounds = &bounds{descriptors: or(o.MaxDescriptors, DefaultMaxDescriptors), entries: or(o.MaxEntries, DefaultMaxEntries),
-		valueBytes: or(o.MaxValueBytes, DefaultMaxValueBytes), log: o.Log}
-	if s.bounds.log == nil {
-		s.bounds.log = slog.New(slog.DiscardHandler)
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	s.bounds = &bounds{descriptors: or(o.MaxDescriptors, DefaultMaxDescriptors), entries: or(o.MaxEntries, DefaultMaxEntries),
+		valueBytes: or(o.MaxValueBytes, DefaultMaxValueBytes), refusals: throttledLog{log: log}}
+	s.undone = &throttledLog{log: log}
 	s.config.Store(cfg)
 	return s
 }
@@ -493,9 +499,19 @@ func slotsOf(rl *envoyconf.RateLimit) envoyconf.Limit {
 func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	failed, all := 0, 0
+	var first error
+	tally := func(err error) {
+		all++
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
 	for _, d := range ds {
 		for _, le := range d.leases {
-			_, _ = le.Release(ctx)
+			_, err := le.Release(ctx)
+			tally(err)
 		}
 		d.leases = nil
 		if !d.taken {
@@ -504,9 +520,14 @@ func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
 		d.taken = false
 		for _, l := range d.rl.Limits {
 			if l.Client != nil && d.hits > 0 {
-				_, _ = lim.Refund(ctx, d.key, l.Client, d.hits)
+				_, err := lim.Refund(ctx, d.key, l.Client, d.hits)
+				tally(err)
 			}
 		}
+	}
+	if failed > 0 {
+		// Those units stay taken until the limits give them back by themselves.
+		s.undone.say(ctx, fmt.Sprintf("%d of %d refunds of a refused request failed: %v", failed, all, first))
 	}
 }
 
