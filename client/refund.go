@@ -50,7 +50,7 @@ type lostReason uint8
 
 const (
 	lostUnknown  lostReason = iota // sent, not answered: the server may have made it
-	lostExpired                    // its node did not answer before the limiter refilled by itself, or maxOwedFor
+	lostExpired                    // its node did not answer before the limiter refilled by itself, maxOwedFor, or Close
 	lostOverflow                   // maxOwed refunds were owed already
 	lostRefused                    // the server refused it (RLERR, an older library): so it would again
 	nLostReasons
@@ -256,6 +256,37 @@ func (l *Limiter) retryOwed() {
 		}
 		o.mu.Unlock()
 	}
+}
+
+// flushOwed tries every owed refund once, within ctx (Close: the connection may go next), and
+// counts those that fail as lost.
+func (l *Limiter) flushOwed(ctx context.Context) {
+	o := l.owed
+	o.mu.Lock()
+	batch := o.queue
+	o.queue = nil
+	o.held -= len(batch)
+	o.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	var mu sync.Mutex
+	var lost refundsLost
+	inParallel(len(batch), func(i int) {
+		r := batch[i]
+		_, kind, err := l.refundAtServer(ctx, r.key, r.c)
+		if err == nil {
+			return
+		}
+		reason, retry := refundFailure(kind, err)
+		if retry {
+			reason = lostExpired // no later try: the Limiter is closing
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lost.add(l, r.key, &r.c, reason, err)
+	})
+	l.reportLost(context.WithoutCancel(ctx), &lost, len(batch))
 }
 
 // mayPass reports whether br would let a call through at now: closed, or open with its

@@ -81,8 +81,8 @@ func rlfnProcess(b *testing.B, be *backend, config string) pb.RateLimitServiceCl
 	return c
 }
 
-// rlfnProcessCmd is rlfnProcess, with the process's command.
-func rlfnProcessCmd(b *testing.B, be *backend, config string) (pb.RateLimitServiceClient, *exec.Cmd) {
+// rlfnProcessCmd is rlfnProcess, with more flags, and the process's command.
+func rlfnProcessCmd(b *testing.B, be *backend, config string, flags ...string) (pb.RateLimitServiceClient, *exec.Cmd) {
 	rlfnBin.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rlfn-rls-bench-")
 		if err != nil {
@@ -106,6 +106,7 @@ func rlfnProcessCmd(b *testing.B, be *backend, config string) (pb.RateLimitServi
 	addr := fmt.Sprint("127.0.0.1:", freePorts(b, 1)[0])
 	cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
 		"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
+	cmd.Args = append(cmd.Args, flags...)
 	return startProcess(b, "rlfn-rls", cmd, addr), cmd
 }
 
