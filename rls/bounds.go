@@ -75,10 +75,11 @@ const freeAfter = time.Second
 func (b *bounds) free() {
 	if b.freeing.CompareAndSwap(false, true) {
 		time.AfterFunc(freeAfter, func() {
+			// First: a request refused while this runs has its own turn a second later.
+			b.freeing.Store(false)
 			// Two collections: sync.Pools (gRPC's buffers) keep their objects through one.
 			runtime.GC()
 			debug.FreeOSMemory()
-			b.freeing.Store(false)
 		})
 	}
 }
