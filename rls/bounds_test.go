@@ -108,10 +108,12 @@ func TestOversizedRequest(t *testing.T) {
 		for i := 0; ; i++ {
 			if _, err := r.call(users(2_000_000, rls.DefaultMaxDescriptors)); err == nil {
 				break
-			} else if i == 20 {
+			} else if i == 100 {
 				t.Fatal(err)
 			}
+			time.Sleep(100 * time.Millisecond) // a breaker the first calls opened probes again
 		}
+		before := sums(t, reader)
 		stop := make(chan struct{})
 		wait := load(r, 4, stop)
 
@@ -166,15 +168,9 @@ func TestOversizedRequest(t *testing.T) {
 		if sent == 0 {
 			t.Error("no load")
 		}
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name == "rlfn.client.breaker.transitions" || m.Name == "rlfn.client.errors" {
-					t.Errorf("%s: %+v", m.Name, m.Data)
-				}
+		for name, n := range sums(t, reader) {
+			if (name == "rlfn.client.breaker.transitions" || name == "rlfn.client.errors") && n != before[name] {
+				t.Errorf("%s: %d since the load started", name, n-before[name])
 			}
 		}
 		lines := strings.Count(logs.String(), "request refused")
@@ -183,4 +179,24 @@ func TestOversizedRequest(t *testing.T) {
 		}
 		t.Logf("%d small requests decided beside the refusals", sent)
 	})
+}
+
+// sums are the client's counters in reader, by name.
+func sums(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range d.DataPoints {
+					out[m.Name] += p.Value
+				}
+			}
+		}
+	}
+	return out
 }
