@@ -588,10 +588,14 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 // for at most the batch's maximum age or until its window ends, never over-admits. Close
 // returns the refunds' errors, joined. A Limiter without leased budgets parks nothing: its
 // Close only stops the denial cache.
+//
+// Close also tries once more, within ctx, the refunds that decisions across keys owe
+// (OwedRefunds): those that fail are counted as lost and logged, as ever (see AllowAllN).
 func (l *Limiter) Close(ctx context.Context) error {
 	if l.top != nil {
 		l.top.close()
 	}
+	l.flushOwed(ctx)
 	if l.near == nil {
 		return nil
 	}

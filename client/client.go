@@ -30,6 +30,7 @@ type Limiter struct {
 	vk        valkey.Client
 	prefix    string // escaped, as Key writes it
 	maxKey    int    // the longest key a call takes (Options.MaxKeyLen)
+	maxRules  int    // the most rules of one AllowAll (Options.MaxRules)
 	deadline  time.Duration
 	deadlines deadlines
 	clock     func() int64
@@ -37,13 +38,14 @@ type Limiter struct {
 	hints     func() *hints // the order of decisions across keys (AllowAll), made at its first
 
 	// What an option turns on lives in files of its own, behind these fields.
-	resilience             // the breakers and the Fallback (fallback.go): always
-	near       *nearby     // leased budgets and the denial cache (near.go): nil unless set
-	tel        *telemetry  // metrics and spans (metrics.go, trace.go): nil unless set
-	ovr        *overrides  // the operators' overrides (override.go): nil unless set
-	top        *top        // the keys denied most (top.go): nil unless set
-	notes      *notices    // what the Limiter says in its log (notice.go): always
-	selfLoad   *selfLoader // loads the library onto a node without one (selfload.go): nil unless set
+	resilience              // the breakers and the Fallback (fallback.go): always
+	near       *nearby      // leased budgets and the denial cache (near.go): nil unless set
+	tel        *telemetry   // metrics and spans (metrics.go, trace.go): nil unless set
+	ovr        *overrides   // the operators' overrides (override.go): nil unless set
+	top        *top         // the keys denied most (top.go): nil unless set
+	notes      *notices     // what the Limiter says in its log (notice.go): always
+	selfLoad   *selfLoader  // loads the library onto a node without one (selfload.go): nil unless set
+	owed       *owedRefunds // the refunds AllowAll owes and tries again (refund.go): always
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -66,6 +68,13 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 			r.errs = append(r.errs, err)
 		}
 	}
+	var owed *owedRefunds
+	if len(r.errs) == 0 {
+		var err error
+		if owed, err = newOwedRefunds(r.MeterProvider); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
 	switch len(r.errs) {
 	case 0:
 	case 1:
@@ -77,10 +86,12 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 		vk:        vk,
 		prefix:    string(keys.AppendEscaped(nil, r.Prefix)),
 		maxKey:    r.MaxKeyLen,
+		maxRules:  r.MaxRules,
 		deadline:  r.Deadline,
 		clock:     monotonicClock,
 		monoClock: true,
 		hints:     sync.OnceValue(newHints),
+		owed:      owed,
 		resilience: resilience{
 			breakers:  newBreakers(vk, r.BreakerFailures, r.BreakerCooldown),
 			fallback:  r.Fallback,
@@ -265,9 +276,17 @@ func (l *Limiter) AllowAll(ctx context.Context, rules []Rule) (Result, error) {
 //
 // Each call keeps the deadline, the breaker and the Fallback; when the server cannot decide one
 // Key's rules, the Fallback decides them (LocalFallback: all or nothing, locally). The first
-// error, in rule order, is returned after the refunds. A refund that fails (under ReturnError,
-// the server gone meanwhile) is reported as a *CompensationError: joined to that first error,
-// or, after a denial, returned with the denial's Result, which stands.
+// error, in rule order, is returned after the refunds. At most Options.MaxRules rules (1000 by
+// default) are taken, and at most 32 Keys' calls are in flight at once (each with its own
+// deadline, from when it is sent): a large decision runs in waves rather than queueing its own
+// calls past their deadlines, which the breaker would count as the node failing.
+//
+// The refunds are the Limiter's, never the caller's error: a refund the server could not make
+// (its breaker open, the cluster down, an error reply) is tried again in the background until
+// its node answers, within bounds (OwedRefunds); one that was sent and not answered (the
+// server may have made it) is never sent again. What could not be given back is counted by the
+// rlfn.client.refunds.lost metric and said in the log (Options.Logger), and stays taken until
+// its limiter gives it back by itself: stricter for a while, never more permissive.
 func (l *Limiter) AllowAllN(ctx context.Context, rules []Rule, n int64) (Result, error) {
 	res, err := l.all(ctx, opAllow, rules, n, nil)
 	l.topAll(rules, res, err)

@@ -131,6 +131,11 @@
 //     by rlfn.algorithm, rlfn.operation and rlfn.outcome (allowed, denied, error).
 //   - rlfn.client.breaker.transitions counts the circuit breaker's changes of state
 //     ({transition}), by rlfn.breaker.state: open, half_open, closed.
+//   - rlfn.client.refunds.lost counts the units a refused decision across keys (AllowAll)
+//     took and its refunds could not give back ({unit}), by rlfn.reason: unknown (sent and not
+//     answered: the server may have made it), expired (its node did not answer before the
+//     limiter would have given the units back by itself, within a minute, or by Close), overflow (10,000
+//     refunds were owed already), refused (an error a retry would meet again).
 //   - With leased budgets, rlfn.client.leased.batches counts the batches taken ({batch}):
 //     admitted calls that took more units than their cost; rlfn.client.leased.units the units
 //     those batches took beyond their calls' cost ({unit}); rlfn.client.leased.refunded the

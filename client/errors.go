@@ -102,11 +102,13 @@ func (e *VersionError) Unwrap() error {
 	return nil
 }
 
-// CompensationError reports refunds that AllowAll (AllowAllN) owed and could not make: when
-// one Key's rules denied or failed, the units the other Keys' limiters had taken were to be
-// given back, and those of Rules were not. Their limiters count units no request used until
-// they refill or their window ends: stricter for a while, never more permissive. With a denial
-// it comes with the denial's Result, which stands.
+// CompensationError reports refunds a decision across keys owed and could not make, with
+// the denial's Result, which stands.
+//
+// Deprecated: the Limiter no longer returns it: AllowAll's refunds that fail are tried again
+// in the background, and those lost are counted (rlfn.client.refunds.lost) and logged (see
+// AllowAllN). It remains for Deciders of client/httplimit and client/grpclimit that wrap a
+// Limiter and still report one.
 type CompensationError struct {
 	Rules []int // indexes in the rules of the limits not refunded, in order
 	Err   error // why: each refund's error, joined

@@ -162,17 +162,13 @@ func (l *Limiter) decideAll(ctx context.Context, op operation, rules []Rule, n i
 		}
 	}
 	setOverrides(groups, &res, each)
-	var refundErr error
 	if op == opAllow && (firstErr != nil || !res.Allowed) {
-		refundErr = l.compensate(ctx, groups, len(rules), each)
+		l.compensate(ctx, groups, each)
 	}
-	switch {
-	case firstErr != nil && refundErr != nil:
-		return Result{}, errors.Join(firstErr, refundErr)
-	case firstErr != nil:
+	if firstErr != nil {
 		return Result{}, firstErr
 	}
-	return res, refundErr
+	return res, nil
 }
 
 // decideAcross decides the groups of a decision across keys, whose admitted groups are refunded
@@ -255,11 +251,53 @@ func (g *group) cost() int64 {
 // runGroups runs side by side the groups that which selects, of those not decided (nor peeked)
 // yet.
 func (l *Limiter) runGroups(groups []group, which func(*group) bool, run func(*group)) {
+	var sem chan struct{} // nil while the groups are few: most decisions are
+	if len(groups) > maxFanOut {
+		sem = make(chan struct{}, maxFanOut)
+	}
 	var wg sync.WaitGroup
 	for i := range groups {
 		if g := &groups[i]; !g.decided && !g.peeked && which(g) {
-			wg.Go(func() { run(g) })
+			if sem == nil {
+				wg.Go(func() { run(g) })
+				continue
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				run(g)
+			})
 		}
+	}
+	wg.Wait()
+}
+
+// maxFanOut is the most calls of one decision across keys (or of its refunds) in flight at
+// once. Each call's deadline runs from when it is sent: a decision of a thousand keys sent at
+// once would queue its own calls behind each other on the connections until the last ones ran
+// out of their deadlines, and those timeouts, the batch's own doing, would open the breaker
+// for every caller of the node. In waves of maxFanOut, no call of a batch waits behind more
+// than maxFanOut-1 of its own, and the other callers' calls behind no more than that either.
+const maxFanOut = 32
+
+// inParallel runs fn(0) to fn(n-1) side by side, at most maxFanOut at once, and returns when
+// all have.
+func inParallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	if n <= maxFanOut {
+		for i := range n {
+			wg.Go(func() { fn(i) })
+		}
+		wg.Wait()
+		return
+	}
+	sem := make(chan struct{}, maxFanOut)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(i)
+		})
 	}
 	wg.Wait()
 }
@@ -280,6 +318,10 @@ func (l *Limiter) olderNode(g *group) bool {
 func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]group, error) {
 	if len(rules) == 0 {
 		return nil, &LimitError{Field: "rules", Reason: "must not be empty"}
+	}
+	if len(rules) > l.maxRules {
+		// Before anything is read of them: a refusal of a hostile batch costs nothing more.
+		return nil, &LimitError{Field: "rules", Reason: fmt.Sprintf("are %d, more than the %d Options.MaxRules allows", len(rules), l.maxRules)}
 	}
 	if err := checkCost(n); err != nil {
 		return nil, err
@@ -341,13 +383,17 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 }
 
 // compensate refunds what the admitted groups took: another group denied or failed. The
-// refunds run whatever happens to ctx (they are owed), within the Limiter's deadline. It
-// returns a *CompensationError for the refunds that failed. each, when not nil, gets each
-// refunded rule's state after its refund.
-func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, each []Result) error {
+// refunds run whatever happens to ctx (they are owed), each within the Limiter's deadline, at
+// most maxFanOut at once. Those the server could not make are the Limiter's from then on (see
+// refund.go): tried again in the background, or counted as lost and logged; never the caller's
+// error. each, when not nil, gets each refunded rule's state after its refund.
+func (l *Limiter) compensate(ctx context.Context, groups []group, each []Result) {
 	ctx = context.WithoutCancel(ctx)
-	errs := make([]error, nRules) // by rule
-	var wg sync.WaitGroup
+	type refund struct {
+		g *group
+		j int // the call's index in g.calls
+	}
+	var todo []refund
 	for i := range groups {
 		g := &groups[i]
 		if !g.decided || g.kept || g.err != nil || !g.res.Allowed {
@@ -363,27 +409,39 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, nRules int, ea
 					after(each, g.rules[j], l.fallbackResult(opRefund, g.key, c, built{}), nil)
 				}
 			default:
-				c.refundable = false // a refund is the Fallback's when the server cannot make it
-				wg.Go(func() {
-					r, err := l.decide(ctx, opRefund, g.key, c, built{})
-					after(each, g.rules[j], r, err)
-					errs[g.rules[j]] = err
-				})
+				todo = append(todo, refund{g, j})
 			}
 		}
 	}
-	wg.Wait()
-	var ce CompensationError
-	for rule, err := range errs {
-		if err != nil {
-			ce.Rules = append(ce.Rules, rule)
-			ce.Err = errors.Join(ce.Err, fmt.Errorf("rules[%d]: %w", rule, err))
+	kinds := make([]errKind, len(todo))
+	errs := make([]error, len(todo))
+	inParallel(len(todo), func(i int) {
+		r := todo[i]
+		res, kind, err := l.refundAtServer(ctx, r.g.key, r.g.calls[r.j])
+		after(each, r.g.rules[r.j], res, err)
+		kinds[i], errs[i] = kind, err
+	})
+	var owed []owedRefund
+	var lost refundsLost
+	now := l.clock()
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
+		r := todo[i]
+		c := &r.g.calls[r.j]
+		if reason, retry := refundFailure(kinds[i], err); !retry {
+			lost.add(l, r.g.key, c, reason, err)
+			continue
+		}
+		// Tried again until its limiter would have given the units back by itself.
+		until := now + int64(min(max(r.g.res.ResetAfter, 0), maxOwedFor))
+		owed = append(owed, owedRefund{key: r.g.key, c: *c, until: until})
 	}
-	if ce.Rules == nil {
-		return nil
+	if owed != nil {
+		l.owe(owed, &lost)
 	}
-	return &ce
+	l.reportLost(ctx, &lost, len(todo))
 }
 
 // after records in each[rule] (when each is not nil) the state a refund of the rule's admitted

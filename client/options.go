@@ -66,6 +66,13 @@ type Options struct {
 	// (0): 512 bytes, room for an e-mail address or a URL behind a policy's name.
 	MaxKeyLen int
 
+	// MaxRules is the most rules one AllowAll (AllowAllN, AllowAllEach, PeekAll) takes, from 1
+	// to 1000000; more are a *LimitError (Field "rules"), sent nowhere. Every Key of a
+	// decision is a call to the server, and a refund when another Key denies: rules built from
+	// request data (a service that limits every item of a request) must not let one request
+	// send thousands of calls and owe thousands of refunds. Default (0): 1000.
+	MaxRules int
+
 	// BudgetBatch and BudgetAge turn on leased budgets (see "Leased budgets" in the package
 	// documentation): admissions of hot keys are served from batches of units taken from the
 	// server in one call. A batch takes at most BudgetBatch units (2 to 1000000), so that at
@@ -164,6 +171,7 @@ const (
 	defaultBreakerCooldown = time.Second
 	defaultLocalKeys       = 100_000
 	defaultMaxKeyLen       = 512
+	defaultMaxRules        = 1000
 )
 
 // Fallback is what a call does when the server cannot decide it: the server is unreachable,
@@ -261,6 +269,7 @@ func resolve(o Options) resolved {
 	r.BreakerCooldown = orDefault(&r, "BreakerCooldown", r.BreakerCooldown, defaultBreakerCooldown)
 	r.MaxKeyLen = inRange(&r, "MaxKeyLen", r.MaxKeyLen, 1, 1<<20, defaultMaxKeyLen)
 	r.MetricLimits = inRange(&r, "MetricLimits", r.MetricLimits, 1, 100_000, defaultMetricLimits)
+	r.MaxRules = inRange(&r, "MaxRules", r.MaxRules, 1, 1_000_000, defaultMaxRules)
 	switch {
 	case r.BudgetBatch == 0 && r.BudgetAge == 0:
 	case r.BudgetBatch < 2 || r.BudgetBatch > 1_000_000:

@@ -77,6 +77,12 @@ var rlfnBin struct {
 // rlfnProcess builds cmd/rlfn-rls once and runs it on loopback with config, against be, as
 // the reference runs; it returns a client of its gRPC service.
 func rlfnProcess(b *testing.B, be *backend, config string) pb.RateLimitServiceClient {
+	c, _ := rlfnProcessCmd(b, be, config)
+	return c
+}
+
+// rlfnProcessCmd is rlfnProcess, with more flags, and the process's command.
+func rlfnProcessCmd(b *testing.B, be *backend, config string, flags ...string) (pb.RateLimitServiceClient, *exec.Cmd) {
 	rlfnBin.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rlfn-rls-bench-")
 		if err != nil {
@@ -100,7 +106,8 @@ func rlfnProcess(b *testing.B, be *backend, config string) pb.RateLimitServiceCl
 	addr := fmt.Sprint("127.0.0.1:", freePorts(b, 1)[0])
 	cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
 		"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
-	return startProcess(b, "rlfn-rls", cmd, addr)
+	cmd.Args = append(cmd.Args, flags...)
+	return startProcess(b, "rlfn-rls", cmd, addr), cmd
 }
 
 // drive runs b.N decisions from loadWorkers goroutines and reports the figures.

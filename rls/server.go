@@ -83,7 +83,11 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{svc: svc, o: o, sem: make(chan struct{}, o.MaxInFlight), health: health.NewServer(), stop: make(chan struct{})}
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound),
+	// A request larger than /json takes is refused by gRPC from its length, before it is read
+	// whole or decoded (RESOURCE_EXHAUSTED): decoding 100,000 descriptors costs the process
+	// more than deciding every other caller's requests meanwhile. Within it, Options'
+	// MaxDescriptors and the others bound the work.
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(maxJSON),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

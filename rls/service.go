@@ -8,11 +8,13 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -75,6 +77,8 @@ type Service struct {
 	metrics         *Metrics
 	now             func() time.Time
 	prefix          string
+	bounds          *bounds
+	undone          *throttledLog // the refunds of undo that failed
 }
 
 // Options configure a Service.
@@ -96,6 +100,19 @@ type Options struct {
 	// KeyPrefix starts every principal rlfn keys a descriptor by, before the domain.
 	// Default "": the client's own prefix is enough to keep the service's keys apart.
 	KeyPrefix string
+	// MaxDescriptors, MaxEntries and MaxValueBytes bound one request's work: its descriptors,
+	// each descriptor's entries, and the bytes of each entry's key and value (and of the
+	// domain). A request past one is refused with INVALID_ARGUMENT naming it, before anything
+	// is matched or sent to the server, so that one request cannot take the backend's time
+	// (and, through its deadlines, its circuit breaker) from every other caller. Defaults (0):
+	// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxValueBytes. The client's
+	// Options.MaxRules must allow RulesFor(MaxDescriptors).
+	MaxDescriptors, MaxEntries, MaxValueBytes int
+	// Log receives a line, at warn and at most once per 10 seconds of each kind (with the
+	// count of those not said), when requests are refused for their size, and when the refunds
+	// of a request refused after its limits admitted (quota mode, a lease refused) fail.
+	// Default (nil): none.
+	Log *slog.Logger
 }
 
 // NewService returns a Service deciding with limiter's Limiters, starting with cfg.
@@ -104,8 +121,22 @@ func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s.bounds = &bounds{descriptors: or(o.MaxDescriptors, DefaultMaxDescriptors), entries: or(o.MaxEntries, DefaultMaxEntries),
+		valueBytes: or(o.MaxValueBytes, DefaultMaxValueBytes), refusals: throttledLog{log: log}}
+	s.undone = &throttledLog{log: log}
 	s.config.Store(cfg)
 	return s
+}
+
+func or(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
 }
 
 // SetConfig replaces the configuration: requests that start after it use cfg.
@@ -147,6 +178,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if err := s.bounds.check(ctx, req); err != nil {
+		return nil, nil, err
 	}
 	if cfg == nil {
 		return nil, nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
@@ -465,9 +499,19 @@ func slotsOf(rl *envoyconf.RateLimit) envoyconf.Limit {
 func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	failed, all := 0, 0
+	var first error
+	tally := func(err error) {
+		all++
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
 	for _, d := range ds {
 		for _, le := range d.leases {
-			_, _ = le.Release(ctx)
+			_, err := le.Release(ctx)
+			tally(err)
 		}
 		d.leases = nil
 		if !d.taken {
@@ -476,9 +520,14 @@ func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
 		d.taken = false
 		for _, l := range d.rl.Limits {
 			if l.Client != nil && d.hits > 0 {
-				_, _ = lim.Refund(ctx, d.key, l.Client, d.hits)
+				_, err := lim.Refund(ctx, d.key, l.Client, d.hits)
+				tally(err)
 			}
 		}
+	}
+	if failed > 0 {
+		// Those units stay taken until the limits give them back by themselves.
+		s.undone.say(ctx, fmt.Sprintf("%d of %d refunds of a refused request failed: %v", failed, all, first))
 	}
 }
 

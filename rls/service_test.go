@@ -250,11 +250,11 @@ func TestHostileDescriptors(t *testing.T) {
 			t.Fatalf("unknown domain: %v", resp)
 		}
 		many := request("edge")
-		for i := range 3000 {
+		for i := range rls.DefaultMaxDescriptors {
 			many.Descriptors = append(many.Descriptors, desc("key2", fmt.Sprint("many", i)))
 		}
 		resp = r.ask(t, many)
-		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 3000 {
+		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != rls.DefaultMaxDescriptors {
 			t.Fatalf("%v statuses %d", resp.OverallCode, len(resp.Statuses))
 		}
 		for i, st := range resp.Statuses {

@@ -148,9 +148,10 @@
 //     fault: answered 400 Bad Request, the body saying "missing or unreadable key", "missing
 //     key" or "key too long".
 //
-// A decision across keys (Policy.Also) whose refunds failed comes with a
-// *client.CompensationError: its denial stands and is answered 429, and the error goes to
-// OnError.
+// A decision across keys (Policy.Also) whose refunds failed is answered as any denial (429):
+// the refunds are the Limiter's, tried again in the background or counted as lost and logged
+// (see client.Limiter.AllowAllN). A Decider of its own that returns a *client.CompensationError
+// with a denial has it answered 429 too, and the error goes to OnError.
 //
 // # Keys
 //

@@ -57,6 +57,9 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
 			&cli.IntFlag{Name: "max-in-flight", Value: 1000, EnvVars: []string{"RLFN_RLS_MAX_IN_FLIGHT"}, Usage: "requests decided at once; more are refused at once (RESOURCE_EXHAUSTED)"},
+			&cli.IntFlag{Name: "max-descriptors", Value: rls.DefaultMaxDescriptors, EnvVars: []string{"RLFN_RLS_MAX_DESCRIPTORS"}, Usage: "descriptors in one request; more are refused (INVALID_ARGUMENT) before anything is sent to the server"},
+			&cli.IntFlag{Name: "max-entries", Value: rls.DefaultMaxEntries, EnvVars: []string{"RLFN_RLS_MAX_ENTRIES"}, Usage: "entries in one descriptor; more are refused (INVALID_ARGUMENT)"},
+			&cli.IntFlag{Name: "max-value-bytes", Value: rls.DefaultMaxValueBytes, EnvVars: []string{"RLFN_RLS_MAX_VALUE_BYTES"}, Usage: "bytes of a descriptor entry's key or value, and of the domain; more are refused (INVALID_ARGUMENT)"},
 			&cli.DurationFlag{Name: "deadline", Value: 100 * time.Millisecond, EnvVars: []string{"RLFN_RLS_DEADLINE"}, Usage: "bound of each call to the server"},
 			&cli.StringFlag{Name: "fallback", Value: "return_error", EnvVars: []string{"RLFN_RLS_FALLBACK"}, Usage: "what a request the server cannot decide gets: return_error (a gRPC error: Envoy's failure_mode_deny decides), local, fail_closed, fail_open"},
 			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more (in the environment, separated by ;)"},
@@ -141,13 +144,15 @@ func serve(c *cli.Context) error {
 	metrics.ConfigLoaded(nil)
 
 	limiters, err := rls.NewLimiters(vk, client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base,
-		Instances: c.Int("instances"), DenialCache: c.Int("denial-cache"), MeterProvider: mp}, policies)
+		Instances: c.Int("instances"), DenialCache: c.Int("denial-cache"), MeterProvider: mp,
+		MaxRules: rls.RulesFor(c.Int("max-descriptors")), Logger: log}, policies)
 	if err != nil {
 		return err
 	}
 	// Close stops the denial caches once the last request is answered.
 	defer func() { _ = limiters.Close(context.Background()) }()
-	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics})
+	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics,
+		MaxDescriptors: c.Int("max-descriptors"), MaxEntries: c.Int("max-entries"), MaxValueBytes: c.Int("max-value-bytes"), Log: log})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight:      c.Int("max-in-flight"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
@@ -213,7 +218,7 @@ func serve(c *cli.Context) error {
 // the flag, the libraries would take 0 for their default or say which of their options is
 // wrong, not which flag.
 func checkNumbers(c *cli.Context) error {
-	for _, name := range []string{"max-in-flight", "instances"} {
+	for _, name := range []string{"max-in-flight", "instances", "max-descriptors", "max-entries", "max-value-bytes"} {
 		if n := c.Int(name); n < 1 {
 			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
 		}

@@ -54,6 +54,9 @@ func TestStartErrors(t *testing.T) {
 		// for a default or named by the client's option.
 		{[]string{"--config", good, "--max-in-flight", "-1"}, "--max-in-flight -1: must be 1 or more"},
 		{[]string{"--config", good, "--instances", "0"}, "--instances 0: must be 1 or more"},
+		{[]string{"--config", good, "--max-descriptors", "0"}, "--max-descriptors 0: must be 1 or more"},
+		{[]string{"--config", good, "--max-entries", "-3"}, "--max-entries -3: must be 1 or more"},
+		{[]string{"--config", good, "--max-value-bytes", "0"}, "--max-value-bytes 0: must be 1 or more"},
 		{[]string{"--config", good, "--denial-cache", "-5"}, "--denial-cache -5: must be 0 (off) or more"},
 		{[]string{"--config", good, "--deadline", "0s"}, "--deadline 0s: must be more than 0"},
 		{[]string{"--config", good, "--deadline", "-1s"}, "--deadline -1s: must be more than 0"},
