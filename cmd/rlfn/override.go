@@ -320,7 +320,7 @@ func overrideListAction(c *cli.Context) error {
 			return err
 		}
 		for _, b := range snap.Bad {
-			fmt.Fprintf(c.App.ErrWriter, "Warning: field %q of %s holds no override (%v): clients ignore it\n", b.Field, override.Key(c.String("prefix")), b.Err)
+			fmt.Fprintf(c.App.ErrWriter, "Warning: field %q of the overrides holds no override (%v): clients ignore it; rlfn override remove --field removes it\n", b.Field, b.Err)
 		}
 		return nil
 	})

@@ -361,13 +361,13 @@ func TestOverrideBadField(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	bad := override.Override{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "j", Limit: override.Fields{Capacity: 0, Rate: 1, Period: "1s"}}
-	if err := vk.Do(ctx, vk.B().Hset().Key("rl:{%overrides}").FieldValue().
+	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().
 		FieldValue("by hand", "{").FieldValue(override.FieldOf(bad.ID()), override.Encode(bad)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	r := rlfnAt(t, nil, s.Addr, "override", "list")
 	wantExit(t, r, exitOK, "override list with a bad field")
-	if !strings.Contains(r.stderr, `Warning: field "by hand" of rl:{%overrides} holds no override`) {
+	if !strings.Contains(r.stderr, `Warning: field "by hand" of the overrides holds no override`) {
 		t.Errorf("override list with a bad field: stderr %q", r.stderr)
 	}
 	var l listJSON
