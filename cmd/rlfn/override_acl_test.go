@@ -105,7 +105,7 @@ func TestOverrideWriterACL(t *testing.T) {
 			if cmd, r := writerRun(t, url, file); cmd != "" {
 				t.Fatalf("the documented writer: %s: exit %d\n%s%s", cmd, r.code, r.stdout, r.stderr)
 			}
-			for _, drop := range []string{"+info", "+hgetall", "+hscan", "+hlen", "+hset", "+hincrby", "+xadd", "+xrange", "+multi", "+exec", "+watch"} {
+			for _, drop := range []string{"+info", "+hgetall", "+hscan", "+hmget", "+hlen", "+hset", "+hincrby", "+xadd", "+xrange", "+multi", "+exec", "+watch"} {
 				fresh()
 				setUser(t, []*harness.Server{s}, "overrides", slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return r == drop }))
 				cmd, r := writerRun(t, url, file)

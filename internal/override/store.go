@@ -624,3 +624,38 @@ func (s *Store) ReadOld(ctx context.Context) (map[string]string, error) {
 func (s *Store) DropOld(ctx context.Context) error {
 	return s.vk.Do(ctx, s.vk.B().Unlink().Key(Key(s.prefix)).Build()).Error()
 }
+
+// Get is the value of one field of the store ("" for none), and the version it was read at:
+// from the delta when it holds the field, else from the base; two small reads, whatever the
+// store's size. A change between them is told by the version: the caller's write checks it.
+func (s *Store) Get(ctx context.Context, field string) (value string, h Head, err error) {
+	if h, err = s.ReadHead(ctx); err != nil {
+		return "", h, err
+	}
+	if h.Version == "" {
+		if old, err := s.vk.Do(ctx, s.vk.B().Exists().Key(Key(s.prefix)).Build()).AsInt64(); err == nil && old > 0 {
+			return "", h, ErrOldLayout
+		}
+	}
+	r := s.vk.Do(ctx, s.vk.B().Hmget().Key(s.delta).Field(field).Build())
+	vs, err := r.ToArray()
+	if err != nil {
+		return "", h, err
+	}
+	if !vs[0].IsNil() {
+		v, err := vs[0].ToString()
+		return v, h, err
+	}
+	if h.Gen == "" {
+		return "", h, nil
+	}
+	vs, err = s.vk.Do(ctx, s.vk.B().Hmget().Key(ShardKey(s.prefix, h.Gen, ShardOf(field, h.Shards))).Field(field).Build()).ToArray()
+	if err != nil {
+		return "", h, err
+	}
+	if vs[0].IsNil() {
+		return "", h, nil
+	}
+	v, err := vs[0].ToString()
+	return v, h, err
+}
