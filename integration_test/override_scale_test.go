@@ -30,17 +30,22 @@ import (
 //   - write-s: the whole store's write; start-s: the slowest Limiter's first load (New and
 //     SyncOverrides) with every override in force; B/override: the heap the 8 Limiters hold,
 //     per override each;
+//
 //   - busy-p50-ms, busy-p99-ms, busy-max-ms: from the change's write returning to every busy
 //     Limiter's index holding it (what its next decision decides with);
+//
 //   - idle-stale: idle Limiters whose first decision, 100 ms after a change, did not carry it
 //     (want 0);
+//
 //   - fallback: decisions of the busy Limiters decided by the Fallback or failed (want 0);
+//
 //   - reads/decision: the store's reads (HGET, HGETALL, HSCAN, HMGET, XRANGE: the library
 //     runs none of them) per decision, from the servers' INFO commandstats;
+//
 //   - slow: commands of the override path in the servers' SLOWLOG at a 1 ms threshold,
 //     start-up loads and the write included (want 0; each is logged with b.Log).
 //
-//	go test ./integration_test -run '^$' -bench OverrideScale -benchtime 60x -timeout 30m
+//     go test ./integration_test -run '^$' -bench OverrideScale -benchtime 60x -timeout 30m
 func BenchmarkOverrideScale(b *testing.B) {
 	n := 1_000_000
 	if s := os.Getenv("RLFN_OVERRIDES"); s != "" {
