@@ -152,7 +152,7 @@ func overrideDiffCommand() *cli.Command {
 }
 
 func overrideApplyCommand() *cli.Command {
-	return subcommand("apply", "make the server's overrides those of a file, in one transaction", "FILE",
+	return subcommand("apply", "make the server's overrides those of a file, all or nothing", "FILE",
 		"Shows the plan (as override diff), asks, then writes every change, all or nothing, only if\n"+
 			"nobody changed the overrides since they were read (else exit 3). --if-version pins the plan to\n"+
 			"the version a reviewed diff was made from (diff --save-version, or its JSON's version).",
