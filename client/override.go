@@ -318,7 +318,10 @@ func (o *overrides) follow(ctx context.Context, last override.Head) (bool, error
 // one in force only once complete.
 func (o *overrides) load(ctx context.Context) error {
 	var b *override.Builder[*overridden]
-	h, err := o.store.Load(ctx, func() { b = override.NewBuilder[*overridden]() }, func(f, v string) { o.put(ctx, b, f, v) })
+	h, err := o.store.Load(ctx, func(h override.Head) {
+		b = override.NewBuilder[*overridden]()
+		b.SizeHint(h.Count)
+	}, func(f, v string) { o.put(ctx, b, f, v) })
 	if err != nil {
 		o.m.failed(ctx, classify(ctx, err))
 		return err

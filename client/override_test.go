@@ -156,7 +156,7 @@ func BenchmarkAllowOverrides(b *testing.B) {
 // BenchmarkOverrideMemory reports the heap a Limiter holds per override (B/override), with
 // 100000 overrides of keys like cust:12345.
 func BenchmarkOverrideMemory(b *testing.B) {
-	const n = 100_000
+	const n = 1_000_000
 	store := overrideStore(n)
 	var per float64
 	for b.Loop() {

@@ -47,19 +47,25 @@ type Compiled[T any] struct {
 // Builder makes an Index one override at a time, each replacing or removing any earlier of
 // its ID: for a load that receives a store's entries in no order, a later one winning.
 type Builder[T any] struct {
-	ix *Index[T]
+	ix   *Index[T]
+	hint int
 }
 
-// NewBuilder starts an empty Index, sized for about n overrides.
+// NewBuilder starts an empty Index.
 func NewBuilder[T any]() *Builder[T] {
 	return &Builder[T]{ix: &Index[T]{policies: map[Policy]*policyIndex[T]{}}}
 }
 
-func (ix *Index[T]) policy(p Policy) *policyIndex[T] {
-	pi := ix.policies[p]
+// SizeHint sizes the index's first policy for about n overrides: a load of a million then
+// grows no map.
+func (b *Builder[T]) SizeHint(n int) { b.hint = n }
+
+func (b *Builder[T]) policy(p Policy) *policyIndex[T] {
+	pi := b.ix.policies[p]
 	if pi == nil {
-		pi = &policyIndex[T]{exact: map[string]entry[T]{}, prefixes: map[string]entry[T]{}}
-		ix.policies[p] = pi
+		pi = &policyIndex[T]{exact: make(map[string]entry[T], b.hint), prefixes: map[string]entry[T]{}}
+		b.hint = 0
+		b.ix.policies[p] = pi
 	}
 	return pi
 }
@@ -91,7 +97,7 @@ func (b *Builder[T]) Remove(id ID) {
 }
 
 func (b *Builder[T]) put(id ID, e entry[T]) {
-	pi := b.ix.policy(id.Policy)
+	pi := b.policy(id.Policy)
 	if IsPattern(id.Key) {
 		prefix := id.Key[:len(id.Key)-1]
 		if !slices.Contains(pi.lens, len(prefix)) {
@@ -176,8 +182,9 @@ func (ix *Index[T]) With(changes func(*Builder[T])) *Index[T] {
 	nb := &Index[T]{policies: map[Policy]*policyIndex[T]{}}
 	if ix != nil && ix.under != nil {
 		base = ix.under
+		nbb := &Builder[T]{ix: nb}
 		for p, pi := range ix.policies {
-			np := nb.policy(p)
+			np := nbb.policy(p)
 			maps.Copy(np.exact, pi.exact)
 			maps.Copy(np.prefixes, pi.prefixes)
 			for k := range pi.prefixes {

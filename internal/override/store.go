@@ -74,7 +74,7 @@ const (
 	LogLen = 1000
 	// Page is how many fields one HSCAN or one HSET of a batch carries: well under a
 	// millisecond of a node's time for overrides of ~150 bytes, even on a busy node.
-	Page = 100
+	Page = 200
 	// shardSize is about how many overrides one hash of the base holds.
 	shardSize = 32_768
 	// minShards spreads even a small base over the slots of a cluster.
@@ -86,6 +86,7 @@ const (
 	VersionField = "version"
 	genField     = "gen"
 	shardsField  = "shards"
+	countField   = "count" // how many overrides the base holds: a reader sizes its index by it
 	// reloadField is the log's field that says "a new base": a reader reloads.
 	reloadField = "*"
 )
@@ -136,6 +137,7 @@ type Head struct {
 	Version string // "" before the first change
 	Gen     string // "" before the first base: no base
 	Shards  int
+	Count   int // the overrides of the base
 }
 
 // ParseHead reads a head from HGETALL's reply.
@@ -146,6 +148,7 @@ func ParseHead(r valkey.ValkeyResult) (Head, error) {
 	}
 	h := Head{Version: m[VersionField], Gen: m[genField]}
 	h.Shards, _ = strconv.Atoi(m[shardsField])
+	h.Count, _ = strconv.Atoi(m[countField])
 	if h.Gen != "" && h.Shards <= 0 {
 		return Head{}, fmt.Errorf("the store's head names base %q without its shards", h.Gen)
 	}
@@ -218,7 +221,7 @@ type Entries = func(field, value string)
 // while it reads is read from the log, so that what each received is the store at the
 // returned version; when the base changed meanwhile, or the log no longer reaches back, it
 // starts again (reset is called first, each time).
-func (s *Store) Load(ctx context.Context, reset func(), each Entries) (Head, error) {
+func (s *Store) Load(ctx context.Context, reset func(h Head), each Entries) (Head, error) {
 	for attempt := 0; ; attempt++ {
 		if attempt == 5 {
 			return Head{}, errors.New("the overrides changed under every one of 5 reads: try again")
@@ -232,7 +235,7 @@ func (s *Store) Load(ctx context.Context, reset func(), each Entries) (Head, err
 				return Head{}, ErrOldLayout
 			}
 		}
-		reset()
+		reset(h)
 		done := 0
 		if h.Gen != "" {
 			// the base's hashes are read side by side (their pages pipelined on the
@@ -240,7 +243,7 @@ func (s *Store) Load(ctx context.Context, reset func(), each Entries) (Head, err
 			// under one lock, in no particular order: the base holds every field once
 			var mu sync.Mutex
 			g, gctx := errgroup.WithContext(ctx)
-			g.SetLimit(4)
+			g.SetLimit(16)
 			for i := 0; i < h.Shards; i++ {
 				g.Go(func() error {
 					return s.scanPages(gctx, ShardKey(s.prefix, h.Gen, i), func(page []string) {
@@ -335,7 +338,7 @@ func (s *Store) Follow(ctx context.Context, h Head, each Entries) (Head, bool, e
 // Read reads the whole store, by pages, at one version.
 func (s *Store) Read(ctx context.Context) (Snapshot, error) {
 	var m map[string]string
-	h, err := s.Load(ctx, func() { m = map[string]string{} }, func(f, v string) {
+	h, err := s.Load(ctx, func(Head) { m = map[string]string{} }, func(f, v string) {
 		if v == "" {
 			delete(m, f)
 		} else {
@@ -494,7 +497,7 @@ func execResult(rs []valkey.ValkeyResult, inc int) (string, error) {
 // version is still the one the store was read at (and *ifVersion, when set).
 func (s *Store) rebase(ctx context.Context, changes []Change, ifVersion *string) (string, error) {
 	var m map[string]string
-	h, err := s.Load(ctx, func() { m = map[string]string{} }, func(f, v string) {
+	h, err := s.Load(ctx, func(Head) { m = map[string]string{} }, func(f, v string) {
 		if v == "" {
 			delete(m, f)
 		} else {
@@ -604,7 +607,7 @@ func (s *Store) writeBase(ctx context.Context, from Head, m map[string]string) (
 		next := VersionNumber(h.Version) + 1
 		rs = d.DoMulti(ctx,
 			d.B().Multi().Build(),
-			d.B().Hset().Key(s.head).FieldValue().FieldValue(genField, gen).FieldValue(shardsField, strconv.Itoa(shards)).Build(),
+			d.B().Hset().Key(s.head).FieldValue().FieldValue(genField, gen).FieldValue(shardsField, strconv.Itoa(shards)).FieldValue(countField, strconv.Itoa(len(m))).Build(),
 			d.B().Hincrby().Key(s.head).Field(VersionField).Increment(1).Build(),
 			d.B().Unlink().Key(s.delta).Build(),
 			d.B().Xadd().Key(s.log).Maxlen().Almost().Threshold(strconv.Itoa(LogLen)).Id(fmt.Sprintf("%d-1", next)).FieldValue().FieldValue(reloadField, gen).Build(),
