@@ -373,9 +373,10 @@ var ErrChanged = errors.New("the overrides changed on the server since they were
 // Apply makes changes, all of them and the version's increment, or nothing. With ifVersion
 // set (a plan made from a snapshot), only if the version is still *ifVersion, else
 // ErrChanged. A change of at most MaxDelta overrides is one MULTI; a larger one (or one the
-// delta has no room for) writes a new base of all the overrides (all: the store as it will
-// be, which the caller knows from its plan; nil to read it) and flips to it. It returns the
-// new version.
+// delta has no room for) reads the store, writes it as the changes leave it as a new base,
+// and flips to it (Replace does the same from a whole set the caller has). Without ifVersion,
+// a change made meanwhile by someone else is no conflict: the MULTI is tried again on it. It
+// returns the new version.
 func (s *Store) Apply(ctx context.Context, changes []Change, ifVersion *string) (string, error) {
 	if len(changes) == 0 {
 		return "", errors.New("override: no change to apply")
