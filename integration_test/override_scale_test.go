@@ -38,7 +38,9 @@ import (
 //   - idle-stale: idle Limiters whose first decision, 100 ms after a change, did not carry it
 //     (want 0);
 //
-//   - fallback: decisions of the busy Limiters decided by the Fallback or failed (want 0);
+//   - fallback: decisions of the busy Limiters decided by the Fallback or failed (want 0),
+//     of decisions; control-fallback of control-decisions: the same for a Limiter without
+//     overrides deciding beside them (a loaded host's decisions past their Deadline);
 //
 //   - reads/decision: the store's reads (HGET, HGETALL, HSCAN, HMGET, XRANGE: the library
 //     runs none of them) per decision, from the servers' INFO commandstats;
@@ -176,6 +178,37 @@ func overrideScale(b *testing.B, tg *target, n int) {
 			}
 		}()
 	}
+	// a control: a Limiter without overrides deciding beside them, so that fallbacks the
+	// machine causes (a decision past its Deadline on a loaded host) are told from others
+	var controlFallback, controlDecisions atomic.Int64
+	{
+		vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: slices.Collect(func(yield func(string) bool) {
+			for a := range nodes {
+				if !yield(a) {
+					return
+				}
+			}
+		})})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(vk.Close)
+		plain := harness.NewLimiter(b, vk, client.Options{Prefix: prefix, Fallback: client.FailOpen})
+		load.Add(1)
+		go func() {
+			defer load.Done()
+			for j := 0; ctx.Err() == nil; j++ {
+				res, err := plain.Allow(ctx, fmt.Sprintf("cust:%d", j%n), limit)
+				if ctx.Err() != nil {
+					return
+				}
+				controlDecisions.Add(1)
+				if err != nil || res.Source == client.FromFallback {
+					controlFallback.Add(1)
+				}
+			}
+		}()
+	}
 	readsBefore, _ := reads()
 	decisionsBefore := decisions.Load()
 
@@ -257,6 +290,9 @@ func overrideScale(b *testing.B, tg *target, n int) {
 	b.ReportMetric(ms(took[len(took)-1]), "busy-max-ms")
 	b.ReportMetric(float64(stale), "idle-stale")
 	b.ReportMetric(float64(fallback.Load()), "fallback")
+	b.ReportMetric(float64(dec), "decisions")
+	b.ReportMetric(float64(controlFallback.Load()), "control-fallback")
+	b.ReportMetric(float64(controlDecisions.Load()), "control-decisions")
 	b.ReportMetric(float64(readsAfter-readsBefore)/float64(max(dec, 1)), "reads/decision")
 	b.ReportMetric(float64(slow), "slow")
 	b.Logf("%d overrides, %d changes, %d decisions, %d store reads", n, len(took), dec, readsAfter-readsBefore)
