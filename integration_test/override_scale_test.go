@@ -122,7 +122,7 @@ func overrideScale(b *testing.B, tg *target, n int) {
 			b.Cleanup(vk.Close)
 			t0 := time.Now()
 			lim := harness.NewLimiter(b, vk, client.Options{Prefix: prefix, Overrides: true, Fallback: client.FailOpen})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			if err := lim.SyncOverrides(ctx); err != nil {
 				b.Error(err)

@@ -74,7 +74,7 @@ const (
 	LogLen = 1000
 	// Page is how many fields one HSCAN or one HSET of a batch carries: well under a
 	// millisecond of a node's time for overrides of ~150 bytes, even on a busy node.
-	Page = 200
+	Page = 100
 	// shardSize is about how many overrides one hash of the base holds.
 	shardSize = 32_768
 	// minShards spreads even a small base over the slots of a cluster.
