@@ -156,7 +156,7 @@ func (o *overrides) run() {
 			return
 		case <-t.C:
 		}
-		err := o.refresh(context.Background(), false)
+		err := o.refresh(context.Background(), false, false)
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, overrideRetry), overrideBackoff)
@@ -204,13 +204,18 @@ func wallMs() int64 { return time.Now().UnixMilli() }
 // the server when fresh) and, when it is not the one the index was made from, the changes
 // since (the log), or the whole store by pages. An error leaves the index as it was, and is
 // counted.
-func (o *overrides) refresh(ctx context.Context, fresh bool) error {
+func (o *overrides) refresh(ctx context.Context, fresh, syncing bool) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.uncached.IsZero() && time.Since(o.uncached) < overrideTTL {
 		fresh = true
 	}
-	rctx, cancel := context.WithTimeout(ctx, o.timeout)
+	// the background reader's reads have deadlines of their own; SyncOverrides' have its
+	// caller's ctx alone
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if !syncing {
+		rctx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
 	defer cancel()
 	get := func() valkey.Completed { return o.vk.B().Hget().Key(o.head).Field(override.VersionField).Build() }
 	var r valkey.ValkeyResult
@@ -280,7 +285,10 @@ func (o *overrides) refresh(ctx context.Context, fresh bool) error {
 			return err
 		}
 	}
-	lctx, lcancel := context.WithTimeout(ctx, overrideLoadTimeout)
+	lctx, lcancel := ctx, context.CancelFunc(func() {})
+	if !syncing {
+		lctx, lcancel = context.WithTimeout(ctx, overrideLoadTimeout)
+	}
 	defer lcancel()
 	return o.load(lctx)
 }
@@ -508,7 +516,7 @@ func (l *Limiter) SyncOverrides(ctx context.Context) error {
 	if o == nil {
 		return ErrNoOverrides
 	}
-	return o.refresh(ctx, true)
+	return o.refresh(ctx, true, true)
 }
 
 // ErrNoOverrides is SyncOverrides' error on a Limiter without Options.Overrides.
