@@ -123,6 +123,7 @@ func New(vk valkey.Client, o Options) (*Limiter, error) {
 			return nil, err
 		}
 		l.ovr = o
+		defer l.watchOverrides()
 	}
 	if r.TopKeys > 0 {
 		l.top = newTop(vk, r.Prefix, r.TopKeys, r.TopEvery)

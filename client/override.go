@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,17 +35,19 @@ type Override struct {
 	Note string
 }
 
-// The overrides' cache: how often a decision looks at the store's version (in this process's
-// client-side cache: no server command), how long that cache may hold it without an
+// The overrides' reads: how often the background reader looks at the store's version (in this
+// process's client-side cache: no server command), how long that cache may hold it without an
 // invalidation, and how often a client without client-side caching reads the server instead.
 const (
-	overrideCheck = time.Millisecond
+	overrideCheck = 2 * time.Millisecond
 	overrideTTL   = time.Minute
 	overridePoll  = time.Second
-	// overrideRetry is how long a read that failed waits for the next: a server that is
-	// gone is not asked a thousand times a second, and one whose connection dropped (and
-	// whose invalidations were lost with it) is read again soon after it is back.
-	overrideRetry = 100 * time.Millisecond
+	// overrideRetry is how long a read that failed waits for the next, doubled up to
+	// overrideBackoff after each failure in a row: a server that is gone is not asked a
+	// thousand times a second, and one whose connection dropped (and whose invalidations were
+	// lost with it) is read again soon after it is back.
+	overrideRetry   = 50 * time.Millisecond
+	overrideBackoff = 2 * time.Second
 	// overrideVerify is how often a cached version is checked against the server's, with one
 	// plain read: a lost invalidation (or a server that never tracked the read) then delays a
 	// change by this long at most, rather than by overrideTTL.
@@ -51,51 +55,75 @@ const (
 	// overrideMisses is how many reads of an unchanged version must go to the server in a
 	// row (each a cache miss) before the Limiter takes its client for one without caching.
 	overrideMisses = 10
+	// overrideLoadTimeout bounds a whole load by pages (each page is small; a million
+	// overrides are a few thousand of them); the reads of the version and of the log have
+	// the Limiter's Deadline, at least overrideReadTimeout.
+	overrideLoadTimeout = 2 * time.Minute
+	overrideReadTimeout = time.Second
+	// overrideLayer is how many overrides changed since the last load a Limiter keeps in a
+	// layer over its index before it folds them in (each change copies the layer).
+	overrideLayer = 4096
 )
 
 // overrides is what Options.Overrides turns on: the store's overrides, compiled into an index
-// that every decision reads, and kept current from the store's version key, read through
-// valkey-go's client-side cache (DoCache): a read is a local lookup until the server
-// invalidates the key, so that in steady state a decision sends nothing more to the server.
-// Reads run in the background, one at a time, at most once per overrideCheck, started by a
-// decision that finds one due: a decision never waits for the store, and an idle process
-// reads nothing.
+// that every decision reads, and kept current by a reader of its own in the background. It
+// looks at the store's version every overrideCheck through valkey-go's client-side cache
+// (DoCache): a local lookup until the server invalidates the key, so that an idle process is
+// as current as a busy one and a decision sends nothing to the server for the overrides. On a
+// change it reads the store's log from its version and applies the delta; it reloads the whole
+// store by pages only when the log cannot lead it there (a new base, or a log trimmed past its
+// version), while the overrides it has stay in force. A decision never waits for the store.
 type overrides struct {
 	vk      valkey.Client
-	key     string // the store (override.Key)
+	store   *override.Store
+	head    string // the store's head (override.HeadKey)
 	timeout time.Duration
 
-	idx     atomic.Pointer[override.Index[*overridden]] // nil until the first load
-	loaded  atomic.Pointer[string]                      // the version idx was made from
-	due     atomic.Int64                                // when the next read may start (ns, clockBase)
-	running atomic.Int64                                // when the read that runs began (ns, clockBase); 0: none
-	gen     atomic.Int64                                // reads begun, numbered
-	mu      sync.Mutex                                  // orders the reads' results:
-	stored  int64                                       // the number of the read idx is from
-	misses  atomic.Int32                                // reads of an unchanged version that missed the cache, in a row
-	polling atomic.Bool                                 // the client does not cache: read every overridePoll
-	// uncached is when the cached reads were last given up (ns, clockBase; 0: never): the
-	// server refused their transaction overrideMisses times in a row (a user without MULTI,
-	// EXEC, PTTL or CLIENT CACHING). For overrideTTL from then, the version is read with a
-	// plain HGET, every overridePoll.
-	uncached atomic.Int64
-	aborted  atomic.Int32 // cached reads aborted in a row
-	verified atomic.Int64 // when a cached version was last checked against the server's (ns, clockBase)
+	idx    atomic.Pointer[override.Index[*overridden]] // nil until the first load
+	loaded atomic.Pointer[override.Head]               // the head idx was made from
+	mu     sync.Mutex                                  // one read of the store at a time; guards:
+	shared map[sharedKey]*sharedLimit                  // compiled limits, one per distinct limit
+	notes  map[string]string                           // notes, one copy of each
+	seen   map[string]*seenValue                       // values decoded, less their key (put)
 
-	m *overrideMetrics
+	misses  int  // reads of an unchanged version that missed the cache, in a row
+	polling bool // the client does not cache: read every overridePoll
+	// uncached is when the cached reads were last given up (zero: never): the server refused
+	// their transaction overrideMisses times in a row (a user without MULTI, EXEC, PTTL or
+	// CLIENT CACHING), or a change did not reach the cache. For overrideTTL from then, the
+	// version is read with a plain HGET, every overridePoll.
+	uncached time.Time
+	aborted  int       // cached reads aborted in a row
+	verified time.Time // when a cached version was last checked against the server's
+
+	stop chan struct{}
+	m    *overrideMetrics
 }
 
-// overridden is one override compiled: the limit as the client sends it, and what Result
-// says of it.
+// overridden is one override compiled: what Result says of it, and the limit as the client
+// sends it (shared by every override of the same limit).
 type overridden struct {
-	spec spec
-	info *Override
+	info   Override
+	shared *sharedLimit
+}
+
+// sharedLimit is one distinct limit of the overrides, compiled once however many overrides
+// set it: a store of a million customers holds a handful of distinct limits.
+type sharedLimit struct {
+	spec  spec
+	limit Limit
+	slots int64
+	err   error
+}
+
+type sharedKey struct {
+	policy override.Policy
+	fields override.Fields
 }
 
 func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
-	o := &overrides{vk: vk, timeout: timeout}
-	o.verified.Store(int64(time.Since(clockBase))) // the first check, overrideVerify after the start
-	o.key = override.Key(prefix)
+	o := &overrides{vk: vk, timeout: max(timeout, overrideReadTimeout), store: override.NewStore(vk, prefix),
+		head: override.HeadKey(prefix), stop: make(chan struct{}), verified: time.Now()}
 	if mp != nil {
 		m, err := newOverrideMetrics(mp)
 		if err != nil {
@@ -103,19 +131,58 @@ func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp met
 		}
 		o.m = m
 	}
+	go o.run()
 	return o, nil
 }
 
+// watch ties the background reader's life to the Limiter's: it stops once the Limiter is
+// unreachable (the reader holds the overrides, never the Limiter).
+func (l *Limiter) watchOverrides() {
+	if l.ovr != nil {
+		runtime.AddCleanup(l, func(stop chan struct{}) { close(stop) }, l.ovr.stop)
+	}
+}
+
+// run reads the store in the background until stopped: every overrideCheck (the version from
+// the local cache), or every overridePoll without a cache; after a failure, later and later
+// (overrideRetry doubled up to overrideBackoff), never in a tight loop.
+func (o *overrides) run() {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+		}
+		err := o.refresh(context.Background(), false, false)
+		switch {
+		case err != nil:
+			backoff = min(max(2*backoff, overrideRetry), overrideBackoff)
+			t.Reset(backoff)
+		case o.isPolling():
+			backoff = 0
+			t.Reset(overridePoll)
+		default:
+			backoff = 0
+			t.Reset(overrideCheck)
+		}
+	}
+}
+
+func (o *overrides) isPolling() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.polling
+}
+
 // override replaces c's limit with the override of its policy for key, if one applies (the
-// call is made from the code's limit, which was validated). It also starts a read of the
-// store when one is due.
+// call is made from the code's limit, which was validated).
 func (l *Limiter) override(c *call, key string) {
 	o := l.ovr
 	if o == nil {
 		return
-	}
-	if now := int64(time.Since(clockBase)); now >= o.due.Load() {
-		o.start(now)
 	}
 	ix := o.idx.Load()
 	if ix.Empty() {
@@ -126,146 +193,279 @@ func (l *Limiter) override(c *call, key string) {
 		return
 	}
 	id := c.params.id // a lease's holder is the call's, not the override's
-	c.spec = v.spec
+	c.spec = v.shared.spec
 	c.params.id = id
-	c.override = v.info
+	c.override = &v.info
 }
 
 func wallMs() int64 { return time.Now().UnixMilli() }
 
-// start begins a background read of the store, unless one runs. A read that has run past its
-// timeout no longer counts: valkey-go may hold a command for longer on a connection that
-// dropped (its retries), and the overrides must be read again on the next one meanwhile.
-func (o *overrides) start(now int64) {
-	r := o.running.Load()
-	if r != 0 && now-r < int64(o.timeout) || !o.running.CompareAndSwap(r, now) {
-		return
-	}
-	every := overrideCheck
-	if o.polling.Load() {
-		every = overridePoll
-	}
-	o.due.Store(now + int64(every))
-	go func() {
-		defer o.running.CompareAndSwap(now, 0)
-		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-		defer cancel()
-		u := o.uncached.Load()
-		if err := o.refresh(ctx, u != 0 && now-u < int64(overrideTTL)); err != nil {
-			// the last overrides seen stay in force until a read succeeds
-			o.due.Store(int64(time.Since(clockBase)) + int64(overrideRetry))
-		}
-	}()
-}
-
 // refresh reads the store's version (from the client-side cache unless invalidated, or from
-// the server when fresh) and, when it is not the one the index was made from, the whole store,
-// and compiles it. An error leaves the index as it was, and is counted.
-func (o *overrides) refresh(ctx context.Context, fresh bool) error {
-	gen := o.gen.Add(1)
-	// a builder makes one command: get makes one for each read
-	get := func() valkey.Completed { return o.vk.B().Hget().Key(o.key).Field(override.VersionField).Build() }
+// the server when fresh) and, when it is not the one the index was made from, the changes
+// since (the log), or the whole store by pages. An error leaves the index as it was, and is
+// counted.
+func (o *overrides) refresh(ctx context.Context, fresh, syncing bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.uncached.IsZero() && time.Since(o.uncached) < overrideTTL {
+		fresh = true
+	}
+	// the background reader's reads have deadlines of their own; SyncOverrides' have its
+	// caller's ctx alone
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if !syncing {
+		rctx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
+	defer cancel()
+	get := func() valkey.Completed { return o.vk.B().Hget().Key(o.head).Field(override.VersionField).Build() }
 	var r valkey.ValkeyResult
 	if fresh {
-		r = o.vk.Do(ctx, get())
+		r = o.vk.Do(rctx, get())
 	} else {
-		r = o.vk.DoCache(ctx, o.vk.B().Hget().Key(o.key).Field(override.VersionField).Cache(), overrideTTL)
+		r = o.vk.DoCache(rctx, o.vk.B().Hget().Key(o.head).Field(override.VersionField).Cache(), overrideTTL)
 	}
 	v, err := r.ToString()
 	if valkey.IsValkeyNil(err) {
 		v, err = "", nil
 	}
 	if err != nil {
-		o.m.failed(ctx, classify(ctx, err))
-		if !fresh && errors.Is(err, valkey.ErrDoCacheAborted) && o.aborted.Add(1) >= overrideMisses {
-			// The cached read's transaction is refused again and again (a user without
-			// MULTI, EXEC, PTTL or CLIENT CACHING; a connection that drops once aborts one
-			// too): read without the cache, once a second, rather than never, and try the
-			// cache again after overrideTTL.
-			o.uncached.Store(time.Since(clockBase).Nanoseconds())
-			o.polling.Store(true)
-			return o.refresh(ctx, true)
+		o.m.failed(ctx, classify(rctx, err))
+		if !fresh && errors.Is(err, valkey.ErrDoCacheAborted) {
+			if o.aborted++; o.aborted >= overrideMisses {
+				// The cached read's transaction is refused again and again (a user without
+				// MULTI, EXEC, PTTL or CLIENT CACHING; a connection that drops once aborts one
+				// too): read without the cache, once a second, rather than never, and try the
+				// cache again after overrideTTL.
+				o.uncached, o.polling = time.Now(), true
+				return nil
+			}
 		}
 		return err
 	}
 	if !fresh {
-		o.aborted.Store(0)
+		o.aborted = 0
 	}
 	hit := !fresh && r.IsCacheHit()
 	if hit {
-		o.misses.Store(0)
-		o.polling.Store(false)
-		if now := int64(time.Since(clockBase)); now-o.verified.Load() >= int64(overrideVerify) {
-			o.verified.Store(now)
-			fv, ferr := o.vk.Do(ctx, get()).ToString()
+		o.misses, o.polling = 0, false
+		if time.Since(o.verified) >= overrideVerify {
+			o.verified = time.Now()
+			fv, ferr := o.vk.Do(rctx, get()).ToString()
 			if valkey.IsValkeyNil(ferr) {
 				fv, ferr = "", nil
 			}
-			if ferr == nil && versionNumber(fv) > versionNumber(v) {
+			if ferr == nil && override.VersionNumber(fv) > override.VersionNumber(v) {
 				// The cache missed a change: the server never told this connection (a
 				// user without CLIENT CACHING reads untracked; an invalidation lost some
 				// other way). Read without the cache for a while, and load the change now.
-				o.uncached.Store(now)
-				o.polling.Store(true)
+				o.uncached, o.polling = time.Now(), true
 				v, hit = fv, false
 			}
 		}
 	}
-	if last := o.loaded.Load(); last != nil {
+	last := o.loaded.Load()
+	if last != nil {
 		switch {
-		case v == *last:
-			if !hit && !fresh && o.misses.Add(1) >= overrideMisses {
-				// An unchanged version read from the server again and again: this client
-				// caches nothing (ClientOption.DisableCache), and a read per millisecond
-				// would be a server command per millisecond. Poll once a second instead.
-				o.polling.Store(true)
+		case v == last.Version:
+			if !hit && !fresh {
+				if o.misses++; o.misses >= overrideMisses {
+					// An unchanged version read from the server again and again: this
+					// client caches nothing (ClientOption.DisableCache), and a read every
+					// overrideCheck would be a server command each. Poll once a second.
+					o.polling = true
+				}
 			}
 			return nil
-		case hit && versionNumber(v) < versionNumber(*last):
+		case hit && override.VersionNumber(v) < override.VersionNumber(last.Version):
 			// the cache still holds a version older than one read from the server since:
 			// its invalidation is on its way
 			return nil
 		}
+		if ok, err := o.follow(rctx, *last); err != nil || ok {
+			return err
+		}
 	}
-	snap, err := override.ParseSnapshot(o.vk.Do(ctx, o.vk.B().Hgetall().Key(o.key).Build()))
+	lctx, lcancel := ctx, context.CancelFunc(func() {})
+	if !syncing {
+		lctx, lcancel = context.WithTimeout(ctx, overrideLoadTimeout)
+	}
+	defer lcancel()
+	return o.load(lctx)
+}
+
+// follow applies the changes since last, read from the store's log, to the index. ok is false
+// when the log cannot lead there: the caller loads the whole store.
+func (o *overrides) follow(ctx context.Context, last override.Head) (bool, error) {
+	type change struct{ field, value string }
+	var changes []change
+	h, ok, err := o.store.Follow(ctx, last, func(f, v string) { changes = append(changes, change{f, v}) })
+	if err != nil {
+		o.m.failed(ctx, classify(ctx, err))
+		return false, err
+	}
+	if !ok {
+		return false, nil
+	}
+	if len(changes) > 0 {
+		ix := o.idx.Load().With(func(b *override.Builder[*overridden]) {
+			for _, c := range changes {
+				o.put(ctx, b, c.field, c.value)
+			}
+		})
+		if ix.Layer() > overrideLayer {
+			ix = ix.Flatten()
+		}
+		o.idx.Store(ix)
+	}
+	o.loaded.Store(&h)
+	o.m.load(ctx)
+	return true, nil
+}
+
+// load reads the whole store by pages and compiles it into a new index, which replaces the
+// one in force only once complete.
+func (o *overrides) load(ctx context.Context) error {
+	var b *override.Builder[*overridden]
+	h, err := o.store.Load(ctx, func(h override.Head) {
+		b = override.NewBuilder[*overridden]()
+		b.SizeHint(h.Count)
+	}, func(f, v string) { o.put(ctx, b, f, v) })
 	if err != nil {
 		o.m.failed(ctx, classify(ctx, err))
 		return err
 	}
-	all := make([]override.Compiled[*overridden], 0, len(snap.Overrides))
-	for _, ov := range snap.Overrides {
-		c, err := compileOverride(ov)
-		if err != nil {
-			// written by hand, or by a later release: the code's limit stands for it
-			o.m.invalid(ctx)
-			continue
-		}
-		all = append(all, override.Compiled[*overridden]{ID: ov.ID(), Until: ov.Until, V: c})
-	}
-	for range snap.Bad {
-		o.m.invalid(ctx)
-	}
-	ix := override.NewIndex(all)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if gen < o.stored {
-		return nil // a read begun later has stored what it read
-	}
-	o.stored = gen
-	o.idx.Store(ix)
-	o.loaded.Store(&snap.Version)
+	o.idx.Store(b.Index())
+	o.loaded.Store(&h)
 	o.m.load(ctx)
 	return nil
 }
 
-// versionNumber is a store's version as a number ("" is 0; what is not a number, too).
-func versionNumber(v string) int64 {
-	n, _ := strconv.ParseInt(v, 10, 64)
-	return n
+// put sets (or, for a value "", removes) the override a field of the store holds. One that
+// does not compile is ignored: the code's limit stands for it.
+//
+// A store of a million overrides holds a handful of distinct limits, ends and notes: an
+// override whose value, less its key, is one already decoded is made from that one, without
+// decoding its JSON again (a load is then a few hundred nanoseconds an override).
+func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], field, value string) {
+	if value == "" {
+		var id []string
+		if json.Unmarshal([]byte(field), &id) == nil && len(id) == 3 {
+			b.Remove(override.ID{Policy: override.Policy{Algorithm: id[0], Name: id[1]}, Key: id[2]})
+		}
+		return
+	}
+	id, plain := plainID(field)
+	var rest string
+	if plain {
+		rest, plain = withoutKey(value, id.Key)
+		if t := o.seen[rest]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
+			id.Key = strings.Clone(id.Key) // not a slice of the whole field
+			v := &overridden{info: t.info, shared: t.shared}
+			v.info.Key = id.Key
+			b.Set(id, v.info.Until, v)
+			return
+		}
+	}
+	ov, err := override.DecodeField(field, value)
+	if err != nil {
+		o.m.invalid(ctx)
+		return
+	}
+	c, err := o.compile(ov)
+	if err != nil {
+		// written by hand, or by a later release: the code's limit stands for it
+		o.m.invalid(ctx)
+		// and an earlier value of the same override no longer applies
+		b.Remove(ov.ID())
+		return
+	}
+	if plain && len(o.seen) < 1<<16 {
+		t := &seenValue{policy: ov.Policy, info: c.info, shared: c.shared}
+		t.info.Key = ""
+		o.seen[rest] = t
+	}
+	b.Set(ov.ID(), ov.Until, c)
+}
+
+// seenValue is an override's value decoded, less its key: for put to make others of it.
+type seenValue struct {
+	policy override.Policy
+	info   Override
+	shared *sharedLimit
+}
+
+// plainID reads a field of the store, ["algorithm","name","key"], when none of its strings
+// holds an escape (else ok is false, and the caller decodes it as JSON).
+func plainID(field string) (id override.ID, ok bool) {
+	if !strings.HasPrefix(field, `["`) || !strings.HasSuffix(field, `"]`) || strings.IndexByte(field, '\\') >= 0 {
+		return id, false
+	}
+	body := field[2 : len(field)-2]
+	alg, rest, ok1 := strings.Cut(body, `","`)
+	name, key, ok2 := strings.Cut(rest, `","`)
+	if !ok1 || !ok2 || strings.Contains(key, `"`) {
+		return id, false
+	}
+	return override.ID{Policy: override.Policy{Algorithm: alg, Name: name}, Key: key}, true
+}
+
+// withoutKey is an override's JSON less its "key" member (and the comma after it), when that
+// is key written plain. A JSON string never holds a bare quote, so the first "key":" is the
+// member's.
+func withoutKey(value, key string) (string, bool) {
+	const member = `"key":"`
+	i := strings.Index(value, member)
+	if i < 0 {
+		return "", false
+	}
+	j := i + len(member)
+	if !strings.HasPrefix(value[j:], key) || !strings.HasPrefix(value[j+len(key):], `",`) {
+		return "", false
+	}
+	return value[:i] + value[j+len(key)+2:], true
+}
+
+// compile is an override compiled, its limit shared with every other override of the same
+// limit, its note with every other of the same note.
+func (o *overrides) compile(ov override.Override) (*overridden, error) {
+	if o.shared == nil {
+		o.shared, o.notes, o.seen = map[sharedKey]*sharedLimit{}, map[string]string{}, map[string]*seenValue{}
+	}
+	k := sharedKey{ov.Policy, ov.Limit}
+	sh := o.shared[k]
+	if sh == nil {
+		sh = &sharedLimit{}
+		c, err := compileOverride(ov)
+		if err != nil {
+			sh.err = err
+		} else {
+			sh.spec, sh.limit, sh.slots = c.spec, c.info.Limit, c.info.Slots
+		}
+		if len(o.shared) < 1<<16 { // a store of distinct limits each is not held forever
+			o.shared[k] = sh
+		}
+	}
+	if sh.err != nil {
+		return nil, sh.err
+	}
+	note, ok := o.notes[ov.Note]
+	if !ok {
+		note = ov.Note
+		if len(o.notes) < 1<<16 {
+			o.notes[note] = note
+		}
+	}
+	return &overridden{info: Override{Key: ov.Key, Limit: sh.limit, Slots: sh.slots, Until: ov.Until, Note: note}, shared: sh}, nil
+}
+
+// compiled is an override's limit as the client sends it, and what Result says of it.
+type compiled struct {
+	spec spec
+	info *Override
 }
 
 // compileOverride makes the limit an override sets, validated as the code's limits are.
-func compileOverride(o override.Override) (*overridden, error) {
+func compileOverride(o override.Override) (*compiled, error) {
 	info := &Override{Key: o.Key, Until: o.Until, Note: o.Note}
 	f, err := o.Limit.Values(o.Algorithm)
 	if err != nil {
@@ -295,7 +495,7 @@ func compileOverride(o override.Override) (*overridden, error) {
 			return nil, err
 		}
 		info.Slots = c.Limit
-		return &overridden{spec: c.spec(""), info: info}, nil
+		return &compiled{spec: c.spec(""), info: info}, nil
 	default:
 		return nil, fmt.Errorf("unknown algorithm %q", o.Algorithm)
 	}
@@ -303,7 +503,7 @@ func compileOverride(o override.Override) (*overridden, error) {
 		return nil, err
 	}
 	s = info.Limit.spec()
-	return &overridden{spec: s, info: info}, nil
+	return &compiled{spec: s, info: info}, nil
 }
 
 // SyncOverrides reads the overrides from the server now, and waits for them (Options.Overrides):
@@ -316,7 +516,7 @@ func (l *Limiter) SyncOverrides(ctx context.Context) error {
 	if o == nil {
 		return ErrNoOverrides
 	}
-	return o.refresh(ctx, true)
+	return o.refresh(ctx, true, true)
 }
 
 // ErrNoOverrides is SyncOverrides' error on a Limiter without Options.Overrides.
@@ -378,8 +578,8 @@ func (l *Limiter) OverridesVersion() string {
 	if l.ovr == nil {
 		return ""
 	}
-	if v := l.ovr.loaded.Load(); v != nil {
-		return *v
+	if h := l.ovr.loaded.Load(); h != nil {
+		return h.Version
 	}
 	return ""
 }

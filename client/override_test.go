@@ -16,27 +16,35 @@ import (
 	"github.com/rlfn/rlfn/internal/override"
 )
 
-// storeClient is replyClient with an overrides store: HGET of its version and HGETALL answer
-// from store, as a server would (DoCache as Do: the Limiter's background reads are not what
-// these measure).
+// storeClient is replyClient with an overrides store of version 1, a base of one hash that
+// holds store: the head (HGET, HGETALL), the base (HSCAN, in one page), an empty delta and log,
+// as a server would answer (DoCache as Do: the Limiter's background reads are not what these
+// measure).
 type storeClient struct {
 	replyClient
 	store map[string]string
 }
 
 func (c storeClient) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
-	switch cmd.Commands()[0] {
+	args := cmd.Commands()
+	switch args[0] {
 	case "HGET":
-		if v, ok := c.store[override.VersionField]; ok {
-			return mock.Result(mock.ValkeyString(v))
-		}
-		return mock.Result(mock.ValkeyNil())
+		return mock.Result(mock.ValkeyString("1"))
 	case "HGETALL":
-		m := map[string]valkey.ValkeyMessage{}
-		for k, v := range c.store {
-			m[k] = mock.ValkeyString(v)
+		return mock.Result(mock.ValkeyMap(map[string]valkey.ValkeyMessage{
+			"version": mock.ValkeyString("1"), "gen": mock.ValkeyString("g"), "shards": mock.ValkeyString("1")}))
+	case "HSCAN":
+		var page []valkey.ValkeyMessage
+		if args[1] == override.ShardKey("rl:", "g", 0) {
+			for k, v := range c.store {
+				page = append(page, mock.ValkeyString(k), mock.ValkeyString(v))
+			}
 		}
-		return mock.Result(mock.ValkeyMap(m))
+		return mock.Result(mock.ValkeyArray(mock.ValkeyString("0"), mock.ValkeyArray(page...)))
+	case "XRANGE":
+		return mock.Result(mock.ValkeyArray())
+	case "EXISTS":
+		return mock.Result(mock.ValkeyInt64(0))
 	}
 	return c.reply
 }
@@ -48,7 +56,7 @@ func (c storeClient) DoCache(ctx context.Context, cmd valkey.Cacheable, _ time.D
 // overrideStore is a store of n overrides of the token bucket: n-1 exact keys cust:<i>, and
 // the pattern cust:*.
 func overrideStore(n int) map[string]string {
-	store := map[string]string{override.VersionField: "1"}
+	store := map[string]string{}
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("cust:%d", i)
 		if i == n-1 {
@@ -148,7 +156,7 @@ func BenchmarkAllowOverrides(b *testing.B) {
 // BenchmarkOverrideMemory reports the heap a Limiter holds per override (B/override), with
 // 100000 overrides of keys like cust:12345.
 func BenchmarkOverrideMemory(b *testing.B) {
-	const n = 100_000
+	const n = 1_000_000
 	store := overrideStore(n)
 	var per float64
 	for b.Loop() {
@@ -189,8 +197,9 @@ func TestResetCommand(t *testing.T) {
 	}
 }
 
-// TestApplyCommands: a change is one MULTI of its HSET and HDEL and the version's HINCRBY;
-// a plan's apply WATCHes the store and checks its version first.
+// TestApplyCommands: a small change is one MULTI of the delta's HSET (a removal: the value
+// ""), the version's HINCRBY and the log's XADD, all in the slot of {%overrides}; a plan's
+// apply WATCHes the head and checks its version first.
 func TestApplyCommands(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	vk := mock.NewClient(ctrl)
@@ -200,19 +209,27 @@ func TestApplyCommands(t *testing.T) {
 	b.Key = "b"
 	d := mock.NewDedicatedClient(ctrl)
 	vk.EXPECT().Dedicated(gomock.Any()).DoAndReturn(func(fn func(valkey.DedicatedClient) error) error { return fn(d) })
+	fa, va, fb := override.FieldOf(a.ID()), override.Encode(a), override.FieldOf(b.ID())
 	gomock.InOrder(
-		d.EXPECT().Do(gomock.Any(), mock.Match("WATCH", "rl:{%overrides}")).Return(mock.Result(mock.ValkeyString("OK"))),
-		d.EXPECT().Do(gomock.Any(), mock.Match("HGET", "rl:{%overrides}", "version")).Return(mock.Result(mock.ValkeyString("4"))),
+		d.EXPECT().DoMulti(gomock.Any(),
+			mock.Match("WATCH", "rl:{%overrides}:head"),
+			mock.Match("HGETALL", "rl:{%overrides}:head"),
+			mock.Match("HLEN", "rl:{%overrides}:delta"),
+		).Return([]valkey.ValkeyResult{
+			mock.Result(mock.ValkeyString("OK")),
+			mock.Result(mock.ValkeyMap(map[string]valkey.ValkeyMessage{"version": mock.ValkeyString("4"), "gen": mock.ValkeyString("g"), "shards": mock.ValkeyString("16")})),
+			mock.Result(mock.ValkeyInt64(3)),
+		}),
 		d.EXPECT().DoMulti(gomock.Any(),
 			mock.Match("MULTI"),
-			mock.Match("HSET", "rl:{%overrides}", override.FieldOf(a.ID()), override.Encode(a)),
-			mock.Match("HDEL", "rl:{%overrides}", override.FieldOf(b.ID())),
-			mock.Match("HINCRBY", "rl:{%overrides}", "version", "1"),
+			mock.Match("HSET", "rl:{%overrides}:delta", fa, va, fb, ""),
+			mock.Match("HINCRBY", "rl:{%overrides}:head", "version", "1"),
+			mock.Match("XADD", "rl:{%overrides}:log", "MAXLEN", "~", "1000", "5-1", fa, va, fb, ""),
 			mock.Match("EXEC"),
 		).Return([]valkey.ValkeyResult{
 			mock.Result(mock.ValkeyString("OK")), mock.Result(mock.ValkeyString("QUEUED")), mock.Result(mock.ValkeyString("QUEUED")),
 			mock.Result(mock.ValkeyString("QUEUED")),
-			mock.Result(mock.ValkeyArray(mock.ValkeyInt64(1), mock.ValkeyInt64(1), mock.ValkeyInt64(5))),
+			mock.Result(mock.ValkeyArray(mock.ValkeyInt64(2), mock.ValkeyInt64(5), mock.ValkeyString("5-1"))),
 		}),
 	)
 	v := "4"

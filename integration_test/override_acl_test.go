@@ -15,13 +15,14 @@ import (
 )
 
 // overrideRules are what a service user needs beyond svcRules to read the overrides
-// (docs/overrides.md): the whole store, and its version through valkey-go's cached reads,
-// which it sends as CLIENT CACHING YES, MULTI, PTTL, HGET, EXEC. Without the first two the
-// overrides are never read; without one of the others, once a second without the cache.
-var overrideRules = []string{"+client|caching", "+hget", "+hgetall", "+multi", "+exec", "+pttl"}
+// (docs/overrides.md): the store's head (HGETALL), its pages (HSCAN) and its log (XRANGE), and
+// its version through valkey-go's cached reads, which it sends as CLIENT CACHING YES, MULTI,
+// PTTL, HGET, EXEC. Without one of readRules the overrides are never read; without one of the
+// others, once a second without the cache.
+var overrideRules = []string{"+client|caching", "+hget", "+hgetall", "+hscan", "+xrange", "+multi", "+exec", "+pttl"}
 
 // readRules are the overrideRules without which the overrides are never read.
-var readRules = []string{"+hget", "+hgetall"}
+var readRules = []string{"+hget", "+hgetall", "+hscan", "+xrange"}
 
 // TestOverrideServiceUser: with svcRules and overrideRules, a service user's Limiter reads the
 // overrides and sees a change on its own, through the client-side cache; without one of

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -581,4 +582,83 @@ func (m *metricReader) sum(t testing.TB, name string) int64 {
 		}
 	}
 	return n
+}
+
+// TestOverrideIdleFresh: a Limiter that decides nothing becomes current on its own, through
+// the server's invalidation of its cached version and its background reader: its first
+// decision after a change, however long it was idle, carries the change.
+func TestOverrideIdleFresh(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		e := newOvrEnv(t, tg, client.Options{})
+		if err := e.lim.SyncOverrides(ctx5s(t)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // idle
+		o := tbOverride("idle", 77)
+		v, err := e.store.Apply(ctx5s(t), []override.Change{{Op: override.Add, New: &o}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for e.lim.OverridesVersion() != v && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		limit := client.Limit(client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour})
+		res, err := e.lim.Peek(ctx5s(t), "idle", limit)
+		if err != nil || res.Override == nil || res.Limit != 77 {
+			t.Errorf("the first decision of an idle Limiter after a change: %+v, %v; want the override of 77 (its version %q, the store's %q)", res, err, e.lim.OverridesVersion(), v)
+		}
+	})
+}
+
+// TestOverrideRebase: a change larger than the delta takes writes a new base; a Limiter follows
+// it (a reload by pages), then the small changes after it (the log), and the old base's keys
+// are gone. Under --if-version semantics, a base planned from an old version writes nothing.
+func TestOverrideRebase(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		e := newOvrEnv(t, tg, client.Options{})
+		e.set(t, tbOverride("first", 5))
+		var changes []override.Change
+		for i := 0; i < override.MaxDelta+50; i++ {
+			o := tbOverride(fmt.Sprintf("bulk:%d", i), int64(100+i))
+			changes = append(changes, override.Change{Op: override.Add, New: &o})
+		}
+		e.apply(t, changes)
+		before, err := e.store.ReadHead(ctx5s(t))
+		if err != nil || before.Gen == "" {
+			t.Fatalf("no base after %d changes: %+v, %v", len(changes), before, err)
+		}
+		limit := client.Limit(client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Hour})
+		for key, want := range map[string]int64{"first": 5, "bulk:0": 100, "bulk:249": 349} {
+			if res, err := e.lim.Peek(ctx5s(t), key, limit); err != nil || res.Limit != want {
+				t.Errorf("%s after a new base: limit %d, %v; want %d", key, res.Limit, err, want)
+			}
+		}
+		e.remove(t, override.ID{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "first"})
+		if res, err := e.lim.Peek(ctx5s(t), "first", limit); err != nil || res.Override != nil {
+			t.Errorf("first after its removal: %+v, %v", res, err)
+		}
+		all := []override.Override{tbOverride("only", 9)}
+		if _, err := e.store.Replace(ctx5s(t), all, before.Version); !errors.Is(err, override.ErrChanged) {
+			t.Errorf("a new base planned from version %s, the store past it: %v, want ErrChanged", before.Version, err)
+		}
+		now, _ := e.store.ReadHead(ctx5s(t))
+		if _, err := e.store.Replace(ctx5s(t), all, now.Version); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < now.Shards; i++ {
+			if n, _ := do(t, tg.c, tg.c.B().Exists().Key(override.ShardKey(e.prefix, now.Gen, i)).Build()).AsInt64(); n != 0 {
+				t.Errorf("the old base's hash %d is still there", i)
+			}
+		}
+		if err := e.lim.SyncOverrides(ctx5s(t)); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := e.lim.Peek(ctx5s(t), "bulk:0", limit); err != nil || res.Override != nil {
+			t.Errorf("bulk:0 after a base without it: %+v, %v", res, err)
+		}
+		if res, err := e.lim.Peek(ctx5s(t), "only", limit); err != nil || res.Limit != 9 {
+			t.Errorf("only: %+v, %v", res, err)
+		}
+	})
 }

@@ -31,7 +31,7 @@ func overrideCommand() *cli.Command {
 			"* alone is every key), for one limit of the service: its algorithm and --name, as rlfn call\n" +
 			"names them. A service's Limiter with Options.Overrides obeys it within milliseconds, with no\n" +
 			"deploy. Precedence: an exact key, then the longest prefix, then the code's limit.\n" +
-			"The overrides live in the hash <prefix>{%overrides}, next to the limits.",
+			"The overrides live in the keys <prefix>{%overrides...}, next to the limits.",
 		HideHelpCommand: true,
 		OnUsageError:    usageErrorHandler,
 		Flags:           []cli.Flag{jsonFlag()}, // so that "override bogus --json" answers in JSON
@@ -47,7 +47,7 @@ func overrideCommand() *cli.Command {
 		},
 		Subcommands: []*cli.Command{
 			overrideSetCommand(), overrideGetCommand(), overrideListCommand(), overrideRemoveCommand(),
-			overrideDiffCommand(), overrideApplyCommand(),
+			overrideDiffCommand(), overrideApplyCommand(), overrideMigrateCommand(),
 		},
 	}
 }
@@ -117,12 +117,26 @@ func overrideGetCommand() *cli.Command {
 }
 
 func overrideListCommand() *cli.Command {
-	return subcommand("list", "list every override, ended ones included", "", "", nil, overrideListAction)
+	return subcommand("list", "list the overrides, ended ones included, in order of policy and key", "",
+		"At most --limit of them (1000 unless told; 0: every one), of the keys --match matches.",
+		[]cli.Flag{
+			&cli.IntFlag{Name: "limit", Usage: "list at most `N` overrides (0: every one)", Value: 1000},
+			&cli.StringFlag{Name: "match", Usage: "list the overrides whose key matches `GLOB` ('*' is any text: cust:1*, *:admin)"},
+		}, overrideListAction)
 }
 
 func overrideRemoveCommand() *cli.Command {
-	return subcommand("remove", "remove an override: the code's limit (or a pattern's) applies again", "ALGORITHM KEY", "",
-		addressFlags(), overrideRemoveAction)
+	return subcommand("remove", "remove an override: the code's limit (or a pattern's) applies again", "ALGORITHM KEY",
+		"--field FIELD instead removes a field of the store that holds no override (list shows them).",
+		append(addressFlags(), &cli.StringFlag{Name: "field", Usage: "remove the store's `FIELD` that holds no override, as list names it"}), overrideRemoveAction)
+}
+
+func overrideMigrateCommand() *cli.Command {
+	return subcommand("migrate", "carry the overrides of an earlier release's store over to this one's", "",
+		"An earlier release kept every override in one hash, <prefix>{%overrides}, which this release's\n"+
+			"Limiters do not read. migrate copies them into this release's store, which must be empty;\n"+
+			"the old hash stays for the Limiters of the earlier release until --remove-old removes it.",
+		[]cli.Flag{&cli.BoolFlag{Name: "remove-old", Usage: "remove the earlier release's hash once copied (or when already copied)"}}, overrideMigrateAction)
 }
 
 func overrideDiffCommand() *cli.Command {
@@ -131,16 +145,21 @@ func overrideDiffCommand() *cli.Command {
 			"\"token_bucket\", \"key\": \"user:42\", \"limit\": {\"capacity\": 500, \"rate\": 50, \"period\": \"1s\"},\n"+
 			"\"until\": \"2026-12-01T00:00:00Z\", \"note\": \"launch\"}]}. An override the server holds and FILE\n"+
 			"does not is removed. \"-\" reads standard input.",
-		[]cli.Flag{&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when applying FILE would change something"}}, overrideDiffAction)
+		[]cli.Flag{
+			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when applying FILE would change something"},
+			&cli.StringFlag{Name: "save-version", Usage: "write the version of the store the plan was made from to `FILE`, for apply --if-version @FILE"},
+		}, overrideDiffAction)
 }
 
 func overrideApplyCommand() *cli.Command {
-	return subcommand("apply", "make the server's overrides those of a file, in one transaction", "FILE",
-		"Shows the plan (as override diff), asks, then writes every change in one transaction, which\n"+
-			"runs only if nobody changed the overrides since they were read: all or nothing.",
+	return subcommand("apply", "make the server's overrides those of a file, all or nothing", "FILE",
+		"Shows the plan (as override diff), asks, then writes every change, all or nothing, only if\n"+
+			"nobody changed the overrides since they were read (else exit 3). --if-version pins the plan to\n"+
+			"the version a reviewed diff was made from (diff --save-version, or its JSON's version).",
 		[]cli.Flag{
 			&cli.BoolFlag{Name: "yes", Usage: "apply without asking (required when there is no terminal)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "show the plan, change nothing"},
+			&cli.StringFlag{Name: "if-version", Usage: "apply only if the store is at `VERSION` (@FILE: the version diff --save-version wrote), else exit 3"},
 		}, overrideApplyAction)
 }
 
@@ -227,11 +246,15 @@ func overrideSetAction(c *cli.Context) error {
 		return overrideUsage(c, strings.TrimPrefix(err.Error(), override.ErrInvalid.Error()+": "))
 	}
 	return withStore(c, prefix, false, func(ctx context.Context, s *override.Store) error {
-		snap, err := s.Read(ctx)
+		old, _, err := s.Get(ctx, override.FieldOf(o.ID()))
 		if err != nil {
 			return err
 		}
-		ch := override.Set(snap.Overrides, o)
+		var current []override.Override
+		if was, err := override.Decode(old); old != "" && err == nil {
+			current = append(current, was)
+		}
+		ch := override.Set(current, o)
 		version, err := s.Apply(ctx, []override.Change{ch}, nil)
 		if err != nil {
 			return err
@@ -248,6 +271,7 @@ type changeJSON struct {
 	Op       override.Op        `json:"op,omitempty"` // "" for a remove that found nothing
 	Override *override.Override `json:"override"`     // the override set, or removed; null if none
 	Was      *override.Override `json:"was,omitempty"`
+	Field    string             `json:"field,omitempty"` // a field removed that held no override
 	Version  string             `json:"version,omitempty"`
 }
 
@@ -302,11 +326,21 @@ func overrideListAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return overrideUsage(c, fmt.Sprintf("takes no argument, got %q", c.Args().First()))
 	}
+	if c.Int("limit") < 0 {
+		return overrideUsage(c, fmt.Sprintf("--limit must be 0 (every one) or more, got %d", c.Int("limit")))
+	}
 	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
 		now := time.Now()
+		shown, more := snap.Overrides, 0
+		if c.IsSet("match") {
+			shown = slices.DeleteFunc(slices.Clone(shown), func(o override.Override) bool { return !globMatch(c.String("match"), o.Key) })
+		}
+		if n := c.Int("limit"); n > 0 && len(shown) > n {
+			shown, more = shown[:n], len(shown)-n
+		}
 		if c.Bool("json") {
-			out := listJSON{Version: snap.Version, Overrides: []listedJSON{}}
-			for _, o := range snap.Overrides {
+			out := listJSON{Version: snap.Version, Overrides: make([]listedJSON, 0, len(shown)), More: more}
+			for _, o := range shown {
 				out.Overrides = append(out.Overrides, listedJSON{Override: o, Ended: o.Expired(now)})
 			}
 			for _, b := range snap.Bad {
@@ -314,21 +348,51 @@ func overrideListAction(c *cli.Context) error {
 			}
 			return writeJSON(c.App.Writer, out)
 		}
-		if len(snap.Overrides) == 0 {
+		switch {
+		case len(snap.Overrides) == 0:
 			fmt.Fprintln(c.App.Writer, "No overrides: every key gets the code's limits.")
-		} else if err := writeOverrides(c.App.Writer, snap.Overrides, now); err != nil {
-			return err
+		case len(shown) == 0:
+			fmt.Fprintf(c.App.Writer, "No override of a key matching %q (of %d).\n", c.String("match"), len(snap.Overrides))
+		default:
+			if err := writeOverrides(c.App.Writer, shown, now); err != nil {
+				return err
+			}
+		}
+		if more > 0 {
+			fmt.Fprintf(c.App.Writer, "... and %d more (--limit 0 lists every one, --match narrows).\n", more)
 		}
 		for _, b := range snap.Bad {
-			fmt.Fprintf(c.App.ErrWriter, "Warning: field %q of %s holds no override (%v): clients ignore it\n", b.Field, override.Key(c.String("prefix")), b.Err)
+			fmt.Fprintf(c.App.ErrWriter, "Warning: field %q of the overrides holds no override (%v): clients ignore it; rlfn override remove --field removes it\n", b.Field, b.Err)
 		}
 		return nil
 	})
 }
 
+// globMatch reports whether key matches glob, where '*' is any text (none included) and every
+// other byte itself: a filter for list, not a pattern of the store.
+func globMatch(glob, key string) bool {
+	parts := strings.Split(glob, "*")
+	if len(parts) == 1 {
+		return glob == key
+	}
+	if !strings.HasPrefix(key, parts[0]) {
+		return false
+	}
+	key = key[len(parts[0]):]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(key, p)
+		if i < 0 {
+			return false
+		}
+		key = key[i+len(p):]
+	}
+	return strings.HasSuffix(key, parts[len(parts)-1])
+}
+
 type listJSON struct {
 	Version   string       `json:"version"`
 	Overrides []listedJSON `json:"overrides"`
+	More      int          `json:"more,omitempty"` // overrides left out by --limit
 	Bad       []badJSON    `json:"bad,omitempty"`
 }
 
@@ -343,34 +407,125 @@ type badJSON struct {
 }
 
 func overrideRemoveAction(c *cli.Context) error {
-	id, err := overrideID(c)
+	var field string
+	var id override.ID
+	if c.IsSet("field") {
+		if c.NArg() > 0 || c.IsSet("name") || c.IsSet("policy") {
+			return overrideUsage(c, "--field FIELD names what to remove alone: no ALGORITHM KEY, --name or --policy")
+		}
+		field = c.String("field")
+	} else {
+		var err error
+		if id, err = overrideID(c); err != nil {
+			return err
+		}
+		field = override.FieldOf(id)
+	}
+	prefix, err := storePrefix(c)
 	if err != nil {
 		return err
 	}
-	return onStore(c, false, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
-		var old *override.Override
-		for _, o := range snap.Overrides {
-			if o.ID() == id {
-				old = &o
-			}
+	return withStore(c, prefix, false, func(ctx context.Context, s *override.Store) error {
+		value, _, err := s.Get(ctx, field)
+		if err != nil {
+			return err
 		}
-		if old == nil {
+		what := printable(field)
+		if !c.IsSet("field") {
+			what = id.Policy.String() + " " + printable(id.Key)
+		}
+		if value == "" {
 			if c.Bool("json") {
 				return writeJSON(c.App.Writer, changeJSON{})
 			}
-			_, err := fmt.Fprintf(c.App.Writer, "No override %s %s: nothing removed.\n", id.Policy, printable(id.Key))
+			_, err := fmt.Fprintf(c.App.Writer, "No override %s: nothing removed.\n", what)
 			return err
 		}
-		version, err := s.Apply(ctx, []override.Change{{Op: override.Remove, Old: old}}, nil)
+		// an override that does not decode (written by hand) is removed by its field
+		ch := override.Change{Op: override.Remove, Field: field}
+		old, derr := override.DecodeField(field, value)
+		if derr == nil {
+			ch = override.Change{Op: override.Remove, Old: &old}
+		}
+		version, err := s.Apply(ctx, []override.Change{ch}, nil)
 		if err != nil {
 			return err
 		}
 		if c.Bool("json") {
-			return writeJSON(c.App.Writer, changeJSON{Op: override.Remove, Override: old, Version: version})
+			return writeJSON(c.App.Writer, changeJSON{Op: override.Remove, Override: ch.Old, Field: ch.Field, Version: version})
 		}
-		_, err = fmt.Fprintf(c.App.Writer, "Removed %s %s.\n", id.Policy, printable(id.Key))
+		if derr != nil {
+			_, err = fmt.Fprintf(c.App.Writer, "Removed %s, which held no override (%v).\n", what, derr)
+			return err
+		}
+		_, err = fmt.Fprintf(c.App.Writer, "Removed %s.\n", what)
 		return err
 	})
+}
+
+func overrideMigrateAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return overrideUsage(c, fmt.Sprintf("takes no argument, got %q", c.Args().First()))
+	}
+	prefix, err := storePrefix(c)
+	if err != nil {
+		return err
+	}
+	return withStore(c, prefix, false, func(ctx context.Context, s *override.Store) error {
+		setProgress(c, s)
+		h, err := s.ReadHead(ctx)
+		if err != nil {
+			return err
+		}
+		old, err := s.ReadOld(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case h.Version != "" && len(old) > 0 && !c.Bool("remove-old"):
+			return fmt.Errorf("override migrate: this release's store already holds version %s: nothing copied (--remove-old removes the earlier release's hash of %d fields)", h.Version, len(old))
+		case h.Version == "" && len(old) > 0:
+			v, err := s.WriteFields(ctx, old, "")
+			if errors.Is(err, override.ErrChanged) {
+				return &refusedError{err}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "Copied %s to this release's store (version %s).\n", count(len(old), "field", "fields"), v)
+		case len(old) == 0:
+			fmt.Fprintln(c.App.Writer, "No overrides of an earlier release: nothing to copy.")
+		}
+		if c.Bool("remove-old") && len(old) > 0 {
+			if err := s.DropOld(ctx); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "Removed the earlier release's hash %s.\n", override.Key(prefix))
+		}
+		return nil
+	})
+}
+
+// setProgress shows a long read or write of the store on a terminal: one line, rewritten.
+func setProgress(c *cli.Context, s *override.Store) {
+	if c.Bool("json") || !isTerminal(c.App.ErrWriter) {
+		return
+	}
+	last := time.Now()
+	s.Progress = func(phase string, done, total int) {
+		if time.Since(last) < 200*time.Millisecond && done != total {
+			return
+		}
+		last = time.Now()
+		if total > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "\r\x1b[K%s: %d of %d overrides", phase, done, total)
+		} else {
+			fmt.Fprintf(c.App.ErrWriter, "\r\x1b[K%s: %d overrides", phase, done)
+		}
+		if done == total {
+			fmt.Fprint(c.App.ErrWriter, "\r\x1b[K")
+		}
+	}
 }
 
 // readFile reads and checks a file of overrides ("-": standard input) before any connection.
@@ -410,7 +565,12 @@ func overrideDiffAction(c *cli.Context) error {
 		return err
 	}
 	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
-		changes := override.Diff(snap.Overrides, want)
+		changes := append(override.Diff(snap.Overrides, want), override.RemoveBad(snap.Bad)...)
+		if f := c.String("save-version"); f != "" {
+			if err := os.WriteFile(f, []byte(snap.Version+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
 		if err := writePlan(c, snap.Version, changes); err != nil {
 			return err
 		}
@@ -421,13 +581,36 @@ func overrideDiffAction(c *cli.Context) error {
 	})
 }
 
+// ifVersion reads apply's --if-version: a version, or @FILE that holds one.
+func ifVersion(c *cli.Context) (string, bool, error) {
+	if !c.IsSet("if-version") {
+		return "", false, nil
+	}
+	v := c.String("if-version")
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return "", false, err
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	return v, true, nil
+}
+
 func overrideApplyAction(c *cli.Context) error {
+	pinned, pin, err := ifVersion(c)
+	if err != nil {
+		return err
+	}
 	want, err := readFile(c)
 	if err != nil {
 		return err
 	}
 	return onStore(c, false, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
-		changes := override.Diff(snap.Overrides, want)
+		if pin && snap.Version != pinned {
+			return &refusedError{fmt.Errorf("the overrides are at version %q, not %q (--if-version): nothing written; diff again", snap.Version, pinned)}
+		}
+		changes := append(override.Diff(snap.Overrides, want), override.RemoveBad(snap.Bad)...)
 		asJSON := c.Bool("json")
 		if !asJSON {
 			if err := writePlan(c, snap.Version, changes); err != nil {
@@ -449,7 +632,13 @@ func overrideApplyAction(c *cli.Context) error {
 				return err
 			}
 		}
-		v, err := s.Apply(ctx, changes, &snap.Version)
+		var v string
+		if len(changes) > override.MaxDelta {
+			// a new base of the file's overrides, flipped to only if nobody changed the store
+			v, err = s.Replace(ctx, want, snap.Version)
+		} else {
+			v, err = s.Apply(ctx, changes, &snap.Version)
+		}
 		if errors.Is(err, override.ErrChanged) {
 			return &refusedError{err}
 		}
@@ -494,6 +683,7 @@ func onStore(c *cli.Context, readOnly bool, f func(context.Context, *override.St
 		return err
 	}
 	return withStore(c, prefix, readOnly, func(ctx context.Context, s *override.Store) error {
+		setProgress(c, s)
 		snap, err := s.Read(ctx)
 		if err != nil {
 			return err
@@ -622,6 +812,10 @@ func writePlan(c *cli.Context, version string, changes []override.Change) error 
 		o := ch.New
 		if o == nil {
 			o = ch.Old
+		}
+		if o == nil { // a field that holds no override
+			t.row(string(ch.Op), "-", printable(ch.Field), "(holds no override)", "-", "-")
+			continue
 		}
 		t.row(string(ch.Op), printable(o.Policy.String()), printable(o.Key), limitText(*o), untilText(*o, now), printable(orDash(o.Note)))
 		if ch.Op == override.Update {

@@ -80,8 +80,9 @@ func writerRun(t *testing.T, url, file string) (string, result) {
 
 // TestOverrideWriterACL: the writer's user in docs/overrides.md runs every override command,
 // on Valkey 8, Redis 7.0 and a cluster; without any one of its rules that a command sends
-// (+unwatch is sent only when the store changed under an apply, the cluster rules only to a
-// cluster), the command exits 1 with the server's refusal naming the command.
+// (+unwatch is sent only when the store changed under an apply, +unlink only by a write of a
+// new base, +exists only to an empty store, where a refusal is taken for no old layout, the
+// cluster rules only to a cluster), the command exits 1 with the server's refusal naming the command.
 func TestOverrideWriterACL(t *testing.T) {
 	t.Setenv("NO_COLOR", "1")
 	rules := writerACL(t)
@@ -96,7 +97,7 @@ func TestOverrideWriterACL(t *testing.T) {
 			url := "redis://overrides:s3cret@" + s.Addr
 			fresh := func() {
 				t.Helper()
-				if err := admin.Do(context.Background(), admin.B().Del().Key(override.Key("rl:")).Build()).Error(); err != nil {
+				if err := admin.Do(context.Background(), admin.B().Del().Key(override.HeadKey("rl:"), override.DeltaKey("rl:"), override.LogKey("rl:")).Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -104,7 +105,7 @@ func TestOverrideWriterACL(t *testing.T) {
 			if cmd, r := writerRun(t, url, file); cmd != "" {
 				t.Fatalf("the documented writer: %s: exit %d\n%s%s", cmd, r.code, r.stdout, r.stderr)
 			}
-			for _, drop := range []string{"+info", "+hgetall", "+hget", "+hset", "+hdel", "+hincrby", "+multi", "+exec", "+watch"} {
+			for _, drop := range []string{"+info", "+hgetall", "+hscan", "+hmget", "+hlen", "+hset", "+hincrby", "+xadd", "+xrange", "+multi", "+exec", "+watch"} {
 				fresh()
 				setUser(t, []*harness.Server{s}, "overrides", slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return r == drop }))
 				cmd, r := writerRun(t, url, file)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -361,13 +362,13 @@ func TestOverrideBadField(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	bad := override.Override{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "j", Limit: override.Fields{Capacity: 0, Rate: 1, Period: "1s"}}
-	if err := vk.Do(ctx, vk.B().Hset().Key("rl:{%overrides}").FieldValue().
+	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().
 		FieldValue("by hand", "{").FieldValue(override.FieldOf(bad.ID()), override.Encode(bad)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	r := rlfnAt(t, nil, s.Addr, "override", "list")
 	wantExit(t, r, exitOK, "override list with a bad field")
-	if !strings.Contains(r.stderr, `Warning: field "by hand" of rl:{%overrides} holds no override`) {
+	if !strings.Contains(r.stderr, `Warning: field "by hand" of the overrides holds no override`) {
 		t.Errorf("override list with a bad field: stderr %q", r.stderr)
 	}
 	var l listJSON
@@ -382,5 +383,108 @@ func TestOverrideBadField(t *testing.T) {
 	}
 	if got, from := decides(t, lim, "j", code); got != 10 || from != "" {
 		t.Errorf("j, whose override does not compile: limit %d from %q, want the code's", got, from)
+	}
+}
+
+// TestOverrideAtScale: the commands at a store's size: a file of more overrides than a delta
+// takes is applied as a new base (all or nothing), list pages and filters, a reviewed plan is
+// applied only on the version diff saved (exit 3 after a colleague's change, nothing written),
+// a field that holds no override is shown and removed by apply and by remove --field, and a
+// store of the earlier layout is carried over by migrate.
+func TestOverrideAtScale(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	s := harness.StartValkey(t)
+	vk := s.Client(t)
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString(`{"overrides": [`)
+	const n = 3 * override.MaxDelta
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"algorithm": "token_bucket", "key": "cust:%04d", "limit": {"capacity": %d, "rate": 1, "period": "1s"}}`, i, 100+i)
+	}
+	b.WriteString("]}")
+	file := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "apply", file, "--yes"), exitOK, "override apply of a big file")
+	var l listJSON
+	jsonOf(t, s.Addr, &l, "override", "list")
+	if len(l.Overrides) != n || l.More != 0 || l.Version != "1" {
+		t.Errorf("override list of %d: %d listed, %d more, version %q; want every one at version 1 (one new base)", n, len(l.Overrides), l.More, l.Version)
+	}
+	r := rlfnAt(t, nil, s.Addr, "override", "list", "--limit", "2", "--match", "cust:01*")
+	wantExit(t, r, exitOK, "override list --limit --match")
+	if !strings.Contains(r.stdout, "cust:0100 ") || !strings.Contains(r.stdout, "cust:0101 ") || strings.Contains(r.stdout, "cust:0102") ||
+		!strings.Contains(r.stdout, "... and 98 more") {
+		t.Errorf("override list --limit 2 --match cust:01*:\n%s", r.stdout)
+	}
+
+	// a reviewed plan, then a colleague's change: apply --if-version refuses, writes nothing
+	small := filepath.Join(dir, "small.json")
+	if err := os.WriteFile(small, []byte(`{"overrides": [{"algorithm": "token_bucket", "key": "x", "limit": {"capacity": 1, "rate": 1, "period": "1s"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(dir, "version")
+	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "diff", small, "--save-version", saved), exitOK, "override diff --save-version")
+	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "set", "token_bucket", "vip:1", "--capacity", "5", "--rate", "1", "--period", "1s", "--note", "incident 123"), exitOK, "override set")
+	r = rlfnAt(t, nil, s.Addr, "override", "apply", small, "--yes", "--if-version", "@"+saved)
+	wantExit(t, r, exitRefused, "override apply --if-version after a change")
+	if !strings.Contains(r.stderr, `not "1" (--if-version)`) {
+		t.Errorf("apply --if-version refused: %q", r.stderr)
+	}
+	r = rlfnAt(t, nil, s.Addr, "override", "get", "token_bucket", "vip:1")
+	if !strings.Contains(r.stdout, "incident 123") {
+		t.Errorf("the colleague's change is gone:\n%s%s", r.stdout, r.stderr)
+	}
+
+	// a field that holds no override: listed, in the plan, removed by apply; by remove --field
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().FieldValue("by hand", "{").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r = rlfnAt(t, nil, s.Addr, "override", "diff", small)
+	if !strings.Contains(r.stdout, "remove  -") || !strings.Contains(r.stdout, "by hand") {
+		t.Errorf("override diff with a bad field:\n%s", r.stdout)
+	}
+	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "apply", small, "--yes"), exitOK, "override apply over a bad field")
+	jsonOf(t, s.Addr, &l, "override", "list")
+	if len(l.Bad) != 0 || len(l.Overrides) != 1 || l.Overrides[0].Key != "x" {
+		t.Errorf("after apply of small.json: %+v", l)
+	}
+	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().FieldValue("by hand", "{").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r = rlfnAt(t, nil, s.Addr, "override", "remove", "--field", "by hand")
+	wantExit(t, r, exitOK, "override remove --field")
+	jsonOf(t, s.Addr, &l, "override", "list")
+	if len(l.Bad) != 0 || !strings.Contains(r.stdout, "Removed by hand, which held no override") {
+		t.Errorf("after remove --field: %+v\n%s", l, r.stdout)
+	}
+
+	// a store of the earlier layout: refused with the way out, then carried over
+	s2 := harness.StartValkey(t)
+	vk2 := s2.Client(t)
+	o := override.Override{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "old:1", Limit: override.Fields{Capacity: 3, Rate: 1, Period: "1s"}}
+	if err := vk2.Do(ctx, vk2.B().Hset().Key(override.Key("rl:")).FieldValue().FieldValue("version", "7").FieldValue(override.FieldOf(o.ID()), override.Encode(o)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r = rlfnAt(t, nil, s2.Addr, "override", "list")
+	wantExit(t, r, exitError, "override list of an old store")
+	if !strings.Contains(r.stderr, "rlfn override migrate") {
+		t.Errorf("override list of an old store: %q", r.stderr)
+	}
+	r = rlfnAt(t, nil, s2.Addr, "override", "migrate", "--remove-old")
+	wantExit(t, r, exitOK, "override migrate")
+	r = rlfnAt(t, nil, s2.Addr, "override", "get", "token_bucket", "old:1")
+	if !strings.Contains(r.stdout, "capacity=3") {
+		t.Errorf("old:1 after migrate:\n%s%s", r.stdout, r.stderr)
+	}
+	if n, _ := vk2.Do(ctx, vk2.B().Exists().Key(override.Key("rl:")).Build()).AsInt64(); n != 0 {
+		t.Error("migrate --remove-old left the old hash")
 	}
 }

@@ -188,11 +188,65 @@ func TestParse(t *testing.T) {
 		{`{}`, `no "overrides" list`},
 		{`null`, `no "overrides" list`},
 		{`{"overrides": null}`, `no "overrides" list`},
+		// every mistake of a file in one pass, JSON mistakes included
+		{`{"overrides": [
+		  {"algorithm": "token_bucket", "key": "a", "limit": {"capacity": 1, "rate": 1, "perod": "1s"}},
+		  {"algorithm": "leaky", "key": "b", "limit": {"capacity": 1}},
+		  {"algorithm": "token_bucket", "key": "c*d", "limit": {"capacity": 1}},
+		  {"algorithm": "token_bucket", "key": "e", "limit": {"capacity": "ten"}}]}`,
+			`override 1: invalid override: json: unknown field "perod"; override 3: invalid override: key "c*d": a pattern is a prefix and one trailing '*' (user:*), a '*' elsewhere never matches; override 4: invalid override: json: cannot unmarshal string`},
 	} {
 		_, err := Parse(strings.NewReader(tt.give), now, nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%s) = %v, want ErrInvalid saying %q", tt.give, err, tt.want)
 		}
+	}
+}
+
+// TestLayers: a change is a layer over the base that replaces, adds and removes overrides of
+// it, exact and patterns, with the base's precedence; Flatten folds it in to the same answers.
+func TestLayers(t *testing.T) {
+	tb := Policy{Algorithm: "token_bucket"}
+	clock := func() int64 { return 1 }
+	base := NewIndex([]Compiled[string]{
+		{ID: ID{tb, "user:*"}, V: "user:*"},
+		{ID: ID{tb, "user:4*"}, V: "user:4*"},
+		{ID: ID{tb, "user:42"}, V: "user:42"},
+		{ID: ID{tb, "user:7"}, V: "user:7"},
+	})
+	one := base.With(func(b *Builder[string]) {
+		b.Set(ID{tb, "user:42"}, time.Time{}, "user:42 new") // replaced
+		b.Remove(ID{tb, "user:4*"})                          // a pattern removed: the shorter applies
+		b.Set(ID{tb, "user:43*"}, time.Time{}, "user:43*")   // a length the base lacks
+		b.Remove(ID{tb, "user:7"})
+	})
+	two := one.With(func(b *Builder[string]) {
+		b.Set(ID{Policy{Algorithm: "fixed_window"}, "f"}, time.Time{}, "fw f") // a policy the base lacks
+		b.Remove(ID{tb, "user:43*"})
+	})
+	for _, ix := range []*Index[string]{two, two.Flatten()} {
+		for _, tt := range []struct{ alg, key, want string }{
+			{"token_bucket", "user:42", "user:42 new"},
+			{"token_bucket", "user:45", "user:*"},
+			{"token_bucket", "user:431", "user:*"},
+			{"token_bucket", "user:7", "user:*"},
+			{"fixed_window", "f", "fw f"},
+			{"fixed_window", "g", ""},
+		} {
+			got, ok := ix.Lookup(tt.alg, "", tt.key, clock)
+			if ok != (tt.want != "") || got != tt.want {
+				t.Errorf("layer %d: Lookup(%s, %s) = %q, %v; want %q", ix.Layer(), tt.alg, tt.key, got, ok, tt.want)
+			}
+		}
+		if ix.Len() != 3 {
+			t.Errorf("layer %d: Len = %d, want 3 (user:*, user:42, fw f)", ix.Layer(), ix.Len())
+		}
+	}
+	if got, _ := one.Lookup("token_bucket", "", "user:431", clock); got != "user:43*" {
+		t.Errorf("the first layer lost its pattern: %q", got)
+	}
+	if got, _ := base.Lookup("token_bucket", "", "user:42", clock); got != "user:42" {
+		t.Errorf("a layer changed its base: %q", got)
 	}
 }
 
@@ -231,12 +285,13 @@ func TestCodec(t *testing.T) {
 // the prefix (keys.Compose is the client's Limiter.Key).
 func TestKeysMeetNoLimiter(t *testing.T) {
 	for _, prefix := range []string{"rl:", "", "a{", "x%"} {
-		key := Key(prefix)
-		for _, k := range []string{"%overrides", "%", "", "%overrides}:version", "{%overrides}", "overrides"} {
-			for _, alg := range []string{"token_bucket", "version", ""} {
-				for _, name := range []string{"", "version"} {
-					if got := keys.Compose(prefix, k, alg, name); got == key {
-						t.Errorf("Compose(%q, %q, %q, %q) = %q, the overrides' key", prefix, k, alg, name, got)
+		for _, key := range []string{Key(prefix), HeadKey(prefix), DeltaKey(prefix), LogKey(prefix), ShardKey(prefix, "0123abcd", 3)} {
+			for _, k := range []string{"%overrides", "%", "", "%overrides}:version", "{%overrides}", "overrides", "%overrides:0123abcd:3", "%overrides}:head"} {
+				for _, alg := range []string{"token_bucket", "version", ""} {
+					for _, name := range []string{"", "version"} {
+						if got := keys.Compose(prefix, k, alg, name); got == key {
+							t.Errorf("Compose(%q, %q, %q, %q) = %q, the overrides' key", prefix, k, alg, name, got)
+						}
 					}
 				}
 			}

@@ -20,52 +20,76 @@ const (
 )
 
 // Change is one override added, changed or removed: Old is nil for an Add, New for a Remove.
+// A Remove of a field of the store that holds no override (a BadField) has neither, and
+// Field set.
 type Change struct {
-	Op  Op        `json:"op"`
-	Old *Override `json:"old,omitempty"`
-	New *Override `json:"new,omitempty"`
+	Op    Op        `json:"op"`
+	Old   *Override `json:"old,omitempty"`
+	New   *Override `json:"new,omitempty"`
+	Field string    `json:"field,omitempty"`
 }
 
-// ID is the ID of the override the change is about.
+// ID is the ID of the override the change is about (a bad field's: none).
 func (c Change) ID() ID {
-	if c.New != nil {
+	switch {
+	case c.New != nil:
 		return c.New.ID()
+	case c.Old != nil:
+		return c.Old.ID()
 	}
-	return c.Old.ID()
+	return ID{}
+}
+
+// RemoveBad are the changes that remove the store's bad fields.
+func RemoveBad(bad []BadField) []Change {
+	out := make([]Change, 0, len(bad))
+	for _, b := range bad {
+		out = append(out, Change{Op: Remove, Field: b.Field})
+	}
+	return out
 }
 
 // Diff is the changes that make the overrides current into desired, in ID order: desired is
 // the whole set (a file of overrides as code), so an override the server holds and desired
-// does not is removed. Neither may hold one ID twice (Parse and Store.Read make sure).
+// does not is removed. Neither may hold one ID twice (Parse and Store.Read make sure). It
+// sorts both (in place) and walks them side by side: O(n log n) for millions of overrides.
 func Diff(current, desired []Override) []Change {
-	have := map[ID]Override{}
-	for _, o := range current {
-		have[o.ID()] = o
+	cmp := func(a, b Override) int { return compareID(a.ID(), b.ID()) }
+	if !slices.IsSortedFunc(current, cmp) {
+		slices.SortFunc(current, cmp)
+	}
+	if !slices.IsSortedFunc(desired, cmp) {
+		slices.SortFunc(desired, cmp)
 	}
 	var out []Change
-	for _, o := range desired {
-		old, ok := have[o.ID()]
-		delete(have, o.ID())
+	i, j := 0, 0
+	for i < len(current) || j < len(desired) {
 		switch {
-		case !ok:
-			out = append(out, Change{Op: Add, New: ptr(o)})
-		case !Same(old, o):
-			out = append(out, Change{Op: Update, Old: ptr(old), New: ptr(o)})
+		case j == len(desired) || i < len(current) && compareID(current[i].ID(), desired[j].ID()) < 0:
+			out = append(out, Change{Op: Remove, Old: &current[i]})
+			i++
+		case i == len(current) || compareID(current[i].ID(), desired[j].ID()) > 0:
+			out = append(out, Change{Op: Add, New: &desired[j]})
+			j++
+		default:
+			if !Same(current[i], desired[j]) {
+				out = append(out, Change{Op: Update, Old: &current[i], New: &desired[j]})
+			}
+			i++
+			j++
 		}
 	}
-	for _, o := range have {
-		out = append(out, Change{Op: Remove, Old: ptr(o)})
-	}
-	slices.SortFunc(out, func(a, b Change) int {
-		switch ia, ib := a.ID(), b.ID(); {
-		case ia.Less(ib):
-			return -1
-		case ib.Less(ia):
-			return 1
-		}
-		return 0
-	})
 	return out
+}
+
+func compareID(a, b ID) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
 }
 
 func ptr(o Override) *Override { return &o }
@@ -101,7 +125,11 @@ func Parse(r io.Reader, now time.Time, limit func(Override) error) ([]Override, 
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var f File
+	// The list is read as raw values first, each then decoded on its own: a mistake in one
+	// override (a field misspelt, a string for a number) is reported with every other one.
+	var f struct {
+		Overrides *[]json.RawMessage `json:"overrides"`
+	}
 	if err := dec.Decode(&f); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field == "" {
@@ -115,15 +143,20 @@ func Parse(r io.Reader, now time.Time, limit func(Override) error) ([]Override, 
 	}
 	// An empty file, {} or null would apply as "remove every override": only an explicit
 	// {"overrides": []} says that.
-	var probe struct {
-		Overrides *json.RawMessage `json:"overrides"`
-	}
-	if json.Unmarshal(data, &probe) != nil || probe.Overrides == nil || string(*probe.Overrides) == "null" {
+	if f.Overrides == nil {
 		return nil, fmt.Errorf(`%w: no "overrides" list: {"overrides": []} removes every override, say so`, ErrInvalid)
 	}
 	var errs []error
-	seen := map[ID]int{}
-	for i, o := range f.Overrides {
+	all := make([]Override, 0, len(*f.Overrides))
+	seen := make(map[ID]int, len(*f.Overrides))
+	for i, raw := range *f.Overrides {
+		var o Override
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&o); err != nil {
+			errs = append(errs, fmt.Errorf("override %d: %w: %v", i+1, ErrInvalid, err))
+			continue
+		}
 		if j, dup := seen[o.ID()]; dup {
 			errs = append(errs, fmt.Errorf("%w: overrides %d and %d are both %s", ErrInvalid, j+1, i+1, o.ID()))
 			continue
@@ -131,12 +164,14 @@ func Parse(r io.Reader, now time.Time, limit func(Override) error) ([]Override, 
 		seen[o.ID()] = i
 		if err := Check(o, now, limit); err != nil {
 			errs = append(errs, fmt.Errorf("override %d: %w", i+1, err))
+			continue
 		}
+		all = append(all, o)
 	}
 	if len(errs) > 0 {
 		return nil, joinErrors(errs)
 	}
-	return f.Overrides, nil
+	return all, nil
 }
 
 // joinErrors is errors.Join on one line per error, "; " between: rlfn prints an error as one
