@@ -442,7 +442,9 @@ func TestHoldBudgetUnderConcurrency(t *testing.T) {
 		// a window of 10^11 ms: the budget never resets during the test
 		const window = 100_000_000_000
 		keys := holdKeys(t)
-		g := func(cost int64) []string { return group(limiter{fn: "rl_fixed_window", args: windowArgs(window)}, budget, cost, 0) }
+		g := func(cost int64) []string {
+			return group(limiter{fn: "rl_fixed_window", args: windowArgs(window)}, budget, cost, 0)
+		}
 		var settled, cut, calls atomic.Int64
 		stop := make(chan struct{})
 		var samples, worst atomic.Int64
