@@ -16,6 +16,7 @@ var released = map[string]string{
 	"1.0.0": "7681155c0bad9197639da26f95be963fb227a3476d3eae1e8647502854cedaff",
 	"1.1.0": "6cd490f81c943136056a54222ea6ee63d1be6f0f09d64993a1a8f7b9c8153421",
 	"1.2.0": "2c4365d46260f314d02188af1482ee81da6f63803911f5b054b50b68a8caf861",
+	"1.3.0": "a7cd9ce161ca43db2b820ffc358b6f633ea3213a2e6cc45ea106d5d92370678a",
 }
 
 func TestReleasesAreImmutable(t *testing.T) {
