@@ -1162,19 +1162,15 @@ local function hold_keep(args, i)
   return keep == '1' and 1 or 0
 end
 
--- whole_ms reports whether x is a whole millisecond from 1 to below 10^14 (x % 1 is NaN for an
--- infinity or NaN).
-local function whole_ms(x)
-  return x >= 1 and x < US_FLOOR and x % 1 == 0
-end
-
 -- hold_record unpacks and checks one hold: expires_ms, horizon_ms, held, keep.
 local function hold_record(name, key, v)
   local e, hz, held, keep
   if #v == 32 then
     e, hz, held, keep = sunpack('<dddd', v)
   end
-  if not (e and whole_ms(e) and whole_ms(hz) and e <= hz and held >= 0 and held % 1 == 0 and (keep == 0 or keep == 1)) then
+  -- whole milliseconds from 1 to below 10^14, written out: x % 1 is NaN for an infinity or NaN
+  if not (e and e >= 1 and e <= hz and hz < US_FLOOR and e % 1 == 0 and hz % 1 == 0 and held >= 0
+      and held % 1 == 0 and (keep == 0 or keep == 1)) then
     foreign(name, key, 'hold')
   end
   return e, hz, held, keep
@@ -1199,7 +1195,7 @@ local function hold_read(name, key, id)
   if #m == 16 then
     nxt, untl = sunpack('<dd', m)
   end
-  if not (nxt and whole_ms(nxt) and whole_ms(untl)) then
+  if not (nxt and nxt >= 1 and untl >= 1 and nxt < US_FLOOR and untl < US_FLOOR and nxt % 1 == 0 and untl % 1 == 0) then
     foreign(name, key, 'hold')
   end
   if v[2] then
@@ -1256,6 +1252,9 @@ end
 -- expiring at min(now + ttl, horizon); nxt and untl are the marker's (nil for a key that does
 -- not exist; nxt nil also for one without a live hold). Returns the time until it expires: 0
 -- when the horizon is now (a full bucket gives nothing back): then there is no hold.
+-- The marker is written only when it changes. A horizon past the key's expiry moves it to the
+-- horizon + 1000 ms (the TTL rule's margin): a bucket's horizon grows with every call, and a
+-- PEXPIREAT per call costs about 2.5k instructions (callgrind).
 local function hold_write(key, id, now_ms, ttl, horizon, held, keep, nxt, untl)
   local e = now_ms + ttl
   if e > horizon then
@@ -1267,14 +1266,19 @@ local function hold_write(key, id, now_ms, ttl, horizon, held, keep, nxt, untl)
     end
     return 0
   end
+  local mark = false
   if not nxt or e < nxt then
-    nxt = e
+    nxt, mark = e, true
   end
   local grow = not untl or horizon > untl
   if grow then
-    untl = horizon
+    untl = horizon + 1000
   end
-  rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
+  if mark or grow then
+    rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
+  else
+    rcall('HSET', key, id, spack('<dddd', e, horizon, held, keep))
+  end
   if grow then
     rcall('PEXPIREAT', key, untl)
   end
@@ -1368,7 +1372,9 @@ local function hold_call(name, keys, args, settle)
     elseif dead then
       hold_remove(hkey, dead, nxt, untl, now_ms)
     end
-    return {r[1], r[2], r[3], r[4], r[5], r[6], held, left}
+    -- the limiter's reply, made by decide for this call alone, grows its two integers
+    r[7], r[8] = held, left
+    return r
   end
 
   if not e then
