@@ -131,6 +131,13 @@ func TestFunctions13AndFlags(t *testing.T) {
 		g := group(fixedSlow, 10, 1, 0)
 		hold(t, tg.c, keys, g, "a", 60_000, false) // the replica is found by a key it holds
 		rep := tg.replicaFor(t, keys[0])
+		waitReplicated(t, rep, keys[1])
+		// rl_multi_peek reads a hold group on a replica (FCALL_RO), with every reply
+		n, err := decodeInts(rep.do(rep.c.B().FcallRo().Function("rl_multi_peek").Numkeys(2).Key(keys...).
+			Arg(append(append([]string{}, g...), "hold", "a", "60000", "0", "replies")...).Build()))
+		if err != nil || len(n) != 19 || n[0] != 1 || n[7+6+2] != 1 {
+			t.Fatalf("rl_multi_peek of a held limit on the replica: %v, %v; want the hold's 1 unit", n, err)
+		}
 		for _, c := range []struct {
 			fn   string
 			args []string
