@@ -137,6 +137,21 @@ var (
 
 var acquire, release = &leases{}, &leases{}
 
+// holdOn drives rl_hold on a principal's limiter and its hold key: each call takes one unit
+// under a new hold id (a request's hold), or with add under one id that every call adds to (a
+// stream's next tokens).
+func holdOn(add bool, group []string) func(context.Context, *server, string) (bool, error) {
+	ids := &leases{next: map[string]int{}}
+	return func(ctx context.Context, s *server, key string) (bool, error) {
+		id := "stream"
+		if !add {
+			id = ids.id(key)
+		}
+		args := append(append([]string{}, group...), id, argPeriod, "0")
+		return fcallKeys("rl_hold", keysOf(":lim", ":holds"), args...)(ctx, s, key)
+	}
+}
+
 // calendarArgs is rl_calendar's arguments for hour-long windows with now in the middle one,
 // computed when the benchmark starts (this host's clock is the local server's): the same
 // limit and window length as the fixed window's row.
@@ -191,6 +206,9 @@ var algorithms = []algorithm{
 		append(append([]string{}, fwGroup...), tbGroup...)...), noMemory: true},
 	{name: multi2Block, stat: "fcall", decide: fcallKeys("rl_multi", keysOf(":block", ":fw", ":tb"),
 		append(append([]string{"block", "60000"}, fwGroup...), tbGroup...)...), noMemory: true, since: "1.2.0"},
+	{name: "hold_fixed_window", stat: "fcall", decide: holdOn(false, fwGroup), noMemory: true, since: "1.3.0"},
+	{name: "hold_token_bucket", stat: "fcall", decide: holdOn(false, tbGroup), noMemory: true, since: "1.3.0"},
+	{name: "hold_add_token_bucket", stat: "fcall", decide: holdOn(true, tbGroup), noMemory: true, since: "1.3.0"},
 	{name: "redis_rate", stat: "evalsha", decide: redisRate},
 }
 
@@ -752,11 +770,14 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 	}
 	w("%.2f server µs, %.2fx the %.2f of the three calls.\n", median(m.usec), median(m.usec)/sepUsec, sepUsec)
 	// 1.2.0's targets: a calendar costs at most 5% more than a fixed window, a block group
-	// adds at most 15% to a two-limit rl_multi
+	// adds at most 15% to a two-limit rl_multi; 1.3.0's below
 	for _, c := range []struct {
 		row, base string
 		target    float64
-	}{{"calendar", "fixed_window", 1.05}, {multi2Block, multi2, 1.15}} {
+	}{{"calendar", "fixed_window", 1.05}, {multi2Block, multi2, 1.15},
+		// 1.3.0's: a hold costs at most 1.3x its limiter's plain call
+		{"hold_fixed_window", "fixed_window", 1.3}, {"hold_token_bucket", "token_bucket", 1.3},
+		{"hold_add_token_bucket", "token_bucket", 1.3}} {
 		r, ok := res[c.row]
 		if !ok || len(r.usec) == 0 {
 			continue

@@ -2,10 +2,11 @@
 --[[
 ratelimit: rate-limiting algorithms as one Valkey / Redis Functions library (five textbook
 algorithms and calendar quotas), with the production patterns around them (reserve, refunds,
-concurrency leases, blocks, several limits in one decision).
+concurrency leases, blocks, several limits in one decision, holds that expire).
 
-Release 1.2.0. Contract (major version 1; the full text, every release's, is docs/library.md):
-  * every function but rl_multi takes exactly one key, KEYS[1], which holds all of its state;
+Release 1.3.0. Contract (major version 1; the full text, every release's, is docs/library.md):
+  * every function but rl_multi, rl_hold and rl_hold_settle takes exactly one key, KEYS[1],
+    which holds all of its state (a hold is a limiter's key and its hold key);
   * ARGV numbers are decimal integers, durations are milliseconds, rates are `rate` units per
     `period_ms`, times (a calendar's boundaries) are Unix milliseconds;
   * every limiter, peek, refund, lease and block function replies with six integers:
@@ -43,22 +44,43 @@ Why the arithmetic looks the way it does:
     deletes its key.
 
 State formats are those of 1.0.0, unchanged (a rollback to 1.0.0 keeps every live limiter);
-concurrency leases (1.1.0) and blocks (1.2.0) are the only new state, and a calendar key holds
-a fixed window's.
+concurrency leases (1.1.0), blocks (1.2.0) and hold keys (1.3.0) are the only new state, and a
+calendar key holds a fixed window's.
+
+Portable: what a newer Lua engine may lack (struct, the global unpack) is bound with a fallback
+in bind(), and every number is an integer below 2^53, so the results do not depend on whether
+the engine has a separate integer type.
 ]]
 
-local VERSION = '1.2.0'
+local VERSION = '1.3.0'
 -- The standard libraries are hidden while FUNCTION LOAD runs, and reaching a global from a
 -- function goes through the library's environment (two table lookups and a metatable): bind
 -- the ones used on the hot path to upvalues on the first call.
 local format, find, sub, floor, fmod, min, ceil, rcall, rpcall, concat, spack, sunpack
 local tonumber, type, pcall, error, unpack
+-- A newer Lua engine may lack what Lua 5.1 has (struct, the global unpack): each is looked up
+-- through pcall, since reading an absent global can raise in a server's sandbox, and falls back
+-- on its Lua 5.3 name (string.pack and string.unpack read the same '<d...' formats).
+local function global(name)
+  local ok, v = _G.pcall(function() return _G[name] end)
+  if ok then
+    return v
+  end
+  return nil
+end
+
 local function bind()
   format, find, sub = string.format, string.find, string.sub
   floor, fmod, min, ceil = math.floor, math.fmod, math.min, math.ceil
   rcall, rpcall, concat = redis.call, redis.pcall, table.concat
-  spack, sunpack = struct.pack, struct.unpack
-  tonumber, type, pcall, error, unpack = _G.tonumber, _G.type, _G.pcall, _G.error, _G.unpack
+  local st = global('struct')
+  if st then
+    spack, sunpack = st.pack, st.unpack
+  else
+    spack, sunpack = string.pack, string.unpack
+  end
+  tonumber, type, pcall, error = _G.tonumber, _G.type, _G.pcall, _G.error
+  unpack = global('unpack') or table.unpack
 end
 
 -- 2^53: a product that reaches it may have been rounded (2^53 + 1 rounds to 2^53), so every
@@ -355,12 +377,19 @@ local function fixed_decide(name, key, now, emit, cost, reserve, limit, window)
   return reply(true, limit, limit - count - reserve, 0, count > 0 and reset_ms or 0, 0)
 end
 
+-- window_horizon is how long a fixed or sliding window can give back units taken now: until
+-- the current window ends (see holds below).
+local function window_horizon(now_ms, r, limit, window)
+  return now_ms - fmod(now_ms, window) + window
+end
+
 local fixed_window = {
   name = 'fixed_window',
   args = WINDOW_ARGS,
   parse = window_parser(MAX_INT, false),
   decide = fixed_decide,
   refund = refund_via(fixed_decide),
+  horizon = window_horizon,
 }
 
 --[[
@@ -485,6 +514,7 @@ local sliding_window = {
   parse = window_parser(MAX_INT, true),
   decide = sliding_decide,
   refund = refund_via(sliding_decide),
+  horizon = window_horizon,
 }
 
 --[[
@@ -771,12 +801,19 @@ local function bucket_parser(leaky)
   end
 end
 
+-- bucket_horizon: a bucket gives back units until it would be full (token) or empty (leaky)
+-- again with no other call, which is the reply's reset_after_ms.
+local function bucket_horizon(now_ms, r)
+  return now_ms + r[5]
+end
+
 local token_bucket = {
   name = 'token_bucket',
   args = BUCKET_ARGS,
   parse = bucket_parser(false), -- shape is nil: a token bucket
   decide = bucket_decide,
   refund = refund_via(bucket_decide),
+  horizon = bucket_horizon,
 }
 
 local leaky_bucket = {
@@ -785,6 +822,7 @@ local leaky_bucket = {
   parse = bucket_parser(true),
   decide = bucket_decide,
   refund = refund_via(bucket_decide),
+  horizon = bucket_horizon,
 }
 
 --[[
@@ -940,6 +978,15 @@ local calendar = {
   parse = parse_calendar,
   decide = calendar_decide,
   refund = refund_via(calendar_decide),
+  -- the end of the window that holds now (calendar_decide has refused a now outside them)
+  horizon = function(now_ms, r, limit, b2, b3, outer)
+    if now_ms < b2 then
+      return b2
+    elseif now_ms < b3 then
+      return b3
+    end
+    return outer[2]
+  end,
 }
 
 local ALGORITHMS = {fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, calendar}
@@ -1057,6 +1104,11 @@ rl_multi / rl_multi_peek
   penalty_ms and denies as {0, 0, 0, penalty_ms, penalty_ms, 0}. A block group that does not
   deny is not a limit: it never binds and adds nothing to reset_after_ms. At least one group
   must be a limit.
+  Holds (1.3.0): a group `hold id ttl_ms keep` follows a limit group and names its hold key; the
+  limit's cost is held under id (see hold_call), all or nothing with the rest, and every hold
+  key of the call is swept first. A hold group is not a limit either.
+  An optional last argument `replies` (1.3.0) appends six integers per group, in key order:
+  a limit's own reply, a block's, a hold's {1, 0, held, 0, expires_after_ms, 0}.
 ]]
 local by_name = {}
 local block_group = {name = 'block'}
@@ -1065,13 +1117,374 @@ by_name.block = block_group
 -- Scratch tables reused by every rl_multi call (calls never overlap): a table allocated per
 -- call costs the garbage collector's work besides its own, more than the rest of the parse.
 -- groups holds GROUP slots per group: descriptor, cost, reserve, limit and its 3 parameters
--- (a block group: its descriptor and penalty_ms).
+-- (a block group: its descriptor and penalty_ms; a hold group: its descriptor, id, ttl_ms and
+-- keep).
 local GROUP = 7
 local groups, replies, pending, npending = {}, {}, {}, 0
 local function defer(...)
   npending = npending + 1
   pending[npending] = {...}
 end
+
+--[[
+Holds (1.3.0): units of a limiter taken now under an id, given back when the hold expires
+unless it is settled first (or kept charged, when made so).
+  KEYS[1] -> the limiter's key, its algorithm's own state (a hold takes units as its limiter
+             call does: same bytes, same expiry)
+  KEYS[2] -> the hold key: a hash
+               ''    -> struct.pack('<dd', next_ms, until_ms): next_ms is at or before the
+                        earliest expiry of its holds (a sweep runs when now reaches it),
+                        until_ms the key's expiry, the latest horizon of the holds written
+               <id>  -> struct.pack('<dddd', expires_ms, horizon_ms, held, keep)
+  A hold is live while now < expires_ms = min(now + ttl_ms, horizon_ms) of its last admitted
+  call; horizon_ms is how long the limiter can give its units back (descriptor.horizon). The
+  sweep, run first by every call given the hold key, removes expired holds and gives the units
+  of those with keep 0 back through the algorithm's refund, if it runs before their horizon.
+]]
+local hold_group = {name = 'hold'}
+by_name.hold = hold_group
+local HOLD_ALGORITHMS = 'fixed_window, sliding_window, token_bucket, leaky_bucket or calendar'
+
+-- hold_id validates a holder's id: 1 to 128 bytes (never '', the marker).
+local function hold_id(args, i)
+  local id = args[i]
+  if #id < 1 or #id > MAX_ID then
+    rlerr(format('id must be 1 to %d bytes, got %d', MAX_ID, #id))
+  end
+  return id
+end
+
+local function hold_keep(args, i)
+  local keep = args[i]
+  if keep ~= '0' and keep ~= '1' then
+    rlerr(format("keep must be '0' or '1', got %s", shown(keep)))
+  end
+  return keep == '1' and 1 or 0
+end
+
+-- hold_record unpacks and checks one hold: expires_ms, horizon_ms, held, keep.
+local function hold_record(name, key, v)
+  local e, hz, held, keep
+  if #v == 32 then
+    e, hz, held, keep = sunpack('<dddd', v)
+  end
+  -- whole milliseconds from 1 to below 10^14, written out: x % 1 is NaN for an infinity or NaN
+  if not (e and e >= 1 and e <= hz and hz < US_FLOOR and e % 1 == 0 and hz % 1 == 0 and held >= 0
+      and held % 1 == 0 and (keep == 0 or keep == 1)) then
+    foreign(name, key, 'hold')
+  end
+  return e, hz, held, keep
+end
+
+-- hold_read reads a hold key's marker and id's hold, before anything is written: nil when the
+-- key does not exist, else next_ms, until_ms, then id's expires_ms, horizon_ms, held and keep
+-- (nil when id holds nothing). A hash without the marker is foreign.
+local function hold_read(name, key, id)
+  local v = rpcall('HMGET', key, '', id)
+  if v.err then
+    wrongtype(name, key, v)
+  end
+  local m = v[1]
+  if not m then
+    if v[2] or rcall('EXISTS', key) == 1 then
+      foreign(name, key, 'hold')
+    end
+    return nil
+  end
+  local nxt, untl
+  if #m == 16 then
+    nxt, untl = sunpack('<dd', m)
+  end
+  if not (nxt and nxt >= 1 and untl >= 1 and nxt < US_FLOOR and untl < US_FLOOR and nxt % 1 == 0 and untl % 1 == 0) then
+    foreign(name, key, 'hold')
+  end
+  if v[2] then
+    return nxt, untl, hold_record(name, key, v[2])
+  end
+  return nxt, untl
+end
+
+-- hold_sweep reads every hold of key at now_ms: the units to give back (expired, keep 0,
+-- before their horizon), the expired holds' ids, the earliest expiry of the live ones (nil
+-- for none).
+local function hold_sweep(name, key, now_ms)
+  local all = rcall('HGETALL', key)
+  local give, dead, nxt = 0, {}, nil
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f ~= '' then
+      local e, hz, held, keep = hold_record(name, key, all[i + 1])
+      if e <= now_ms then
+        dead[#dead + 1] = f
+        if keep == 0 and now_ms < hz then
+          give = give + held
+        end
+      elseif not nxt or e < nxt then
+        nxt = e
+      end
+    end
+  end
+  return give, dead, nxt
+end
+
+-- hold_hdel deletes the holds named in ids, in batches (unpack is limited by the C stack).
+local function hold_hdel(key, ids)
+  local n, i = #ids, 1
+  while i <= n do
+    local last = min(n, i + ZADD_BATCH - 1)
+    rcall('HDEL', key, unpack(ids, i, last))
+    i = last + 1
+  end
+end
+
+-- hold_remove deletes the holds named in ids, and the key when no hold is left; otherwise the
+-- marker becomes (nxt, untl), nxt nil meaning "sweep at the next call".
+local function hold_remove(key, ids, nxt, untl, now_ms)
+  hold_hdel(key, ids)
+  if rcall('HLEN', key) <= 1 then
+    rcall('DEL', key)
+  else
+    rcall('HSET', key, '', spack('<dd', nxt or now_ms, untl))
+  end
+end
+
+-- hold_write makes or renews id's hold of `held` units, after the limiter has taken them,
+-- expiring at min(now + ttl, horizon); nxt and untl are the marker's (nil for a key that does
+-- not exist; nxt nil also for one without a live hold). Returns the time until it expires: 0
+-- when the horizon is now (a full bucket gives nothing back): then there is no hold.
+-- The marker is written only when it changes. A horizon past the key's expiry moves it to the
+-- horizon + 1000 ms (the TTL rule's margin): a bucket's horizon grows with every call, and a
+-- PEXPIREAT per call costs about 2.5k instructions (callgrind).
+local function hold_write(key, id, now_ms, ttl, horizon, held, keep, nxt, untl)
+  local e = now_ms + ttl
+  if e > horizon then
+    e = horizon
+  end
+  if e <= now_ms then
+    if untl then
+      hold_remove(key, {id}, nxt, untl, now_ms)
+    end
+    return 0
+  end
+  local mark = false
+  if not nxt or e < nxt then
+    nxt, mark = e, true
+  end
+  local grow = not untl or horizon > untl
+  if grow then
+    untl = horizon + 1000
+  end
+  if mark or grow then
+    rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
+  else
+    rcall('HSET', key, id, spack('<dddd', e, horizon, held, keep))
+  end
+  if grow then
+    rcall('PEXPIREAT', key, untl)
+  end
+  return e - now_ms
+end
+
+-- hold_parse validates a limit group from args[o+1] for a hold: the descriptor, then its cost,
+-- reserve, limit and parameters, then the offset after the group.
+local function hold_parse(name, args, o)
+  local alg = args[o + 1]
+  local d = alg and by_name[alg]
+  if not d then
+    rlerr(format('%s: unknown algorithm %s (%s)', name, alg and shown(alg) or 'missing', HOLD_ALGORITHMS))
+  end
+  if not d.horizon then
+    rlerr(format("%s: algorithm %s cannot be held (%s)", name, shown(alg), HOLD_ALGORITHMS))
+  end
+  if #args < o + 2 + d.nargs then
+    rlerr(format('%s: the group %s takes %d arguments (%s reserve), got %d', name, alg, d.nargs + 1,
+      concat(d.args, ' '), #args - o - 1))
+  end
+  local cost, limit, a, b, c = d.parse(args, o + 1)
+  local reserve = uint(args, o + d.nargs + 2, 'reserve', 0, limit)
+  return d, cost, reserve, limit, a, b, c, o + d.nargs + 2
+end
+
+--[[
+rl_hold / rl_hold_settle
+  KEYS    -> the limiter's key, its hold key (one slot)
+  ARGV    -> rl_hold: a limit group (as rl_multi's: algorithm, its arguments, reserve), then
+               id       1..128 bytes
+               ttl_ms   1..10^11
+               keep     '0': an expired hold's units are given back; '1': they stay charged
+             rl_hold_settle: a limit group whose cost is the actual amount, then id
+  rl_hold takes cost under id (a new hold, or more for a live one, renewed); rl_hold_settle
+  gives back held - actual, or takes actual - held as far as the limit has room, and removes
+  the hold. Both reply the limiter's six integers, then held and expires_after_ms (settle: -1
+  when id had no live hold, and then nothing is charged).
+]]
+local function hold_call(name, keys, args, settle)
+  if #keys ~= 2 then
+    rlerr(format("%s takes exactly 2 keys (the limiter's and its hold key), got %d", name, #keys))
+  end
+  local key, hkey = keys[1], keys[2]
+  if key == hkey then
+    rlerr(format('%s: key %s is given twice', name, shown(key)))
+  end
+  local d, cost, reserve, limit, a, b, c, o = hold_parse(name, args, 0)
+  local want = o + (settle and 1 or 3)
+  if #args ~= want then
+    rlerr(format('%s takes %d arguments (the %s group, then %s), got %d', name, want, d.name,
+      settle and 'id' or 'id ttl_ms keep', #args))
+  end
+  local id = hold_id(args, o + 1)
+  local ttl, keep
+  if not settle then
+    ttl = uint(args, o + 2, 'ttl_ms', 1, MAX_DURATION_MS)
+    keep = hold_keep(args, o + 3)
+  end
+  local t = rcall('TIME')
+  local now = t[1] * 1000000 + t[2]
+  local now_ms = floor(now / 1000)
+  local nxt, untl, e, hz, held = hold_read(name, hkey, id)
+  local dead
+  if nxt and nxt <= now_ms then
+    local give
+    give, dead, nxt = hold_sweep(name, hkey, now_ms)
+    if give > 0 then
+      d.refund(name, key, now, give, limit, a, b, c)
+    end
+  end
+  if e and e <= now_ms then
+    e, held = nil, 0 -- expired: swept above
+  end
+  if not e then
+    held = 0
+  end
+
+  if not settle then
+    local r = d.decide(name, key, now, rcall, cost, reserve, limit, a, b, c)
+    local left = e and e - now_ms or 0
+    if r[1] == 1 and (cost > 0 or e) then
+      if dead then
+        hold_hdel(hkey, dead)
+      end
+      held = held + cost
+      left = hold_write(hkey, id, now_ms, ttl, d.horizon(now_ms, r, limit, a, b, c), held, keep, nxt, untl)
+      if left == 0 then
+        held = 0
+      end
+    elseif dead then
+      hold_remove(hkey, dead, nxt, untl, now_ms)
+    end
+    -- the limiter's reply, made by decide for this call alone, grows its two integers
+    r[7], r[8] = held, left
+    return r
+  end
+
+  if not e then
+    if dead then
+      hold_remove(hkey, dead, nxt, untl, now_ms)
+    end
+    local p = d.decide(name, key, now, nil, 0, reserve, limit, a, b, c)
+    return {0, p[2], p[3], 0, p[5], 0, 0, -1}
+  end
+  local charged = cost
+  if cost < held then
+    d.refund(name, key, now, held - cost, limit, a, b, c)
+  elseif cost > held then
+    local r = d.decide(name, key, now, rcall, cost - held, reserve, limit, a, b, c)
+    if r[1] == 0 then
+      -- the extra does not fit: take what does
+      charged = held
+      local room = r[3]
+      if room > 0 and d.decide(name, key, now, rcall, room, reserve, limit, a, b, c)[1] == 1 then
+        charged = held + room
+      end
+    end
+  end
+  local ids = dead or {}
+  ids[#ids + 1] = id
+  hold_remove(hkey, ids, nxt, untl, now_ms)
+  local p = d.decide(name, key, now, nil, 0, reserve, limit, a, b, c)
+  return {charged == cost and 1 or 0, p[2], p[3], 0, p[5], 0, charged, 0}
+end
+
+-- hold_prepare reads every hold group's hold key before rl_multi decides, and (write) sweeps
+-- it: expired holds' units are given back to the limit the group follows before the decision,
+-- after every limit and block of the call has been checked as its peek checks it, so that a
+-- foreign key refuses the call before anything is written. Returns one state per hold group.
+local function hold_prepare(name, keys, nkeys, now, write)
+  local now_ms = floor(now / 1000)
+  local hs, give = {}, false
+  for i = 1, nkeys do
+    local g = (i - 1) * GROUP
+    if groups[g + 1] == hold_group then
+      local st = {}
+      st.nxt, st.untl, st.e, st.hz, st.held = hold_read(name, keys[i], groups[g + 2])
+      if write and st.nxt and st.nxt <= now_ms then
+        st.give, st.dead, st.nxt = hold_sweep(name, keys[i], now_ms)
+        if st.give > 0 then
+          give = true
+        end
+      end
+      if not st.e or st.e <= now_ms then
+        st.e, st.held = nil, 0
+      end
+      hs[i] = st
+    end
+  end
+  if give then
+    for i = 1, nkeys do
+      local g = (i - 1) * GROUP
+      local d = groups[g + 1]
+      if d == block_group then
+        block_until(name, keys[i])
+      elseif d ~= hold_group then
+        d.decide(name, keys[i], now, nil, groups[g + 2], groups[g + 3], groups[g + 4], groups[g + 5],
+          groups[g + 6], groups[g + 7])
+      end
+    end
+    for i = 1, nkeys do
+      local st = hs[i]
+      if st and st.give and st.give > 0 then
+        local g = (i - 2) * GROUP
+        groups[g + 1].refund(name, keys[i - 1], now, st.give, groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
+      end
+    end
+  end
+  return hs
+end
+
+-- hold_finish writes every hold group's hold after the decision: when it admitted (write), the
+-- cost of the limit before it is added and the hold renewed; else only the sweep's removals.
+-- Each hold group's reply becomes {1, 0, held, 0, expires_after_ms, 0}.
+local function hold_finish(keys, nkeys, now, hs, write, allowed)
+  local now_ms = floor(now / 1000)
+  for i = 1, nkeys do
+    local st = hs[i]
+    if st then
+      local g = (i - 1) * GROUP
+      local held, left = st.held, st.e and st.e - now_ms or 0
+      if write then
+        local lg = g - GROUP
+        local cost = groups[lg + 2]
+        if allowed and (cost > 0 or st.e) then
+          if st.dead then
+            hold_hdel(keys[i], st.dead)
+          end
+          held = held + cost
+          left = hold_write(keys[i], groups[g + 2], now_ms, groups[g + 3],
+            groups[lg + 1].horizon(now_ms, replies[i - 1], groups[lg + 4], groups[lg + 5], groups[lg + 6], groups[lg + 7]),
+            held, groups[g + 4], st.nxt, st.untl)
+          if left == 0 then
+            held = 0
+          end
+        elseif st.dead then
+          hold_remove(keys[i], st.dead, st.nxt, st.untl, now_ms)
+        end
+      end
+      replies[i] = {1, 0, held, 0, left, 0}
+    end
+  end
+end
+
+local UNBLOCKED = {1, 0, 0, 0, 0, 0}
 
 local function multi_call(name, keys, args, write)
   local nkeys = #keys
@@ -1086,7 +1499,7 @@ local function multi_call(name, keys, args, write)
     end
   end
   -- parse every group before deciding anything
-  local o, nblocks = 0, 0
+  local o, nblocks, nholds = 0, 0, 0
   for i = 1, nkeys do
     local alg = args[o + 1]
     local d = alg and by_name[alg]
@@ -1095,7 +1508,7 @@ local function multi_call(name, keys, args, write)
       if not alg then
         rlerr(format('%s: group %d (key %d) is missing: %d keys take %d groups', name, i, i, nkeys, nkeys))
       end
-      rlerr(format("%s: group %d: unknown algorithm %s (fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, calendar or block)", name, i, shown(alg)))
+      rlerr(format("%s: group %d: unknown algorithm %s (fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, calendar, block or hold)", name, i, shown(alg)))
     end
     local g = (i - 1) * GROUP
     if d == block_group then
@@ -1107,6 +1520,20 @@ local function multi_call(name, keys, args, write)
       groups[g + 1], groups[g + 2] = d, uint(args, o + 2, 'penalty_ms', 0, MAX_DURATION_MS)
       nblocks = nblocks + 1
       o = o + 2
+    elseif d == hold_group then
+      if #args < o + 4 then
+        group_i = nil
+        rlerr(format('%s: group %d (hold) takes 3 arguments (id ttl_ms keep), got %d', name, i, #args - o - 1))
+      end
+      group_i, group_alg, group_fn = i, alg, name
+      local prev = i > 1 and groups[g - GROUP + 1]
+      if not (prev and prev.horizon) then
+        rlerr(format('a hold group follows the limit group it holds (%s)', HOLD_ALGORITHMS))
+      end
+      groups[g + 1], groups[g + 2] = d, hold_id(args, o + 2)
+      groups[g + 3], groups[g + 4] = uint(args, o + 3, 'ttl_ms', 1, MAX_DURATION_MS), hold_keep(args, o + 4)
+      nholds = nholds + 1
+      o = o + 4
     else
       if #args < o + 2 + d.nargs then
         group_i = nil
@@ -1122,8 +1549,14 @@ local function multi_call(name, keys, args, write)
     end
   end
   group_i = nil
+  local all = false
   if #args ~= o then
-    rlerr(format('%s: %d groups take %d arguments, got %d', name, nkeys, o, #args))
+    -- the one optional argument after the groups (1.3.0): every group's reply
+    if #args == o + 1 and args[o + 1] == 'replies' then
+      all = true
+    else
+      rlerr(format('%s: %d groups take %d arguments, or %d with replies, got %d', name, nkeys, o, o + 1, #args))
+    end
   end
   if nblocks == nkeys then
     rlerr(format('%s: every group is a block: a decision needs at least one limit', name))
@@ -1138,7 +1571,11 @@ local function multi_call(name, keys, args, write)
   local bind_i, bind, allowed = 0, nil, true
   local reset, delay = 0, 0
   local penalize = false
-  if nblocks == 0 then
+  local hs
+  if nholds > 0 then
+    hs = hold_prepare(name, keys, nkeys, now, write)
+  end
+  if nblocks == 0 and nholds == 0 then
     -- no block: the binding limit is chosen as the replies come (the hot path of a multi)
     for i = 1, nkeys do
       local g = (i - 1) * GROUP
@@ -1176,6 +1613,8 @@ local function multi_call(name, keys, args, write)
         else
           replies[i] = false -- not a limit: never binds, adds nothing to reset_after_ms
         end
+      elseif d == hold_group then
+        replies[i] = false -- not a limit either
       else
         local r = d.decide(name, keys[i], now, emit, groups[g + 2], groups[g + 3], groups[g + 4],
           groups[g + 5], groups[g + 6], groups[g + 7])
@@ -1250,11 +1689,23 @@ local function multi_call(name, keys, args, write)
         if r and r[1] == 1 and groups[g + 2] > 0 then
           r = groups[g + 1].decide(name, keys[i], now, nil, groups[g + 2], groups[g + 3],
             groups[g + 4], groups[g + 5], groups[g + 6], groups[g + 7])
+          replies[i] = r
         end
         if r and r[5] > reset then
           reset = r[5]
         end
       end
+    end
+  end
+  if hs then
+    hold_finish(keys, nkeys, now, hs, write, allowed)
+  end
+  local out = {bind[1], bind[2], bind[3], bind[4], reset, delay, bind_i}
+  if all then
+    for i = 1, nkeys do
+      local r = replies[i] or UNBLOCKED
+      local k = 1 + i * 6
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = r[1], r[2], r[3], r[4], r[5], r[6]
     end
   end
   -- drop the references, so that the scratch tables keep no state alive between calls
@@ -1265,7 +1716,7 @@ local function multi_call(name, keys, args, write)
     replies[i] = nil
   end
   npending = 0
-  return {bind[1], bind[2], bind[3], bind[4], reset, delay, bind_i}
+  return out
 end
 
 --[[
@@ -1551,6 +2002,14 @@ redis.register_function{
   function_name = 'rl_block_peek',
   callback = guarded('rl_block_peek', function(keys, args) return block_peek('rl_block_peek', keys, args) end),
   flags = {'no-writes'},
+}
+redis.register_function{
+  function_name = 'rl_hold',
+  callback = guarded('rl_hold', function(keys, args) return hold_call('rl_hold', keys, args, false) end),
+}
+redis.register_function{
+  function_name = 'rl_hold_settle',
+  callback = guarded('rl_hold_settle', function(keys, args) return hold_call('rl_hold_settle', keys, args, true) end),
 }
 redis.register_function{
   function_name = 'rl_version',
