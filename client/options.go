@@ -119,7 +119,7 @@ type Options struct {
 	// (nil): slog.Default() at the time of the line; slog.New(slog.DiscardHandler) silences it.
 	Logger *slog.Logger
 
-	// LoadLibrary lets the Limiter load the library it embeds (the functions package) onto a
+	// LoadLibrary lets the Limiter load the newest library release it embeds (versions) onto a
 	// node that answers it has none: a primary that joined the cluster, or replaced a dead
 	// one, after the last rlfn deploy. At most once per node and 10 seconds, in the
 	// background (the call that found it goes to the Fallback as always), with FUNCTION LOAD

@@ -9,13 +9,14 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // selfload.go: Options.LoadLibrary. A node that answers "no such function" (a primary that
 // joined or replaced a dead one after the last deploy) has its keys decided by the Fallback
 // until someone loads the library; a service that may (its user has FUNCTION LOAD) can do it
-// itself, with the library it was built with. Only onto a node that has none: FUNCTION LOAD
+// itself, with the newest release it was built with (never the working copy, which may be a
+// release in the making that no deploy would install). Only onto a node that has none: FUNCTION LOAD
 // without REPLACE fails on one that has a library, whatever it is, so a release deployed
 // meanwhile, newer or older, is never replaced. Never on the decision path: the call that
 // found the node goes to the Fallback, and the load runs in the background.
@@ -29,7 +30,7 @@ type selfLoader struct {
 }
 
 func newSelfLoader() *selfLoader {
-	return &selfLoader{code: functions.Source, last: map[*breaker]int64{}}
+	return &selfLoader{code: versions.Embedded().Latest().Code, last: map[*breaker]int64{}}
 }
 
 // loadLibrary loads the library onto br's node in the background, unless LoadLibrary is off,

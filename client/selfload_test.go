@@ -11,7 +11,7 @@ import (
 	"go.uber.org/mock/gomock"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // With Options.LoadLibrary, a node that answers it has no library is sent exactly FUNCTION
@@ -41,7 +41,7 @@ func TestLoadLibrarySendsFunctionLoad(t *testing.T) {
 			if !on {
 				t.Fatalf("LoadLibrary off sent %v", got[:2])
 			}
-			if want := []string{"FUNCTION", "LOAD", functions.Source}; !slices.Equal(got, want) {
+			if want := []string{"FUNCTION", "LOAD", versions.Embedded().Latest().Code}; !slices.Equal(got, want) {
 				t.Errorf("sent %q..., want FUNCTION LOAD <source>, without REPLACE", got[:min(len(got), 3)])
 			}
 		case <-time.After(map[bool]time.Duration{false: 300 * time.Millisecond, true: 5 * time.Second}[on]):

@@ -12,7 +12,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/versions"
 	"github.com/rlfn/rlfn/internal/harness"
 )
 
@@ -111,8 +111,8 @@ func TestLoadLibrary(t *testing.T) {
 	if !strings.Contains(got, "event=library_loaded") || !strings.Contains(got, "node="+s.Addr) || !strings.Contains(got, "rlfn deploy") {
 		t.Errorf("the log does not say what was loaded where:\n%s", got)
 	}
-	if library() != functions.Source {
-		t.Fatal("the library on the node is not the embedded one")
+	if library() != versions.Embedded().Latest().Code {
+		t.Fatal("the library on the node is not the newest embedded release")
 	}
 	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Source != client.FromServer {
 		t.Errorf("after the load: %+v, %v", res, err)
