@@ -189,7 +189,7 @@ func TestObservability(t *testing.T) {
 	}
 
 	run("quiet", 12, false)
-	run("hot", 15, true) // RlfnLimitNearCeiling needs 10 minutes, and 5 for its rate to see the phase alone
+	run("hot", 15, true)                // RlfnLimitNearCeiling needs 10 minutes, and 5 for its rate to see the phase alone
 	if err := s.Stop(ctx); err != nil { // kill -9: no shutdown
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
-	"github.com/rlfn/rlfn/versions"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/versions"
 )
 
 // syncBuffer is a log's output, safe for the Limiter's goroutines.
