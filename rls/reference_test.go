@@ -323,6 +323,8 @@ func TestReferenceSideBySide(t *testing.T) {
 				// Envoy's own limit for a descriptor (a limit override).
 				{request("cmp", override(desc("user", "ov"), 3, pb.RateLimitResponse_RateLimit_HOUR)), 4},
 				{request("cmp", override(desc("nothing", "ov"), 2, pb.RateLimitResponse_RateLimit_MINUTE)), 3},
+				// On a domain no configuration has, the override is ignored with the rest.
+				{request("other", override(desc("user", "ov"), 10, pb.RateLimitResponse_RateLimit_DAY)), 2},
 				// An override of 0, as a configuration's limit of 0 (0 hits first: the
 				// reference counts the refused ones).
 				{request("cmp", override(hits(desc("user", "ov0"), 0), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 1},

@@ -1,7 +1,9 @@
 package rls
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -169,6 +171,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
+	}
+	// protojson adds spaces at random (differing between builds, so that no one depends on
+	// its output's bytes): compacted, the body is the same from every build, as documented.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err == nil {
+		out = compact.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -43,13 +44,14 @@ func newApp(stderr io.Writer) *cli.App {
 		Writer:    stderr,
 		// Errors are returned to run, never exit here, so tests run the app in-process.
 		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageError,
 		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
 		// of one flag in the environment are separated by semicolons instead.
 		SliceFlagSeparator: ";",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
-			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
+			&cli.StringSliceFlag{Name: "config", EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "required: a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
@@ -78,6 +80,10 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	if len(c.StringSlice("config")) == 0 {
+		// Checked here, not by the flag's Required, which prints the whole help.
+		return errors.New("--config is required: a configuration file or directory")
+	}
 	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
 	cfg, err := files.Load()
 	if err != nil {
@@ -99,6 +105,10 @@ func serve(c *cli.Context) error {
 		domain, pol, err := parsePolicy(p)
 		if err != nil {
 			return fmt.Errorf("--policy %q: %w", p, err)
+		}
+		if !cfg.HasDomain(domain) {
+			// A misspelt domain would leave the one meant on --fallback, silently.
+			return fmt.Errorf("--policy %q: no configuration has the domain %q (it has %s)", p, domain, strings.Join(slices.Sorted(slices.Values(cfg.Domains())), ", "))
 		}
 		policies[domain] = pol
 	}
