@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -89,6 +90,9 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// Reflection lets grpcurl, ghz and Postman call the service by hand with no .proto files
+	// or protoset: it serves the descriptors already compiled into the binary.
+	reflection.Register(s.grpc)
 	s.setServing(false)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
