@@ -45,6 +45,8 @@ func newApp(stderr io.Writer) *cli.App {
 		// Errors are returned to run, never exit here, so tests run the app in-process.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
+		// envoyproxy/ratelimit's own variables, for a Deployment made for it (env.go).
+		Before: applyReferenceEnv,
 		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
 		// of one flag in the environment are separated by semicolons instead.
 		SliceFlagSeparator: ";",
@@ -80,6 +82,7 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	logReferenceEnv(c, log)
 	if len(c.StringSlice("config")) == 0 {
 		// Checked here, not by the flag's Required, which prints the whole help.
 		return errors.New("--config is required: a configuration file or directory")
