@@ -96,6 +96,12 @@ func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServi
 // referenceServer is referenceService that also returns the base URL of its HTTP listener.
 func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
+	return referenceWithEnv(t, b, config)
+}
+
+// referenceWithEnv is referenceServer with more variables of its environment (which win).
+func referenceWithEnv(t testing.TB, b *backend, config string, extra ...string) (pb.RateLimitServiceClient, string) {
+	t.Helper()
 	bin := reference.Bin(t)
 	root := t.TempDir()
 	cfgDir := filepath.Join(root, "ratelimit", "config")
@@ -120,6 +126,7 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
 		"EXPIRATION_JITTER_MAX_SECONDS=0",
 	)
+	cmd.Env = append(cmd.Env, extra...)
 	return startProcess(t, "the reference", cmd, fmt.Sprint("127.0.0.1:", ports[1])), fmt.Sprint("http://127.0.0.1:", ports[0])
 }
 
