@@ -3,6 +3,7 @@ package rls
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -39,6 +41,8 @@ type ServerOptions struct {
 	// spread over replicas added since. Defaults (0): 24h and 1h, as the reference's
 	// GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// TLS, when set, is the gRPC listener's (see ServerTLS); the HTTP listener stays plain.
+	TLS *tls.Config
 	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
 	Metrics http.Handler
 	Log     *slog.Logger
@@ -86,8 +90,12 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{svc: svc, o: o, sem: make(chan struct{}, o.MaxInFlight), health: health.NewServer(), stop: make(chan struct{})}
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.bound),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace})}
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// Reflection lets grpcurl, ghz and Postman call the service by hand with no .proto files

@@ -13,6 +13,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/rlfn/rlfn/internal/envoyconf"
@@ -31,6 +32,8 @@ type XDS struct {
 	Node *corev3.Node
 	// DialOptions are the connection's (its credentials first).
 	DialOptions []grpc.DialOption
+	// Headers are sent with the stream (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	Headers map[string]string
 	// Merge lets several resources add to one domain (MERGE_DOMAIN_CONFIG).
 	Merge bool
 	// Backoff between reconnections, reset by each configuration received: from Initial,
@@ -76,7 +79,7 @@ func (x XDS) stream(ctx context.Context, svc *Service, m *Metrics, log *slog.Log
 		return false, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(x.Headers)))
 	defer cancel()
 	c := sotw.NewADSClient(ctx, x.Node, resource.RateLimitConfigType)
 	if err := c.InitConnect(conn); err != nil {
