@@ -5,79 +5,25 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/envoyconf/reference"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
 
 // egNode is the node Envoy Gateway's control plane serves the rate limit configuration to.
 const egNode = "envoy-ratelimit"
-
-// xdsServer is a go-control-plane management server on loopback, as Envoy Gateway runs one,
-// serving RateLimitConfig snapshots to egNode.
-type xdsServer struct {
-	cache   cachev3.SnapshotCache
-	addr    string
-	version int
-	stop    func()
-}
-
-func startXDS(t testing.TB) *xdsServer {
-	t.Helper()
-	x := &xdsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), addr: "127.0.0.1:0"}
-	x.start(t)
-	t.Cleanup(func() { x.stop() })
-	return x
-}
-
-// start serves on x.addr (the same port again after stop).
-func (x *xdsServer) start(t testing.TB) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	g := grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, x.cache, nil))
-	l, err := net.Listen("tcp", x.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x.addr = l.Addr().String()
-	go func() { _ = g.Serve(l) }()
-	x.stop = func() { cancel(); g.Stop() }
-}
-
-// set serves configs as the whole configuration, a new version.
-func (x *xdsServer) set(t testing.TB, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	x.version++
-	var rs []types.Resource
-	for _, c := range configs {
-		rs = append(rs, c)
-	}
-	snap, err := cachev3.NewSnapshot(fmt.Sprint(x.version), map[resource.Type][]types.Resource{resource.RateLimitConfigType: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cache.SetSnapshot(context.Background(), egNode, snap); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // egConfig is the RateLimitConfig Envoy Gateway generates for a BackendTrafficPolicy with a
 // global limit of n an hour per distinct x-user-id on the route first-route of the listener
@@ -124,9 +70,9 @@ func waitLimit(t *testing.T, ask func(*pb.RateLimitRequest) (*pb.RateLimitRespon
 func TestXDSSideBySide(t *testing.T) {
 	reference.Bin(t)
 	b := backends(t)[0]
-	x := startXDS(t)
-	x.set(t, egConfig(5))
-	ref, _ := referenceWithEnv(t, b, "", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+x.addr,
+	x := harness.StartXDS(t, egNode, nil)
+	x.Set(t, egConfig(5))
+	ref, _ := referenceWithEnv(t, b, "", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+x.Addr,
 		"CONFIG_GRPC_XDS_NODE_ID="+egNode, "FORCE_START_WITHOUT_INITIAL_CONFIG=true")
 	askRef := func(req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -137,7 +83,7 @@ func TestXDSSideBySide(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- rls.XDS{Server: x.addr, Node: &corev3.Node{Id: egNode}, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		done <- rls.XDS{Server: x.Addr, Node: &corev3.Node{Id: egNode}, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 			Initial: 50 * time.Millisecond, Max: time.Second}.Run(ctx, ours.svc, nil, nil)
 	}()
 	defer func() {
@@ -157,7 +103,7 @@ func TestXDSSideBySide(t *testing.T) {
 	}
 	compare(t, ref, ours, steps)
 
-	x.set(t, egConfig(2))
+	x.Set(t, egConfig(2))
 	took := waitLimit(t, ours.call, 2)
 	t.Logf("rlfn-rls served the pushed configuration %v after it was set", took)
 	waitLimit(t, askRef, 2)
@@ -185,14 +131,14 @@ func (b *syncBuffer) String() string {
 // A configuration that does not load is refused, logged, and the previous one still applies;
 // the next good one is taken. A management server that goes away is reconnected to.
 func TestXDSBadConfigAndReconnect(t *testing.T) {
-	x := startXDS(t)
-	x.set(t, egConfig(5))
+	x := harness.StartXDS(t, egNode, nil)
+	x.Set(t, egConfig(5))
 	svc := rls.NewService(func(string) *client.Limiter { return nil }, nil, rls.Options{})
 	var log syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		_ = rls.XDS{Server: x.addr, Node: &corev3.Node{Id: egNode}, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		_ = rls.XDS{Server: x.Addr, Node: &corev3.Node{Id: egNode}, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 			Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond}.Run(ctx, svc, nil, slog.New(slog.NewJSONHandler(&log, nil)))
 	}()
 	waitFor := func(what string, ok func() bool) {
@@ -208,7 +154,7 @@ func TestXDSBadConfigAndReconnect(t *testing.T) {
 
 	bad := egConfig(5)
 	bad.Descriptors[0].Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
-	x.set(t, bad)
+	x.Set(t, bad)
 	waitFor("the bad configuration refused", func() bool { return strings.Contains(log.String(), "does not load") })
 	if svc.Config() != good {
 		t.Fatal("a configuration that does not load replaced the good one")
@@ -218,19 +164,19 @@ func TestXDSBadConfigAndReconnect(t *testing.T) {
 	}
 	second := egConfig(5)
 	second.Name, second.Domain = "second-listener", "second-listener"
-	x.set(t, egConfig(5), second)
+	x.Set(t, egConfig(5), second)
 	waitFor("the next good configuration", func() bool { return svc.Config().HasDomain("second-listener") })
 
 	// The server goes away and comes back on the same address, with a new configuration:
 	// the client reconnects and takes it; meanwhile the last one applies.
-	x.stop()
+	x.Stop()
 	waitFor("the loss of the server logged", func() bool { return strings.Contains(log.String(), "not reachable") })
 	if !svc.Config().HasDomain("second-listener") {
 		t.Fatal("the configuration was dropped with the connection")
 	}
 	third := egConfig(5)
 	third.Name, third.Domain = "third-listener", "third-listener"
-	x.set(t, third)
-	x.start(t)
+	x.Set(t, third)
+	x.Start(t)
 	waitFor("the configuration after reconnecting", func() bool { return svc.Config().HasDomain("third-listener") })
 }

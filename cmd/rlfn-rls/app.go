@@ -22,6 +22,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/envoyconf"
 	"github.com/rlfn/rlfn/internal/serverurl"
 	"github.com/rlfn/rlfn/rls"
 )
@@ -50,7 +51,7 @@ func newApp(stderr io.Writer) *cli.App {
 		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
 		// of one flag in the environment are separated by semicolons instead.
 		SliceFlagSeparator: ";",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
 			&cli.StringSliceFlag{Name: "config", EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "required: a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
@@ -71,7 +72,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "check-every", Value: 5 * time.Second, EnvVars: []string{"RLFN_RLS_CHECK_EVERY"}, Usage: "how often health checks the library's version on every primary"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15 * time.Second, EnvVars: []string{"RLFN_RLS_SHUTDOWN_TIMEOUT"}, Usage: "how long SIGTERM waits for the requests being decided"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		},
+		}, extraFlags()...),
 		Action: serve,
 	}
 }
@@ -83,14 +84,20 @@ func serve(c *cli.Context) error {
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
 	logReferenceEnv(c, log)
-	if len(c.StringSlice("config")) == 0 {
-		// Checked here, not by the flag's Required, which prints the whole help.
-		return errors.New("--config is required: a configuration file or directory")
-	}
-	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
-	cfg, err := files.Load()
+	xds, err := xdsSource(c)
 	if err != nil {
 		return err
+	}
+	if len(c.StringSlice("config")) == 0 && xds == nil {
+		// Checked here, not by the flag's Required, which prints the whole help.
+		return errors.New("--config is required: a configuration file or directory (or --xds-server)")
+	}
+	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
+	var cfg *envoyconf.Config // with xDS, none until the first arrives
+	if xds == nil {
+		if cfg, err = files.Load(); err != nil {
+			return err
+		}
 	}
 	if err := checkNumbers(c); err != nil {
 		return err
@@ -109,7 +116,7 @@ func serve(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("--policy %q: %w", p, err)
 		}
-		if !cfg.HasDomain(domain) {
+		if cfg != nil && !cfg.HasDomain(domain) {
 			// A misspelt domain would leave the one meant on --fallback, silently.
 			return fmt.Errorf("--policy %q: no configuration has the domain %q (it has %s)", p, domain, strings.Join(slices.Sorted(slices.Values(cfg.Domains())), ", "))
 		}
@@ -125,6 +132,10 @@ func serve(c *cli.Context) error {
 		if err := serverurl.TrustCA(&opt, file, "--tls-ca"); err != nil {
 			return err
 		}
+	}
+	grpcTLS, err := serverTLS(c, log)
+	if err != nil {
+		return err
 	}
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
@@ -156,9 +167,10 @@ func serve(c *cli.Context) error {
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight:      c.Int("max-in-flight"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
-		Check:            func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
+		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc) },
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		TLS:              grpcTLS,
 		Log:              log,
 	})
 	g, err := net.Listen("tcp", c.String("grpc"))
@@ -175,11 +187,18 @@ func serve(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	go func() {
-		if err := rls.Watch(ctx, files, svc, metrics, log, 200*time.Millisecond); err != nil {
+		if xds != nil {
+			_ = xds.Run(ctx, svc, metrics, log)
+		} else if err := rls.Watch(ctx, files, svc, metrics, log, 200*time.Millisecond); err != nil {
 			log.Error("configuration reload stopped", "err", err)
 		}
 	}()
-	attrs := []any{"grpc", g.Addr().String(), "domains", len(cfg.Domains())}
+	attrs := []any{"grpc", g.Addr().String()}
+	if cfg != nil {
+		attrs = append(attrs, "domains", len(cfg.Domains()))
+	} else {
+		attrs = append(attrs, "xds", xds.Server, "node", xds.Node.Id)
+	}
 	if h != nil {
 		attrs = append(attrs, "http", h.Addr().String())
 	}

@@ -161,8 +161,19 @@ func (r *envReader) listeners() {
 	}
 	tlsVars := []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}
 	if r.bool("GRPC_SERVER_USE_TLS", false) {
-		v, _ := r.get("GRPC_SERVER_USE_TLS")
-		r.refuse("GRPC_SERVER_USE_TLS", v, "rlfn-rls does not serve TLS on its gRPC listener yet: put a TLS proxy (a mesh sidecar) in front, or leave it false")
+		for v, flag := range map[string]string{"GRPC_SERVER_TLS_CERT": "grpc-tls-cert", "GRPC_SERVER_TLS_KEY": "grpc-tls-key",
+			"GRPC_CLIENT_TLS_CACERT": "grpc-tls-client-ca", "GRPC_CLIENT_TLS_SAN": "grpc-tls-client-san"} {
+			if value, ok := r.get(v); ok && value != "" {
+				r.flag(v, value, flag, value)
+			}
+		}
+		cert, _ := r.get("GRPC_SERVER_TLS_CERT")
+		key, _ := r.get("GRPC_SERVER_TLS_KEY")
+		if cert == "" || key == "" {
+			r.refuse("GRPC_SERVER_USE_TLS", "true", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		} else {
+			r.note("GRPC_SERVER_USE_TLS", "true", "TLS on the gRPC listener, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)")
+		}
 	} else {
 		r.noted("without GRPC_SERVER_USE_TLS, unused (as by the reference)", tlsVars...)
 	}
@@ -184,19 +195,77 @@ func (r *envReader) listeners() {
 
 func (r *envReader) config() {
 	typ, _ := r.get("CONFIG_TYPE")
-	switch strings.ToUpper(typ) {
-	case "", "FILE":
-	case "GRPC_XDS_SOTW":
-		r.refuse("CONFIG_TYPE", typ, "rlfn-rls has no xDS configuration client yet: use FILE (a ConfigMap mounted at RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)")
-	default:
-		r.refuse("CONFIG_TYPE", typ, "not FILE or GRPC_XDS_SOTW")
-	}
-	r.noted("unused with CONFIG_TYPE FILE (as by the reference)",
-		"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
+	xdsVars := []string{"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
 		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
 		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
-		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}
+	runtimeVars := []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}
+	switch strings.ToUpper(typ) {
+	case "", "FILE":
+		r.noted("unused with CONFIG_TYPE FILE (as by the reference)", xdsVars...)
+		r.files()
+	case "GRPC_XDS_SOTW":
+		r.noted("unused with CONFIG_TYPE GRPC_XDS_SOTW (as by the reference)", runtimeVars...)
+		r.xds()
+	default:
+		r.refuse("CONFIG_TYPE", typ, "not FILE or GRPC_XDS_SOTW")
+	}
+	if r.bool("MERGE_DOMAIN_CONFIG", false) {
+		r.flag("MERGE_DOMAIN_CONFIG", "true", "merge-domains", "true")
+	}
+}
+
+func (r *envReader) xds() {
+	server, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL")
+	if !ok {
+		server = "localhost:18000" // the reference's default
+	}
+	r.flag("CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL", "GRPC_XDS_SOTW,"+server, "xds-server", server)
+	for v, flag := range map[string]string{"CONFIG_GRPC_XDS_NODE_ID": "xds-node", "CONFIG_GRPC_XDS_NODE_METADATA": "xds-node-metadata",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds-headers", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds-max-message"} {
+		if value, ok := r.get(v); ok && value != "" {
+			r.effects = append(r.effects, envEffect{Var: v + "=" + shown(v, value), Flag: flag, Value: value})
+		}
+	}
+	for v, flag := range map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "xds-backoff-initial", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "xds-backoff-max"} {
+		if value, ok := r.get(v); ok {
+			if d, err := time.ParseDuration(value); err != nil || d <= 0 {
+				r.refuse(v, value, "not a positive duration")
+			} else {
+				r.flag(v, value, flag, value)
+			}
+		}
+	}
+	random, set := r.get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+	if !r.bool("XDS_CLIENT_BACKOFF_JITTER", true) {
+		r.flag("XDS_CLIENT_BACKOFF_JITTER", "false", "xds-backoff-random", "0")
+	} else if set {
+		if f, err := strconv.ParseFloat(random, 64); err != nil || f < 0 || f >= 1 {
+			r.refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "not a fraction from 0 up to 1")
+		} else {
+			r.flag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "xds-backoff-random", random)
+		}
+	}
+	tlsVars := map[string]string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "xds-tls-cert", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "xds-tls-key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "xds-tls-ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds-tls-server-name"}
+	if r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		r.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "xds-tls", "true")
+		for v, flag := range tlsVars {
+			if value, ok := r.get(v); ok && value != "" {
+				r.flag(v, value, flag, value)
+			}
+		}
+	} else {
+		for v := range tlsVars {
+			r.noted("unused without CONFIG_GRPC_XDS_SERVER_USE_TLS (as by the reference)", v)
+		}
+	}
+	r.noted("reconnections wait XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling to XDS_CLIENT_BACKOFF_MAX_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	r.noted("rlfn-rls always starts without a configuration, NOT_SERVING until the first one arrives over xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+}
+
+func (r *envReader) files() {
 	// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
 	root, rootSet := r.get("RUNTIME_ROOT")
 	sub, subSet := r.get("RUNTIME_SUBDIRECTORY")
@@ -212,9 +281,6 @@ func (r *envReader) config() {
 		r.flag("RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY", dir, "config", dir)
 	}
 	r.noted("rlfn-rls never reads dot files, and watches the directory it reads (a ConfigMap's ..data swap included)", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT")
-	if r.bool("MERGE_DOMAIN_CONFIG", false) {
-		r.flag("MERGE_DOMAIN_CONFIG", "true", "merge-domains", "true")
-	}
 }
 
 func (r *envReader) redis() {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,8 +17,11 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/rlfn/rlfn/internal/harness"
 )
 
 func lookupIn(env map[string]string) func(string) (string, bool) {
@@ -62,6 +67,22 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID=n", "REDIS_AUTH=xxxxx"},
 		},
 		{
+			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
+				"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy"},
+			flags: map[string]string{"grpc-tls-cert": "/c/tls.crt", "grpc-tls-key": "/c/tls.key", "grpc-tls-client-ca": "/c/ca.crt", "grpc-tls-client-san": "envoy"},
+			notes: []string{"GRPC_SERVER_USE_TLS=true"},
+		},
+		{
+			env:   map[string]string{"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt"},
+			notes: []string{"GRPC_CLIENT_TLS_CACERT=/c/ca.crt"},
+		},
+		{
+			env: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a", "XDS_CLIENT_BACKOFF_JITTER": "false",
+				"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "RUNTIME_ROOT": "/data"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-node-metadata": "zone=a", "xds-backoff-random": "0", "xds-backoff-initial": "1s"},
+			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
+		},
+		{
 			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
 			err: strings.Join([]string{
 				`$GRPC_UDS="/tmp/s": rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT`,
@@ -74,9 +95,10 @@ func TestReferenceEnv(t *testing.T) {
 			}, "\n"),
 		},
 		{
-			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "a:1,b:2", "REDIS_AUTH": "secret", "LOG_LEVEL": "loud", "PORT": "http"},
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "a:1,b:2", "REDIS_AUTH": "secret", "LOG_LEVEL": "loud", "PORT": "http", "GRPC_SERVER_USE_TLS": "true"},
 			err: strings.Join([]string{
 				`$PORT="http": not a port number`,
+				`$GRPC_SERVER_USE_TLS="true": needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`,
 				`$LOG_LEVEL="loud": not one of trace, debug, info, warn, error, fatal, panic`,
 				`$REDIS_URL="a:1,b:2": REDIS_TYPE single takes one host:port`,
 			}, "\n"),
@@ -112,28 +134,28 @@ func TestReferenceEnv(t *testing.T) {
 	}
 }
 
-// envoyGatewayEnv is the environment Envoy Gateway gives the reference's Deployment
-// (its rendering of the rate limit Deployment, with a Redis at redisURL), but for the
-// listeners' hosts and ports, on loopback here.
-func envoyGatewayEnv(redisURL, root string, ports []int) map[string]string {
+// envoyGatewayEnv is the environment Envoy Gateway gives the reference's Deployment (its
+// rendering of the rate limit Deployment), for a Redis at redisURL, an xDS server at xds
+// and its certificates in certs (mounted at /certs there), the listeners on loopback here.
+func envoyGatewayEnv(redisURL, xds, certs string, ports []int) map[string]string {
 	return map[string]string{
-		"RUNTIME_ROOT":                       root,
+		"RUNTIME_ROOT":                       "/data",
 		"RUNTIME_SUBDIRECTORY":               "ratelimit",
 		"RUNTIME_IGNOREDOTFILES":             "true",
 		"RUNTIME_WATCH_ROOT":                 "false",
 		"LOG_LEVEL":                          "info",
 		"USE_STATSD":                         "false",
 		"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
-		"CONFIG_GRPC_XDS_SERVER_URL":         "envoy-gateway:18001",
+		"CONFIG_GRPC_XDS_SERVER_URL":         xds,
 		"CONFIG_GRPC_XDS_NODE_ID":            "envoy-ratelimit",
 		"GRPC_SERVER_USE_TLS":                "true",
-		"GRPC_SERVER_TLS_CERT":               "/certs/tls.crt",
-		"GRPC_SERVER_TLS_KEY":                "/certs/tls.key",
-		"GRPC_SERVER_TLS_CA_CERT":            "/certs/ca.crt",
+		"GRPC_SERVER_TLS_CERT":               filepath.Join(certs, "tls.crt"),
+		"GRPC_SERVER_TLS_KEY":                filepath.Join(certs, "tls.key"),
+		"GRPC_SERVER_TLS_CA_CERT":            filepath.Join(certs, "ca.crt"),
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS":     "true",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    "/certs/tls.crt",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     "/certs/tls.key",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  "/certs/ca.crt",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    filepath.Join(certs, "tls.crt"),
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     filepath.Join(certs, "tls.key"),
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  filepath.Join(certs, "ca.crt"),
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 		"REDIS_SOCKET_TYPE":                  "tcp",
 		"REDIS_URL":                          redisURL,
@@ -147,20 +169,32 @@ func envoyGatewayEnv(redisURL, root string, ports []int) map[string]string {
 	}
 }
 
-// Started with nothing but Envoy Gateway's environment for the reference, rlfn-rls says
-// what it cannot do yet (the xDS source, TLS on its listener), one line each; with those
-// two as a file-configured Deployment has them, it serves on the reference's variables
-// alone: Redis, listeners, configuration directory.
+// Started with nothing but the environment Envoy Gateway gives the reference's Deployment
+// (certificates, Redis, listeners on loopback here), rlfn-rls takes its configuration from an
+// xDS server over mutual TLS, as Envoy Gateway's control plane serves it, is NOT_SERVING
+// until the first arrives, then serves Envoy over TLS with that configuration; its log says
+// what each variable did.
 func TestEnvoyGatewayEnv(t *testing.T) {
 	url, _, _ := startStalled(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+	ca, err := harness.NewTLS()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(fmt.Sprintf(policyConfig, "eg")), 0o644); err != nil {
+	certs := t.TempDir()
+	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Envoy Gateway's control plane asks its clients for a certificate.
+	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
 		t.Fatal(err)
 	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(ca.CAPEM)
+	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: clientCAs, ClientAuth: tls.RequireAndVerifyClientCert})
+
 	var ports []int
 	var held []net.Listener
 	for range 2 {
@@ -171,19 +205,10 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 		held = append(held, l)
 	}
-	env := envoyGatewayEnv(strings.TrimPrefix(url, "redis://"), root, ports)
+	env := envoyGatewayEnv(strings.TrimPrefix(url, "redis://"), xds.Addr, certs, ports)
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	var stderr bytes.Buffer
-	if code := run([]string{"rlfn-rls"}, &stderr); code != 1 ||
-		!strings.Contains(stderr.String(), `$GRPC_SERVER_USE_TLS="true": rlfn-rls does not serve TLS`) ||
-		!strings.Contains(stderr.String(), `$CONFIG_TYPE="GRPC_XDS_SOTW": rlfn-rls has no xDS configuration client yet`) {
-		t.Fatalf("exit %d:\n%s", code, stderr.String())
-	}
-
-	t.Setenv("CONFIG_TYPE", "FILE")
-	t.Setenv("GRPC_SERVER_USE_TLS", "false")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out syncBuffer
@@ -193,32 +218,49 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 		l.Close()
 	}
 	go func() { done <- newApp(&out).RunContext(ctx, []string{"rlfn-rls", "--check-every", "100ms"}) }()
-	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	health := func() int {
+		resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitHealth := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); health() != want; time.Sleep(50 * time.Millisecond) {
+			select {
+			case err := <-done:
+				t.Fatalf("the app ended: %v\n%s", err, out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("health never %d\n%s", want, out.String())
+			}
+		}
+	}
+	// Serving HTTP, and the backend answering, but no configuration yet.
+	waitHealth(http.StatusServiceUnavailable)
+	time.Sleep(300 * time.Millisecond)
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("health %d before any configuration", code)
+	}
+	xds.Set(t, &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+		Key: "first-route", Value: "first-route",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 5, Unit: rlsconfv3.RateLimitUnit_HOUR}}},
+	}}})
+	waitHealth(http.StatusOK)
+
+	// Envoy, as Envoy Gateway configures it, speaks TLS to the service.
+	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	c := pb.NewRateLimitServiceClient(conn)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the app ended: %v\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never healthy: %v\n%s", err, out.String())
-		}
-	}
-	req := &pb.RateLimitRequest{Domain: "eg", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	resp, err := c.ShouldRateLimit(ctx, req)
-	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 9 {
+	req := &pb.RateLimitRequest{Domain: "first-listener", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{
+		{Key: "first-route", Value: "first-route"}, {Key: "rule-0-match-0", Value: "user-1"}}}}}
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
 		t.Fatalf("%v %v", resp, err)
 	}
 	cancel()
