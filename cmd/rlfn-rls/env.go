@@ -328,6 +328,7 @@ func (r *envReader) redis() {
 	}
 	typ, _ := r.get("REDIS_TYPE")
 	nodes := strings.Split(addrs, ",")
+	var sentinelQuery url.Values
 	switch strings.ToUpper(typ) {
 	case "", "SINGLE":
 		if len(nodes) > 1 {
@@ -337,13 +338,25 @@ func (r *envReader) redis() {
 	case "CLUSTER":
 		// valkey-go finds the whole cluster from one node: the others are spares at start.
 	case "SENTINEL":
-		r.refuse("REDIS_TYPE", typ, "rlfn-rls does not follow a Sentinel yet: give the primary's host:port with REDIS_TYPE single")
-		return
+		// The reference's form: the set's name, then the Sentinels.
+		if len(nodes) < 2 {
+			r.refuse("REDIS_URL", addrs, "REDIS_TYPE sentinel takes the set's name then the Sentinels: mymaster,host:port,...")
+			return
+		}
+		set := nodes[0]
+		nodes = nodes[1:]
+		q := url.Values{"master_set": {set}}
+		for _, n := range nodes[1:] {
+			q.Add("addr", strings.TrimSpace(n))
+		}
+		sentinelQuery = q
 	default:
 		r.refuse("REDIS_TYPE", typ, "not single, sentinel or cluster")
 		return
 	}
-	r.noted("unused without REDIS_TYPE sentinel", "REDIS_SENTINEL_AUTH")
+	if sentinelQuery == nil {
+		r.noted("unused without REDIS_TYPE sentinel", "REDIS_SENTINEL_AUTH")
+	}
 	host := strings.TrimSpace(nodes[0])
 	if _, _, err := net.SplitHostPort(host); err != nil {
 		r.refuse("REDIS_URL", addrs, "not host:port")
@@ -367,6 +380,15 @@ func (r *envReader) redis() {
 			u.User = url.UserPassword("", auth)
 		}
 		redacted = u.Redacted()
+	}
+	if sentinelQuery != nil {
+		u.RawQuery = sentinelQuery.Encode()
+		redacted = u.Redacted()
+		if auth, ok := r.get("REDIS_SENTINEL_AUTH"); ok && auth != "" {
+			sentinelQuery.Set("sentinel_password", auth)
+			u.RawQuery = sentinelQuery.Encode()
+			redacted += "&sentinel_password=xxxxx"
+		}
 	}
 	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: redacted})
 }

@@ -53,6 +53,10 @@ func TestReferenceEnv(t *testing.T) {
 			flags: map[string]string{"url": "rediss://user:pw@a:7000", "tls-ca": "/ca.pem"},
 		},
 		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "secret"},
+			flags: map[string]string{"url": "redis://:pw@s1:26379?addr=s2%3A26379&master_set=mymaster&sentinel_password=secret"},
+		},
+		{
 			env:   map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false", "MERGE_DOMAIN_CONFIG": "true"},
 			flags: map[string]string{"config": "/data/ratelimit/config", "merge-domains": "true"},
 			notes: []string{"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false"},
