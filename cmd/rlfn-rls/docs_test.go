@@ -156,7 +156,8 @@ func TestDocsJSON(t *testing.T) {
 	h.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := startApp(t, ctx, "--url", url, "--config", "../../docs/envoy/ratelimit.yaml", "--http", addr)
+	// A deadline for a loaded machine: the test checks the body, not the speed.
+	a := startApp(t, ctx, "--url", url, "--config", "../../docs/envoy/ratelimit.yaml", "--http", addr, "--deadline", "5s")
 	resp, err := http.Post("http://"+addr+"/json", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

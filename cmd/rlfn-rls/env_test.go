@@ -221,7 +221,9 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 	for _, l := range held {
 		l.Close()
 	}
-	go func() { done <- newApp(&out).RunContext(ctx, []string{"rlfn-rls", "--check-every", "100ms"}) }()
+	go func() {
+		done <- newApp(&out).RunContext(ctx, []string{"rlfn-rls", "--check-every", "100ms", "--deadline", "5s"})
+	}()
 	health := func() int {
 		resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
 		if err != nil {
