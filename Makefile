@@ -34,6 +34,8 @@ test: images lint ## every test, against Valkey 8, Redis 7.0 and a Valkey cluste
 	@# -p 1: one package at a time. The chaos and failure tests bound latencies on 2 cores; a
 	@# package starting its clusters beside them stalled a healthy shard's call past its deadline.
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
+	@# The Helm chart's test is a module of its own (Helm's and Kubernetes' dependencies).
+	cd deploy/helm && $(GO) test -count=1 ./...
 
 fuzz: images ## explore the argument validation on a real server
 	@# a failing fuzz worker exits without cleaning up: remove the harness's containers after

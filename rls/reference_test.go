@@ -96,6 +96,12 @@ func referenceService(t testing.TB, b *backend, config string) pb.RateLimitServi
 // referenceServer is referenceService that also returns the base URL of its HTTP listener.
 func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
+	return referenceWithEnv(t, b, config)
+}
+
+// referenceWithEnv is referenceServer with more variables of its environment (which win).
+func referenceWithEnv(t testing.TB, b *backend, config string, extra ...string) (pb.RateLimitServiceClient, string) {
+	t.Helper()
 	bin := reference.Bin(t)
 	root := t.TempDir()
 	cfgDir := filepath.Join(root, "ratelimit", "config")
@@ -120,6 +126,7 @@ func referenceServer(t testing.TB, b *backend, config string) (pb.RateLimitServi
 		fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
 		"EXPIRATION_JITTER_MAX_SECONDS=0",
 	)
+	cmd.Env = append(cmd.Env, extra...)
 	return startProcess(t, "the reference", cmd, fmt.Sprint("127.0.0.1:", ports[1])), fmt.Sprint("http://127.0.0.1:", ports[0])
 }
 
@@ -323,6 +330,8 @@ func TestReferenceSideBySide(t *testing.T) {
 				// Envoy's own limit for a descriptor (a limit override).
 				{request("cmp", override(desc("user", "ov"), 3, pb.RateLimitResponse_RateLimit_HOUR)), 4},
 				{request("cmp", override(desc("nothing", "ov"), 2, pb.RateLimitResponse_RateLimit_MINUTE)), 3},
+				// On a domain no configuration has, the override is ignored with the rest.
+				{request("other", override(desc("user", "ov"), 10, pb.RateLimitResponse_RateLimit_DAY)), 2},
 				// An override of 0, as a configuration's limit of 0 (0 hits first: the
 				// reference counts the refused ones).
 				{request("cmp", override(hits(desc("user", "ov0"), 0), 0, pb.RateLimitResponse_RateLimit_MINUTE)), 1},

@@ -1,7 +1,10 @@
 package rls
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,9 +16,11 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -36,6 +41,8 @@ type ServerOptions struct {
 	// spread over replicas added since. Defaults (0): 24h and 1h, as the reference's
 	// GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// TLS, when set, is the gRPC listener's (see ServerTLS); the HTTP listener stays plain.
+	TLS *tls.Config
 	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
 	Metrics http.Handler
 	Log     *slog.Logger
@@ -87,10 +94,17 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	// whole or decoded (RESOURCE_EXHAUSTED): decoding 100,000 descriptors costs the process
 	// more than deciding every other caller's requests meanwhile. Within it, Options'
 	// MaxDescriptors and the others bound the work.
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(maxJSON),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(maxJSON),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace})}
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// Reflection lets grpcurl, ghz and Postman call the service by hand with no .proto files
+	// or protoset: it serves the descriptors already compiled into the binary.
+	reflection.Register(s.grpc)
 	s.setServing(false)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
@@ -173,6 +187,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
+	}
+	// protojson adds spaces at random (differing between builds, so that no one depends on
+	// its output's bytes): compacted, the body is the same from every build, as documented.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err == nil {
+		out = compact.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {

@@ -292,8 +292,10 @@ func (s *Service) plan(cfg *envoyconf.Config, req *pb.RateLimitRequest, d *rlv3.
 		entries[i] = envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	var shared []string
-	if o := d.GetLimit(); o != nil {
-		// Envoy's per-descriptor override: a fixed window, as the reference reads it.
+	if o := d.GetLimit(); o != nil && cfg.HasDomain(req.Domain) {
+		// Envoy's per-descriptor override: a fixed window, as the reference reads it. On a
+		// domain no configuration has, the reference ignores it with the whole request (OK,
+		// no limit): so does rlfn.
 		rl, err := envoyconf.Override(req.Domain, entries, o.GetRequestsPerUnit(), envoyconf.Unit(o.GetUnit()), int64(o.GetUnitMultiplier().GetValue()))
 		if err != nil {
 			return nil, err

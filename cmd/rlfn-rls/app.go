@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/deployer"
+	"github.com/rlfn/rlfn/internal/envoyconf"
 	"github.com/rlfn/rlfn/internal/serverurl"
 	"github.com/rlfn/rlfn/rls"
 	"github.com/rlfn/rlfn/versions"
@@ -46,13 +48,16 @@ func newApp(stderr io.Writer) *cli.App {
 		Writer:    stderr,
 		// Errors are returned to run, never exit here, so tests run the app in-process.
 		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageError,
+		// envoyproxy/ratelimit's own variables, for a Deployment made for it (env.go).
+		Before: applyReferenceEnv,
 		// A --policy holds commas (domain:fallback=fail_open,deadline=50ms): several values
 		// of one flag in the environment are separated by semicolons instead.
 		SliceFlagSeparator: ";",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
-			&cli.StringSliceFlag{Name: "config", Required: true, EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
+			&cli.StringSliceFlag{Name: "config", EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "required: a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
@@ -75,7 +80,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "reconcile", EnvVars: []string{"RLFN_RLS_RECONCILE"}, Usage: "keep the newest library release this binary embeds on every primary, as rlfn reconcile does, every second (its user needs deployer.ReconcileACLRules)"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: rls.DefaultNearLimitRatio, EnvVars: []string{"RLFN_RLS_NEAR_LIMIT_RATIO"}, Usage: "share of a limit past which admitted hits count in rlfn_rls_near_limit_total (the reference's NEAR_LIMIT_RATIO), above 0 and at most 1"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		},
+		}, extraFlags()...),
 		Action: serve,
 	}
 }
@@ -86,10 +91,21 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
-	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
-	cfg, err := files.Load()
+	logReferenceEnv(c, log)
+	xds, err := xdsSource(c)
 	if err != nil {
 		return err
+	}
+	if len(c.StringSlice("config")) == 0 && xds == nil {
+		// Checked here, not by the flag's Required, which prints the whole help.
+		return errors.New("--config is required: a configuration file or directory (or --xds-server)")
+	}
+	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
+	var cfg *envoyconf.Config // with xDS, none until the first arrives
+	if xds == nil {
+		if cfg, err = files.Load(); err != nil {
+			return err
+		}
 	}
 	if err := checkNumbers(c); err != nil {
 		return err
@@ -108,6 +124,10 @@ func serve(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("--policy %q: %w", p, err)
 		}
+		if cfg != nil && !cfg.HasDomain(domain) {
+			// A misspelt domain would leave the one meant on --fallback, silently.
+			return fmt.Errorf("--policy %q: no configuration has the domain %q (it has %s)", p, domain, strings.Join(slices.Sorted(slices.Values(cfg.Domains())), ", "))
+		}
 		policies[domain] = pol
 	}
 	opt, err := serverurl.Parse(c.String("url"))
@@ -120,6 +140,10 @@ func serve(c *cli.Context) error {
 		if err := serverurl.TrustCA(&opt, file, "--tls-ca"); err != nil {
 			return err
 		}
+	}
+	grpcTLS, err := serverTLS(c, log)
+	if err != nil {
+		return err
 	}
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
@@ -156,9 +180,10 @@ func serve(c *cli.Context) error {
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight:      c.Int("max-in-flight"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
-		Check:            func(ctx context.Context) error { return limiters.Check(ctx, svc.Config().Needs()) },
+		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc) },
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		TLS:              grpcTLS,
 		Log:              log,
 	})
 	g, err := net.Listen("tcp", c.String("grpc"))
@@ -175,7 +200,9 @@ func serve(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	go func() {
-		if err := rls.Watch(ctx, files, svc, metrics, log, 200*time.Millisecond); err != nil {
+		if xds != nil {
+			_ = xds.Run(ctx, svc, metrics, log)
+		} else if err := rls.Watch(ctx, files, svc, metrics, log, 200*time.Millisecond); err != nil {
 			log.Error("configuration reload stopped", "err", err)
 		}
 	}()
@@ -190,7 +217,12 @@ func serve(c *cli.Context) error {
 		}
 		defer func() { stop(); <-stopped }()
 	}
-	attrs := []any{"grpc", g.Addr().String(), "domains", len(cfg.Domains())}
+	attrs := []any{"grpc", g.Addr().String()}
+	if cfg != nil {
+		attrs = append(attrs, "domains", len(cfg.Domains()))
+	} else {
+		attrs = append(attrs, "xds", xds.Server, "node", xds.Node.Id)
+	}
 	if h != nil {
 		attrs = append(attrs, "http", h.Addr().String())
 	}

@@ -49,7 +49,7 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--url", "http://x"}, "the scheme must be redis, valkey, rediss or valkeys"},
 		{[]string{"--config", good, "--url", "127.0.0.1:7442"}, `URL "127.0.0.1:7442" has no scheme: write redis://HOST:PORT`},
 		{[]string{"--config", good, "--log-level", "loud"}, "--log-level"},
-		{[]string{}, `Required flag "config" not set`},
+		{[]string{}, "--config is required: a configuration file or directory"},
 		// Numbers the service cannot use, refused by their flag's name rather than taken
 		// for a default or named by the client's option.
 		{[]string{"--config", good, "--max-in-flight", "-1"}, "--max-in-flight -1: must be 1 or more"},
@@ -63,13 +63,20 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--check-every", "0s"}, "--check-every 0s: must be more than 0"},
 		{[]string{"--config", good, "--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s: must be more than 0"},
 		{[]string{"--config", good, "--max-connection-age", "-1s"}, "--max-connection-age -1s: must be more than 0"},
-		{[]string{"--config", good, "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--config", good, "--bogus"}, "flag provided but not defined: -bogus (see rlfn-rls --help)"},
+		// A value its flag cannot parse: one line and the reason, not "parse error" and the help.
+		{[]string{"--config", good, "--deadline", "100"}, `--deadline "100": missing unit in duration "100"; write a duration with its unit`},
+		{[]string{"--config", good, "--max-in-flight", "x"}, `--max-in-flight "x": not a whole number`},
+		{[]string{"--config", good, "--shadow-mode=maybe"}, `--shadow-mode="maybe": not true or false`},
+		// A policy for a domain no file has (a misspelling) would leave the domain meant on
+		// --fallback.
+		{[]string{"--config", good, "--policy", "e:fallback=fail_closed"}, `--policy "e:fallback=fail_closed": no configuration has the domain "e" (it has d)`},
 		// No server at start (port 1 on loopback refuses at once): said, the password not.
 		{[]string{"--config", good, "--url", "redis://u:secret@127.0.0.1:1"}, "connecting to redis://u:xxxxx@127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"rlfn-rls"}, tc.args...), &stderr)
-		if code != 1 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "secret") {
+		if code != 1 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "secret") || strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -126,5 +132,47 @@ func TestDocsServiceConfig(t *testing.T) {
 	}
 	if len(seen.StringSlice("config")) != 1 || seen.Int("instances") != 3 {
 		t.Fatalf("parsed %v", seen.FlagNames())
+	}
+}
+
+// The quick start's curl, sent to the command serving docs/envoy/ratelimit.yaml, gets the
+// response envoy.md shows, byte for byte but for the seconds until the window's end.
+func TestDocsJSON(t *testing.T) {
+	md, err := os.ReadFile("../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)curl -s -XPOST 127\.0\.0\.1:8080/json \\\n  -d '([^']*)'\n([^\n]*)\n`).FindSubmatch(md)
+	if m == nil {
+		t.Fatal("no curl of /json in envoy.md")
+	}
+	body, want := m[1], string(m[2])
+	url, _, _ := startStalled(t)
+	h, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := h.Addr().String()
+	h.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A deadline for a loaded machine: the test checks the body, not the speed.
+	a := startApp(t, ctx, "--url", url, "--config", "../../docs/envoy/ratelimit.yaml", "--http", addr, "--deadline", "5s")
+	resp, err := http.Post("http://"+addr+"/json", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seconds := regexp.MustCompile(`"durationUntilReset":"\d+s"`)
+	if resp.StatusCode != http.StatusOK || seconds.ReplaceAllString(string(got), "") != seconds.ReplaceAllString(want, "") {
+		t.Fatalf("HTTP %d\n%s\nenvoy.md shows\n%s", resp.StatusCode, got, want)
+	}
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
 }

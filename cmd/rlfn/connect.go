@@ -51,6 +51,14 @@ func clientOption(c *cli.Context) (valkey.ClientOption, error) {
 			return opt, err
 		}
 	}
+	if set := opt.Sentinel.MasterSet; set != "" {
+		// The commands talk to nodes one by one: to the primary the Sentinels name now.
+		ctx, cancel := context.WithTimeout(c.Context, timeout)
+		defer cancel()
+		if opt, err = serverurl.Primary(ctx, opt); err != nil {
+			return opt, fmt.Errorf("the Sentinels name no primary for %q: %w", set, err)
+		}
+	}
 	return opt, nil
 }
 

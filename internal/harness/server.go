@@ -223,9 +223,16 @@ func startServer(ctx context.Context, sp spec) (*Server, error) {
 }
 
 func runContainer(ctx context.Context, image string, cmd []string, port int, tlsFiles *TLS) (*Server, error) {
-	var files []testcontainers.ContainerFile
+	// Both Valkey ("... connections tcp") and Redis log this.
+	return runContainerReady(ctx, image, cmd, port, tlsFiles, "Ready to accept connections")
+}
+
+// runContainerReady is runContainer for a server that logs ready once ready, with files
+// copied into its container.
+func runContainerReady(ctx context.Context, image string, cmd []string, port int, tlsFiles *TLS, ready string, extra ...testcontainers.ContainerFile) (*Server, error) {
+	files := extra
 	if tlsFiles != nil {
-		files = tlsFiles.files()
+		files = append(files, tlsFiles.files()...)
 	}
 	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
@@ -236,8 +243,7 @@ func runContainer(ctx context.Context, image string, cmd []string, port int, tls
 			// Host networking: the server binds 127.0.0.1:port on the host,
 			// so test traffic never touches a bridge address.
 			HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
-			// Both Valkey ("... connections tcp") and Redis log this.
-			WaitingFor: wait.ForLog("Ready to accept connections").
+			WaitingFor: wait.ForLog(ready).
 				WithStartupTimeout(30 * time.Second),
 			AlwaysPullImage: false, // there is no registry; Require checked the image
 		},

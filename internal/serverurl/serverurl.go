@@ -4,6 +4,7 @@
 package serverurl
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -31,8 +33,16 @@ func knownOpaque(raw string) bool {
 	return ok && slices.Contains([]string{"redis", "valkey", "rediss", "valkeys"}, strings.ToLower(scheme))
 }
 
-// Params are the query parameters of valkey-go's URLs that are passed on.
-var Params = []string{"db", "dial_timeout", "write_timeout", "skip_verify", "protocol", "client_cache", "max_retries", "client_name"}
+// Params are the query parameters of valkey-go's URLs that are passed on, and Sentinel's:
+// master_set (valkey-go's: the host is then a Sentinel, and the primary is the one it names
+// for that set), addr (more Sentinels, with master_set), and sentinel_user and
+// sentinel_password (the Sentinels' own credentials, when they differ from the primary's).
+var Params = []string{"db", "dial_timeout", "write_timeout", "skip_verify", "protocol", "client_cache", "max_retries", "client_name",
+	"master_set", "addr", "sentinel_user", "sentinel_password"}
+
+// sentinelRefresh is how often a Sentinel client asks the Sentinels for the primary, beside
+// their +switch-master events: one missed event would otherwise bind it to a demoted node.
+const sentinelRefresh = 5 * time.Second
 
 // Parse turns a redis://, valkey://, rediss:// or valkeys:// URL
 // (user:password@host:port[/db], TLS for the "s" schemes) into client options for any one
@@ -68,7 +78,7 @@ func Parse(raw string) (valkey.ClientOption, error) {
 	if u.Fragment != "" || (u.User == nil && mayHoldPassword) {
 		return valkey.ClientOption{}, errors.New(ErrPassword)
 	}
-	safe := u.Redacted()
+	safe := redacted(u)
 	switch u.Scheme {
 	case "redis", "valkey", "rediss", "valkeys":
 	case "":
@@ -84,11 +94,14 @@ func Parse(raw string) (valkey.ClientOption, error) {
 			return valkey.ClientOption{}, fmt.Errorf("URL %q: port %q is not a port", safe, u.Port())
 		}
 	}
-	for k := range u.Query() {
+	q := u.Query()
+	for k := range q {
 		switch k {
-		case "master_set", "addr":
-			// Sentinel, or more seeds: any one node finds every other.
-			return valkey.ClientOption{}, fmt.Errorf("URL %q: unknown parameter %q: the URL of any one node finds the others itself, not %s=", safe, k, k)
+		case "addr", "sentinel_user", "sentinel_password":
+			if !q.Has("master_set") {
+				// More seeds: any one node of a cluster finds every other.
+				return valkey.ClientOption{}, fmt.Errorf("URL %q: %s= names more Sentinels, or their credentials: it needs master_set= (the URL of any one node of a cluster finds the others itself)", safe, k)
+			}
 		}
 		if !slices.Contains(Params, k) {
 			// A typo (dial_timout) must not be dropped without a word.
@@ -101,21 +114,81 @@ func Parse(raw string) (valkey.ClientOption, error) {
 		u.Path, u.RawPath = "", ""
 		raw = u.String()
 	}
+	if q.Has("sentinel_user") || q.Has("sentinel_password") {
+		// Not valkey-go's: taken here, and kept out of its URL.
+		q.Del("sentinel_user")
+		q.Del("sentinel_password")
+		v := *u
+		v.RawQuery = q.Encode()
+		raw = v.String()
+	}
 	opt, err := valkey.ParseURL(raw)
 	if err != nil {
 		return valkey.ClientOption{}, fmt.Errorf("URL %q: %v", safe, err)
 	}
 	opt.DisableCache = true
+	if opt.Sentinel.MasterSet != "" {
+		// The Sentinels speak TLS when the primary does.
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+		opt.Sentinel.Username = u.Query().Get("sentinel_user")
+		opt.Sentinel.Password = u.Query().Get("sentinel_password")
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	} else if q.Has("master_set") {
+		return valkey.ClientOption{}, fmt.Errorf("URL %q: master_set= is empty", safe)
+	}
 	return opt, nil
 }
 
-// Redact is the URL without its password, for messages.
+// redacted is u without its passwords: the user's, and the Sentinels'.
+func redacted(u *url.URL) string {
+	q := u.Query()
+	if !q.Has("sentinel_password") {
+		return u.Redacted()
+	}
+	q.Set("sentinel_password", "xxxxx")
+	v := *u
+	v.RawQuery = q.Encode()
+	return v.Redacted()
+}
+
+// Primary resolves a Sentinel's URL options to the primary its Sentinels name now, for the
+// commands that talk to nodes one by one (rlfn deploy, status): the first Sentinel that
+// answers names it. Options without master_set are returned as they are.
+func Primary(ctx context.Context, opt valkey.ClientOption) (valkey.ClientOption, error) {
+	set := opt.Sentinel.MasterSet
+	if set == "" {
+		return opt, nil
+	}
+	var errs []error
+	for _, addr := range opt.InitAddress {
+		s, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true,
+			Dialer: opt.Dialer, ConnWriteTimeout: opt.ConnWriteTimeout, TLSConfig: opt.Sentinel.TLSConfig,
+			Username: opt.Sentinel.Username, Password: opt.Sentinel.Password})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("Sentinel %s: %w", addr, err))
+			continue
+		}
+		hostPort, err := s.Do(ctx, s.B().SentinelGetMasterAddrByName().Master(set).Build()).AsStrSlice()
+		s.Close()
+		if err != nil || len(hostPort) != 2 {
+			errs = append(errs, fmt.Errorf("Sentinel %s: no primary for %q: %v", addr, set, err))
+			continue
+		}
+		primary := opt
+		primary.InitAddress = []string{net.JoinHostPort(hostPort[0], hostPort[1])}
+		primary.Sentinel = valkey.SentinelOption{}
+		return primary, nil
+	}
+	return opt, errors.Join(errs...)
+}
+
+// Redact is the URL without its passwords, for messages.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "the --url"
 	}
-	return u.Redacted()
+	return redacted(u)
 }
 
 // redactErr drops the URL from a *url.Error, keeping what is wrong with it.

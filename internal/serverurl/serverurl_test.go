@@ -41,8 +41,12 @@ func TestParseURL(t *testing.T) {
 		{give: "redis://u:hunter2@h:1?bogus=1", wantErr: `"redis://u:xxxxx@h:1?bogus=1": unknown parameter "bogus"`},
 		{give: "redis://u:p@127.0.0.1:6379?dial_timeout=1s&db=3", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p", wantDB: 3},
 		{give: "redis://u:hunter2@127.0.0.1:6379?dial_timout=1s", wantErr: `unknown parameter "dial_timout"; there are db, dial_timeout,`},
-		{give: "redis://127.0.0.1:26379?master_set=mymaster", wantErr: `unknown parameter "master_set": the URL of any one node finds the others itself, not master_set=`},
-		{give: "redis://127.0.0.1:7001?addr=127.0.0.1:7002", wantErr: "finds the others itself, not addr="},
+		// Sentinel: the host is a Sentinel (valkey-go's master_set).
+		{give: "redis://127.0.0.1:26379?master_set=mymaster", wantAddr: "127.0.0.1:26379"},
+		{give: "redis://127.0.0.1:26379?master_set=", wantErr: "master_set= is empty"},
+		{give: "redis://127.0.0.1:7001?addr=127.0.0.1:7002", wantErr: "addr= names more Sentinels, or their credentials: it needs master_set="},
+		{give: "redis://127.0.0.1:7001?sentinel_password=hunter2", wantErr: "sentinel_password= names more Sentinels"},
+		{give: "redis://u:hunter2@h:1?master_set=m&sentinel_password=hunter2&bogus=1", wantErr: `unknown parameter "bogus"`},
 		{give: "redis://u:p@127.0.0.1:6379/", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p"},
 		{give: "redis://u:s3cr%23et@127.0.0.1:6379", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr#et"},
 		{give: "redis://u:s3cr%2Fet%3F@127.0.0.1:6379/1", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr/et?", wantDB: 1},
@@ -90,5 +94,27 @@ func TestParseURL(t *testing.T) {
 				t.Error("client-side caching left on")
 			}
 		})
+	}
+}
+
+// A Sentinel's URL: every Sentinel, the set, the Sentinels' own credentials apart from the
+// primary's, TLS for both, and no password in its redacted form.
+func TestParseSentinel(t *testing.T) {
+	raw := "rediss://app:pw@s1:26379?master_set=mymaster&addr=s2:26379&addr=s3:26379&sentinel_user=watch&sentinel_password=hunter2"
+	opt, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(opt.InitAddress, ",") != "s1:26379,s2:26379,s3:26379" || opt.Sentinel.MasterSet != "mymaster" {
+		t.Errorf("sentinels %v, set %q", opt.InitAddress, opt.Sentinel.MasterSet)
+	}
+	if opt.Username != "app" || opt.Password != "pw" || opt.Sentinel.Username != "watch" || opt.Sentinel.Password != "hunter2" {
+		t.Errorf("credentials %q %q, Sentinel's %q %q", opt.Username, opt.Password, opt.Sentinel.Username, opt.Sentinel.Password)
+	}
+	if opt.TLSConfig == nil || opt.Sentinel.TLSConfig != opt.TLSConfig || opt.Sentinel.TopologyRefreshInterval <= 0 {
+		t.Errorf("TLS %v, Sentinel's %v, refresh %v", opt.TLSConfig, opt.Sentinel.TLSConfig, opt.Sentinel.TopologyRefreshInterval)
+	}
+	if r := Redact(raw); strings.Contains(r, "hunter2") || strings.Contains(r, ":pw@") {
+		t.Errorf("Redact: %s", r)
 	}
 }

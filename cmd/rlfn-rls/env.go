@@ -1,0 +1,487 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// envEffect is what one of the reference's environment variables does to rlfn-rls: set a
+// flag, or nothing, for a reason said in the log.
+type envEffect struct {
+	Var   string // the reference's variable, as set
+	Flag  string // the flag it sets; "" for none
+	Value string // the flag's value
+	Note  string // why it sets none, or how it was read
+}
+
+// referenceEnv reads envoyproxy/ratelimit's environment (settings.go), so that rlfn-rls
+// started where the reference was, with its Deployment's variables (Envoy Gateway's,
+// WSO2 APK's), serves the same. Every variable of the reference that is set either maps to
+// a flag, has no effect for a reason (said in the log at start), or is refused: one error
+// line each, naming the variable and why. Variables not set are not looked at: the
+// reference's defaults are rlfn-rls's own flags' (its ports, no headers, no shadow mode),
+// or need a variable to mean anything (REDIS_URL's default is a Unix socket).
+func referenceEnv(lookup func(string) (string, bool)) ([]envEffect, error) {
+	r := envReader{lookup: lookup}
+	r.listeners()
+	r.config()
+	r.redis()
+	r.behaviour()
+	r.stats()
+	return r.effects, errors.Join(r.errs...)
+}
+
+type envReader struct {
+	lookup  func(string) (string, bool)
+	effects []envEffect
+	errs    []error
+}
+
+func (r *envReader) get(name string) (string, bool) {
+	v, ok := r.lookup(name)
+	return v, ok
+}
+
+// bool reads a boolean variable as the reference does (strconv.ParseBool); a bad value is
+// refused, an unset one is def.
+func (r *envReader) bool(name string, def bool) bool {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.refuse(name, v, "not true or false")
+		return def
+	}
+	return b
+}
+
+// secrets are the variables whose values are never logged nor said in an error.
+var secrets = map[string]bool{"REDIS_AUTH": true, "REDIS_SENTINEL_AUTH": true, "REDIS_PERSECOND_AUTH": true,
+	"REDIS_PERSECOND_SENTINEL_AUTH": true, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": true}
+
+func shown(name, v string) string {
+	if secrets[name] {
+		return "xxxxx"
+	}
+	return v
+}
+
+func (r *envReader) flag(name, v, flag, value string) {
+	r.effects = append(r.effects, envEffect{Var: name + "=" + v, Flag: flag, Value: value})
+}
+
+func (r *envReader) note(name, v, why string) {
+	r.effects = append(r.effects, envEffect{Var: name + "=" + shown(name, v), Note: why})
+}
+
+func (r *envReader) refuse(name, v, why string) {
+	r.errs = append(r.errs, fmt.Errorf("$%s=%q: %s", name, shown(name, v), why))
+}
+
+// noted gives each of names that is set the note why.
+func (r *envReader) noted(why string, names ...string) {
+	for _, n := range names {
+		if v, ok := r.get(n); ok {
+			r.note(n, v, why)
+		}
+	}
+}
+
+// refusedUnless refuses each of names set to anything but one of ok (compared without case).
+func (r *envReader) refusedUnless(why string, ok []string, names ...string) {
+	for _, n := range names {
+		v, set := r.get(n)
+		if !set {
+			continue
+		}
+		good := false
+		for _, o := range ok {
+			good = good || strings.EqualFold(v, o)
+		}
+		if good {
+			r.note(n, v, "as rlfn-rls does")
+		} else {
+			r.refuse(n, v, why)
+		}
+	}
+}
+
+// address joins a host and port variable pair into a listener's address.
+func (r *envReader) address(hostVar, portVar, flag string) {
+	host, hostSet := r.get(hostVar)
+	port, portSet := r.get(portVar)
+	if !hostSet && !portSet {
+		return
+	}
+	if !hostSet {
+		host = "0.0.0.0"
+	}
+	if !portSet {
+		port = map[string]string{"PORT": "8080", "GRPC_PORT": "8081"}[portVar]
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		r.refuse(portVar, port, "not a port number")
+		return
+	}
+	r.flag(hostVar+","+portVar, host+":"+port, flag, net.JoinHostPort(host, port))
+}
+
+func (r *envReader) listeners() {
+	r.address("HOST", "PORT", "http")
+	r.address("GRPC_HOST", "GRPC_PORT", "grpc")
+	if v, ok := r.get("GRPC_UDS"); ok && v != "" {
+		r.refuse("GRPC_UDS", v, "rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT")
+	}
+	r.noted("rlfn-rls has no debug listener: /metrics and /healthcheck are on HOST:PORT", "DEBUG_HOST", "DEBUG_PORT")
+	if v, ok := r.get("GRPC_MAX_CONNECTION_AGE"); ok {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			r.refuse("GRPC_MAX_CONNECTION_AGE", v, "not a positive duration")
+		} else {
+			r.flag("GRPC_MAX_CONNECTION_AGE", v, "max-connection-age", v)
+		}
+	}
+	if v, ok := r.get("GRPC_MAX_CONNECTION_AGE_GRACE"); ok {
+		if d, err := time.ParseDuration(v); err != nil || d != time.Hour {
+			r.refuse("GRPC_MAX_CONNECTION_AGE_GRACE", v, "rlfn-rls's grace is the reference's default, 1h, and no other")
+		} else {
+			r.note("GRPC_MAX_CONNECTION_AGE_GRACE", v, "as rlfn-rls does")
+		}
+	}
+	tlsVars := []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}
+	if r.bool("GRPC_SERVER_USE_TLS", false) {
+		for v, flag := range map[string]string{"GRPC_SERVER_TLS_CERT": "grpc-tls-cert", "GRPC_SERVER_TLS_KEY": "grpc-tls-key",
+			"GRPC_CLIENT_TLS_CACERT": "grpc-tls-client-ca", "GRPC_CLIENT_TLS_SAN": "grpc-tls-client-san"} {
+			if value, ok := r.get(v); ok && value != "" {
+				r.flag(v, value, flag, value)
+			}
+		}
+		cert, _ := r.get("GRPC_SERVER_TLS_CERT")
+		key, _ := r.get("GRPC_SERVER_TLS_KEY")
+		if cert == "" || key == "" {
+			r.refuse("GRPC_SERVER_USE_TLS", "true", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		} else {
+			r.note("GRPC_SERVER_USE_TLS", "true", "TLS on the gRPC listener, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)")
+		}
+	} else {
+		r.noted("without GRPC_SERVER_USE_TLS, unused (as by the reference)", tlsVars...)
+	}
+	// Envoy Gateway sets it beside the others; the reference reads no such variable.
+	r.noted("not a variable of the reference (its client CA is GRPC_CLIENT_TLS_CACERT): unused, as by the reference", "GRPC_SERVER_TLS_CA_CERT")
+	if v, ok := r.get("LOG_LEVEL"); ok {
+		// logrus's levels, as the reference takes them, to slog's.
+		level, known := map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn", "error": "error", "fatal": "error", "panic": "error"}[strings.ToLower(v)]
+		if !known {
+			r.refuse("LOG_LEVEL", v, "not one of trace, debug, info, warn, error, fatal, panic")
+		} else {
+			r.flag("LOG_LEVEL", v, "log-level", level)
+		}
+	}
+	r.refusedUnless("rlfn-rls logs JSON lines only", []string{"json", "text"}, "LOG_FORMAT")
+	r.refusedUnless("rlfn-rls has no tracing yet (its spans would be missing)", []string{"false"}, "TRACING_ENABLED")
+	r.noted("unused: TRACING_ENABLED is refused when true", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+}
+
+func (r *envReader) config() {
+	typ, _ := r.get("CONFIG_TYPE")
+	xdsVars := []string{"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}
+	runtimeVars := []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}
+	switch strings.ToUpper(typ) {
+	case "", "FILE":
+		r.noted("unused with CONFIG_TYPE FILE (as by the reference)", xdsVars...)
+		r.files()
+	case "GRPC_XDS_SOTW":
+		r.noted("unused with CONFIG_TYPE GRPC_XDS_SOTW (as by the reference)", runtimeVars...)
+		r.xds()
+	default:
+		r.refuse("CONFIG_TYPE", typ, "not FILE or GRPC_XDS_SOTW")
+	}
+	if r.bool("MERGE_DOMAIN_CONFIG", false) {
+		r.flag("MERGE_DOMAIN_CONFIG", "true", "merge-domains", "true")
+	}
+}
+
+func (r *envReader) xds() {
+	server, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL")
+	if !ok {
+		server = "localhost:18000" // the reference's default
+	}
+	r.flag("CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL", "GRPC_XDS_SOTW,"+server, "xds-server", server)
+	for v, flag := range map[string]string{"CONFIG_GRPC_XDS_NODE_ID": "xds-node", "CONFIG_GRPC_XDS_NODE_METADATA": "xds-node-metadata",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds-headers", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds-max-message"} {
+		if value, ok := r.get(v); ok && value != "" {
+			r.effects = append(r.effects, envEffect{Var: v + "=" + shown(v, value), Flag: flag, Value: value})
+		}
+	}
+	for v, flag := range map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "xds-backoff-initial", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "xds-backoff-max"} {
+		if value, ok := r.get(v); ok {
+			if d, err := time.ParseDuration(value); err != nil || d <= 0 {
+				r.refuse(v, value, "not a positive duration")
+			} else {
+				r.flag(v, value, flag, value)
+			}
+		}
+	}
+	random, set := r.get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+	if !r.bool("XDS_CLIENT_BACKOFF_JITTER", true) {
+		r.flag("XDS_CLIENT_BACKOFF_JITTER", "false", "xds-backoff-random", "0")
+	} else if set {
+		if f, err := strconv.ParseFloat(random, 64); err != nil || f < 0 || f >= 1 {
+			r.refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "not a fraction from 0 up to 1")
+		} else {
+			r.flag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "xds-backoff-random", random)
+		}
+	}
+	tlsVars := map[string]string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "xds-tls-cert", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "xds-tls-key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "xds-tls-ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds-tls-server-name"}
+	if r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		r.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "xds-tls", "true")
+		for v, flag := range tlsVars {
+			if value, ok := r.get(v); ok && value != "" {
+				r.flag(v, value, flag, value)
+			}
+		}
+	} else {
+		for v := range tlsVars {
+			r.noted("unused without CONFIG_GRPC_XDS_SERVER_USE_TLS (as by the reference)", v)
+		}
+	}
+	r.noted("reconnections wait XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling to XDS_CLIENT_BACKOFF_MAX_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	r.noted("rlfn-rls always starts without a configuration, NOT_SERVING until the first one arrives over xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+}
+
+func (r *envReader) files() {
+	// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+	root, rootSet := r.get("RUNTIME_ROOT")
+	sub, subSet := r.get("RUNTIME_SUBDIRECTORY")
+	app, appSet := r.get("RUNTIME_APPDIRECTORY")
+	if rootSet || subSet || appSet {
+		if !rootSet {
+			root = "/srv/runtime_data/current"
+		}
+		if !appSet {
+			app = "config"
+		}
+		dir := filepath.Join(root, sub, app)
+		r.flag("RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY", dir, "config", dir)
+	}
+	r.noted("rlfn-rls never reads dot files, and watches the directory it reads (a ConfigMap's ..data swap included)", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT")
+}
+
+func (r *envReader) redis() {
+	r.refusedUnless("rlfn-rls decides in Valkey or Redis only", []string{"redis"}, "BACKEND_TYPE")
+	for _, n := range []string{"MEMCACHE_HOST_PORT", "MEMCACHE_SRV"} {
+		if v, ok := r.get(n); ok && v != "" {
+			r.refuse(n, v, "rlfn-rls decides in Valkey or Redis only, not memcached")
+		}
+	}
+	r.noted("unused without memcached", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT",
+		"MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")
+	if r.bool("REDIS_PERSECOND", false) {
+		r.refuse("REDIS_PERSECOND", "true", "rlfn-rls keeps every limit in one Valkey or Redis (a cluster spreads them)")
+	} else {
+		r.noted("unused without REDIS_PERSECOND (as by the reference)", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
+			"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW",
+			"REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR")
+	}
+	r.noted("valkey-go pipelines every call on one connection per node, automatically", "REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW",
+		"REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR")
+	r.noted("each call is bounded by --deadline (100ms by default)", "REDIS_TIMEOUT")
+	r.noted("health checks every primary's library every --check-every", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
+	r.noted("rlfn-rls connects once at start and exits 1 when it cannot (Kubernetes restarts it)", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME")
+	for _, n := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
+		if v, ok := r.get(n); ok && v != "" {
+			r.refuse(n, v, "rlfn-rls presents no client certificate to Valkey or Redis: use REDIS_AUTH")
+		}
+	}
+	if r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+		r.refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "rlfn-rls always verifies the server's name: give its CA in REDIS_TLS_CACERT")
+	}
+
+	addrs, set := r.get("REDIS_URL")
+	if !set {
+		r.noted("unused without REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_TLS_CACERT")
+		return
+	}
+	socket, set := r.get("REDIS_SOCKET_TYPE")
+	if !set {
+		socket = "unix" // the reference's default
+	}
+	if !strings.EqualFold(socket, "tcp") {
+		r.refuse("REDIS_URL", addrs, "REDIS_SOCKET_TYPE is "+socket+": rlfn-rls reaches Valkey or Redis over TCP only (set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port)")
+		return
+	}
+	typ, _ := r.get("REDIS_TYPE")
+	nodes := strings.Split(addrs, ",")
+	var sentinelQuery url.Values
+	switch strings.ToUpper(typ) {
+	case "", "SINGLE":
+		if len(nodes) > 1 {
+			r.refuse("REDIS_URL", addrs, "REDIS_TYPE single takes one host:port")
+			return
+		}
+	case "CLUSTER":
+		// valkey-go finds the whole cluster from one node: the others are spares at start.
+	case "SENTINEL":
+		// The reference's form: the set's name, then the Sentinels.
+		if len(nodes) < 2 {
+			r.refuse("REDIS_URL", addrs, "REDIS_TYPE sentinel takes the set's name then the Sentinels: mymaster,host:port,...")
+			return
+		}
+		set := nodes[0]
+		nodes = nodes[1:]
+		q := url.Values{"master_set": {set}}
+		for _, n := range nodes[1:] {
+			q.Add("addr", strings.TrimSpace(n))
+		}
+		sentinelQuery = q
+	default:
+		r.refuse("REDIS_TYPE", typ, "not single, sentinel or cluster")
+		return
+	}
+	if sentinelQuery == nil {
+		r.noted("unused without REDIS_TYPE sentinel", "REDIS_SENTINEL_AUTH")
+	}
+	host := strings.TrimSpace(nodes[0])
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		r.refuse("REDIS_URL", addrs, "not host:port")
+		return
+	}
+	u := url.URL{Scheme: "redis", Host: host}
+	if r.bool("REDIS_TLS", false) {
+		u.Scheme = "rediss"
+		if ca, ok := r.get("REDIS_TLS_CACERT"); ok && ca != "" {
+			r.flag("REDIS_TLS_CACERT", ca, "tls-ca", ca)
+		}
+	} else {
+		r.noted("unused without REDIS_TLS (as by the reference)", "REDIS_TLS_CACERT")
+	}
+	redacted := u.String()
+	if auth, ok := r.get("REDIS_AUTH"); ok && auth != "" {
+		// The reference takes "password" or "user:password".
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			u.User = url.UserPassword(user, pass)
+		} else {
+			u.User = url.UserPassword("", auth)
+		}
+		redacted = u.Redacted()
+	}
+	if sentinelQuery != nil {
+		u.RawQuery = sentinelQuery.Encode()
+		redacted = u.Redacted()
+		if auth, ok := r.get("REDIS_SENTINEL_AUTH"); ok && auth != "" {
+			sentinelQuery.Set("sentinel_password", auth)
+			u.RawQuery = sentinelQuery.Encode()
+			redacted += "&sentinel_password=xxxxx"
+		}
+	}
+	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: redacted})
+}
+
+func (r *envReader) behaviour() {
+	if r.bool("SHADOW_MODE", false) {
+		r.flag("SHADOW_MODE", "true", "shadow-mode", "true")
+	}
+	if r.bool("QUOTA_MODE", false) {
+		r.refuse("QUOTA_MODE", "true", "rlfn-rls has quota_mode per descriptor, not for every descriptor at once")
+	}
+	if r.bool("RESPONSE_DYNAMIC_METADATA", false) {
+		r.flag("RESPONSE_DYNAMIC_METADATA", "true", "dynamic-metadata", "true")
+	}
+	if r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		r.flag("LIMIT_RESPONSE_HEADERS_ENABLED", "true", "headers", "reference")
+	}
+	for n, def := range map[string]string{"LIMIT_LIMIT_HEADER": "RateLimit-Limit", "LIMIT_REMAINING_HEADER": "RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset"} {
+		if v, ok := r.get(n); ok {
+			if v == def {
+				r.note(n, v, "as rlfn-rls does")
+			} else {
+				r.refuse(n, v, "rlfn-rls sends the reference's default header names only ("+def+")")
+			}
+		}
+	}
+	if v, ok := r.get("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 0:
+			r.refuse("LOCAL_CACHE_SIZE_IN_BYTES", v, "not a size in bytes")
+		case n > 0:
+			// The reference's cache holds a key and its expiry; rlfn's a principal and its
+			// retry time: about 128 bytes each.
+			r.flag("LOCAL_CACHE_SIZE_IN_BYTES", v, "denial-cache", strconv.Itoa(max(1, n/128)))
+		}
+	}
+	if v, ok := r.get("CACHE_KEY_PREFIX"); ok && v != "" {
+		r.flag("CACHE_KEY_PREFIX", v, "prefix", v)
+	}
+	r.noted("rlfn-rls never counts a refused request (see Differences)", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	r.noted("rlfn's keys expire when their limiter is back to its initial state", "EXPIRATION_JITTER_MAX_SECONDS")
+	r.noted("a statsd gauge of the reference; rlfn's metrics count every outcome", "NEAR_LIMIT_RATIO")
+}
+
+func (r *envReader) stats() {
+	r.noted("rlfn-rls sends no statsd: its metrics are Prometheus's, at /metrics on HOST:PORT", "USE_STATSD", "USE_DOG_STATSD",
+		"USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS")
+	r.noted("rlfn-rls serves Prometheus's /metrics on HOST:PORT always", "USE_PROMETHEUS", "PROMETHEUS_PATH")
+	r.noted("rlfn-rls serves /metrics on HOST:PORT, not a listener of its own: scrape that port", "PROMETHEUS_ADDR")
+	r.noted("rlfn-rls's metrics are OpenTelemetry's own names (rlfn_rls_*), with no statsd mapping", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+}
+
+// applyReferenceEnv is the app's Before: it sets the flags the reference's environment maps
+// to, unless given on the command line or by rlfn-rls's own variables, which win.
+func applyReferenceEnv(c *cli.Context) error {
+	effects, err := referenceEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	for i, e := range effects {
+		if e.Flag == "" {
+			continue
+		}
+		if c.IsSet(e.Flag) {
+			effects[i].Note = "--" + e.Flag + " given, which wins"
+			effects[i].Flag = ""
+			continue
+		}
+		if err := c.Set(e.Flag, e.Value); err != nil {
+			return fmt.Errorf("$%s: %w", e.Var, err)
+		}
+	}
+	if c.App.Metadata == nil {
+		c.App.Metadata = map[string]any{}
+	}
+	c.App.Metadata[envKey] = effects
+	return nil
+}
+
+const envKey = "reference environment"
+
+// logReferenceEnv says, once the logger is made, what each of the reference's variables did.
+func logReferenceEnv(c *cli.Context, log *slog.Logger) {
+	effects, _ := c.App.Metadata[envKey].([]envEffect)
+	for _, e := range effects {
+		switch {
+		case e.Flag == "url":
+			log.Info("the reference's environment", "var", e.Var, "flag", "--url", "value", e.Note)
+		case e.Flag != "":
+			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value)
+		default:
+			log.Info("the reference's environment", "var", e.Var, "effect", "none", "why", e.Note)
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/rlfn/rlfn/internal/harness"
+)
+
+func lookupIn(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// Each of the reference's variables sets a flag, has no effect for a reason, or is refused
+// with one line naming it: never taken silently.
+func TestReferenceEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env   map[string]string
+		flags map[string]string // flag -> value
+		notes []string          // variables with no effect
+		err   string            // every line of it
+	}{
+		{env: map[string]string{}},
+		{
+			env:   map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "DEBUG_PORT": "6070"},
+			flags: map[string]string{"http": "127.0.0.1:9080", "grpc": "0.0.0.0:9081"},
+			notes: []string{"DEBUG_PORT=6070"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis.svc:6379", "REDIS_AUTH": "p#ss", "REDIS_POOL_SIZE": "10"},
+			flags: map[string]string{"url": "redis://:p%23ss@redis.redis.svc:6379"},
+			notes: []string{"REDIS_POOL_SIZE=10"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "user:pw", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"},
+			flags: map[string]string{"url": "rediss://user:pw@a:7000", "tls-ca": "/ca.pem"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "secret"},
+			flags: map[string]string{"url": "redis://:pw@s1:26379?addr=s2%3A26379&master_set=mymaster&sentinel_password=secret"},
+		},
+		{
+			env:   map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false", "MERGE_DOMAIN_CONFIG": "true"},
+			flags: map[string]string{"config": "/data/ratelimit/config", "merge-domains": "true"},
+			notes: []string{"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false"},
+		},
+		{
+			env:   map[string]string{"SHADOW_MODE": "1", "RESPONSE_DYNAMIC_METADATA": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "RateLimit-Reset", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "CACHE_KEY_PREFIX": "rl:", "LOG_LEVEL": "WARN", "GRPC_MAX_CONNECTION_AGE": "1h"},
+			flags: map[string]string{"shadow-mode": "true", "dynamic-metadata": "true", "headers": "reference", "denial-cache": "8192", "prefix": "rl:", "log-level": "warn", "max-connection-age": "1h"},
+			notes: []string{"LIMIT_RESET_HEADER=RateLimit-Reset"},
+		},
+		{
+			env:   map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID": "n", "REDIS_AUTH": "secret"},
+			notes: []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID=n", "REDIS_AUTH=xxxxx"},
+		},
+		{
+			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
+				"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy"},
+			flags: map[string]string{"grpc-tls-cert": "/c/tls.crt", "grpc-tls-key": "/c/tls.key", "grpc-tls-client-ca": "/c/ca.crt", "grpc-tls-client-san": "envoy"},
+			notes: []string{"GRPC_SERVER_USE_TLS=true"},
+		},
+		{
+			env:   map[string]string{"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt"},
+			notes: []string{"GRPC_CLIENT_TLS_CACERT=/c/ca.crt"},
+		},
+		{
+			env: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a", "XDS_CLIENT_BACKOFF_JITTER": "false",
+				"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "RUNTIME_ROOT": "/data"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-node-metadata": "zone=a", "xds-backoff-random": "0", "xds-backoff-initial": "1s"},
+			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
+		},
+		{
+			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
+			err: strings.Join([]string{
+				`$GRPC_UDS="/tmp/s": rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT`,
+				`$BACKEND_TYPE="memcache": rlfn-rls decides in Valkey or Redis only`,
+				`$MEMCACHE_HOST_PORT="m:11211": rlfn-rls decides in Valkey or Redis only, not memcached`,
+				`$REDIS_URL="/var/run/nutcracker/ratelimit.sock": REDIS_SOCKET_TYPE is unix: rlfn-rls reaches Valkey or Redis over TCP only (set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port)`,
+				`$SHADOW_MODE="maybe": not true or false`,
+				`$QUOTA_MODE="true": rlfn-rls has quota_mode per descriptor, not for every descriptor at once`,
+				`$LIMIT_LIMIT_HEADER="X-Limit": rlfn-rls sends the reference's default header names only (RateLimit-Limit)`,
+			}, "\n"),
+		},
+		{
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "a:1,b:2", "REDIS_AUTH": "secret", "LOG_LEVEL": "loud", "PORT": "http", "GRPC_SERVER_USE_TLS": "true"},
+			err: strings.Join([]string{
+				`$PORT="http": not a port number`,
+				`$GRPC_SERVER_USE_TLS="true": needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`,
+				`$LOG_LEVEL="loud": not one of trace, debug, info, warn, error, fatal, panic`,
+				`$REDIS_URL="a:1,b:2": REDIS_TYPE single takes one host:port`,
+			}, "\n"),
+		},
+	} {
+		effects, err := referenceEnv(lookupIn(tc.env))
+		if tc.err != "" || err != nil {
+			if err == nil || err.Error() != tc.err || strings.Contains(err.Error(), "secret") {
+				t.Errorf("%v: error\n%v\nwant\n%s", tc.env, err, tc.err)
+			}
+			continue
+		}
+		flags := map[string]string{}
+		var notes []string
+		for _, e := range effects {
+			if e.Flag != "" {
+				flags[e.Flag] = e.Value
+			} else {
+				notes = append(notes, e.Var)
+			}
+			if strings.Contains(e.Var+e.Note, "secret") {
+				t.Errorf("%v: the password in %+v", tc.env, e)
+			}
+		}
+		if fmt.Sprint(flags) != fmt.Sprint(tc.flags) && !(len(flags) == 0 && len(tc.flags) == 0) {
+			t.Errorf("%v: flags %v, want %v", tc.env, flags, tc.flags)
+		}
+		for _, n := range tc.notes {
+			if !strings.Contains(strings.Join(notes, " "), n) {
+				t.Errorf("%v: notes %v, want %s", tc.env, notes, n)
+			}
+		}
+	}
+}
+
+// envoyGatewayEnv is the environment Envoy Gateway gives the reference's Deployment (its
+// rendering of the rate limit Deployment), for a Redis at redisURL, an xDS server at xds
+// and its certificates in certs (mounted at /certs there), the listeners on loopback here.
+func envoyGatewayEnv(redisURL, xds, certs string, ports []int) map[string]string {
+	return map[string]string{
+		"RUNTIME_ROOT":                       "/data",
+		"RUNTIME_SUBDIRECTORY":               "ratelimit",
+		"RUNTIME_IGNOREDOTFILES":             "true",
+		"RUNTIME_WATCH_ROOT":                 "false",
+		"LOG_LEVEL":                          "info",
+		"USE_STATSD":                         "false",
+		"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL":         xds,
+		"CONFIG_GRPC_XDS_NODE_ID":            "envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS":                "true",
+		"GRPC_SERVER_TLS_CERT":               filepath.Join(certs, "tls.crt"),
+		"GRPC_SERVER_TLS_KEY":                filepath.Join(certs, "tls.key"),
+		"GRPC_SERVER_TLS_CA_CERT":            filepath.Join(certs, "ca.crt"),
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS":     "true",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    filepath.Join(certs, "tls.crt"),
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     filepath.Join(certs, "tls.key"),
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  filepath.Join(certs, "ca.crt"),
+		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"REDIS_SOCKET_TYPE":                  "tcp",
+		"REDIS_URL":                          redisURL,
+		"USE_PROMETHEUS":                     "true",
+		"PROMETHEUS_ADDR":                    ":19001",
+		"PROMETHEUS_MAPPER_YAML":             "/etc/statsd-exporter/conf.yaml",
+		"HOST":                               "127.0.0.1",
+		"GRPC_HOST":                          "127.0.0.1",
+		"PORT":                               fmt.Sprint(ports[0]),
+		"GRPC_PORT":                          fmt.Sprint(ports[1]),
+	}
+}
+
+// Started with nothing but the environment Envoy Gateway gives the reference's Deployment
+// (certificates, Redis, listeners on loopback here), rlfn-rls takes its configuration from an
+// xDS server over mutual TLS, as Envoy Gateway's control plane serves it, is NOT_SERVING
+// until the first arrives, then serves Envoy over TLS with that configuration; its log says
+// what each variable did.
+func TestEnvoyGatewayEnv(t *testing.T) {
+	url, _, _ := startStalled(t)
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := t.TempDir()
+	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Envoy Gateway's control plane asks its clients for a certificate.
+	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(ca.CAPEM)
+	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: clientCAs, ClientAuth: tls.RequireAndVerifyClientCert})
+
+	var ports []int
+	var held []net.Listener
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		held = append(held, l)
+	}
+	env := envoyGatewayEnv(strings.TrimPrefix(url, "redis://"), xds.Addr, certs, ports)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	// The ports were held until now, so that no other test took them.
+	for _, l := range held {
+		l.Close()
+	}
+	go func() {
+		done <- newApp(&out).RunContext(ctx, []string{"rlfn-rls", "--check-every", "100ms", "--deadline", "5s"})
+	}()
+	health := func() int {
+		resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitHealth := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); health() != want; time.Sleep(50 * time.Millisecond) {
+			select {
+			case err := <-done:
+				t.Fatalf("the app ended: %v\n%s", err, out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("health never %d\n%s", want, out.String())
+			}
+		}
+	}
+	// Serving HTTP, and the backend answering, but no configuration yet.
+	waitHealth(http.StatusServiceUnavailable)
+	time.Sleep(300 * time.Millisecond)
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("health %d before any configuration", code)
+	}
+	xds.Set(t, &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+		Key: "first-route", Value: "first-route",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 5, Unit: rlsconfv3.RateLimitUnit_HOUR}}},
+	}}})
+	waitHealth(http.StatusOK)
+
+	// Envoy, as Envoy Gateway configures it, speaks TLS to the service.
+	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &pb.RateLimitRequest{Domain: "first-listener", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{
+		{Key: "first-route", Value: "first-route"}, {Key: "rule-0-match-0", Value: "user-1"}}}}}
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, out.String())
+	}
+	// Every variable it was given is in its log: the ones it used and why the others did
+	// nothing.
+	for k := range env {
+		if !strings.Contains(out.String(), k) {
+			t.Errorf("$%s is not in the log:\n%s", k, out.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer the app writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// referenceVars are every variable of the reference's settings (src/settings/settings.go),
+// and Envoy Gateway's GRPC_SERVER_TLS_CA_CERT.
+var referenceVars = []string{"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_UDS", "GRPC_HOST", "GRPC_PORT", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT", "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "CACHE_KEY_PREFIX", "BACKEND_TYPE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH", "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_SENTINEL_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_TIMEOUT", "REDIS_PERSECOND_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME", "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG", "TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "GRPC_SERVER_TLS_CA_CERT"}
+
+// No variable of the reference is ignored silently: each, set alone (to "true", a value of
+// the wrong kind for most), sets a flag, is noted, or is refused, by its name.
+func TestReferenceEnvEveryVariable(t *testing.T) {
+	for _, name := range referenceVars {
+		effects, err := referenceEnv(lookupIn(map[string]string{name: "true"}))
+		said := err != nil && strings.Contains(err.Error(), "$"+name+"=")
+		for _, e := range effects {
+			said = said || strings.Contains(e.Var, name)
+		}
+		if !said {
+			t.Errorf("$%s=true: nothing said (%+v, %v)", name, effects, err)
+		}
+	}
+}
+
+// envoy.md's table of the reference's environment names every variable.
+func TestDocsReferenceEnv(t *testing.T) {
+	md, err := os.ReadFile("../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(md), "## The reference's environment")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, name := range referenceVars {
+		prefix := ""
+		for _, p := range []string{"CONFIG_GRPC_XDS_", "XDS_CLIENT_", "REDIS_PERSECOND_", "MEMCACHE_", "TRACING_"} {
+			if strings.HasPrefix(name, p) {
+				prefix = p
+			}
+		}
+		if !strings.Contains(section, "`"+name+"`") && (prefix == "" || !strings.Contains(section, "`"+prefix+"*`")) {
+			t.Errorf("envoy.md's table lacks $%s", name)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+// Package helm tests the rlfn-rls chart by rendering it with Helm's own engine and decoding
+// every manifest into the Kubernetes API types, strictly (an unknown field fails): there is
+// no cluster here to install into. A module of its own, so that the main module does not
+// carry Helm's and Kubernetes' dependencies.
+package helm
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests are one rendering, decoded.
+type manifests struct {
+	deployment *appsv1.Deployment
+	service    *corev1.Service
+	configMap  *corev1.ConfigMap
+	pdb        *policyv1.PodDisruptionBudget
+	job        *batchv1.Job
+	monitor    *unstructured.Unstructured
+}
+
+func render(t *testing.T, values string) (*manifests, error) {
+	t.Helper()
+	chrt, err := loader.Load("rlfn-rls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: "edge", Namespace: "rl", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(chrt, rv)
+	if err != nil {
+		return nil, err
+	}
+	m := &manifests{}
+	for name, text := range files {
+		if !strings.HasSuffix(name, ".yaml") || strings.TrimSpace(text) == "" {
+			continue
+		}
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(text), &head); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, text)
+		}
+		var into any
+		switch head.Kind {
+		case "Deployment":
+			m.deployment = &appsv1.Deployment{}
+			into = m.deployment
+		case "Service":
+			m.service = &corev1.Service{}
+			into = m.service
+		case "ConfigMap":
+			m.configMap = &corev1.ConfigMap{}
+			into = m.configMap
+		case "PodDisruptionBudget":
+			m.pdb = &policyv1.PodDisruptionBudget{}
+			into = m.pdb
+		case "Job":
+			m.job = &batchv1.Job{}
+			into = m.job
+		case "ServiceMonitor":
+			m.monitor = &unstructured.Unstructured{}
+			into = &m.monitor.Object
+		default:
+			t.Fatalf("%s: unexpected kind %q", name, head.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(text), into); err != nil {
+			t.Fatalf("%s does not decode as a %s: %v\n%s", name, head.Kind, err, text)
+		}
+	}
+	return m, nil
+}
+
+func args(d *appsv1.Deployment) string {
+	return strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
+}
+
+// The defaults: the service from a ConfigMap, its Service, a PodDisruptionBudget, the
+// deploy Job as a pre-install and pre-upgrade hook, no ServiceMonitor.
+func TestChartDefaults(t *testing.T) {
+	m, err := render(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.deployment == nil || m.service == nil || m.configMap == nil || m.pdb == nil || m.job == nil || m.monitor != nil {
+		t.Fatalf("rendered %+v", m)
+	}
+	d := m.deployment
+	if *d.Spec.Replicas != 2 || !strings.Contains(args(d), "--config=/etc/rlfn-rls/config") || !strings.Contains(args(d), "--instances=2") {
+		t.Errorf("deployment: replicas %d, args %s", *d.Spec.Replicas, args(d))
+	}
+	pod := d.Spec.Template.Spec
+	if pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != m.configMap.Name || m.configMap.Data["ratelimit.yaml"] == "" {
+		t.Errorf("the configuration volume %+v, ConfigMap %s %v", pod.Volumes, m.configMap.Name, m.configMap.Data)
+	}
+	c := pod.Containers[0]
+	if c.Env[0].Name != "RLFN_URL" || c.Env[0].Value != "redis://valkey:6379" {
+		t.Errorf("env %+v", c.Env)
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/healthcheck" || !*c.SecurityContext.ReadOnlyRootFilesystem || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("probe %+v, security %+v", c.ReadinessProbe, c.SecurityContext)
+	}
+	for k, v := range m.service.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v || m.pdb.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("selector %s=%s does not select the pods", k, v)
+		}
+	}
+	if m.pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Errorf("pdb %+v", m.pdb.Spec)
+	}
+	if m.job.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade" || strings.Join(m.job.Spec.Template.Spec.Containers[0].Args, " ") != "deploy --yes" {
+		t.Errorf("job %v %v", m.job.Annotations, m.job.Spec.Template.Spec.Containers[0].Args)
+	}
+}
+
+// Every documented option, together: URLs from Secrets (the service's and the deployer's
+// ACL users), the server's CA, the configuration over xDS with mutual TLS, mutual TLS on
+// the gRPC listener, a ServiceMonitor.
+func TestChartEveryOption(t *testing.T) {
+	m, err := render(t, `
+replicas: 3
+urlSecret: {name: rls-user, key: url}
+serverCA: {secret: valkey-ca, key: ca.crt}
+config:
+  source: xds
+  xds: {server: envoy-gateway:18001, node: envoy-ratelimit, tlsSecret: envoy-rate-limit}
+grpcTLS: {secret: rls-tls, clientAuth: true}
+fallback: local
+extraArgs: [--denial-cache=10000]
+podDisruptionBudget: {enabled: true, minAvailable: 2}
+serviceMonitor: {enabled: true, interval: 15s, labels: {release: prometheus}}
+deployJob:
+  urlSecret: {name: deployer-user, key: url}
+  acceptWarnings: [lua-security]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.configMap != nil || m.monitor == nil {
+		t.Fatalf("ConfigMap %v, ServiceMonitor %v", m.configMap, m.monitor)
+	}
+	a := args(m.deployment)
+	for _, want := range []string{"--xds-server=envoy-gateway:18001", "--xds-node=envoy-ratelimit", "--xds-tls-cert=/etc/rlfn-rls/xds-tls/tls.crt",
+		"--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt", "--grpc-tls-client-ca=/etc/rlfn-rls/grpc-tls/ca.crt", "--tls-ca=/etc/rlfn-rls/server-ca/ca.crt",
+		"--fallback=local", "--instances=3", "--denial-cache=10000"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("args %s lack %s", a, want)
+		}
+	}
+	if strings.Contains(a, "--config") {
+		t.Errorf("args %s: --config with xDS", a)
+	}
+	secrets := map[string]string{}
+	for _, v := range m.deployment.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	if secrets["xds-tls"] != "envoy-rate-limit" || secrets["grpc-tls"] != "rls-tls" || secrets["server-ca"] != "valkey-ca" {
+		t.Errorf("secret volumes %v", secrets)
+	}
+	env := m.deployment.Spec.Template.Spec.Containers[0].Env[0]
+	if env.ValueFrom.SecretKeyRef.Name != "rls-user" {
+		t.Errorf("the service's URL %+v", env)
+	}
+	job := m.job.Spec.Template.Spec.Containers[0]
+	if job.Env[0].ValueFrom.SecretKeyRef.Name != "deployer-user" || strings.Join(job.Args, " ") != "deploy --yes --accept-warning=lua-security" {
+		t.Errorf("job %+v %v", job.Env, job.Args)
+	}
+	labels, _, _ := unstructured.NestedStringMap(m.monitor.Object, "metadata", "labels")
+	eps, _, _ := unstructured.NestedSlice(m.monitor.Object, "spec", "endpoints")
+	if labels["release"] != "prometheus" || len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" {
+		t.Errorf("ServiceMonitor %v", m.monitor.Object)
+	}
+}
+
+// Values that cannot work are refused at rendering, saying which.
+func TestChartRefuses(t *testing.T) {
+	for values, want := range map[string]string{
+		"config: {source: consul}":               "config.source is configMap or xds",
+		"config: {source: xds}":                  "config.xds.server is required",
+		`url: ""`:                                "url or urlSecret.name is required",
+		"deployJob: {enabled: false}\nurl: \"\"": "url or urlSecret.name is required",
+	} {
+		if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", values, err, want)
+		}
+	}
+}

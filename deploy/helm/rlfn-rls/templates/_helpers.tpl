@@ -1,0 +1,26 @@
+{{- define "rlfn-rls.name" -}}
+{{- printf "%s-rlfn-rls" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rlfn-rls.labels" -}}
+app.kubernetes.io/name: rlfn-rls
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "rlfn-rls.selector" -}}
+app.kubernetes.io/name: rlfn-rls
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rlfn-rls.urlEnv" -}}
+- name: RLFN_URL
+{{- if .secret.name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret.name }}
+      key: {{ .secret.key }}
+{{- else }}
+  value: {{ required "url or urlSecret.name is required" .url | quote }}
+{{- end }}
+{{- end -}}
