@@ -295,11 +295,14 @@ func TestBlockBadFlags(t *testing.T) {
 // TestPenaltyGoldenIsReal: call-penalty.golden, which docs/deploying.md shows, is what rlfn
 // call prints against a real server for its command, times aside: the same rows, ALLOWED,
 // LIMIT and REMAINING cells, keys and JSON fields. The window is an hour rather than the
-// golden's second, so that the five admissions never straddle two windows on a slow machine.
+// golden's second, so that the five admissions never straddle two windows on a slow machine,
+// and the penalty two hours rather than 15 minutes, so that, as with the golden's second, the
+// block's wait is always longer than the limit's: with 15 minutes, the limit's wait to the end
+// of its aligned hour bound the sixth row (LIMIT 5) for 45 minutes of every hour.
 func TestPenaltyGoldenIsReal(t *testing.T) {
 	s := harness.StartValkey(t)
 	loadCode(t, s, functions.Source)
-	args := []string{"call", "fixed_window", "user:42", "--limit", "5", "--window", "1h", "--penalty", "15m", "--repeat", "7"}
+	args := []string{"call", "fixed_window", "user:42", "--limit", "5", "--window", "1h", "--penalty", "2h", "--repeat", "7"}
 	table := rlfnAt(t, nil, s.Addr, args...)
 	wantExit(t, table, exitOK, "the penalty's table")
 	wantExit(t, rlfnAt(t, nil, s.Addr, "unblock", "user:42"), exitOK, "unblock")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -163,12 +164,13 @@ func callAction(c *cli.Context) error {
 			return err
 		}
 	}
-	return nil
+	return d.refundsLost(ctx)
 }
 
 // dialed is a Limiter of the server --url names, for one command.
 type dialed struct {
 	lim   *client.Limiter
+	notes *limiterNotes       // the Limiter's log (notes.go)
 	opt   valkey.ClientOption // where calls that write go (the primary), and reads
 	topo  deployer.Topology   // unknown when only reading
 	close func()
@@ -203,16 +205,18 @@ func dialLimiter(ctx context.Context, c *cli.Context, prefix string, readOnly bo
 	// replaced by a fallback decision (the client's default policy).
 	// ReturnError: rlfn shows what the server answers; a local decision would hide a node that
 	// cannot decide (a 1.0.0 node under a 1.1 call, a dead shard) behind an answer of its own.
+	notes := &limiterNotes{}
 	lim, err := client.New(vk, client.Options{
 		Prefix:   prefix,
 		Deadline: c.Duration("timeout"),
 		Fallback: client.ReturnError,
+		Logger:   slog.New(notes),
 	})
 	if err != nil {
 		vk.Close()
 		return nil, err
 	}
-	return &dialed{lim: lim, opt: opt, topo: topo, close: vk.Close}, nil
+	return &dialed{lim: lim, notes: notes, opt: opt, topo: topo, close: vk.Close}, nil
 }
 
 // towardPrimary points opt at the primary when its URL names a replica of a standalone
