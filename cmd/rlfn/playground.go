@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -87,7 +88,8 @@ func playgroundAction(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "rlfn playground: open http://%s/ (Ctrl-C stops it)\n", ln.Addr())
 	// Say at once what the page will say: the library is absent, or the server is not usable.
 	// The error holds what the server answered to rl_version: printable, as every server text.
-	lim, err := client.New(vk, client.Options{})
+	// The Limiter's lines (a node without the library, its breaker) go where rlfn's own do.
+	lim, err := client.New(vk, client.Options{Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, nil))})
 	if err != nil {
 		return err
 	}
