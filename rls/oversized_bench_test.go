@@ -20,8 +20,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// oversized is a request of 100,000 descriptors of one empty entry each: 0.7 MB, under gRPC's
-// bound on a message, so that the service decodes it and refuses it for its descriptors.
+// oversized is a request of 100,000 descriptors of one empty entry each: 0.7 MB, the most
+// descriptors under gRPC's default bound on a message, refused by --max-request-bytes from its
+// length, before gRPC reads or decodes it.
 func oversized() *pb.RateLimitRequest {
 	ds := make([]*rlv3.RateLimitDescriptor, 100_000)
 	for i := range ds {
@@ -58,7 +59,7 @@ func BenchmarkOversizedRequest(b *testing.B) {
 	refuse := func() error {
 		var resp pb.RateLimitResponse
 		err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", raw, &resp, grpc.ForceCodec(rawCodec{}))
-		if status.Code(err) != codes.InvalidArgument {
+		if status.Code(err) != codes.ResourceExhausted {
 			return fmt.Errorf("oversized: %v", err)
 		}
 		return nil

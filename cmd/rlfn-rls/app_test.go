@@ -54,6 +54,7 @@ func TestStartErrors(t *testing.T) {
 		// for a default or named by the client's option.
 		{[]string{"--config", good, "--max-in-flight", "-1"}, "--max-in-flight -1: must be 1 or more"},
 		{[]string{"--config", good, "--instances", "0"}, "--instances 0: must be 1 or more"},
+		{[]string{"--config", good, "--max-request-bytes", "0"}, "--max-request-bytes 0: must be 1 or more"},
 		{[]string{"--config", good, "--max-descriptors", "0"}, "--max-descriptors 0: must be 1 or more"},
 		{[]string{"--config", good, "--max-entries", "-3"}, "--max-entries -3: must be 1 or more"},
 		{[]string{"--config", good, "--max-value-bytes", "0"}, "--max-value-bytes 0: must be 1 or more"},
