@@ -96,8 +96,12 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	// A request over MaxRequestBytes is refused by gRPC from its length in the message's header:
 	// its body is not read into a message nor decoded, and what of it the connection already
 	// carried (at most the stream's flow control window) is dropped with the stream, which gRPC
-	// resets after the status. Within it, Options' MaxDescriptors and the others bound the work.
+	// resets after the status. That window is fixed at MaxRequestBytes (64 KiB at least, gRPC's
+	// floor): gRPC's dynamic one grows on a fast link towards 16 MiB, and a flood of refused
+	// requests would leave that much of their bodies in the process. Within MaxRequestBytes,
+	// Options' MaxDescriptors and the others bound the work.
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.StaticStreamWindowSize(int32(min(max(o.MaxRequestBytes, 64<<10), 1<<30))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
