@@ -311,3 +311,77 @@ func (l *Limiter) OwedRefunds() int {
 	defer l.owed.mu.Unlock()
 	return l.owed.held
 }
+
+// RefundAll gives back what an admitted AllowAllEach(ctx, rules, n) took: pass the same rules
+// and n, and its each. A service undoes with it a decision it cannot keep (work that failed
+// after several limits admitted it, another limit of its own that refused). Every rule is
+// refunded its cost, as Refund does, all at once: at the server when the server decided it
+// (each[i].Source), at the local limiter when LocalFallback did, not at all when another
+// Fallback did (it took nothing). A denied decision took nothing: it needs no RefundAll.
+//
+// Unlike Refund's, these refunds are owed whatever happens to ctx (its values are kept, its
+// end is not), each within the Limiter's deadline, and are the Limiter's from then on, as
+// AllowAll's own (see OwedRefunds): one the server could not make now (its node's breaker
+// open, the cluster down, an error answered) is tried again in the background until its node
+// answers, for at most a minute and never after each[i].ResetAfter (when the limiter would
+// have given the units back by itself; unknown, Limit 0: a minute), and what is given up is
+// counted by rlfn.client.refunds.lost and logged, never returned. The error is the rules'
+// (a *KeyError or *LimitError, as AllowAllEach would return), before anything is sent.
+func (l *Limiter) RefundAll(ctx context.Context, rules []Rule, n int64, each []Result) error {
+	if len(each) != len(rules) {
+		return &LimitError{Field: "each", Reason: fmt.Sprintf("has %d results for %d rules", len(each), len(rules))}
+	}
+	groups, err := l.groupRules(ctx, rules, n)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	type refund struct {
+		key string
+		c   call
+		res Result
+	}
+	var todo []refund
+	for _, g := range groups {
+		for j, c := range g.calls {
+			res := each[g.rules[j]]
+			switch {
+			case c.cost == 0:
+			case res.Source == FromFallback:
+				if l.fallback == LocalFallback {
+					l.fallbackResult(opRefund, g.key, c, built{})
+				}
+			default:
+				todo = append(todo, refund{g.key, c, res})
+			}
+		}
+	}
+	kinds := make([]errKind, len(todo))
+	errs := make([]error, len(todo))
+	inParallel(len(todo), func(i int) {
+		_, kinds[i], errs[i] = l.refundAtServer(ctx, todo[i].key, todo[i].c)
+	})
+	var owed []owedRefund
+	var lost refundsLost
+	now := l.clock()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		r := &todo[i]
+		if reason, retry := refundFailure(kinds[i], err); !retry {
+			lost.add(l, r.key, &r.c, reason, err)
+			continue
+		}
+		within := maxOwedFor
+		if r.res.Limit != 0 {
+			within = min(max(r.res.ResetAfter, 0), maxOwedFor)
+		}
+		owed = append(owed, owedRefund{key: r.key, c: r.c, until: now + int64(within)})
+	}
+	if owed != nil {
+		l.owe(owed, &lost)
+	}
+	l.reportLost(ctx, &lost, len(todo))
+	return nil
+}

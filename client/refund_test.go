@@ -85,3 +85,50 @@ func TestAllowAllRetriesOwedRefunds(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// RefundAll refunds each rule of an admitted decision its cost at the server (a rule's Cost,
+// else n), nothing for a rule the Fallback decided or of cost 0; a refund the server surely did
+// not make (LOADING) is owed and tried again in the background; rules and each that do not
+// match are refused before anything is sent.
+func TestRefundAll(t *testing.T) {
+	vk := mock.NewClient(gomock.NewController(t))
+	vk.EXPECT().Nodes().Return(map[string]valkey.Client{"127.0.0.1:6379": vk}).AnyTimes()
+	l := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Minute}
+	made := make(chan struct{})
+	gomock.InOrder(
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "60000", "3")).
+			Return(mock.Result(mock.ValkeyError("LOADING the dataset"))),
+		vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{a}:token_bucket", "10", "1", "60000", "3")).
+			DoAndReturn(func(context.Context, valkey.Completed) valkey.ValkeyResult {
+				close(made)
+				return okReply
+			}),
+	)
+	vk.EXPECT().Do(gomock.Any(), mock.Match("FCALL", "rl_token_bucket_refund", "1", "rl:{b}:token_bucket", "10", "1", "60000", "2")).Return(okReply)
+	lim := newLimiter(t, vk, client.Options{Fallback: client.FailOpen})
+	rules := []client.Rule{{Key: "a", Limit: l, Cost: 3}, {Key: "b", Limit: l}, {Key: "c", Limit: l}}
+	var le *client.LimitError
+	if err := lim.RefundAll(context.Background(), rules, 2, make([]client.Result, 2)); !errors.As(err, &le) || le.Field != "each" {
+		t.Fatalf("got %v, want a *LimitError of each", err)
+	}
+	if err := lim.RefundAll(context.Background(), append(rules, client.Rule{Key: "d"}), 2, make([]client.Result, 4)); !errors.As(err, &le) {
+		t.Fatalf("got %v, want a *LimitError of the rule with no Limit", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the refunds are owed whatever becomes of the caller's context
+	each := []client.Result{{Allowed: true, Limit: 10, ResetAfter: time.Minute}, {Allowed: true, Limit: 10}, {Allowed: true, Source: client.FromFallback}}
+	if err := lim.RefundAll(ctx, rules, 2, each); err != nil {
+		t.Fatal(err)
+	}
+	if n := lim.OwedRefunds(); n != 1 {
+		t.Fatalf("%d refunds owed, want 1", n)
+	}
+	select {
+	case <-made:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owed refund was not made")
+	}
+	for lim.OwedRefunds() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+}

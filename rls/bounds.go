@@ -67,8 +67,9 @@ func (t *throttledLog) say(ctx context.Context, msg string, attrs ...slog.Attr) 
 const freeAfter = time.Second
 
 // free gives the memory of refused requests back to the system, freeAfter after the first
-// refusal since it last did. gRPC decodes a request whole before the service sees it: 100,000
-// descriptors in the 1 MiB it takes are about 40 MB of objects, garbage once refused, but the
+// refusal since it last did. gRPC decodes a request whole before the service sees it (one over
+// ServerOptions.MaxRequestBytes it refuses undecoded): the 9,000 empty descriptors that fit in
+// 64 KiB are a few MB of objects, 100,000 in 1 MiB about 40 MB, garbage once refused, but the
 // heap's goal, set while they were live, keeps that memory in the process until the next
 // collection, which an idle service may not run for minutes. One collection a second under a
 // flood of such requests costs less than decoding one of them.

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/rls"
@@ -89,8 +90,9 @@ func load(r *rig, callers int, stop <-chan struct{}) func() (sent int, failed []
 	}
 }
 
-// One request of 100,000 descriptors, beside callers under steady load: refused at once with
-// a short INVALID_ARGUMENT naming the bound, logged once; the others' requests all decided by
+// Requests of 100,000 descriptors, beside callers under steady load: refused at once by gRPC
+// for their bytes (RESOURCE_EXHAUSTED), and one of 5,000 with a short INVALID_ARGUMENT naming
+// the bound, logged once; the others' requests all decided by
 // the server (the backend's fallback is return_error: any failure would be an error), the
 // breaker never opening. Just under the bounds, a request is decided. Past each other bound,
 // refused alike.
@@ -117,23 +119,30 @@ func TestOversizedRequest(t *testing.T) {
 		stop := make(chan struct{})
 		wait := load(r, 4, stop)
 
-		// 100,000 descriptors of one user each are 1.8 MB: refused by gRPC from the message's
-		// length, before it is decoded.
-		_, err := r.call(users(0, 100_000))
-		if msg := status.Convert(err).Message(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(msg, "larger than max") || len(msg) > 100 {
-			t.Fatalf("100,000 descriptors: %v", err)
+		// 100,000 descriptors are 0.7 MB of empty entries, 1.8 MB of users: over
+		// DefaultMaxRequestBytes, refused by gRPC from the message's length, before it is read
+		// or decoded, the message naming both sizes.
+		tiny := func(n int) *pb.RateLimitRequest {
+			ds := make([]*rlv3.RateLimitDescriptor, n)
+			for i := range ds {
+				ds[i] = desc("k", "")
+			}
+			return request("edge", ds...)
 		}
-		// 100,000 descriptors of one empty entry each are 0.7 MB: decoded, and refused for their
-		// number before any is matched.
-		tiny := make([]*rlv3.RateLimitDescriptor, 100_000)
-		for i := range tiny {
-			tiny[i] = desc("k", "")
-		}
-		for range 3 {
-			_, err := r.call(request("edge", tiny...))
-			msg := status.Convert(err).Message()
-			if status.Code(err) != codes.InvalidArgument || msg != "rate limit request has 100000 descriptors, more than 64 (--max-descriptors)" {
+		for _, req := range []*pb.RateLimitRequest{users(0, 100_000), tiny(100_000)} {
+			_, err := r.call(req)
+			if msg := status.Convert(err).Message(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(msg, "larger than max") ||
+				!strings.Contains(msg, fmt.Sprintf("(%d vs. %d)", proto.Size(req), rls.DefaultMaxRequestBytes)) || len(msg) > 100 {
 				t.Fatalf("100,000 descriptors: %v", err)
+			}
+		}
+		// 5,000 descriptors of one empty entry each are 35 KB: within the bytes, decoded, and
+		// refused for their number before any is matched.
+		for range 3 {
+			_, err := r.call(tiny(5_000))
+			msg := status.Convert(err).Message()
+			if status.Code(err) != codes.InvalidArgument || msg != "rate limit request has 5000 descriptors, more than 64 (--max-descriptors)" {
+				t.Fatalf("5,000 descriptors: %v", err)
 			}
 		}
 		long := strings.Repeat("x", rls.DefaultMaxValueBytes+1)

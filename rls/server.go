@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -43,6 +44,12 @@ type ServerOptions struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// TLS, when set, is the gRPC listener's (see ServerTLS); the HTTP listener stays plain.
 	TLS *tls.Config
+	// MaxRequestBytes bounds one request's encoded bytes: a gRPC message larger is refused by
+	// gRPC from its length, before it is read or decoded (RESOURCE_EXHAUSTED, "received message
+	// larger than max (N vs. M)"), and a /json body larger with HTTP 413. Decoding is the work
+	// the service cannot bound otherwise: 100,000 descriptors fit in 0.7 MB, and gRPC decodes
+	// them all before the service can count them. Default (0): DefaultMaxRequestBytes.
+	MaxRequestBytes int
 	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
 	Metrics http.Handler
 	Log     *slog.Logger
@@ -66,7 +73,7 @@ type Server struct {
 }
 
 // httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
-// maxJSON on any network a rate limit service sits on. A variable for the tests.
+// MaxRequestBytes on any network a rate limit service sits on. A variable for the tests.
 var httpReadTimeout = 10 * time.Second
 
 // serviceName is the RLS service's name in gRPC health.
@@ -86,15 +93,22 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.MaxConnectionAgeGrace <= 0 {
 		o.MaxConnectionAgeGrace = time.Hour
 	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{svc: svc, o: o, sem: make(chan struct{}, o.MaxInFlight), health: health.NewServer(), stop: make(chan struct{})}
-	// A request larger than /json takes is refused by gRPC from its length, before it is read
-	// whole or decoded (RESOURCE_EXHAUSTED): decoding 100,000 descriptors costs the process
-	// more than deciding every other caller's requests meanwhile. Within it, Options'
-	// MaxDescriptors and the others bound the work.
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(maxJSON),
+	// A request over MaxRequestBytes is refused by gRPC from its length in the message's header:
+	// its body is not read into a message nor decoded, and what of it the connection already
+	// carried (at most the stream's flow control window) is dropped with the stream, which gRPC
+	// resets after the status. That window is fixed at MaxRequestBytes (64 KiB at least, gRPC's
+	// floor): gRPC's dynamic one grows on a fast link towards 16 MiB, and a flood of refused
+	// requests would leave that much of their bodies in the process. Within MaxRequestBytes,
+	// Options' MaxDescriptors and the others bound the work.
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.bound), grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.StaticStreamWindowSize(int32(min(max(o.MaxRequestBytes, 64<<10), 1<<30))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace})}
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
@@ -148,17 +162,18 @@ func (s *Server) leave(ctx context.Context) {
 	s.svc.metrics.flight(ctx, -1)
 }
 
-// maxJSON bounds a /json request's body: gRPC's own default bound is 4 MiB, and no Envoy
-// descriptor needs a quarter of it.
-const maxJSON = 1 << 20
+// DefaultMaxRequestBytes is ServerOptions.MaxRequestBytes's default: an Envoy request is a
+// few hundred bytes, and one at every other bound's limit but for its values' bytes (64
+// descriptors of 16 entries) a few tens of kilobytes. gRPC's own default is 4 MiB.
+const DefaultMaxRequestBytes = 64 << 10
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSON))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.o.MaxRequestBytes)))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			// Cut at the bound, the JSON would be refused as truncated: say why instead.
-			http.Error(w, "request body larger than 1 MiB", http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("request body larger than %d bytes (--max-request-bytes)", s.o.MaxRequestBytes), http.StatusRequestEntityTooLarge)
 			return
 		}
 		http.Error(w, err.Error(), http.StatusBadRequest)

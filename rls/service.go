@@ -163,9 +163,10 @@ type descriptor struct {
 	hits     int64
 	negative bool // is_negative_hits: a refund, or a lease's release
 	status   *pb.RateLimitResponse_DescriptorStatus
-	// taken: what this descriptor's decision took, for a refund when the request is refused
+	// took: the rules this descriptor's decision took units of (a rule of several descriptors
+	// is its first one's), and what each answered, for a refund when the request is refused
 	// after all (quota mode, a lease denied).
-	taken  bool
+	took   []took
 	leases []*client.Lease
 	// shadowed: a shadow_mode descriptor that would have refused.
 	shadowed bool
@@ -424,8 +425,9 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 			admitted = res.Allowed
 			copy(each, e)
 			if admitted {
-				for _, d := range ds {
-					d.taken = true
+				for j, r := range rules {
+					d := ds[owners[j][0]]
+					d.took = append(d.took, took{r, e[j]})
 				}
 			}
 		}
@@ -496,40 +498,50 @@ func slotsOf(rl *envoyconf.RateLimit) envoyconf.Limit {
 	return envoyconf.Limit{}
 }
 
-// undo gives back what ds's decisions took, for a request refused after they admitted. It
-// runs on its own deadline: the units are owed even when the request's context is done.
+// took is a rule a decision admitted, and what it answered.
+type took struct {
+	rule client.Rule
+	res  client.Result
+}
+
+// undo gives back what ds's decisions took, for a request refused after they admitted. The
+// refunds are the Limiter's (RefundAll): owed whatever becomes of the request, tried again in
+// the background when the server cannot make them now, and counted when given up; the leases'
+// releases run on their own deadline.
 func (s *Service) undo(lim *client.Limiter, ds []*descriptor) {
+	var rules []client.Rule
+	var each []client.Result
+	for _, d := range ds {
+		for _, t := range d.took {
+			rules = append(rules, t.rule)
+			each = append(each, t.res)
+		}
+		d.took = nil
+	}
+	if len(rules) > 0 {
+		if err := lim.RefundAll(context.Background(), rules, 0, each); err != nil {
+			// The rules were decided as they are: a refusal of them now is a defect.
+			s.undone.say(context.Background(), fmt.Sprintf("the refunds of a refused request were refused: %v", err))
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	failed, all := 0, 0
 	var first error
-	tally := func(err error) {
-		all++
-		if err != nil {
-			failed++
-			first = cmp.Or(first, err)
-		}
-	}
 	for _, d := range ds {
 		for _, le := range d.leases {
 			_, err := le.Release(ctx)
-			tally(err)
-		}
-		d.leases = nil
-		if !d.taken {
-			continue
-		}
-		d.taken = false
-		for _, l := range d.rl.Limits {
-			if l.Client != nil && d.hits > 0 {
-				_, err := lim.Refund(ctx, d.key, l.Client, d.hits)
-				tally(err)
+			all++
+			if err != nil {
+				failed++
+				first = cmp.Or(first, err)
 			}
 		}
+		d.leases = nil
 	}
 	if failed > 0 {
-		// Those units stay taken until the limits give them back by themselves.
-		s.undone.say(ctx, fmt.Sprintf("%d of %d refunds of a refused request failed: %v", failed, all, first))
+		// Those slots stay taken until their leases expire.
+		s.undone.say(ctx, fmt.Sprintf("%d of %d lease releases of a refused request failed: %v", failed, all, first))
 	}
 }
 

@@ -471,14 +471,14 @@ func TestHTTPJSONAndHealth(t *testing.T) {
 		t.Errorf("bad JSON: %d", code)
 	}
 	// A body over the bound is refused as such, not as JSON cut short.
-	huge := `{"domain": "edge", "descriptors": [{"entries": [{"key": "small", "value": "` + strings.Repeat("x", 1<<20) + `"}]}]}`
+	huge := `{"domain": "edge", "descriptors": [{"entries": [{"key": "small", "value": "` + strings.Repeat("x", rls.DefaultMaxRequestBytes) + `"}]}]}`
 	resp, err := http.Post(r.http+"/json", "application/json", strings.NewReader(huge))
 	if err != nil {
 		t.Fatal(err)
 	}
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "larger than 1 MiB") {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "request body larger than 65536 bytes (--max-request-bytes)") {
 		t.Errorf("huge body: %d %s", resp.StatusCode, data)
 	}
 	resp, err = http.Get(r.http + "/healthcheck")

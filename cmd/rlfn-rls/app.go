@@ -62,6 +62,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
 			&cli.IntFlag{Name: "max-in-flight", Value: 1000, EnvVars: []string{"RLFN_RLS_MAX_IN_FLIGHT"}, Usage: "requests decided at once; more are refused at once (RESOURCE_EXHAUSTED)"},
+			&cli.IntFlag{Name: "max-request-bytes", Value: rls.DefaultMaxRequestBytes, EnvVars: []string{"RLFN_RLS_MAX_REQUEST_BYTES"}, Usage: "bytes of one encoded request (gRPC message, /json body); more are refused (RESOURCE_EXHAUSTED, HTTP 413) before it is read or decoded"},
 			&cli.IntFlag{Name: "max-descriptors", Value: rls.DefaultMaxDescriptors, EnvVars: []string{"RLFN_RLS_MAX_DESCRIPTORS"}, Usage: "descriptors in one request; more are refused (INVALID_ARGUMENT) before anything is sent to the server"},
 			&cli.IntFlag{Name: "max-entries", Value: rls.DefaultMaxEntries, EnvVars: []string{"RLFN_RLS_MAX_ENTRIES"}, Usage: "entries in one descriptor; more are refused (INVALID_ARGUMENT)"},
 			&cli.IntFlag{Name: "max-value-bytes", Value: rls.DefaultMaxValueBytes, EnvVars: []string{"RLFN_RLS_MAX_VALUE_BYTES"}, Usage: "bytes of a descriptor entry's key or value, and of the domain; more are refused (INVALID_ARGUMENT)"},
@@ -179,6 +180,7 @@ func serve(c *cli.Context) error {
 		MaxDescriptors: c.Int("max-descriptors"), MaxEntries: c.Int("max-entries"), MaxValueBytes: c.Int("max-value-bytes"), Log: log})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight:      c.Int("max-in-flight"),
+		MaxRequestBytes:  c.Int("max-request-bytes"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
 		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc) },
 		CheckEvery:       c.Duration("check-every"),
@@ -250,7 +252,7 @@ func serve(c *cli.Context) error {
 // the flag, the libraries would take 0 for their default or say which of their options is
 // wrong, not which flag.
 func checkNumbers(c *cli.Context) error {
-	for _, name := range []string{"max-in-flight", "instances", "max-descriptors", "max-entries", "max-value-bytes"} {
+	for _, name := range []string{"max-in-flight", "instances", "max-request-bytes", "max-descriptors", "max-entries", "max-value-bytes"} {
 		if n := c.Int(name); n < 1 {
 			return fmt.Errorf("--%s %d: must be 1 or more", name, n)
 		}

@@ -14,8 +14,11 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/functions"
@@ -54,6 +57,7 @@ func TestStartErrors(t *testing.T) {
 		// for a default or named by the client's option.
 		{[]string{"--config", good, "--max-in-flight", "-1"}, "--max-in-flight -1: must be 1 or more"},
 		{[]string{"--config", good, "--instances", "0"}, "--instances 0: must be 1 or more"},
+		{[]string{"--config", good, "--max-request-bytes", "0"}, "--max-request-bytes 0: must be 1 or more"},
 		{[]string{"--config", good, "--max-descriptors", "0"}, "--max-descriptors 0: must be 1 or more"},
 		{[]string{"--config", good, "--max-entries", "-3"}, "--max-entries -3: must be 1 or more"},
 		{[]string{"--config", good, "--max-value-bytes", "0"}, "--max-value-bytes 0: must be 1 or more"},
@@ -368,5 +372,37 @@ func TestReconcileFlag(t *testing.T) {
 	if log := a.stderr.String(); !strings.Contains(log, `"msg":"library loaded"`) || !strings.Contains(log, `"component":"reconciler"`) ||
 		!strings.Contains(log, `"release":"`+versions.Embedded().Latest().Version+`"`) {
 		t.Errorf("the log does not say the reconciler loaded the library:\n%s", log)
+	}
+}
+
+// --max-request-bytes reaches gRPC: a request of 17 values of 4,000 bytes (68 KB, over the
+// 64 KiB default) is decided under --max-request-bytes 70000, and one of 18 (72 KB) is refused
+// from its length, RESOURCE_EXHAUSTED naming both sizes.
+func TestMaxRequestBytes(t *testing.T) {
+	url, dir, _ := startStalled(t, "edge")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startApp(t, ctx, "--url", url, "--config", dir, "--max-request-bytes", "70000")
+	req := func(n int) *pb.RateLimitRequest {
+		r := &pb.RateLimitRequest{Domain: "edge"}
+		for range n {
+			r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "unlimited", Value: strings.Repeat("v", 4000)}}})
+		}
+		return r
+	}
+	if size := proto.Size(req(17)); size <= rls.DefaultMaxRequestBytes || size > 70000 {
+		t.Fatalf("17 values are %d bytes", size)
+	}
+	if resp, err := a.rls.ShouldRateLimit(ctx, req(17)); err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+		t.Errorf("68 KB: %v %v, want OK", resp, err)
+	}
+	big := req(18)
+	_, err := a.rls.ShouldRateLimit(ctx, big)
+	if want := fmt.Sprintf("larger than max (%d vs. 70000)", proto.Size(big)); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), want) {
+		t.Errorf("72 KB: %v, want RESOURCE_EXHAUSTED %q", err, want)
+	}
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
 }
