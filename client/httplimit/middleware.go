@@ -459,8 +459,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	// The decisions are the policy's in the Limiter's metrics, spans and log lines: its Name is
-	// in the key, not in the Limit.
-	ctx := client.WithLimitName(r.Context(), p.Name)
+	// in the key, not in the Limit, so each call names it (decide.Allow, Rule.Name), without a
+	// context of its own.
+	ctx := r.Context()
 	if p.Critical {
 		ctx = client.Critical(ctx)
 	}
@@ -475,7 +476,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.concurrent(ctx, w, r, next, p, key, nil)
 		return
 	}
-	res, err := m.lim.Allow(ctx, key, p.Limit)
+	res, err := decide.Allow(ctx, m.lim, p.Name, key, p.Limit)
 	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return
@@ -685,7 +686,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 		m.failed(w, r, next, p.Name, ErrNoAcquirer)
 		return
 	}
-	lease, res, err := acq.Acquire(ctx, key, *p.Concurrency)
+	lease, res, err := decide.Acquire(ctx, acq, p.Name, key, *p.Concurrency)
 	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return

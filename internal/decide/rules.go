@@ -33,10 +33,10 @@ type Set struct {
 // Add adds the limit l named name on key, taking cost units (0: one) counted in unit.
 func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, shadow bool) {
 	if shadow {
-		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l, Cost: cost, Name: name})
 		s.ShadowQuotas = append(s.ShadowQuotas, Quota{name, l, unit})
 	} else {
-		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l, Cost: cost, Name: name})
 		s.EnforcedQuotas = append(s.EnforcedQuotas, Quota{name, l, unit})
 	}
 }
@@ -109,7 +109,7 @@ func (sp *Split) Add(rule Named, key string, cost int64) {
 // takes a rule's cost).
 func Decide(ctx context.Context, lim Decider, rules []client.Rule, noMulti error) (client.Result, error) {
 	if len(rules) == 1 && rules[0].Cost <= 1 {
-		return lim.Allow(ctx, rules[0].Key, rules[0].Limit)
+		return Allow(ctx, lim, rules[0].Name, rules[0].Key, rules[0].Limit)
 	}
 	ml, ok := lim.(MultiDecider)
 	if !ok {
