@@ -126,7 +126,6 @@ var logMessages = [...]string{
 	decide.Unavailable:   "no rate-limit decision",
 	decide.Misconfigured: "rate limit misconfigured, refused Internal",
 	decide.RefusedKey:    "key refused, refused InvalidArgument",
-	decide.NotRefunded:   "decision answered, but refunds it owed failed",
 	decide.ShadowKey:     "key of a shadow limit failed, call served",
 	decide.ShadowFailed:  "shadow decision failed, call served",
 	decide.Unreleased:    "lease not released, it expires at its end",
@@ -419,10 +418,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			res, each, quotas, err = decide.DecideEnforced(dctx, s.lim, &set, p.HideQuota, ErrNoMultiDecider)
 		}
 	}
-	switch {
-	case decide.DecisionStands(err):
-		s.report(ctx, method, decide.NotRefunded, p.Name, err)
-	case err != nil:
+	if err != nil {
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {

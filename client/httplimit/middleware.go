@@ -226,9 +226,7 @@ type Options struct {
 	// OnError is called with each error that leaves a request without a decision, before it is
 	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
 	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
-	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. It also gets a
-	// *client.CompensationError that comes with a denial, which is answered: the decision
-	// stands. A request whose context ended during the decision (its client went away) is
+	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. A request whose context ended during the decision (its client went away) is
 	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
 	// and not reported.
 	//
@@ -612,12 +610,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	} else {
 		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, set, p.HideQuota, ErrNoMultiDecider)
 	}
-	switch {
-	case decide.DecisionStands(err):
-		// A denial whose refunds failed: the refunded limits are stricter for a while, the
-		// denial is as true as any, and serving the request would admit what a limit refused.
-		m.report(r, notRefunded, p.Name, err)
-	case err != nil:
+	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}

@@ -120,7 +120,7 @@ func Decide(ctx context.Context, lim Decider, rules []client.Rule, noMulti error
 
 // DecideEnforced decides s's enforced limits at once, each limit's state with them when lim
 // can tell and the quota is shown, and returns the quotas the deciding one first, each in
-// their order. The error may come with a decision that stands (DecisionStands).
+// their order.
 func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti error) (client.Result, []client.Result, []Quota, error) {
 	var res client.Result
 	var each []client.Result
@@ -132,7 +132,7 @@ func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti
 		res, err = Decide(ctx, lim, s.Enforced, noMulti)
 	}
 	quotas := s.EnforcedQuotas
-	if err != nil && !DecisionStands(err) {
+	if err != nil {
 		return res, nil, quotas, err
 	}
 	if res.Rule != 0 && res.Rule < len(quotas) {
@@ -146,7 +146,7 @@ func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti
 }
 
 // DecideShadow decides shadow rules and names the limit that decided (of quotas, in the
-// rules' order). The error may come with a decision that stands (DecisionStands).
+// rules' order).
 func DecideShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas []Quota, noMulti error) (res client.Result, name string, err error) {
 	res, err = Decide(ctx, lim, rules, noMulti)
 	name = quotas[0].Name
@@ -157,16 +157,12 @@ func DecideShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas 
 }
 
 // RunShadow decides shadow rules beside a call and tells what to count: report gets an error
-// that came with the decision (NotRefunded: the denial stands, and is counted) or instead of
-// it (ShadowFailed: the call was served, nothing is counted), and denied the name of the limit
-// that would have refused the call.
+// that left it without a decision (ShadowFailed: the call was served, nothing is counted), and
+// denied the name of the limit that would have refused the call.
 func RunShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas []Quota, noMulti error,
 	report func(kind Failure, name string, err error), denied func(name string)) {
 	res, name, err := DecideShadow(ctx, lim, rules, quotas, noMulti)
-	switch {
-	case DecisionStands(err):
-		report(NotRefunded, name, err)
-	case err != nil:
+	if err != nil {
 		report(ShadowFailed, name, err)
 		return
 	}
