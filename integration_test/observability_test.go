@@ -49,7 +49,8 @@ import (
 // last, and Prometheus's own engine evaluates every panel's query and every rule over the
 // samples: each panel returns data, each alert fires in the phase it is for (a limit driven
 // above 90% for more than 10 minutes; Valkey killed; Valkey back without the library; the
-// plain service's overrides unreadable from the kill on) and none fires in the quiet phase. The log of each service says once that the fallback decides
+// plain service's overrides unreadable from the kill on; a route's settlements by outcome
+// failing while hot) and none fires in the quiet phase. The log of each service says once that the fallback decides
 // and once that the server decides again.
 func TestObservability(t *testing.T) {
 	s := harness.StartValkey(t)
@@ -112,6 +113,22 @@ func TestObservability(t *testing.T) {
 	}
 	web := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	t.Cleanup(web.Close)
+	// A route that counts failures alone, whose refunds of the requests that succeed are lost
+	// (its Limiter's Refund fails): asked in the hot phase, its settlements fail.
+	umw, err := httplimit.New(failingRefunds{plain}, httplimit.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
+		Policy: func(*http.Request) httplimit.Policy {
+			return httplimit.Policy{Name: "signup", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute},
+				Outcome: &httplimit.Outcome{Count: httplimit.Failures}}
+		},
+		MeterProvider: mp,
+		OnError:       func(*http.Request, error) {}, // the metric says it; the log lines are the Limiters'
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsettling := httptest.NewServer(umw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	t.Cleanup(unsettling.Close)
 	gpolicy := func(name string) grpclimit.Policy {
 		return grpclimit.Policy{Name: name, Limit: limits[name], NearLimit: 0.8}
 	}
@@ -159,6 +176,15 @@ func TestObservability(t *testing.T) {
 			}
 			if _, err := plain.Allow(ctx, key, client.TokenBucket{Capacity: 50, Rate: 50, Period: time.Minute, Name: "plain"}); err != nil {
 				t.Fatal(err)
+			}
+			if hot {
+				req, _ := http.NewRequestWithContext(ctx, "GET", unsettling.URL, nil)
+				req.Header.Set("X-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
 			}
 		}
 	}
@@ -291,9 +317,10 @@ func TestObservability(t *testing.T) {
 		t.Fatal(errs)
 	}
 	firesIn := map[string]string{
-		"RlfnLimitNearCeiling": "hot",
-		"RlfnFallbackDeciding": "killed",
-		"RlfnLibraryNotLoaded": "not_loaded",
+		"RlfnLimitNearCeiling":  "hot",
+		"RlfnFallbackDeciding":  "killed",
+		"RlfnLibraryNotLoaded":  "not_loaded",
+		"RlfnOutcomesUnsettled": "hot",
 		// for 5 minutes after the reads first fail: the server back without its library
 		"RlfnOverridesUnreadable": "not_loaded",
 	}
