@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ import (
 	"github.com/rlfn/rlfn/client/grpclimit"
 	"github.com/rlfn/rlfn/client/httplimit"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/rls"
 )
 
 // The dashboard and the alerting rules of docs/observability, run against what services
@@ -50,7 +52,7 @@ import (
 // samples: each panel returns data, each alert fires in the phase it is for (a limit driven
 // above 90% for more than 10 minutes; Valkey killed; Valkey back without the library; the
 // plain service's overrides unreadable from the kill on; a route's settlements by outcome
-// failing while hot) and none fires in the quiet phase. The log of each service says once that the fallback decides
+// failing while hot; rlfn-rls's configuration failing to load while hot) and none fires in the quiet phase. The log of each service says once that the fallback decides
 // and once that the server decides again.
 func TestObservability(t *testing.T) {
 	s := harness.StartValkey(t)
@@ -129,6 +131,16 @@ func TestObservability(t *testing.T) {
 	}
 	unsettling := httptest.NewServer(umw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	t.Cleanup(unsettling.Close)
+	// rlfn-rls's configuration loads, counted as its watcher counts each reload: a broken
+	// file, reloaded in the hot phase, does not load.
+	rlsMetrics, err := rls.NewMetrics(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenConfig := rls.Files{Paths: []string{filepath.Join(t.TempDir(), "config.yaml")}}
+	if err := os.WriteFile(brokenConfig.Paths[0], []byte("domain: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	gpolicy := func(name string) grpclimit.Policy {
 		return grpclimit.Policy{Name: name, Limit: limits[name], NearLimit: 0.8}
 	}
@@ -145,6 +157,13 @@ func TestObservability(t *testing.T) {
 	var seq int
 	var nearHTTP, nearGRPC bool
 	traffic := func(hot bool) {
+		if hot {
+			_, err := brokenConfig.Load()
+			if err == nil {
+				t.Fatal("a broken rlfn-rls configuration loads")
+			}
+			rlsMetrics.ConfigLoaded(err)
+		}
 		for range 10 {
 			seq++
 			key := "obs-" + strconv.Itoa(seq)
@@ -321,6 +340,7 @@ func TestObservability(t *testing.T) {
 		"RlfnFallbackDeciding":  "killed",
 		"RlfnLibraryNotLoaded":  "not_loaded",
 		"RlfnOutcomesUnsettled": "hot",
+		"RlfnRLSConfigFailing":  "hot",
 		// for 5 minutes after the reads first fail: the server back without its library
 		"RlfnOverridesUnreadable": "not_loaded",
 	}
