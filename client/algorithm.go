@@ -68,6 +68,7 @@ type params struct {
 	mode    Mode   // leaky bucket
 	reserve int64  // units kept for critical callers
 	name    string // the optional suffix of the key (Limit's Name)
+	label   string // the limit's name in metrics, spans and log lines when set (Rule.Name, a middleware's policy), not part of the key
 	id      string // concurrency: the lease holder
 	penalty int64  // ms a denial blocks the principal for (a limit's Penalty); 0: none
 	// calendar: the period and anchor, and the call's boundaries (call.bound)

@@ -176,7 +176,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // The call gives up at its deadline (Options.Deadline), and when the server cannot decide, the
 // Limiter's Fallback does.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := l.prepare(ctx, key, limit, n)
+	return l.allowN(ctx, "", key, limit, n)
+}
+
+// allowN is AllowN of a decision named name ("": by the context, or the limit's Name).
+func (l *Limiter) allowN(ctx context.Context, name, key string, limit Limit, n int64) (Result, error) {
+	c, err := l.prepare(ctx, name, key, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -200,7 +205,12 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // The deadline, the circuit breaker and the Fallback apply as to AllowN; a local peek consumes
 // nothing either.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := l.prepare(ctx, key, limit, n)
+	return l.peekN(ctx, "", key, limit, n)
+}
+
+// peekN is PeekN of a decision named name (see allowN).
+func (l *Limiter) peekN(ctx context.Context, name, key string, limit Limit, n int64) (Result, error) {
+	c, err := l.prepare(ctx, name, key, limit, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -218,6 +228,11 @@ func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (
 // deadline, the breaker and the Fallback apply as to AllowN (LocalFallback refunds the local
 // limiter; FailOpen and FailClosed refund nothing).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	return l.refund(ctx, "", key, limit, n)
+}
+
+// refund is Refund of a limit named name (see allowN).
+func (l *Limiter) refund(ctx context.Context, name, key string, limit Limit, n int64) (Result, error) {
 	if err := l.checkKey(key); err != nil {
 		return Result{}, err
 	}
@@ -228,6 +243,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 		return Result{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
+	c.label = name
 	l.override(&c, key)
 	if err := l.bound(&c); err != nil {
 		return Result{}, err
@@ -245,6 +261,12 @@ type Rule struct {
 	// its own cost, and a cost above its limit denies with Never, as AllowN's. A rule cannot
 	// take nothing while the others take: a Cost of zero is the call's.
 	Cost int64
+	// Name names the rule's decisions in metrics, spans and log lines (rlfn.limit.name) in
+	// place of WithLimitName's name and of its Limit's Name; it is not part of the state's key.
+	// httplimit and grpclimit name each limit of a policy so. Give it names the service
+	// declares, never a request's values: each name is a metric series (Options.MetricLimits).
+	// Default (empty): WithLimitName's, else the Limit's Name.
+	Name string
 }
 
 // AllowAll takes one unit from every rule's limiter, all or nothing. See AllowAllN.
@@ -339,12 +361,18 @@ func (l *Limiter) PeekAllN(ctx context.Context, rules []Rule, n int64) (Result, 
 // A call that is not Critical leaves c.Reserve slots free. The deadline, the breaker and the
 // Fallback apply as to AllowN: LocalFallback holds a local semaphore of Limit / instances slots.
 func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Lease, Result, error) {
+	return l.acquire(ctx, "", key, c)
+}
+
+// acquire is Acquire of a lease named name (see allowN).
+func (l *Limiter) acquire(ctx context.Context, name, key string, c Concurrency) (*Lease, Result, error) {
 	var b [16]byte
 	rand.Read(b[:])
 	lease, err := l.Lease(key, c, hex.EncodeToString(b[:]))
 	if err != nil {
 		return nil, Result{}, err
 	}
+	lease.label = name
 	res, err := lease.Renew(ctx)
 	if err != nil || !res.Allowed {
 		return nil, res, err
@@ -616,7 +644,7 @@ func (l *Limiter) server(ctx context.Context, op operation, c call, b built) (Re
 
 // prepare validates a key, a limit and a cost, and makes the call, with the limit's reserve
 // unless ctx is Critical.
-func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64) (call, error) {
+func (l *Limiter) prepare(ctx context.Context, name, key string, limit Limit, n int64) (call, error) {
 	if err := l.checkKey(key); err != nil {
 		return call{}, err
 	}
@@ -627,6 +655,7 @@ func (l *Limiter) prepare(ctx context.Context, key string, limit Limit, n int64)
 		return call{}, err
 	}
 	c := call{spec: limit.spec(), cost: n}
+	c.label = name
 	l.override(&c, key)
 	c.judgeReserve(ctx)
 	if err := l.bound(&c); err != nil {

@@ -107,10 +107,11 @@
 // it, no instrument exists):
 //
 //   - rlfn.client.decisions counts decisions ({decision}), by rlfn.algorithm (an algorithm,
-//     concurrency, or multi for rl_multi), the limit (rlfn.limit.name: WithLimitName's name,
-//     else the Limit's Name; rlfn.limit.quota, its configured limit or capacity;
-//     rlfn.limit.period, its window, period or lease as time.Duration prints it, or a
-//     calendar's day, week, month or year; rl_multi has a name alone), rlfn.operation
+//     concurrency, or multi for rl_multi), the limit (rlfn.limit.name: its Rule.Name, else
+//     WithLimitName's name, else the Limit's Name; rlfn.limit.quota, its configured limit or
+//     capacity; rlfn.limit.period, its window, period or lease as time.Duration prints it, or
+//     a calendar's day, week, month or year; an rl_multi's are those of the limit that
+//     decided it), rlfn.operation
 //     (allow, peek, refund, acquire, release), rlfn.outcome (allowed, denied) and rlfn.source:
 //     server; the fallback that decided (fail_open, fail_closed, local_fallback); leased for
 //     a unit handed out from a leased budget; denial_cache for a denial answered by the

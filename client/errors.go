@@ -101,22 +101,3 @@ func (e *VersionError) Unwrap() error {
 	}
 	return nil
 }
-
-// CompensationError reports refunds a decision across keys owed and could not make, with
-// the denial's Result, which stands.
-//
-// Deprecated: the Limiter no longer returns it: AllowAll's refunds that fail are tried again
-// in the background, and those lost are counted (rlfn.client.refunds.lost) and logged (see
-// AllowAllN). It remains for Deciders of client/httplimit and client/grpclimit that wrap a
-// Limiter and still report one.
-type CompensationError struct {
-	Rules []int // indexes in the rules of the limits not refunded, in order
-	Err   error // why: each refund's error, joined
-}
-
-func (e *CompensationError) Error() string {
-	return fmt.Sprintf("client: AllowAll could not refund the units rules %v took: %v", e.Rules, e.Err)
-}
-
-// Unwrap returns the refunds' errors, so that errors.As finds a *VersionError among them.
-func (e *CompensationError) Unwrap() error { return e.Err }

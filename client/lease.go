@@ -43,6 +43,7 @@ type Lease struct {
 	key   string
 	limit Concurrency
 	id    string
+	label string // the name of its decisions in metrics, spans and log lines, when given apart from the context
 
 	mu       sync.RWMutex // Renew holds it shared, Release alone: no renewal overtakes the release
 	released bool
@@ -66,6 +67,7 @@ func (le *Lease) Renew(ctx context.Context) (Result, error) {
 		return Result{}, ErrLeaseReleased
 	}
 	c := call{spec: le.limit.spec(le.id), cost: 1}
+	c.label = le.label
 	le.lim.override(&c, le.key)
 	c.judgeReserve(ctx)
 	return le.lim.run(ctx, opAcquire, le.key, c)
@@ -84,6 +86,7 @@ func (le *Lease) Release(ctx context.Context) (Result, error) {
 	defer le.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
 	c := call{spec: le.limit.spec(le.id), cost: 1}
+	c.label = le.label
 	le.lim.override(&c, le.key)
 	res, err := le.lim.run(ctx, opRelease, le.key, c)
 	le.released = le.released || err == nil

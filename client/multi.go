@@ -345,6 +345,7 @@ func (l *Limiter) groupRules(ctx context.Context, rules []Rule, n int64) ([]grou
 			return nil, &LimitError{Field: fmt.Sprintf("rules[%d] %s", i, le.Field), Reason: le.Reason}
 		}
 		c := call{spec: r.Limit.spec(), cost: n}
+		c.label = r.Name
 		if r.Cost != 0 {
 			if err := checkInt(fmt.Sprintf("rules[%d].Cost", i), r.Cost, 0, maxInt); err != nil {
 				return nil, err
@@ -524,6 +525,9 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
 	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent, penalty, want)
+	if err == nil {
+		a.series = l.tel.series(ctx, multiSubject, decidedBy(cs, i))
+	}
 	now := sent
 	if err != nil {
 		now = l.clock() // when it failed, as decide
@@ -723,6 +727,15 @@ func (l *Limiter) failMulti(ctx context.Context, op operation, key string, cs []
 		r, b = binding(results)
 	}
 	copy(each, results)
-	l.tel.decided(ctx, l.tel.series(ctx, multiSubject, nil), op, r, fallbackSrc[l.fallback])
+	l.tel.decided(ctx, l.tel.series(ctx, multiSubject, decidedBy(cs, b)), op, r, fallbackSrc[l.fallback])
 	return r, b, nil
+}
+
+// decidedBy is the limit of cs that decided an rl_multi, whose name, quota and period its
+// metrics carry; nil when the principal's block did.
+func decidedBy(cs []call, i int) *spec {
+	if 0 <= i && i < len(cs) {
+		return &cs[i].spec
+	}
+	return nil
 }

@@ -116,8 +116,8 @@ func (l *Limiter) nodeOf(br *breaker) string {
 	return "cluster"
 }
 
-// limitName is how a notice names a call's limit: its algorithm and its name (WithLimitName's,
-// or its Name), as the rlfn.limit.name of its metrics.
+// limitName is how a notice names a call's limit: its algorithm and its name (its Rule.Name,
+// WithLimitName's, or its Name), as the rlfn.limit.name of its metrics.
 func limitName(ctx context.Context, c *call) string {
 	name := nameOf(ctx, &c.spec)
 	if name == "" {

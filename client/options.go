@@ -100,8 +100,8 @@ type Options struct {
 
 	// MetricLimits bounds the limits whose decisions get metric series of their own (by
 	// rlfn.limit.name, rlfn.limit.quota and rlfn.limit.period, see "Metrics" in the package
-	// documentation), from 1 to 100000: a limit is its algorithm, name (its Name, or
-	// WithLimitName's), quota and period. The decisions of limits beyond it share one series
+	// documentation), from 1 to 100000: a limit is its algorithm, name (its Rule.Name,
+	// WithLimitName's, or its Name), quota and period. The decisions of limits beyond it share one series
 	// per algorithm named OverflowLimitName, so that names made up per request, or an override
 	// per key, never grow the series count further. Default (0): 256.
 	MetricLimits int

@@ -192,9 +192,9 @@ func (l *Limiter) override(c *call, key string) {
 	if !ok {
 		return
 	}
-	id := c.params.id // a lease's holder is the call's, not the override's
+	id, label := c.params.id, c.params.label // a lease's holder and the call's name are the call's, not the override's
 	c.spec = v.shared.spec
-	c.params.id = id
+	c.params.id, c.params.label = id, label
 	c.override = &v.info
 }
 

@@ -46,6 +46,7 @@ type limitID struct {
 	quota   int64
 	ms      int64  // window, period or lease, in ms; 0 for a calendar and rl_multi
 	cal     Period // a calendar's period
+	limit   bool   // quota and period are a limit's: false for an rl_multi no limit decided
 }
 
 // series is one limit's attribute sets: those of its decisions, built on first use each, and
@@ -68,7 +69,8 @@ func newSeries(id limitID, alg string, overflow bool) *series {
 			period = id.cal.String()
 		}
 		s.attrs = append(s.attrs, attribute.String(attrLimitName, id.name))
-		if id.subject != multiSubject {
+		if id.limit {
+			// rl_multi's series are those of the limit that decided; one without it has none
 			s.attrs = append(s.attrs, attribute.Int64(attrLimitQuota, id.quota), attribute.String(attrLimitPeriod, period))
 		}
 	}
@@ -148,10 +150,11 @@ func (ls *limitSeries) get(id limitID) *series {
 type limitNameKey struct{}
 
 // WithLimitName names the decisions made with ctx in metrics, spans and log lines
-// (rlfn.limit.name) in place of their limits' Name: httplimit and grpclimit name them by their
-// policy, whose name is in the key rather than in the Limit. Give it names the service
-// declares (a route's, a tier's), never a request's values: each name is a metric series (see
-// Options.MetricLimits). Without it, a decision is named by its Limit's Name.
+// (rlfn.limit.name) in place of their limits' Name (a Rule's Name names its own): a route's
+// or a tier's name, which is in the key rather than in the Limit. Give it names the service
+// declares, never a request's values: each name is a metric series (see
+// Options.MetricLimits). Without it, a decision is named by its Limit's Name. The context is
+// one allocation; httplimit and grpclimit name their calls without one.
 func WithLimitName(ctx context.Context, name string) context.Context {
 	return &namedContext{ctx, name}
 }
@@ -173,8 +176,12 @@ func (c *namedContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// nameOf is the name of c's decisions under ctx: WithLimitName's, else the Limit's Name.
+// nameOf is the name of s's decisions under ctx: the call's own (Rule.Name, a middleware's),
+// else WithLimitName's, else the Limit's Name.
 func nameOf(ctx context.Context, s *spec) string {
+	if s != nil && s.label != "" {
+		return s.label
+	}
 	if n, ok := ctx.Value(limitNameKey{}).(*namedContext); ok {
 		return n.name
 	}
@@ -193,8 +200,8 @@ func periodOf(s *spec) string {
 	return time.Duration(s.ms * int64(time.Millisecond)).String()
 }
 
-// series is the series of a decision of sp (nil for rl_multi, named by ctx alone) under ctx,
-// or nil without metrics.
+// series is the series of a decision of sp under ctx (for rl_multi, sp is the limit that
+// decided, or nil when none did: named by ctx alone), or nil without metrics.
 func (t *telemetry) series(ctx context.Context, subject int, sp *spec) *series {
 	m := t.meter()
 	if m == nil {
@@ -202,7 +209,7 @@ func (t *telemetry) series(ctx context.Context, subject int, sp *spec) *series {
 	}
 	id := limitID{subject: subject, name: nameOf(ctx, sp)}
 	if sp != nil {
-		id.quota, id.ms, id.cal = sp.limit, sp.ms, sp.period
+		id.quota, id.ms, id.cal, id.limit = sp.limit, sp.ms, sp.period, true
 		if sp.alg == calendarAlg {
 			id.ms = 0
 		}

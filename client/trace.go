@@ -43,13 +43,15 @@ func (l *Limiter) tracedAll(ctx context.Context, op operation, rules []Rule, n i
 	if err == nil {
 		r := rules[res.Rule]
 		attrs = append(attrs, attribute.Int("rlfn.rule", res.Rule))
-		attrs = l.limitAttrs(ctx, attrs, r.Limit.spec(), r.Key)
+		sp := r.Limit.spec()
+		sp.label = r.Name
+		attrs = l.limitAttrs(ctx, attrs, sp, r.Key)
 	}
 	l.endSpan(span, attrs, res, err)
 	return res, err
 }
 
-// limitAttrs appends a limit's algorithm, name (WithLimitName's, or its Name), quota and period,
+// limitAttrs appends a limit's algorithm, name (its Rule.Name, WithLimitName's, or its Name), quota and period,
 // named as its metrics' attributes, and its key with Options.TraceKeys alone (keys are often
 // personal data).
 func (l *Limiter) limitAttrs(ctx context.Context, attrs []attribute.KeyValue, s spec, key string) []attribute.KeyValue {

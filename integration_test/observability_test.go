@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ import (
 	"github.com/rlfn/rlfn/client/grpclimit"
 	"github.com/rlfn/rlfn/client/httplimit"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/rls"
 )
 
 // The dashboard and the alerting rules of docs/observability, run against what services
@@ -48,8 +50,9 @@ import (
 // exporter's) is scraped once per phase step, each scrape stored one virtual minute after the
 // last, and Prometheus's own engine evaluates every panel's query and every rule over the
 // samples: each panel returns data, each alert fires in the phase it is for (a limit driven
-// above 90% for more than 10 minutes; Valkey killed; Valkey back without the library) and
-// none fires in the quiet phase. The log of each service says once that the fallback decides
+// above 90% for more than 10 minutes; Valkey killed; Valkey back without the library; the
+// plain service's overrides unreadable from the kill on; a route's settlements by outcome
+// failing while hot; rlfn-rls's configuration failing to load while hot) and none fires in the quiet phase. The log of each service says once that the fallback decides
 // and once that the server decides again.
 func TestObservability(t *testing.T) {
 	s := harness.StartValkey(t)
@@ -71,7 +74,7 @@ func TestObservability(t *testing.T) {
 
 	// One Limiter per service, each with its own log.
 	logs := map[string]*lockedBuffer{"plain": {}, "http": {}, "grpc": {}}
-	newLimiter := func(name string) *client.Limiter {
+	newLimiter := func(name string, overrides bool) *client.Limiter {
 		vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
@@ -85,9 +88,11 @@ func TestObservability(t *testing.T) {
 			Deadline:        2 * time.Second,
 			BreakerFailures: 2,
 			BreakerCooldown: 200 * time.Millisecond,
+			// the plain service's read through a client without a cache: once a second
+			Overrides: overrides,
 		})
 	}
-	plain, httpLim, grpcLim := newLimiter("plain"), newLimiter("http"), newLimiter("grpc")
+	plain, httpLim, grpcLim := newLimiter("plain", true), newLimiter("http", false), newLimiter("grpc", false)
 
 	limits := map[string]client.Limit{
 		"login":  client.FixedWindow{Limit: 100, Window: time.Minute},
@@ -110,6 +115,32 @@ func TestObservability(t *testing.T) {
 	}
 	web := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	t.Cleanup(web.Close)
+	// A route that counts failures alone, whose refunds of the requests that succeed are lost
+	// (its Limiter's Refund fails): asked in the hot phase, its settlements fail.
+	umw, err := httplimit.New(failingRefunds{plain}, httplimit.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
+		Policy: func(*http.Request) httplimit.Policy {
+			return httplimit.Policy{Name: "signup", Limit: client.FixedWindow{Limit: 1000, Window: time.Minute},
+				Outcome: &httplimit.Outcome{Count: httplimit.Failures}}
+		},
+		MeterProvider: mp,
+		OnError:       func(*http.Request, error) {}, // the metric says it; the log lines are the Limiters'
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsettling := httptest.NewServer(umw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	t.Cleanup(unsettling.Close)
+	// rlfn-rls's configuration loads, counted as its watcher counts each reload: a broken
+	// file, reloaded in the hot phase, does not load.
+	rlsMetrics, err := rls.NewMetrics(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenConfig := rls.Files{Paths: []string{filepath.Join(t.TempDir(), "config.yaml")}}
+	if err := os.WriteFile(brokenConfig.Paths[0], []byte("domain: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	gpolicy := func(name string) grpclimit.Policy {
 		return grpclimit.Policy{Name: name, Limit: limits[name], NearLimit: 0.8}
 	}
@@ -126,6 +157,13 @@ func TestObservability(t *testing.T) {
 	var seq int
 	var nearHTTP, nearGRPC bool
 	traffic := func(hot bool) {
+		if hot {
+			_, err := brokenConfig.Load()
+			if err == nil {
+				t.Fatal("a broken rlfn-rls configuration loads")
+			}
+			rlsMetrics.ConfigLoaded(err)
+		}
 		for range 10 {
 			seq++
 			key := "obs-" + strconv.Itoa(seq)
@@ -158,6 +196,15 @@ func TestObservability(t *testing.T) {
 			if _, err := plain.Allow(ctx, key, client.TokenBucket{Capacity: 50, Rate: 50, Period: time.Minute, Name: "plain"}); err != nil {
 				t.Fatal(err)
 			}
+			if hot {
+				req, _ := http.NewRequestWithContext(ctx, "GET", unsettling.URL, nil)
+				req.Header.Set("X-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
 		}
 	}
 
@@ -175,10 +222,36 @@ func TestObservability(t *testing.T) {
 		from, till time.Time
 	}
 	var phases []phase
-	run := func(name string, steps int, hot bool) {
+	// overrideErrors is the plain service's count of reads of the overrides that failed.
+	overrideErrors := func() float64 {
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0.0
+		for _, f := range families {
+			if f.GetName() == "rlfn_client_overrides_errors_total" {
+				for _, m := range f.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	// run scrapes steps times after traffic; with unreadable, once the overrides' reads have
+	// failed again since the last step (a read is due once a second: minutes pass faster).
+	run := func(name string, steps int, hot, unreadable bool) {
 		p := phase{name: name}
 		for i := range steps {
+			before := overrideErrors()
 			traffic(hot)
+			for unreadable && overrideErrors() == before {
+				if ctx.Err() != nil {
+					t.Fatal("the overrides' reads never failed with the server gone")
+				}
+				time.Sleep(50 * time.Millisecond)
+				traffic(false)
+			}
 			ts := scrape()
 			if i == 0 {
 				p.from = ts
@@ -188,16 +261,16 @@ func TestObservability(t *testing.T) {
 		phases = append(phases, p)
 	}
 
-	run("quiet", 12, false)
-	run("hot", 15, true)                // RlfnLimitNearCeiling needs 10 minutes, and 5 for its rate to see the phase alone
+	run("quiet", 12, false, false)
+	run("hot", 15, true, false)         // RlfnLimitNearCeiling needs 10 minutes, and 5 for its rate to see the phase alone
 	if err := s.Stop(ctx); err != nil { // kill -9: no shutdown
 		t.Fatal(err)
 	}
-	run("killed", 4, false)
+	run("killed", 6, false, true)        // RlfnOverridesUnreadable needs 5 minutes of failed reads
 	if err := s.Start(ctx); err != nil { // back empty: no library
 		t.Fatal(err)
 	}
-	run("not_loaded", 4, false)
+	run("not_loaded", 4, false, false)
 	// the admin client's connection died with the server: the first command may meet it
 	for err := load(ctx, admin); err != nil; err = load(ctx, admin) {
 		if ctx.Err() != nil {
@@ -205,7 +278,7 @@ func TestObservability(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	run("recovered", 3, false)
+	run("recovered", 3, false, false)
 	end := phases[len(phases)-1].till
 	if !nearHTTP || !nearGRPC {
 		t.Errorf("an admitted request of search past its NearLimit said RateLimit-Near: %v; a call ratelimit-near: %v", nearHTTP, nearGRPC)
@@ -263,9 +336,13 @@ func TestObservability(t *testing.T) {
 		t.Fatal(errs)
 	}
 	firesIn := map[string]string{
-		"RlfnLimitNearCeiling": "hot",
-		"RlfnFallbackDeciding": "killed",
-		"RlfnLibraryNotLoaded": "not_loaded",
+		"RlfnLimitNearCeiling":  "hot",
+		"RlfnFallbackDeciding":  "killed",
+		"RlfnLibraryNotLoaded":  "not_loaded",
+		"RlfnOutcomesUnsettled": "hot",
+		"RlfnRLSConfigFailing":  "hot",
+		// for 5 minutes after the reads first fail: the server back without its library
+		"RlfnOverridesUnreadable": "not_loaded",
 	}
 	phaseAt := func(ts time.Time) string {
 		for _, ph := range phases {

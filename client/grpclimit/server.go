@@ -126,7 +126,6 @@ var logMessages = [...]string{
 	decide.Unavailable:   "no rate-limit decision",
 	decide.Misconfigured: "rate limit misconfigured, refused Internal",
 	decide.RefusedKey:    "key refused, refused InvalidArgument",
-	decide.NotRefunded:   "decision answered, but refunds it owed failed",
 	decide.ShadowKey:     "key of a shadow limit failed, call served",
 	decide.ShadowFailed:  "shadow decision failed, call served",
 	decide.Unreleased:    "lease not released, it expires at its end",
@@ -376,8 +375,9 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		return call{}, keyStatus(err)
 	}
 	// The decisions are the policy's in the Limiter's metrics, spans and log lines: its Name is
-	// in the key, not in the Limit.
-	dctx := client.WithLimitName(ctx, p.Name)
+	// in the key, not in the Limit, so each call names it (decide.Allow, Rule.Name), without a
+	// context of its own.
+	dctx := ctx
 	if p.Critical {
 		dctx = client.Critical(dctx)
 	}
@@ -397,7 +397,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 		if p.Limit == nil {
 			return s.concurrent(ctx, dctx, method, p, key, call{})
 		}
-		res, err = s.lim.Allow(dctx, key, p.Limit)
+		res, err = decide.Allow(dctx, s.lim, p.Name, key, p.Limit)
 		quotas = []decide.Quota{{Name: p.Name, Limit: p.Limit, Unit: p.Unit}}
 	default:
 		if c.measured, err = s.split(ctx, method, p, key, req, shadow, &set); err != nil {
@@ -418,10 +418,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			res, each, quotas, err = decide.DecideEnforced(dctx, s.lim, &set, p.HideQuota, ErrNoMultiDecider)
 		}
 	}
-	switch {
-	case decide.DecisionStands(err):
-		s.report(ctx, method, decide.NotRefunded, p.Name, err)
-	case err != nil:
+	if err != nil {
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {
@@ -530,7 +527,7 @@ func (s *Server) concurrent(ctx, dctx context.Context, method string, p *Policy,
 	if !ok {
 		return call{}, s.failed(ctx, method, p.Name, ErrNoAcquirer)
 	}
-	lease, res, err := acq.Acquire(dctx, key, *p.Concurrency)
+	lease, res, err := decide.Acquire(dctx, acq, p.Name, key, *p.Concurrency)
 	if err != nil {
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}

@@ -150,8 +150,7 @@
 //
 // A decision across keys (Policy.Also) whose refunds failed is answered as any denial (429):
 // the refunds are the Limiter's, tried again in the background or counted as lost and logged
-// (see client.Limiter.AllowAllN). A Decider of its own that returns a *client.CompensationError
-// with a denial has it answered 429 too, and the error goes to OnError.
+// (see client.Limiter.AllowAllN).
 //
 // # Keys
 //

@@ -21,7 +21,6 @@ const (
 	unavailable   = decide.Unavailable
 	misconfigured = decide.Misconfigured
 	refusedKey    = decide.RefusedKey
-	notRefunded   = decide.NotRefunded
 	shadowKey     = decide.ShadowKey
 	shadowFailed  = decide.ShadowFailed
 	unreleased    = decide.Unreleased

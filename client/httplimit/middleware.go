@@ -226,9 +226,7 @@ type Options struct {
 	// OnError is called with each error that leaves a request without a decision, before it is
 	// answered; it must be safe for concurrent use. These are the limiter's errors (among them
 	// a *client.KeyError, answered 400: a service whose keys are all too long answers every
-	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. It also gets a
-	// *client.CompensationError that comes with a denial, which is answered: the decision
-	// stands. A request whose context ended during the decision (its client went away) is
+	// request so), a *PolicyError, ErrNoMultiDecider, ErrNoAcquirer and ErrNoSettler. A request whose context ended during the decision (its client went away) is
 	// neither reported nor answered. Options.Key's own errors are the request's, answered 400
 	// and not reported.
 	//
@@ -459,8 +457,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	// The decisions are the policy's in the Limiter's metrics, spans and log lines: its Name is
-	// in the key, not in the Limit.
-	ctx := client.WithLimitName(r.Context(), p.Name)
+	// in the key, not in the Limit, so each call names it (decide.Allow, Rule.Name), without a
+	// context of its own.
+	ctx := r.Context()
 	if p.Critical {
 		ctx = client.Critical(ctx)
 	}
@@ -475,7 +474,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.concurrent(ctx, w, r, next, p, key, nil)
 		return
 	}
-	res, err := m.lim.Allow(ctx, key, p.Limit)
+	res, err := decide.Allow(ctx, m.lim, p.Name, key, p.Limit)
 	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return
@@ -611,12 +610,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 	} else {
 		res, each, quotas, err = decide.DecideEnforced(ctx, m.lim, set, p.HideQuota, ErrNoMultiDecider)
 	}
-	switch {
-	case decide.DecisionStands(err):
-		// A denial whose refunds failed: the refunded limits are stricter for a while, the
-		// denial is as true as any, and serving the request would admit what a limit refused.
-		m.report(r, notRefunded, p.Name, err)
-	case err != nil:
+	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return
 	}
@@ -685,7 +679,7 @@ func (m *Middleware) concurrent(ctx context.Context, w http.ResponseWriter, r *h
 		m.failed(w, r, next, p.Name, ErrNoAcquirer)
 		return
 	}
-	lease, res, err := acq.Acquire(ctx, key, *p.Concurrency)
+	lease, res, err := decide.Acquire(ctx, acq, p.Name, key, *p.Concurrency)
 	if err != nil {
 		m.limiterError(w, r, next, p.Name, err)
 		return

@@ -27,8 +27,6 @@ const (
 	// RefusedKey: the call's principal is empty or longer than the Limiter takes: the caller's
 	// fault.
 	RefusedKey
-	// NotRefunded: a decision across keys stands, but refunds it owed failed (logged only).
-	NotRefunded
 	// ShadowKey: the key of a shadow limit failed; the call is served (logged only).
 	ShadowKey
 	// ShadowFailed: a shadow decision failed; the call was served (logged only).
@@ -59,31 +57,6 @@ func Classify(err, emptyKey error, misconfigured func(error) bool) Failure {
 	return Unavailable
 }
 
-// DecisionStands reports an error that comes with a decision to answer: a
-// *client.CompensationError alone, which AllowAll returns beside a denial whose Result stands
-// (the refunds it owed failed; the limits not refunded are stricter for a while, never more
-// permissive). Joined to any other error (the decision itself failed), it is an error like
-// the others.
-func DecisionStands(err error) bool {
-	switch e := err.(type) {
-	case nil:
-		return false
-	case *client.CompensationError:
-		return true
-	case interface{ Unwrap() []error }:
-		errs := e.Unwrap()
-		for _, err := range errs {
-			if !DecisionStands(err) {
-				return false
-			}
-		}
-		return len(errs) > 0
-	case interface{ Unwrap() error }:
-		return DecisionStands(e.Unwrap())
-	}
-	return false
-}
-
 // maxThrottles bounds the throttles of an ErrorLog: policy names come from the service's code,
 // but a policy function may make them up per call.
 const maxThrottles = 256
@@ -110,7 +83,6 @@ var HTTPMessages = [Unsettled + 1]string{
 	Unavailable:   "no rate-limit decision",
 	Misconfigured: "rate limit misconfigured, answered 500",
 	RefusedKey:    "key refused, answered 400",
-	NotRefunded:   "decision answered, but refunds it owed failed",
 	ShadowKey:     "key of a shadow limit failed, request served",
 	ShadowFailed:  "shadow decision failed, request served",
 	Unreleased:    "lease not released, it expires at its end",

@@ -25,7 +25,7 @@ var _ Settler = (*client.Limiter)(nil)
 func PeekAll(ctx context.Context, lim Settler, rules []client.Rule) (client.Result, error) {
 	var out client.Result
 	for i, r := range rules {
-		res, err := lim.PeekN(ctx, r.Key, r.Limit, max(r.Cost, 1))
+		res, err := PeekN(ctx, lim, r.Name, r.Key, r.Limit, max(r.Cost, 1))
 		if err != nil {
 			return client.Result{}, err
 		}
@@ -84,7 +84,7 @@ func Settle(ctx context.Context, lim Settler, rules []client.Rule, taken, owed [
 		var err error
 		switch {
 		case owed[i] < taken[i]:
-			_, err = lim.Refund(ctx, r.Key, r.Limit, taken[i]-owed[i])
+			_, err = Refund(ctx, lim, r.Name, r.Key, r.Limit, taken[i]-owed[i])
 		case owed[i] > taken[i]:
 			err = charge(ctx, lim, r, owed[i]-taken[i])
 		}
@@ -97,11 +97,11 @@ func Settle(ctx context.Context, lim Settler, rules []client.Rule, taken, owed [
 
 // charge takes n units of r after the fact, or what is left of them.
 func charge(ctx context.Context, lim Settler, r client.Rule, n int64) error {
-	res, err := lim.AllowN(ctx, r.Key, r.Limit, n)
+	res, err := AllowN(ctx, lim, r.Name, r.Key, r.Limit, n)
 	if err != nil || res.Allowed || res.Remaining <= 0 {
 		return err
 	}
-	_, err = lim.AllowN(ctx, r.Key, r.Limit, min(res.Remaining, n))
+	_, err = AllowN(ctx, lim, r.Name, r.Key, r.Limit, min(res.Remaining, n))
 	return err
 }
 

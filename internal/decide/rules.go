@@ -33,10 +33,10 @@ type Set struct {
 // Add adds the limit l named name on key, taking cost units (0: one) counted in unit.
 func (s *Set) Add(name, key string, l client.Limit, cost int64, unit string, shadow bool) {
 	if shadow {
-		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.Shadow = append(s.Shadow, client.Rule{Key: key, Limit: l, Cost: cost, Name: name})
 		s.ShadowQuotas = append(s.ShadowQuotas, Quota{name, l, unit})
 	} else {
-		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l, Cost: cost})
+		s.Enforced = append(s.Enforced, client.Rule{Key: key, Limit: l, Cost: cost, Name: name})
 		s.EnforcedQuotas = append(s.EnforcedQuotas, Quota{name, l, unit})
 	}
 }
@@ -109,7 +109,7 @@ func (sp *Split) Add(rule Named, key string, cost int64) {
 // takes a rule's cost).
 func Decide(ctx context.Context, lim Decider, rules []client.Rule, noMulti error) (client.Result, error) {
 	if len(rules) == 1 && rules[0].Cost <= 1 {
-		return lim.Allow(ctx, rules[0].Key, rules[0].Limit)
+		return Allow(ctx, lim, rules[0].Name, rules[0].Key, rules[0].Limit)
 	}
 	ml, ok := lim.(MultiDecider)
 	if !ok {
@@ -120,7 +120,7 @@ func Decide(ctx context.Context, lim Decider, rules []client.Rule, noMulti error
 
 // DecideEnforced decides s's enforced limits at once, each limit's state with them when lim
 // can tell and the quota is shown, and returns the quotas the deciding one first, each in
-// their order. The error may come with a decision that stands (DecisionStands).
+// their order.
 func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti error) (client.Result, []client.Result, []Quota, error) {
 	var res client.Result
 	var each []client.Result
@@ -132,7 +132,7 @@ func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti
 		res, err = Decide(ctx, lim, s.Enforced, noMulti)
 	}
 	quotas := s.EnforcedQuotas
-	if err != nil && !DecisionStands(err) {
+	if err != nil {
 		return res, nil, quotas, err
 	}
 	if res.Rule != 0 && res.Rule < len(quotas) {
@@ -146,7 +146,7 @@ func DecideEnforced(ctx context.Context, lim Decider, s *Set, hide bool, noMulti
 }
 
 // DecideShadow decides shadow rules and names the limit that decided (of quotas, in the
-// rules' order). The error may come with a decision that stands (DecisionStands).
+// rules' order).
 func DecideShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas []Quota, noMulti error) (res client.Result, name string, err error) {
 	res, err = Decide(ctx, lim, rules, noMulti)
 	name = quotas[0].Name
@@ -157,16 +157,12 @@ func DecideShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas 
 }
 
 // RunShadow decides shadow rules beside a call and tells what to count: report gets an error
-// that came with the decision (NotRefunded: the denial stands, and is counted) or instead of
-// it (ShadowFailed: the call was served, nothing is counted), and denied the name of the limit
-// that would have refused the call.
+// that left it without a decision (ShadowFailed: the call was served, nothing is counted), and
+// denied the name of the limit that would have refused the call.
 func RunShadow(ctx context.Context, lim Decider, rules []client.Rule, quotas []Quota, noMulti error,
 	report func(kind Failure, name string, err error), denied func(name string)) {
 	res, name, err := DecideShadow(ctx, lim, rules, quotas, noMulti)
-	switch {
-	case DecisionStands(err):
-		report(NotRefunded, name, err)
-	case err != nil:
+	if err != nil {
 		report(ShadowFailed, name, err)
 		return
 	}
