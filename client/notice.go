@@ -145,7 +145,11 @@ func (l *Limiter) fellBack(ctx context.Context, key string, c *call, kind errKin
 		return
 	}
 	br.fallbacks.Store(1)
-	l.notes.say(ctx, slog.LevelWarn, noticeFallback, br, l.nodeOf, "the server cannot decide: limits go to the fallback",
+	msg := "the server cannot decide: limits go to the fallback"
+	if l.fallback == ReturnError {
+		msg = "the server cannot decide: calls return its error"
+	}
+	l.notes.say(ctx, slog.LevelWarn, noticeFallback, br, l.nodeOf, msg,
 		slog.String("limit", limitName(ctx, c)), slog.String("cause", kindNames[kind]), slog.String("fallback", l.fallback.String()))
 }
 
