@@ -202,9 +202,14 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (Report, error
 		return Report{}, err
 	}
 	r := newRun(t, p, opts)
-	err := r.deploy(ctx)
-	// The run is over, the lock released: the report is made once, and the error carries
-	// the same one.
+	rep, err := r.finish(r.deploy(ctx))
+	r.emit(Event{Phase: PhaseDone, Err: err})
+	return rep, err
+}
+
+// finish makes the report of a run that is over, the lock released, and the error that
+// carries the same report: err, the deploy's own, or a node that does not run the release.
+func (r *run) finish(err error) (Report, error) {
 	rep := r.report()
 	switch {
 	case r.restored:
@@ -213,7 +218,6 @@ func (t *Target) Apply(ctx context.Context, p Plan, opts Options) (Report, error
 		// It failed nowhere, but a node does not run the release: not a success.
 		err = &PartialError{Report: rep, Err: ErrNotDeployed}
 	}
-	r.emit(Event{Phase: PhaseDone, Err: err})
 	return rep, err
 }
 

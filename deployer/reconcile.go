@@ -344,15 +344,7 @@ func (t *Target) applyPart(ctx context.Context, p Plan, opts Options) (Report, e
 	}
 	r := newRun(t, p, opts)
 	r.part = true
-	err := r.deploy(ctx)
-	rep := r.report()
-	switch {
-	case r.restored:
-		err = &PartialError{Report: rep, Err: err}
-	case err == nil && len(rep.NotDeployed()) > 0:
-		err = &PartialError{Report: rep, Err: ErrNotDeployed}
-	}
-	return rep, err
+	return r.finish(r.deploy(ctx))
 }
 
 // ReconcileACLRules are the rules of an ACL user that can run a Reconciler and nothing else:
