@@ -96,8 +96,13 @@ type overrides struct {
 	aborted  int       // cached reads aborted in a row
 	verified time.Time // when a cached version was last checked against the server's
 
-	stop chan struct{}
-	m    *overrideMetrics
+	// ctx is the background reader's: cancelled by Limiter.Close (or, for a Limiter never
+	// closed, once it is unreachable), which cuts a load short too; done is closed when the
+	// reader has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	m      *overrideMetrics
 }
 
 // overridden is one override compiled: what Result says of it, and the limit as the client
@@ -123,7 +128,8 @@ type sharedKey struct {
 
 func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
 	o := &overrides{vk: vk, timeout: max(timeout, overrideReadTimeout), store: override.NewStore(vk, prefix),
-		head: override.HeadKey(prefix), stop: make(chan struct{}), verified: time.Now()}
+		head: override.HeadKey(prefix), done: make(chan struct{}), verified: time.Now()}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
 	if mp != nil {
 		m, err := newOverrideMetrics(mp)
 		if err != nil {
@@ -135,11 +141,23 @@ func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp met
 	return o, nil
 }
 
-// watch ties the background reader's life to the Limiter's: it stops once the Limiter is
-// unreachable (the reader holds the overrides, never the Limiter).
+// watchOverrides ties the background reader's life to the Limiter's: Close stops it, and so
+// does the Limiter becoming unreachable unclosed (the reader holds the overrides, never the
+// Limiter).
 func (l *Limiter) watchOverrides() {
 	if l.ovr != nil {
-		runtime.AddCleanup(l, func(stop chan struct{}) { close(stop) }, l.ovr.stop)
+		runtime.AddCleanup(l, func(cancel context.CancelFunc) { cancel() }, l.ovr.cancel)
+	}
+}
+
+// close stops the background reader, a read under way included, and waits until it has
+// returned or ctx is done. The index stays in force: a decision after Close still obeys the
+// overrides last read.
+func (o *overrides) close(ctx context.Context) {
+	o.cancel()
+	select {
+	case <-o.done:
+	case <-ctx.Done():
 	}
 }
 
@@ -147,16 +165,17 @@ func (l *Limiter) watchOverrides() {
 // the local cache), or every overridePoll without a cache; after a failure, later and later
 // (overrideRetry doubled up to overrideBackoff), never in a tight loop.
 func (o *overrides) run() {
+	defer close(o.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	backoff := time.Duration(0)
 	for {
 		select {
-		case <-o.stop:
+		case <-o.ctx.Done():
 			return
 		case <-t.C:
 		}
-		err := o.refresh(context.Background(), false, false)
+		err := o.refresh(o.ctx, false, false)
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, overrideRetry), overrideBackoff)
