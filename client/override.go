@@ -85,6 +85,7 @@ type overrides struct {
 	shared map[sharedKey]*sharedLimit                  // compiled limits, one per distinct limit
 	notes  map[string]string                           // notes, one copy of each
 	seen   map[string]*seenValue                       // values decoded, less their key (put)
+	buf    []byte                                      // put's value less its key
 
 	misses  int  // reads of an unchanged version that missed the cache, in a row
 	polling bool // the client does not cache: read every overridePoll
@@ -374,10 +375,11 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 		return
 	}
 	id, plain := plainID(field)
-	var rest string
 	if plain {
-		rest, plain = withoutKey(value, id.Key)
-		if t := o.seen[rest]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
+		// the value less its key, in a buffer reused from one override to the next: the
+		// lookup (string(o.buf)) allocates nothing; only a value seen first is copied
+		o.buf, plain = appendWithoutKey(o.buf[:0], value, id.Key)
+		if t := o.seen[string(o.buf)]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
 			id.Key = strings.Clone(id.Key) // not a slice of the whole field
 			v := &overridden{info: t.info, shared: t.shared}
 			v.info.Key = id.Key
@@ -401,7 +403,7 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 	if plain && len(o.seen) < 1<<16 {
 		t := &seenValue{policy: ov.Policy, info: c.info, shared: c.shared}
 		t.info.Key = ""
-		o.seen[rest] = t
+		o.seen[string(o.buf)] = t
 	}
 	b.Set(ov.ID(), ov.Until, c)
 }
@@ -428,20 +430,20 @@ func plainID(field string) (id override.ID, ok bool) {
 	return override.ID{Policy: override.Policy{Algorithm: alg, Name: name}, Key: key}, true
 }
 
-// withoutKey is an override's JSON less its "key" member (and the comma after it), when that
-// is key written plain. A JSON string never holds a bare quote, so the first "key":" is the
-// member's.
-func withoutKey(value, key string) (string, bool) {
+// appendWithoutKey appends to buf an override's JSON less its "key" member (and the comma
+// after it), when that is key written plain. A JSON string never holds a bare quote, so the
+// first "key":" is the member's.
+func appendWithoutKey(buf []byte, value, key string) ([]byte, bool) {
 	const member = `"key":"`
 	i := strings.Index(value, member)
 	if i < 0 {
-		return "", false
+		return buf, false
 	}
 	j := i + len(member)
 	if !strings.HasPrefix(value[j:], key) || !strings.HasPrefix(value[j+len(key):], `",`) {
-		return "", false
+		return buf, false
 	}
-	return value[:i] + value[j+len(key)+2:], true
+	return append(append(buf, value[:i]...), value[j+len(key)+2:]...), true
 }
 
 // compile is an override compiled, its limit shared with every other override of the same

@@ -243,7 +243,7 @@ func (s *Store) Load(ctx context.Context, reset func(h Head), each Entries) (Hea
 			// under one lock, in no particular order: the base holds every field once
 			var mu sync.Mutex
 			g, gctx := errgroup.WithContext(ctx)
-			g.SetLimit(16)
+			g.SetLimit(64)
 			for i := 0; i < h.Shards; i++ {
 				g.Go(func() error {
 					return s.scanPages(gctx, ShardKey(s.prefix, h.Gen, i), func(page []string) {
