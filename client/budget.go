@@ -591,9 +591,16 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 //
 // Close also tries once more, within ctx, the refunds that decisions across keys owe
 // (OwedRefunds): those that fail are counted as lost and logged, as ever (see AllowAllN).
+//
+// With Options.Overrides, Close stops the overrides' background reader (a load under way is
+// cut short) and waits for it within ctx; decisions keep the overrides last read, and
+// SyncOverrides still reads them on demand.
 func (l *Limiter) Close(ctx context.Context) error {
 	if l.top != nil {
 		l.top.close()
+	}
+	if l.ovr != nil {
+		l.ovr.close(ctx)
 	}
 	l.flushOwed(ctx)
 	if l.near == nil {

@@ -85,6 +85,7 @@ type overrides struct {
 	shared map[sharedKey]*sharedLimit                  // compiled limits, one per distinct limit
 	notes  map[string]string                           // notes, one copy of each
 	seen   map[string]*seenValue                       // values decoded, less their key (put)
+	buf    []byte                                      // put's value less its key
 
 	misses  int  // reads of an unchanged version that missed the cache, in a row
 	polling bool // the client does not cache: read every overridePoll
@@ -96,8 +97,13 @@ type overrides struct {
 	aborted  int       // cached reads aborted in a row
 	verified time.Time // when a cached version was last checked against the server's
 
-	stop chan struct{}
-	m    *overrideMetrics
+	// ctx is the background reader's: cancelled by Limiter.Close (or, for a Limiter never
+	// closed, once it is unreachable), which cuts a load short too; done is closed when the
+	// reader has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	m      *overrideMetrics
 }
 
 // overridden is one override compiled: what Result says of it, and the limit as the client
@@ -123,7 +129,8 @@ type sharedKey struct {
 
 func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp metric.MeterProvider) (*overrides, error) {
 	o := &overrides{vk: vk, timeout: max(timeout, overrideReadTimeout), store: override.NewStore(vk, prefix),
-		head: override.HeadKey(prefix), stop: make(chan struct{}), verified: time.Now()}
+		head: override.HeadKey(prefix), done: make(chan struct{}), verified: time.Now()}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
 	if mp != nil {
 		m, err := newOverrideMetrics(mp)
 		if err != nil {
@@ -135,11 +142,23 @@ func newOverrides(vk valkey.Client, prefix string, timeout time.Duration, mp met
 	return o, nil
 }
 
-// watch ties the background reader's life to the Limiter's: it stops once the Limiter is
-// unreachable (the reader holds the overrides, never the Limiter).
+// watchOverrides ties the background reader's life to the Limiter's: Close stops it, and so
+// does the Limiter becoming unreachable unclosed (the reader holds the overrides, never the
+// Limiter).
 func (l *Limiter) watchOverrides() {
 	if l.ovr != nil {
-		runtime.AddCleanup(l, func(stop chan struct{}) { close(stop) }, l.ovr.stop)
+		runtime.AddCleanup(l, func(cancel context.CancelFunc) { cancel() }, l.ovr.cancel)
+	}
+}
+
+// close stops the background reader, a read under way included, and waits until it has
+// returned or ctx is done. The index stays in force: a decision after Close still obeys the
+// overrides last read.
+func (o *overrides) close(ctx context.Context) {
+	o.cancel()
+	select {
+	case <-o.done:
+	case <-ctx.Done():
 	}
 }
 
@@ -147,16 +166,17 @@ func (l *Limiter) watchOverrides() {
 // the local cache), or every overridePoll without a cache; after a failure, later and later
 // (overrideRetry doubled up to overrideBackoff), never in a tight loop.
 func (o *overrides) run() {
+	defer close(o.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	backoff := time.Duration(0)
 	for {
 		select {
-		case <-o.stop:
+		case <-o.ctx.Done():
 			return
 		case <-t.C:
 		}
-		err := o.refresh(context.Background(), false, false)
+		err := o.refresh(o.ctx, false, false)
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, overrideRetry), overrideBackoff)
@@ -355,10 +375,11 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 		return
 	}
 	id, plain := plainID(field)
-	var rest string
 	if plain {
-		rest, plain = withoutKey(value, id.Key)
-		if t := o.seen[rest]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
+		// the value less its key, in a buffer reused from one override to the next: the
+		// lookup (string(o.buf)) allocates nothing; only a value seen first is copied
+		o.buf, plain = appendWithoutKey(o.buf[:0], value, id.Key)
+		if t := o.seen[string(o.buf)]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
 			id.Key = strings.Clone(id.Key) // not a slice of the whole field
 			v := &overridden{info: t.info, shared: t.shared}
 			v.info.Key = id.Key
@@ -382,7 +403,7 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 	if plain && len(o.seen) < 1<<16 {
 		t := &seenValue{policy: ov.Policy, info: c.info, shared: c.shared}
 		t.info.Key = ""
-		o.seen[rest] = t
+		o.seen[string(o.buf)] = t
 	}
 	b.Set(ov.ID(), ov.Until, c)
 }
@@ -409,20 +430,20 @@ func plainID(field string) (id override.ID, ok bool) {
 	return override.ID{Policy: override.Policy{Algorithm: alg, Name: name}, Key: key}, true
 }
 
-// withoutKey is an override's JSON less its "key" member (and the comma after it), when that
-// is key written plain. A JSON string never holds a bare quote, so the first "key":" is the
-// member's.
-func withoutKey(value, key string) (string, bool) {
+// appendWithoutKey appends to buf an override's JSON less its "key" member (and the comma
+// after it), when that is key written plain. A JSON string never holds a bare quote, so the
+// first "key":" is the member's.
+func appendWithoutKey(buf []byte, value, key string) ([]byte, bool) {
 	const member = `"key":"`
 	i := strings.Index(value, member)
 	if i < 0 {
-		return "", false
+		return buf, false
 	}
 	j := i + len(member)
 	if !strings.HasPrefix(value[j:], key) || !strings.HasPrefix(value[j+len(key):], `",`) {
-		return "", false
+		return buf, false
 	}
-	return value[:i] + value[j+len(key)+2:], true
+	return append(append(buf, value[:i]...), value[j+len(key)+2:]...), true
 }
 
 // compile is an override compiled, its limit shared with every other override of the same

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,5 +237,51 @@ func TestApplyCommands(t *testing.T) {
 	got, err := store.Apply(context.Background(), []override.Change{{Op: override.Add, New: &a}, {Op: override.Remove, Old: &b}}, &v)
 	if err != nil || got != "5" {
 		t.Errorf("Apply = %q, %v; want version 5", got, err)
+	}
+}
+
+// readCounter is storeClient whose head's version is always ahead of what the log leads to,
+// so that the background reader reads the server at every check (never settling into a
+// poll a second), and which counts the reads.
+type readCounter struct {
+	storeClient
+	reads *atomic.Int64
+}
+
+func (c readCounter) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	c.reads.Add(1)
+	if cmd.Commands()[0] == "HGET" {
+		return mock.Result(mock.ValkeyString("2"))
+	}
+	return c.storeClient.Do(ctx, cmd)
+}
+
+func (c readCounter) DoCache(ctx context.Context, cmd valkey.Cacheable, _ time.Duration) valkey.ValkeyResult {
+	return c.Do(ctx, valkey.Completed(cmd))
+}
+
+// TestOverrideReaderStopsOnClose: Close stops the overrides' background reader, while the
+// Limiter is still reachable: no read of the store follows Close's return.
+func TestOverrideReaderStopsOnClose(t *testing.T) {
+	reads := &atomic.Int64{}
+	vk := readCounter{storeClient{replyClient{mock.NewClient(nil), okReply}, overrideStore(3)}, reads}
+	lim := newLimiter(t, vk, client.Options{Overrides: true})
+	for reads.Load() < 20 { // the reader runs: it reads every few milliseconds
+		time.Sleep(time.Millisecond)
+	}
+	if err := lim.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := reads.Load()
+	time.Sleep(200 * time.Millisecond) // a hundred of the reader's checks
+	if got := reads.Load(); got != n {
+		t.Errorf("%d reads of the store after Close returned, want none", got-n)
+	}
+	runtime.KeepAlive(lim)
+	if err := lim.SyncOverrides(context.Background()); err != nil {
+		t.Errorf("SyncOverrides after Close: %v", err)
+	}
+	if v := lim.OverridesVersion(); v != "1" {
+		t.Errorf("OverridesVersion after Close = %q, want 1", v)
 	}
 }

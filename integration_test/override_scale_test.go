@@ -283,7 +283,7 @@ func overrideScale(b *testing.B, tg *target, n int) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(write.Seconds(), "write-s")
 	b.ReportMetric(starts[0].Seconds(), "start-first-s")
-	b.ReportMetric(starts[len(starts)-1].Seconds(), "start-max-s")
+	b.ReportMetric(slices.Max(starts).Seconds(), "start-max-s")
 	b.ReportMetric(perOverride, "B/override")
 	b.ReportMetric(ms(took[len(took)/2]), "busy-p50-ms")
 	b.ReportMetric(ms(took[len(took)*99/100]), "busy-p99-ms")

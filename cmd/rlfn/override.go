@@ -148,6 +148,7 @@ func overrideDiffCommand() *cli.Command {
 		[]cli.Flag{
 			&cli.BoolFlag{Name: "exit-code", Usage: "exit 2 when applying FILE would change something"},
 			&cli.StringFlag{Name: "save-version", Usage: "write the version of the store the plan was made from to `FILE`, for apply --if-version @FILE"},
+			fullFlag,
 		}, overrideDiffAction)
 }
 
@@ -160,8 +161,15 @@ func overrideApplyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "yes", Usage: "apply without asking (required when there is no terminal)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "show the plan, change nothing"},
 			&cli.StringFlag{Name: "if-version", Usage: "apply only if the store is at `VERSION` (@FILE: the version diff --save-version wrote), else exit 3"},
+			fullFlag,
 		}, overrideApplyAction)
 }
+
+// planRows is how many changes a plan lists without --full: a file of a million overrides
+// plans a million changes, which nobody reads on a terminal; the counts say what it does.
+const planRows = 50
+
+var fullFlag = &cli.BoolFlag{Name: "full", Usage: fmt.Sprintf("list every change of the plan, not only the first %d (--json always lists every one)", planRows)}
 
 // storePrefix reads --prefix.
 func storePrefix(c *cli.Context) (string, error) {
@@ -528,6 +536,43 @@ func setProgress(c *cli.Context, s *override.Store) {
 	}
 }
 
+// fileProgress shows on a terminal how far the read and the check of a file of overrides
+// are, as setProgress shows the store's: nil when there is nothing to show it on.
+func fileProgress(c *cli.Context, name string) func(phase string, done, total int) {
+	if c.Bool("json") || !isTerminal(c.App.ErrWriter) {
+		return nil
+	}
+	last := time.Now()
+	return func(phase string, done, total int) {
+		if time.Since(last) < 200*time.Millisecond && done != total {
+			return
+		}
+		last = time.Now()
+		switch {
+		case phase == "read":
+			fmt.Fprintf(c.App.ErrWriter, "\r\x1b[Kread %s: %d MB", name, done)
+		case done == total:
+			fmt.Fprint(c.App.ErrWriter, "\r\x1b[K")
+		default:
+			fmt.Fprintf(c.App.ErrWriter, "\r\x1b[Kcheck %s: %d of %d overrides", name, done, total)
+		}
+	}
+}
+
+// countingReader tells read how many bytes have been read through it.
+type countingReader struct {
+	r    io.Reader
+	n    int64
+	read func(n int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.read(c.n)
+	return n, err
+}
+
 // readFile reads and checks a file of overrides ("-": standard input) before any connection.
 func readFile(c *cli.Context) ([]override.Override, error) {
 	if c.NArg() != 1 {
@@ -543,7 +588,15 @@ func readFile(c *cli.Context) ([]override.Override, error) {
 		defer f.Close()
 		r = f
 	}
-	all, err := override.Parse(r, time.Now(), checkLimit)
+	progress := fileProgress(c, name)
+	if progress != nil {
+		r = &countingReader{r: r, read: func(n int64) { progress("read", int(n>>20), 0) }}
+	}
+	var check func(done, total int)
+	if progress != nil {
+		check = func(done, total int) { progress("check", done, total) }
+	}
+	all, err := override.ParseProgress(r, time.Now(), checkLimit, check)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -805,10 +858,16 @@ func writePlan(c *cli.Context, version string, changes []override.Change) error 
 		return err
 	}
 	n := map[override.Op]int{}
-	t := newTable(w, "ACTION", "POLICY", "KEY", "LIMIT", "UNTIL", "NOTE")
-	now := time.Now()
 	for _, ch := range changes {
 		n[ch.Op]++
+	}
+	shown := changes
+	if !c.Bool("full") && len(shown) > planRows {
+		shown = shown[:planRows]
+	}
+	t := newTable(w, "ACTION", "POLICY", "KEY", "LIMIT", "UNTIL", "NOTE")
+	now := time.Now()
+	for _, ch := range shown {
 		o := ch.New
 		if o == nil {
 			o = ch.Old
@@ -824,6 +883,11 @@ func writePlan(c *cli.Context, version string, changes []override.Change) error 
 	}
 	if err := t.flush(); err != nil {
 		return err
+	}
+	if more := len(changes) - len(shown); more > 0 {
+		if _, err := fmt.Fprintf(w, "... and %s (--full lists every change, --json as data).\n", count(more, "more change", "more changes")); err != nil {
+			return err
+		}
 	}
 	_, err := fmt.Fprintf(w, "Plan: %d to add, %d to change, %d to remove.\n", n[override.Add], n[override.Update], n[override.Remove])
 	return err

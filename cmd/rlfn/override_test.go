@@ -410,13 +410,28 @@ func TestOverrideAtScale(t *testing.T) {
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wantExit(t, rlfnAt(t, nil, s.Addr, "override", "apply", file, "--yes"), exitOK, "override apply of a big file")
+	// a plan of more changes than a terminal shows: the first ones and the counts; --full all
+	r := rlfnAt(t, nil, s.Addr, "override", "diff", file)
+	wantExit(t, r, exitOK, "override diff of a big file")
+	if !strings.Contains(r.stdout, "cust:0049 ") || strings.Contains(r.stdout, "cust:0050") ||
+		!strings.Contains(r.stdout, "... and 550 more changes (--full") || !strings.Contains(r.stdout, "Plan: 600 to add, 0 to change, 0 to remove.") {
+		t.Errorf("override diff of %d changes:\n%s", n, r.stdout)
+	}
+	r = rlfnAt(t, nil, s.Addr, "override", "diff", file, "--full")
+	if !strings.Contains(r.stdout, "cust:0599 ") || strings.Contains(r.stdout, "more change") {
+		t.Errorf("override diff --full of %d changes:\n%s", n, r.stdout)
+	}
+	r = rlfnAt(t, nil, s.Addr, "override", "apply", file, "--yes")
+	wantExit(t, r, exitOK, "override apply of a big file")
+	if strings.Contains(r.stdout, "cust:0050") || !strings.Contains(r.stdout, "... and 550 more changes") || !strings.Contains(r.stdout, "Applied 600 changes.") {
+		t.Errorf("override apply of %d changes:\n%s", n, r.stdout)
+	}
 	var l listJSON
 	jsonOf(t, s.Addr, &l, "override", "list")
 	if len(l.Overrides) != n || l.More != 0 || l.Version != "1" {
 		t.Errorf("override list of %d: %d listed, %d more, version %q; want every one at version 1 (one new base)", n, len(l.Overrides), l.More, l.Version)
 	}
-	r := rlfnAt(t, nil, s.Addr, "override", "list", "--limit", "2", "--match", "cust:01*")
+	r = rlfnAt(t, nil, s.Addr, "override", "list", "--limit", "2", "--match", "cust:01*")
 	wantExit(t, r, exitOK, "override list --limit --match")
 	if !strings.Contains(r.stdout, "cust:0100 ") || !strings.Contains(r.stdout, "cust:0101 ") || strings.Contains(r.stdout, "cust:0102") ||
 		!strings.Contains(r.stdout, "... and 98 more") {
@@ -447,7 +462,7 @@ func TestOverrideAtScale(t *testing.T) {
 	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().FieldValue("by hand", "{").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	r = rlfnAt(t, nil, s.Addr, "override", "diff", small)
+	r = rlfnAt(t, nil, s.Addr, "override", "diff", small, "--full")
 	if !strings.Contains(r.stdout, "remove  -") || !strings.Contains(r.stdout, "by hand") {
 		t.Errorf("override diff with a bad field:\n%s", r.stdout)
 	}
