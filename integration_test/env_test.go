@@ -278,6 +278,21 @@ func waitReplicated(t testing.TB, r *replica, key string) {
 	t.Fatalf("replica %s never received %s", r.addr, key)
 }
 
+// waitSame waits until replica r holds key's value as the primary (through c) holds it.
+func waitSame(t testing.TB, r *replica, c valkey.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		want, err1 := c.Do(t.Context(), c.B().Get().Key(key).Build()).ToString()
+		got, err2 := r.do(r.c.B().Get().Key(key).Build()).ToString()
+		if err1 == nil && err2 == nil && got == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("replica %s never caught up with %s", r.addr, key)
+}
+
 var keySeq struct {
 	sync.Mutex
 	n int
