@@ -212,7 +212,9 @@ func transient(ctx context.Context, do func() error) error {
 	deadline := time.Now().Add(clusterTimeout)
 	for {
 		err := do()
-		if err == nil || !strings.HasPrefix(err.Error(), "CLUSTERDOWN") && !strings.HasPrefix(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
+		// Contains, not a prefix: MIGRATE reports the target's refusal inside its own error
+		// ("Target instance replied with error: CLUSTERDOWN ...").
+		if err == nil || !strings.Contains(err.Error(), "CLUSTERDOWN") && !strings.Contains(err.Error(), "TRYAGAIN") || time.Now().After(deadline) {
 			return err
 		}
 		select {
