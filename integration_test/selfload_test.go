@@ -1,11 +1,9 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
-
-// syncBuffer is a log's output, safe for the Limiter's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Options.LoadLibrary on a real node without the library: as a user whose ACL refuses
 // FUNCTION LOAD, the call goes to the fallback, the log says why the load failed (NOPERM), and
@@ -46,21 +26,21 @@ func TestLoadLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 	limit := client.FixedWindow{Limit: 10, Window: time.Minute}
-	limiter := func(user, pass string, load bool) (*client.Limiter, *syncBuffer) {
+	limiter := func(user, pass string, load bool) (*client.Limiter, *harness.Buffer) {
 		t.Helper()
 		vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, Username: user, Password: pass, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(vk.Close)
-		var out syncBuffer
+		var out harness.Buffer
 		lim, err := client.New(vk, client.Options{LoadLibrary: load, Logger: slog.New(slog.NewTextHandler(&out, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return lim, &out
 	}
-	waitLog := func(out *syncBuffer, want string) string {
+	waitLog := func(out *harness.Buffer, want string) string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {

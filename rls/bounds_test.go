@@ -1,7 +1,6 @@
 package rls_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rlfn/rlfn/client"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
 
@@ -28,24 +28,6 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 `
-
-// syncBuffer is a log's writer shared by the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // users is a request of n descriptors, one user each, from first.
 func users(first, n int) *pb.RateLimitRequest {
@@ -99,7 +81,7 @@ func load(r *rig, callers int, stop <-chan struct{}) func() (sent int, failed []
 func TestOversizedRequest(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		reader := sdkmetric.NewManualReader()
-		var logs syncBuffer
+		var logs harness.Buffer
 		// A deadline of a second: the machines that run the tests are shared, and a call of
 		// the load that misses 100ms there says nothing about the big request.
 		r := newRig(t, b, boundsConfig, client.Options{Deadline: time.Second, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),

@@ -114,7 +114,7 @@ func TestXDSBadConfigAndReconnect(t *testing.T) {
 	x := harness.StartXDS(t, egNode, nil)
 	x.Set(t, egConfig(5))
 	svc := rls.NewService(func(string) *client.Limiter { return nil }, nil, rls.Options{})
-	var log syncBuffer
+	var log harness.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

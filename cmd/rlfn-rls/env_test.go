@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -215,7 +213,7 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out harness.Buffer
 	done := make(chan error, 1)
 	// The ports were held until now, so that no other test took them.
 	for _, l := range held {
@@ -280,24 +278,6 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 			t.Errorf("$%s is not in the log:\n%s", k, out.String())
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer the app writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // referenceVars are every variable of the reference's settings (src/settings/settings.go),

@@ -112,7 +112,7 @@ func TestCoverageGaps(t *testing.T) {
 	l.Close()
 	app := New()
 	app.Metadata[releasesKey] = set
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.Buffer
 	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(""), &stdout, &stderr
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)

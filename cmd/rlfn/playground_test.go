@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -97,24 +95,6 @@ func TestPlaygroundDeadServer(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by the command while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPlaygroundServes runs the command against a real Valkey without the library: it prints
 // the address it got for port 0, warns that the library is absent, serves the page, whose
 // status says so with the deploy command, still refuses other sites' Host names (on loopback
@@ -123,7 +103,7 @@ func (s *syncBuffer) String() string {
 func TestPlaygroundServes(t *testing.T) {
 	s := harness.StartValkey(t)
 	app := New()
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.Buffer
 	app.Writer, app.ErrWriter = &stdout, &stderr
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -201,7 +181,7 @@ func TestPlaygroundHostileVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := New()
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.Buffer
 	app.Writer, app.ErrWriter = &stdout, &stderr
 	done := make(chan int, 1)
 	go func() {
