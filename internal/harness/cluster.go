@@ -165,6 +165,13 @@ func (c *Cluster) Client(t testing.TB, sendToReplicas bool) valkey.Client {
 // ends.
 func (c *Cluster) AddPrimary(t testing.TB) *Server {
 	t.Helper()
+	return c.newNode(t, "add primary", c.join)
+}
+
+// newNode starts a node, removed when the test ends, and has join make it one of c's, within
+// clusterTimeout; what names the step in the failure.
+func (c *Cluster) newNode(t testing.TB, what string, join func(context.Context, *Server) error) *Server {
+	t.Helper()
 	nodes, err := startNodes(t.Context(), 1)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
@@ -173,8 +180,8 @@ func (c *Cluster) AddPrimary(t testing.TB) *Server {
 	t.Cleanup(func() { terminate(t, s) })
 	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
 	defer cancel()
-	if err := c.join(ctx, s); err != nil {
-		t.Fatalf("harness: add primary %s: %v\n%s", s.Addr, err, c.describe())
+	if err := join(ctx, s); err != nil {
+		t.Fatalf("harness: %s %s: %v\n%s", what, s.Addr, err, c.describe())
 	}
 	return s
 }

@@ -18,18 +18,7 @@ import (
 // appended to Primaries and removed when the test ends.
 func (c *Cluster) MeetPrimary(t testing.TB) *Server {
 	t.Helper()
-	nodes, err := startNodes(t.Context(), 1)
-	if err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	s := nodes[0]
-	t.Cleanup(func() { terminate(t, s) })
-	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
-	defer cancel()
-	if err := c.meet(ctx, s); err != nil {
-		t.Fatalf("harness: meet %s: %v\n%s", s.Addr, err, c.describe())
-	}
-	return s
+	return c.newNode(t, "meet", c.meet)
 }
 
 func (c *Cluster) meet(ctx context.Context, s *Server) error {
