@@ -422,27 +422,11 @@ func (l *Limiter) compensate(ctx context.Context, groups []group, each []Result)
 		after(each, r.g.rules[r.j], res, err)
 		kinds[i], errs[i] = kind, err
 	})
-	var owed []owedRefund
-	var lost refundsLost
-	now := l.clock()
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
+	l.settleRefunds(ctx, errs, kinds, func(i int) (string, *call, time.Duration) {
 		r := todo[i]
-		c := &r.g.calls[r.j]
-		if reason, retry := refundFailure(kinds[i], err); !retry {
-			lost.add(l, r.g.key, c, reason, err)
-			continue
-		}
 		// Tried again until its limiter would have given the units back by itself.
-		until := now + int64(min(max(r.g.res.ResetAfter, 0), maxOwedFor))
-		owed = append(owed, owedRefund{key: r.g.key, c: *c, until: until})
-	}
-	if owed != nil {
-		l.owe(owed, &lost)
-	}
-	l.reportLost(ctx, &lost, len(todo))
+		return r.g.key, &r.g.calls[r.j], min(max(r.g.res.ResetAfter, 0), maxOwedFor)
+	})
 }
 
 // after records in each[rule] (when each is not nil) the state a refund of the rule's admitted

@@ -361,6 +361,21 @@ func (l *Limiter) RefundAll(ctx context.Context, rules []Rule, n int64, each []R
 	inParallel(len(todo), func(i int) {
 		_, kinds[i], errs[i] = l.refundAtServer(ctx, todo[i].key, todo[i].c)
 	})
+	l.settleRefunds(ctx, errs, kinds, func(i int) (string, *call, time.Duration) {
+		r := &todo[i]
+		within := maxOwedFor
+		if r.res.Limit != 0 {
+			within = min(max(r.res.ResetAfter, 0), maxOwedFor)
+		}
+		return r.key, &r.c, within
+	})
+	return nil
+}
+
+// settleRefunds holds for another try, or counts as lost, the refunds of a batch that failed:
+// refund i failed with errs[i] (kinds[i]); of returns its key, its call, and for how long it
+// may be tried again (until its limiter would have given the units back by itself).
+func (l *Limiter) settleRefunds(ctx context.Context, errs []error, kinds []errKind, of func(i int) (string, *call, time.Duration)) {
 	var owed []owedRefund
 	var lost refundsLost
 	now := l.clock()
@@ -368,20 +383,15 @@ func (l *Limiter) RefundAll(ctx context.Context, rules []Rule, n int64, each []R
 		if err == nil {
 			continue
 		}
-		r := &todo[i]
+		key, c, within := of(i)
 		if reason, retry := refundFailure(kinds[i], err); !retry {
-			lost.add(l, r.key, &r.c, reason, err)
+			lost.add(l, key, c, reason, err)
 			continue
 		}
-		within := maxOwedFor
-		if r.res.Limit != 0 {
-			within = min(max(r.res.ResetAfter, 0), maxOwedFor)
-		}
-		owed = append(owed, owedRefund{key: r.key, c: r.c, until: now + int64(within)})
+		owed = append(owed, owedRefund{key: key, c: *c, until: now + int64(within)})
 	}
 	if owed != nil {
 		l.owe(owed, &lost)
 	}
-	l.reportLost(ctx, &lost, len(todo))
-	return nil
+	l.reportLost(ctx, &lost, len(errs))
 }
