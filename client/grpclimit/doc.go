@@ -22,7 +22,8 @@
 //	google.rpc.QuotaFailure  one violation: subject "policy:<policy>", quota_id "<policy>"
 //
 // and the same metadata with t the wait. A hidden quota (Policy.HideQuota) sends the
-// RetryInfo alone. A call without a key (ErrEmptyKey, or the Key's error) is InvalidArgument;
+// RetryInfo alone. A call without a key (ErrEmptyKey, or the Key's error) is InvalidArgument,
+// as is one whose Cost is negative or above 999999999999999 (a cost the call sent);
 // a policy that cannot be valid Internal; a limiter that could not decide (only with
 // client.ReturnError) ServerOptions.ErrorCode, Internal by default, or the call is served
 // with FailOpen.

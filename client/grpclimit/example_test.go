@@ -228,7 +228,8 @@ func Example_login() {
 // An LLM gateway's "60 calls and 150,000 tokens per minute" per organisation, decided all or
 // nothing in one atomic call: the tokens' limit is counted on the policy's own key (SameKey),
 // beside the calls', where one rl_multi decides both. It takes the call's estimate (its
-// max_tokens, here in the "x-max-tokens" metadata), the calls' limit 1; once the call is
+// max_tokens, here in the "x-max-tokens" metadata; a value that is no count, or a negative
+// one, is refused InvalidArgument), the calls' limit 1; once the call is
 // served, the handler reports the tokens it really used in the "rlfn-cost" trailer, which
 // replace the estimate.
 func Example_tokens() {
@@ -237,7 +238,10 @@ func Example_tokens() {
 		if len(v) == 0 {
 			return 4096
 		}
-		n, _ := strconv.ParseInt(v[0], 10, 64)
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil {
+			return -1 // the caller's fault, as a negative n is: refused InvalidArgument
+		}
 		return n
 	}
 	completions := grpclimit.Policy{

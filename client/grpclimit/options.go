@@ -98,8 +98,11 @@ type Policy struct {
 	// calls (tokens, bytes): "60 calls and 150,000 tokens per minute" is a Policy of the calls
 	// and an AlsoLimit of the tokens whose Cost is the call's estimate, decided at once. req
 	// is a unary call's request, nil for a stream (decided when it opens). A cost of 0 takes 1,
-	// as client.Rule's. With a Cost the Limiter must be a *client.Limiter (or implement
-	// MultiDecider). Default (nil): 1.
+	// as client.Rule's. A negative cost, or one above 999999999999999, is the caller's fault (a
+	// cost comes from what the call sent, a max_tokens): refused InvalidArgument "grpclimit:
+	// invalid cost" without a decision, and not reported to OnError; a Cost that cannot read the
+	// call returns -1 for that. A limit in shadow whose cost is invalid is left out. With a Cost
+	// the Limiter must be a *client.Limiter (or implement MultiDecider). Default (nil): 1.
 	Cost Cost
 	// Unit names what Limit counts, sent as the ratelimit-policy item's qu parameter (the
 	// draft's quota unit), e.g. "tokens". Letters, digits, '_', '.' and '-' only. Default

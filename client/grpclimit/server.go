@@ -461,10 +461,22 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
 	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
 	if p.Limit != nil {
-		sp.Own(p.Limit, cost(ctx, p.Cost, method, req), p.Unit, p.Cost != nil)
+		switch c := cost(ctx, p.Cost, method, req); {
+		case !decide.BadCost(c):
+			sp.Own(p.Limit, c, p.Unit, p.Cost != nil)
+		case !shadow:
+			return nil, errBadCost
+		} // a shadow limit never refuses: one whose cost is bad is left out
 	}
 	for i := range p.Also {
 		a := &p.Also[i]
+		c := cost(ctx, a.Cost, method, req)
+		if decide.BadCost(c) {
+			if !shadow && !a.Shadow {
+				return nil, errBadCost
+			}
+			continue
+		}
 		var principal string
 		var keyErr error
 		if a.Key != nil {
@@ -478,7 +490,7 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 			s.report(ctx, method, decide.ShadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
 			continue
 		}
-		sp.Add(a.named(), k, cost(ctx, a.Cost, method, req))
+		sp.Add(a.named(), k, c)
 	}
 	*set = sp.Set
 	if len(set.Shadow) > 0 {
@@ -489,6 +501,10 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 	}
 	return sp.Measured, nil
 }
+
+// errBadCost refuses a call whose Cost function computed a cost no limit takes from what the
+// call sent (see Policy.Cost): the caller's fault, so nothing is reported.
+var errBadCost = status.Error(codes.InvalidArgument, "grpclimit: invalid cost")
 
 // cost is a Cost function's units for a call, 0 (one, the call's) without one.
 func cost(ctx context.Context, f Cost, method string, req any) int64 {

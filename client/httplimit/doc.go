@@ -147,6 +147,9 @@
 //     or empty key, or one the Limiter refuses as too long (*client.KeyError). The client's
 //     fault: answered 400 Bad Request, the body saying "missing or unreadable key", "missing
 //     key" or "key too long".
+//   - A cost no limit takes: a Cost function's (Policy.Cost, AlsoLimit.Cost) negative, or above
+//     999999999999999. A cost comes from what the request sent (its max_tokens): answered 400
+//     Bad Request, "invalid cost", and not reported, as a Key's own errors are not.
 //
 // A decision across keys (Policy.Also) whose refunds failed is answered as any denial (429):
 // the refunds are the Limiter's, tried again in the background or counted as lost and logged

@@ -480,14 +480,18 @@ func Example_outcome() {
 // An LLM gateway's "60 requests and 150,000 tokens per minute" per organisation, decided all or
 // nothing in one atomic call: the tokens' limit is counted on the policy's own key (SameKey),
 // beside the requests', where one rl_multi decides both. It takes the request's estimate (its
-// max_tokens, here in a header), the requests' limit 1, and RateLimit-Policy names the tokens'
-// unit. Once the response is streamed, the handler reports the tokens it really used in the
+// max_tokens, here in a header; a value that is no count, or a negative one, is answered 400),
+// the requests' limit 1, and RateLimit-Policy names the tokens' unit. Once the response is streamed, the handler reports the tokens it really used in the
 // Rlfn-Cost trailer, which replace the estimate: the difference is given back (or taken).
 func Example_tokens() {
 	estimate := func(r *http.Request) int64 {
-		n, err := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
-		if err != nil {
+		v := r.Header.Get("X-Max-Tokens")
+		if v == "" {
 			return 4096
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return -1 // the request's fault, as a negative n is: answered 400 "invalid cost"
 		}
 		return n
 	}

@@ -47,6 +47,7 @@ const (
 	bodyMissingKey    = "missing key"
 	bodyUnreadableKey = "missing or unreadable key"
 	bodyKeyTooLong    = "key too long"
+	bodyBadCost       = "invalid cost"
 )
 
 // failed answers a request the limiter (or the Policy) left without a decision because of
@@ -80,6 +81,12 @@ func keyReason(err error) string {
 // badKey answers 400: the request names no principal the limits can count it against.
 func (m *Middleware) badKey(w http.ResponseWriter, reason string) {
 	m.write(w, http.StatusBadRequest, body{Error: reason, RetryAfterMs: -1})
+}
+
+// badCost answers 400: a Cost function computed a cost no limit takes from what the request
+// sent (see Policy.Cost). It is the request's fault, so nothing is reported.
+func (m *Middleware) badCost(w http.ResponseWriter) {
+	m.write(w, http.StatusBadRequest, body{Error: bodyBadCost, RetryAfterMs: -1})
 }
 
 // report passes err to Options.OnError, or logs it.

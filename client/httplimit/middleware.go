@@ -86,8 +86,12 @@ type Policy struct {
 	// Cost returns the units the request takes of Limit, for a limit of something else than
 	// requests (tokens, bytes): "60 requests and 150,000 tokens per minute" is a Policy of the
 	// requests and an AlsoLimit of the tokens whose Cost is the request's estimate, decided at
-	// once. A cost of 0 takes 1, as client.Rule's. With a Cost the Limiter must be a
-	// *client.Limiter (or implement MultiDecider). Default (nil): 1.
+	// once. A cost of 0 takes 1, as client.Rule's. A negative cost, or one above
+	// 999999999999999, is the request's fault (a cost comes from what the client sent, a
+	// max_tokens): answered 400 "invalid cost" without a decision, and not reported to
+	// OnError; a Cost that cannot read the request returns -1 for that. A limit in shadow
+	// whose cost is invalid is left out. With a Cost the Limiter must be a *client.Limiter (or
+	// implement MultiDecider). Default (nil): 1.
 	Cost func(r *http.Request) int64
 	// Unit names what Limit counts, sent as the RateLimit-Policy item's qu parameter (the
 	// draft's quota unit), e.g. "tokens". Letters, digits, '_', '.' and '-' only. Default
@@ -552,10 +556,24 @@ func (m *Middleware) decided(ctx context.Context, w http.ResponseWriter, r *http
 func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, p *Policy, key string, shadow bool) {
 	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
 	if p.Limit != nil {
-		sp.Own(p.Limit, cost(p.Cost, r), p.Unit, p.Cost != nil)
+		switch c := cost(p.Cost, r); {
+		case !decide.BadCost(c):
+			sp.Own(p.Limit, c, p.Unit, p.Cost != nil)
+		case !shadow:
+			m.badCost(w)
+			return
+		} // a shadow limit never refuses: one whose cost is bad is left out
 	}
 	for i := range p.Also {
 		a := &p.Also[i]
+		c := cost(a.Cost, r)
+		if decide.BadCost(c) {
+			if !shadow && !a.Shadow {
+				m.badCost(w)
+				return
+			}
+			continue
+		}
 		var principal string
 		var keyErr error
 		if a.Key != nil {
@@ -570,7 +588,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 			m.report(r, shadowKey, a.Name, &ShadowKeyError{Policy: a.Name, Err: skip})
 			continue
 		}
-		sp.Add(a.named(), k, cost(a.Cost, r))
+		sp.Add(a.named(), k, c)
 	}
 	set, measured := &sp.Set, sp.Measured // with an Outcome, whether each enforced limit has a Cost
 	if len(set.Shadow) > 0 {

@@ -23,6 +23,14 @@ type (
 	}
 )
 
+// MaxCost is the largest cost a limit takes, the library's bound on every number.
+const MaxCost = 999_999_999_999_999
+
+// BadCost reports a cost no limit can take: negative, or above MaxCost. A Cost function
+// computes it from the call (a max_tokens its client sent), so it is the call's fault, answered
+// as a bad request, never the service's misconfiguration.
+func BadCost(n int64) bool { return n < 0 || n > MaxCost }
+
 // Set is a policy's limits for one call, split into those enforced, decided at once all or
 // nothing, and those in shadow, decided beside them and only counted.
 type Set struct {
