@@ -1,0 +1,117 @@
+package llmlimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rlfn/rlfn/client"
+)
+
+// fake is an opener over budgets kept in the process, by rule Name: what the middleware does
+// with a meter's answers, apart from what the server does (tested on real servers).
+type fake struct {
+	mu      sync.Mutex
+	limit   map[string]int64 // by rule Name; a rule without one has no limit
+	charged map[string]int64 // charged and held
+	opened  [][]client.Rule
+	settled [][]int64
+	takeErr error // Take's error, once set
+}
+
+func newFake(limits map[string]int64) *fake {
+	return &fake{limit: limits, charged: map[string]int64{}}
+}
+
+func (f *fake) room(name string) int64 {
+	l, ok := f.limit[name]
+	if !ok {
+		return 1 << 62
+	}
+	return l - f.charged[name]
+}
+
+func (f *fake) open(_ context.Context, rules []client.Rule, spec meterSpec) (meter, client.Result, []client.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opened = append(f.opened, rules)
+	each := make([]client.Result, len(rules))
+	res := client.Result{Allowed: true, Remaining: 1 << 62}
+	for i, r := range rules {
+		room := f.room(r.Name)
+		each[i] = client.Result{Allowed: r.Cost <= room, Limit: f.limit[r.Name], Remaining: max(room-r.Cost, 0), ResetAfter: time.Minute}
+		if r.Cost > room && res.Allowed {
+			res = each[i]
+			res.Remaining, res.RetryAfter, res.Rule = room, 1500*time.Millisecond, i
+		} else if res.Allowed && each[i].Remaining < res.Remaining {
+			res = each[i]
+			res.Rule = i
+		}
+	}
+	if !res.Allowed {
+		return nil, res, nil, nil
+	}
+	held := make([]int64, len(rules))
+	for i, r := range rules {
+		f.charged[r.Name] += r.Cost
+		held[i] = r.Cost
+	}
+	return &fakeMeter{f: f, rules: rules, spec: spec, held: held}, res, each, nil
+}
+
+type fakeMeter struct {
+	f       *fake
+	rules   []client.Rule
+	spec    meterSpec
+	held    []int64
+	used    int64
+	settled bool
+}
+
+// Take takes what the units need beyond what is held, all or nothing; when they do not fit,
+// it holds what fits and answers false.
+func (m *fakeMeter) Take(_ context.Context, n int64) (bool, error) {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.takeErr != nil {
+		return false, f.takeErr
+	}
+	m.used += n
+	fits := true
+	for i, r := range m.rules {
+		need := m.spec.base[i] + m.used*m.spec.perUnit[i] - m.held[i]
+		if need > f.room(r.Name) {
+			fits = false
+		}
+	}
+	for i, r := range m.rules {
+		need := m.spec.base[i] + m.used*m.spec.perUnit[i] - m.held[i]
+		if need > 0 {
+			need = min(need, f.room(r.Name))
+			f.charged[r.Name] += need
+			m.held[i] += need
+		}
+	}
+	return fits, nil
+}
+
+func (m *fakeMeter) Settle(_ context.Context, actual []int64) (client.Result, error) {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m.settled {
+		return client.Result{}, errors.New("settled twice")
+	}
+	m.settled = true
+	f.settled = append(f.settled, actual)
+	for i, r := range m.rules {
+		d := actual[i] - m.held[i]
+		if d > 0 {
+			d = min(d, f.room(r.Name))
+		}
+		f.charged[r.Name] += d
+	}
+	return client.Result{Allowed: true}, nil
+}
