@@ -323,11 +323,11 @@ func inForce(all []override.Override, id override.ID, now time.Time) *override.O
 	for i, o := range all {
 		cs = append(cs, override.Compiled[int]{ID: o.ID(), Until: o.Until, V: i})
 	}
-	i, ok := override.NewIndex(cs).Lookup(id.Algorithm, id.Name, id.Key, func() int64 { return now.UnixMilli() })
-	if !ok {
+	i := override.NewIndex(cs).Lookup(id.Algorithm, id.Name, id.Key, func() int64 { return now.UnixMilli() })
+	if i == nil {
 		return nil
 	}
-	return &all[i]
+	return &all[*i]
 }
 
 func overrideListAction(c *cli.Context) error {
