@@ -381,7 +381,7 @@ func (h *Hold) undo(ctx context.Context, g *holdGroup, costs []int64, r *groupRe
 			actual[j] = max(0, r.held[j]-costs[j])
 		}
 		// Not retried, as no settle is: a hold not ended here ends at its expiry.
-		if rs, _, err := l.settleGroup(ctx, g, actual, h.id); err == nil {
+		if rs, _, _, err := l.settleGroup(ctx, g, actual, h.id); err == nil {
 			for j, s := range rs {
 				after(each, g.rules[j], s, nil)
 			}
@@ -634,7 +634,7 @@ func (l *Limiter) serverHold(ctx context.Context, key string, cs []call, id stri
 // rl_hold_settle per call, pipelined, through the Key's breaker. It is never retried, nor
 // decided by the Fallback: a hold the server did not settle ends at its expiry. It returns each
 // call's reply (the zero Result for those not asked) and the units each charged.
-func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64, id string) ([]Result, []int64, error) {
+func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64, id string) ([]Result, []int64, errKind, error) {
 	out := make([]Result, len(g.calls))
 	charged := make([]int64, len(g.calls))
 	var asked []int
@@ -644,7 +644,7 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 		}
 	}
 	if len(asked) == 0 {
-		return out, charged, nil
+		return out, charged, kindNone, nil
 	}
 	subject := multiSubject
 	if len(asked) == 1 {
@@ -654,7 +654,7 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 	a, kind, err := l.begin(ctx, g.key, needs.V13, sent)
 	if err != nil {
 		l.tel.countError(ctx, subject, opSettle, kind)
-		return out, charged, err
+		return out, charged, kind, err
 	}
 	var res Result
 	err = func() error {
@@ -710,7 +710,7 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 	} else {
 		l.tel.countError(ctx, subject, opSettle, kind)
 	}
-	return out, charged, err
+	return out, charged, kind, err
 }
 
 // Settle ends the hold at the actual amounts per rule (len(actual) == len(rules), 0 to
@@ -805,14 +805,27 @@ func (h *Hold) settleGroup(ctx context.Context, g *holdGroup, actual []int64, ea
 		r.Rule = g.rules[j]
 		each[g.rules[j]] = r
 	}
-	rs, _, err := l.settleGroup(ctx, g, asked, h.id)
+	rs, _, kind, err := l.settleGroup(ctx, g, asked, h.id)
 	for j, v := range asked {
-		if v >= 0 && err == nil {
+		p := &g.parts[j]
+		switch {
+		case v < 0:
+		case err == nil:
 			r := rs[j]
 			r.Rule = g.rules[j]
 			each[g.rules[j]] = r
+		default:
+			// Not settled: the server's hold ends at its expiry, which gives its units back
+			// (or keeps them, with Keep), and charges no extra.
+			each[g.rules[j]] = Result{Allowed: v <= p.srv+p.excess, Limit: g.calls[j].limit, Source: FromFallback, Rule: g.rules[j]}
 		}
-		g.parts[j].expires = 0
+		p.expires = 0
+	}
+	if err != nil && kind.failure() && l.fallback != ReturnError {
+		// The server could not settle: what it holds comes back at its expiry, as the
+		// Fallback's decisions come back at their limiters' reset. The caller has nothing to
+		// do about it; the errors metric and the breaker have it.
+		return nil
 	}
 	return err
 }
