@@ -723,9 +723,11 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 //
 // A settle is not idempotent: it is never retried, and runs whatever happens to ctx (its
 // values are kept, its end is not), within the Limiter's deadline. A rule whose settle the
-// server did not answer (its error is returned, the first in rule order) keeps its hold until
-// the hold's expiry, which gives its units back (or leaves them charged, with Keep). The part
-// of a hold LocalFallback took is settled in the local limiter. A hold that expired before
+// server could not make keeps its hold until the hold's expiry, which gives its units back (or
+// leaves them charged, with Keep): its error (the first in rule order) is returned under
+// ReturnError; under another Fallback its Result is FromFallback, and the errors metric counts
+// it. An error the server answered (RLERR: its key holds something else) is always returned.
+// The part of a hold LocalFallback took is settled in the local limiter. A hold that expired before
 // Settle (its TTL, or its limiter's horizon) charges nothing more: its units came back, or
 // stayed charged with Keep.
 func (h *Hold) Settle(ctx context.Context, actual []int64) (res Result, err error) {
