@@ -904,8 +904,11 @@ func (l *Limiter) closeHolds(ctx context.Context) error {
 	errs := make([]error, len(open))
 	inParallel(len(open), func(i int) {
 		h := open[i]
-		if h.meter != nil {
-			errs[i] = h.meter.Close(ctx)
+		h.mu.Lock()
+		m := h.meter
+		h.mu.Unlock()
+		if m != nil {
+			errs[i] = m.Close(ctx)
 			return
 		}
 		actual := make([]int64, h.rules)
