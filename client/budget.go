@@ -595,6 +595,12 @@ func (l *Limiter) refundParked(ctx context.Context, key string, sp spec, n int64
 // With Options.Overrides, Close stops the overrides' background reader (a load under way is
 // cut short) and waits for it within ctx; decisions keep the overrides last read, and
 // SyncOverrides still reads them on demand.
+//
+// Close settles, within ctx, every Hold and Meter taken through the Limiter and not settled yet:
+// a Meter at what it used (Meter.Close), any other Hold as its expiry would, only sooner: given
+// back, or with Keep charged at what it holds. So no unit stays charged past a hold's expiry
+// because its process closed (a settle that fails leaves that hold to its expiry). Their errors
+// are joined to the others. Holds taken after Close are not settled by it.
 func (l *Limiter) Close(ctx context.Context) error {
 	if l.top != nil {
 		l.top.close()
@@ -602,16 +608,17 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if l.ovr != nil {
 		l.ovr.close(ctx)
 	}
+	holdsErr := l.closeHolds(ctx)
 	l.flushOwed(ctx)
 	if l.near == nil {
-		return nil
+		return holdsErr
 	}
 	if d := l.near.denials; d != nil {
 		d.shut.Store(true)
 	}
 	bs := l.near.budgets
 	if bs == nil {
-		return nil
+		return holdsErr
 	}
 	bs.rw.Lock()
 	already := bs.closed
@@ -619,7 +626,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	bs.isShut.Store(true)
 	bs.rw.Unlock()
 	if already {
-		return nil
+		return holdsErr
 	}
 	bs.wg.Wait()
 	type parked struct {
@@ -654,7 +661,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		wg.Go(func() { errs[i] = l.refundParked(ctx, p.b.key, p.b.spec, p.n) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, holdsErr)...)
 }
 
 // Parked is how many units leased budgets hold in this process right now: taken from the

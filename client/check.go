@@ -137,12 +137,15 @@ func checkNode(ctx context.Context, addr string, c valkey.Client, min string) er
 
 // olderLibrary reports the errors an older library answers a newer call with: "Function not
 // found" for a function it does not have, RLERR "... takes 3 arguments ..." for a trailing
-// reserve (1.0), and RLERR "... unknown algorithm ..." for an rl_multi group it does not know
-// (a 1.1 node asked for a 1.2 calendar or block group).
+// reserve (1.0), RLERR "... unknown algorithm ..." for an rl_multi group it does not know
+// (a 1.1 node asked for a 1.2 calendar or block group, a 1.2 node for a 1.3 hold group), and
+// RLERR "rl_multi: 2 groups take 10 arguments, got 11" for rl_multi's replies (1.2). Any of
+// them from a node that runs the release the call needs is its own error (versionError).
 func olderLibrary(err error) bool {
 	var le *LibraryError
 	return errors.Is(err, ErrNotLoaded) || errors.As(err, &le) &&
-		(strings.Contains(le.Message, " takes ") || strings.Contains(le.Message, "unknown algorithm"))
+		(strings.Contains(le.Message, " takes ") || strings.Contains(le.Message, "unknown algorithm") ||
+			strings.Contains(le.Message, " groups take "))
 }
 
 // versionError finds out why fn failed with err, an answer an older library would give (one

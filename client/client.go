@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"reflect"
 	"strconv"
@@ -46,6 +44,7 @@ type Limiter struct {
 	notes      *notices     // what the Limiter says in its log (notice.go): always
 	selfLoad   *selfLoader  // loads the library onto a node without one (selfload.go): nil unless set
 	owed       *owedRefunds // the refunds AllowAll owes and tries again (refund.go): always
+	holds      openHolds    // the holds taken and not settled, which Close settles (hold.go)
 }
 
 // New returns a Limiter that sends its commands through vk, configured by o (the zero Options
@@ -366,9 +365,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency) (*Leas
 
 // acquire is Acquire of a lease named name (see allowN).
 func (l *Limiter) acquire(ctx context.Context, name, key string, c Concurrency) (*Lease, Result, error) {
-	var b [16]byte
-	rand.Read(b[:])
-	lease, err := l.Lease(key, c, hex.EncodeToString(b[:]))
+	lease, err := l.Lease(key, c, randomID())
 	if err != nil {
 		return nil, Result{}, err
 	}

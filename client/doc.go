@@ -91,7 +91,8 @@
 // With Options.TracerProvider, every decision records a client span, whose context the call passes
 // on, so that a traced valkey-go client's FCALL span is its child: AllowN (and Wait's calls),
 // PeekN and Refund (rlfn.allow, rlfn.peek, rlfn.refund), a lease's Acquire or Renew and its
-// Release (rlfn.acquire, rlfn.release), and AllowAll, AllowAllEach and PeekAll (rlfn.allow_all,
+// Release (rlfn.acquire, rlfn.release), a Hold's Limiter.Hold and Add (rlfn.hold, with rlfn.rules)
+// and Settle (rlfn.settle), and AllowAll, AllowAllEach and PeekAll (rlfn.allow_all,
 // rlfn.peek_all, one span for all the rules, with rlfn.rules, their number, and rlfn.rule, the
 // index of the one that decided, whose limit the other attributes describe). Attributes:
 // rlfn.algorithm, rlfn.operation, rlfn.cost, rlfn.limit.name (a limit's Name, when set), and

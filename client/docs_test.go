@@ -125,3 +125,49 @@ func ExampleOptions_overrides() {
 		fmt.Printf("override %s: %d of %d left\n", res.Override.Key, res.Remaining, res.Limit)
 	}
 }
+
+// A stream whose cost is known only at its end (an LLM's output tokens) is metered against an
+// exact budget: the meter holds the estimate, draws the stream's tokens from it without a call,
+// adds batches as the stream outgrows it, and settles at what was used. A stream cut by the
+// budget stops where the budget ends; one abandoned is billed what it used (Close).
+func ExampleLimiter_Meter() {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vk.Close()
+	lim, err := client.New(vk, client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	daily := client.FixedWindow{Limit: 1_000_000, Window: 24 * time.Hour, Name: "tokens"}
+	const input, expected = 1200, 500 // the prompt's tokens, and the output expected
+	m, res, err := lim.Meter(ctx, []client.Rule{{Key: "team:7", Limit: daily, Cost: input + expected}},
+		client.MeterOptions{Hold: client.HoldOptions{TTL: 5 * time.Minute}, PerUnit: []int64{1}, Base: []int64{input}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !res.Allowed {
+		fmt.Printf("over budget, retry in %s\n", res.RetryAfter)
+		return
+	}
+	defer m.Close(ctx) // bills what was used if the stream ends early
+
+	for _, chunk := range []int64{180, 240, 310} { // the stream's output tokens, chunk by chunk
+		ok, err := m.Take(ctx, chunk)
+		if err != nil {
+			log.Print(err)
+			break
+		}
+		if !ok {
+			fmt.Printf("budget spent after %d tokens\n", m.Granted())
+			break
+		}
+	}
+	// The response's usage is the truth: settle at it.
+	if _, err := m.Settle(ctx, []int64{input + m.Used()}); err != nil {
+		log.Print(err)
+	}
+}

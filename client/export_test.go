@@ -46,3 +46,11 @@ func KeyOf(prefix, key string, l Limit) string {
 
 // ReplyError is the error of a reply out of contract, for the tests that check one is.
 type ReplyError = replyError
+
+// Before13 makes the Limiter believe that key's node runs library 1.2.0, as a node that refused
+// rl_multi's replies makes it for a cooldown: AllowAllEach then peeks each limit, as on such a
+// node, for the tests of that path.
+func (l *Limiter) Before13(key string) {
+	ve := &VersionError{Node: "127.0.0.1:6379", Version: "1.2.0", Want: "1.3.0", Function: "rl_multi replies"}
+	l.breakerOf(key).old.Store(&oldLibrary{err: ve, until: l.clock() + int64(time.Hour)})
+}

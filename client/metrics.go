@@ -67,10 +67,12 @@ const (
 	opRefund
 	opAcquire // takes or renews a lease
 	opRelease
+	opHold   // takes units under a hold (Limiter.Hold, Hold.Add): rl_hold, or rl_multi with hold groups
+	opSettle // ends a hold at the actual amount: rl_hold_settle
 	nOps
 )
 
-var opNames = [nOps]string{"allow", "peek", "refund", "acquire", "release"}
+var opNames = [nOps]string{"allow", "peek", "refund", "acquire", "release", "hold", "settle"}
 
 // Decision sources: the server, the fallback that decided, a leased budget or the denial
 // cache.

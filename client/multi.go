@@ -17,8 +17,8 @@ import (
 const maxMulti = 16
 
 // maxMultiArgs bounds the keys and arguments of one rl_multi: a key and at most 8 items (a
-// calendar group's) per limit, and the block's key and 2 items.
-const maxMultiArgs = maxMulti*9 + 3
+// calendar group's) per limit, the block's key and 2 items, and replies.
+const maxMultiArgs = maxMulti*9 + 4
 
 // group is the rules of one Key.
 type group struct {
@@ -508,7 +508,7 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 		}
 		return l.failMulti(ctx, op, key, cs, kind, err, each)
 	}
-	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent, penalty, want)
+	res, i, err := l.askMulti(ctx, a.br, op, key, cs, each, sent, penalty, want)
 	if err == nil {
 		a.series = l.tel.series(ctx, multiSubject, decidedBy(cs, i))
 	}
@@ -535,11 +535,35 @@ func (l *Limiter) decideMulti(ctx context.Context, op operation, key string, cs 
 	return l.failMulti(ctx, op, key, cs, kind, err, each)
 }
 
+// askMulti is serverMulti, with every limit's own reply (each not nil) from the rl_multi
+// itself on a node that runs 1.3.0 (replies), else from a peek of each pipelined behind it. A
+// node that refuses replies has decided nothing: it is asked again at once without them, and
+// br remembers it (asked with replies again after a cooldown, as any older node).
+func (l *Limiter) askMulti(ctx context.Context, br *breaker, op operation, key string, cs []call, each []Result, sent, penalty int64, want string) (Result, int, error) {
+	replies := each != nil && br.tooOld(sent, needs.V13) == nil
+	res, i, err := l.serverMulti(ctx, op, key, cs, each, sent, penalty, want, replies)
+	if !replies {
+		return res, i, err
+	}
+	var ve *VersionError
+	if err != nil && errors.As(err, &ve) && ve.Want == needs.V13 && ve.Version != "" {
+		br.old.Store(&oldLibrary{err: ve, until: sent + br.cooldown})
+		clear(each)
+		return l.serverMulti(ctx, op, key, cs, each, sent, penalty, want, false)
+	}
+	if err == nil {
+		br.forgetOld(needs.V13)
+	}
+	return res, i, err
+}
+
 // serverMulti runs cs in one rl_multi (rl_multi_peek). each, when not nil, gets each call's
-// own state from a peek of it pipelined behind the rl_multi (the limit's Remaining and
-// ResetAfter after the decision, and whether it alone would admit the cost), or the zero
-// Result where the peek failed: the decision stands.
-func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result, now, penalty int64, want string) (Result, int, error) {
+// own state (the limit's Remaining and ResetAfter after the decision, and whether it alone
+// would admit the cost): with replies (library 1.3.0) from the rl_multi's own reply, else from
+// a peek of each pipelined behind it, or the zero Result where the peek failed: the decision
+// stands. A node older than 1.3.0 answers replies with a *VersionError wanting 1.3.0, having
+// decided nothing.
+func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs []call, each []Result, now, penalty int64, want string, replies bool) (Result, int, error) {
 	ctx, rel := l.withDeadline(ctx, l.mono(now))
 	defer rel.release()
 	fn := multiFunction(op)
@@ -584,6 +608,9 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 		from = end
 	}
 	stateKeys, args := parts[:nkeys], parts[nkeys:]
+	if replies {
+		args = append(args, "replies")
+	}
 	// one command per Do: valkey-go recycles a command once it is sent
 	command := func(readOnly bool) valkey.Completed {
 		if readOnly {
@@ -594,9 +621,18 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	var res Result
 	var idx int64
 	var err error
-	if each == nil {
+	switch {
+	case each == nil:
 		res, idx, err = decodeN(fn, rel.result(l.vk.Do(ctx, command(op == opPeek))), 7)
-	} else {
+	case replies:
+		res, idx, err = decodeReplies(fn, rel.result(l.vk.Do(ctx, command(op == opPeek))), groups, each)
+		if op == opPeek && errors.Is(err, ErrNotLoaded) {
+			res, idx, err = decodeReplies(fn, rel.result(l.vk.Do(ctx, command(false))), groups, each)
+		}
+		if err != nil && olderLibrary(err) {
+			return Result{}, 0, l.versionError(rel.wrapped(ctx), fn+" replies", stateKeys[0], needs.V13, err)
+		}
+	default:
 		// The peeks go with the rl_multi, in one round trip. They only read, so they are
 		// FCALL_RO, as every peek: no write on the primary's books, and a replica answers
 		// them when the valkey.Client sends read-only commands to replicas
@@ -654,6 +690,25 @@ func (l *Limiter) serverMulti(ctx context.Context, op operation, key string, cs 
 	// though the limit's own wait, longer than the penalty, is the one that binds.
 	res.Blocked = op == opAllow && penalty > 0 && !res.Allowed
 	return res, int(idx - 1), nil
+}
+
+// decodeReplies decodes rl_multi's reply with replies: the decision's seven integers, then
+// six per group, of which each gets the limits' (the first len(each) groups).
+func decodeReplies(fn string, res valkey.ValkeyResult, groups int, each []Result) (Result, int64, error) {
+	v, err := decodeInts(fn, res, 7+6*groups)
+	if err != nil {
+		return Result{}, 0, err
+	}
+	r, err := sixOf(fn, v)
+	if err != nil {
+		return Result{}, 0, err
+	}
+	for i := range each {
+		if each[i], err = sixOf(fn, v[7+6*i:]); err != nil {
+			return Result{}, 0, err
+		}
+	}
+	return r, v[6], nil
 }
 
 // penaltyOf is the block group of one key's calls: the longest Penalty among them, or -1

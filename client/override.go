@@ -19,7 +19,8 @@ import (
 )
 
 // Override is an exception an operator set on the server (rlfn override set) that replaced
-// the code's limit in a decision: Result.Override.
+// the code's limit in a decision: Result.Override. It points at the Limiter's own copy, which
+// every decision under that override shares: read it, never change it.
 type Override struct {
 	// Key is the override's key as set: the principal ("user:42"), or the pattern that
 	// matched it ("user:*"; "*" matches every key).
@@ -79,13 +80,13 @@ type overrides struct {
 	head    string // the store's head (override.HeadKey)
 	timeout time.Duration
 
-	idx    atomic.Pointer[override.Index[*overridden]] // nil until the first load
-	loaded atomic.Pointer[override.Head]               // the head idx was made from
-	mu     sync.Mutex                                  // one read of the store at a time; guards:
-	shared map[sharedKey]*sharedLimit                  // compiled limits, one per distinct limit
-	notes  map[string]string                           // notes, one copy of each
-	seen   map[string]*seenValue                       // values decoded, less their key (put)
-	buf    []byte                                      // put's value less its key
+	idx    atomic.Pointer[override.Index[overridden]] // nil until the first load
+	loaded atomic.Pointer[override.Head]              // the head idx was made from
+	mu     sync.Mutex                                 // one read of the store at a time; guards:
+	shared map[sharedKey]*sharedLimit                 // compiled limits, one per distinct limit
+	notes  map[string]string                          // notes, one copy of each
+	seen   map[string]*seenValue                      // values decoded, less their key (put)
+	buf    []byte                                     // put's value less its key
 
 	misses  int  // reads of an unchanged version that missed the cache, in a row
 	polling bool // the client does not cache: read every overridePoll
@@ -107,7 +108,9 @@ type overrides struct {
 }
 
 // overridden is one override compiled: what Result says of it, and the limit as the client
-// sends it (shared by every override of the same limit).
+// sends it (shared by every override of the same limit). The index holds it by value, in
+// blocks (override.Index): a million of them are not a million objects, and Result.Override
+// points at the index's own.
 type overridden struct {
 	info   Override
 	shared *sharedLimit
@@ -208,8 +211,8 @@ func (l *Limiter) override(c *call, key string) {
 	if ix.Empty() {
 		return
 	}
-	v, ok := ix.Lookup(c.alg.name, c.name, key, wallMs)
-	if !ok {
+	v := ix.Lookup(c.alg.name, c.name, key, wallMs)
+	if v == nil {
 		return
 	}
 	id, label := c.params.id, c.params.label // a lease's holder and the call's name are the call's, not the override's
@@ -327,7 +330,7 @@ func (o *overrides) follow(ctx context.Context, last override.Head) (bool, error
 		return false, nil
 	}
 	if len(changes) > 0 {
-		ix := o.idx.Load().With(func(b *override.Builder[*overridden]) {
+		ix := o.idx.Load().With(func(b *override.Builder[overridden]) {
 			for _, c := range changes {
 				o.put(ctx, b, c.field, c.value)
 			}
@@ -345,9 +348,9 @@ func (o *overrides) follow(ctx context.Context, last override.Head) (bool, error
 // load reads the whole store by pages and compiles it into a new index, which replaces the
 // one in force only once complete.
 func (o *overrides) load(ctx context.Context) error {
-	var b *override.Builder[*overridden]
+	var b *override.Builder[overridden]
 	h, err := o.store.Load(ctx, func(h override.Head) {
-		b = override.NewBuilder[*overridden]()
+		b = override.NewBuilder[overridden]()
 		b.SizeHint(h.Count)
 	}, func(f, v string) { o.put(ctx, b, f, v) })
 	if err != nil {
@@ -366,7 +369,7 @@ func (o *overrides) load(ctx context.Context) error {
 // A store of a million overrides holds a handful of distinct limits, ends and notes: an
 // override whose value, less its key, is one already decoded is made from that one, without
 // decoding its JSON again (a load is then a few hundred nanoseconds an override).
-func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], field, value string) {
+func (o *overrides) put(ctx context.Context, b *override.Builder[overridden], field, value string) {
 	if value == "" {
 		var id []string
 		if json.Unmarshal([]byte(field), &id) == nil && len(id) == 3 {
@@ -380,8 +383,8 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 		// lookup (string(o.buf)) allocates nothing; only a value seen first is copied
 		o.buf, plain = appendWithoutKey(o.buf[:0], value, id.Key)
 		if t := o.seen[string(o.buf)]; plain && t != nil && t.info.Key == "" && t.policy == id.Policy {
-			id.Key = strings.Clone(id.Key) // not a slice of the whole field
-			v := &overridden{info: t.info, shared: t.shared}
+			id.Key = b.Key(id.Key) // not a slice of the whole field, nor an allocation of its own
+			v := overridden{info: t.info, shared: t.shared}
 			v.info.Key = id.Key
 			b.Set(id, v.info.Until, v)
 			return
@@ -405,7 +408,8 @@ func (o *overrides) put(ctx context.Context, b *override.Builder[*overridden], f
 		t.info.Key = ""
 		o.seen[string(o.buf)] = t
 	}
-	b.Set(ov.ID(), ov.Until, c)
+	c.info.Key = b.Key(c.info.Key)
+	b.Set(override.ID{Policy: ov.Policy, Key: c.info.Key}, ov.Until, c)
 }
 
 // seenValue is an override's value decoded, less its key: for put to make others of it.
@@ -448,7 +452,7 @@ func appendWithoutKey(buf []byte, value, key string) ([]byte, bool) {
 
 // compile is an override compiled, its limit shared with every other override of the same
 // limit, its note with every other of the same note.
-func (o *overrides) compile(ov override.Override) (*overridden, error) {
+func (o *overrides) compile(ov override.Override) (overridden, error) {
 	if o.shared == nil {
 		o.shared, o.notes, o.seen = map[sharedKey]*sharedLimit{}, map[string]string{}, map[string]*seenValue{}
 	}
@@ -467,7 +471,7 @@ func (o *overrides) compile(ov override.Override) (*overridden, error) {
 		}
 	}
 	if sh.err != nil {
-		return nil, sh.err
+		return overridden{}, sh.err
 	}
 	note, ok := o.notes[ov.Note]
 	if !ok {
@@ -476,7 +480,7 @@ func (o *overrides) compile(ov override.Override) (*overridden, error) {
 			o.notes[note] = note
 		}
 	}
-	return &overridden{info: Override{Key: ov.Key, Limit: sh.limit, Slots: sh.slots, Until: ov.Until, Note: note}, shared: sh}, nil
+	return overridden{info: Override{Key: ov.Key, Limit: sh.limit, Slots: sh.slots, Until: ov.Until, Note: note}, shared: sh}, nil
 }
 
 // compiled is an override's limit as the client sends it, and what Result says of it.

@@ -39,6 +39,7 @@ var required = map[string][]string{
 		"docs_test.go:ExampleLimiter_Acquire",
 		"docs_test.go:ExampleCritical",
 		"docs_test.go:Example_longKey",
+		"docs_test.go:ExampleLimiter_Meter",
 	},
 	"docs/overrides.md": {"docs_test.go:ExampleOptions_overrides"},
 	"docs/http.md": {

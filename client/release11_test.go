@@ -616,6 +616,7 @@ func TestAllowAllEachByPolicy(t *testing.T) {
 			return []valkey.ValkeyResult{gone, gone, gone}
 		}).Times(3)
 	lim := newLimiter(t, vk, client.Options{Fallback: client.LocalFallback})
+	lim.Before13("a") // a 1.2 node: the peeks' path
 	for i, want := range []struct {
 		allowed bool
 		tb, fw  int64 // remaining
@@ -690,7 +691,9 @@ func TestAllowAllEachRefundedAfterFailedPeek(t *testing.T) {
 			}
 		},
 	}
-	res, each, err := newLimiter(t, vk, client.Options{}).AllowAllEach(context.Background(), rules, 1)
+	lim := newLimiter(t, vk, client.Options{})
+	lim.Before13("a") // a 1.2 node: the peeks' path
+	res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
 	if err != nil || res.Allowed || res.Rule != 2 || len(each) != 3 || len(refunded) != 2 {
 		t.Fatalf("got %+v, %+v, %v, refunds of %q; want rule 2's denial, each rule, two refunds", res, each, err, refunded)
 	}
@@ -726,7 +729,9 @@ func TestAllowAllEachPeeksNotLoadedOnAReplica(t *testing.T) {
 			return []valkey.ValkeyResult{mock.Result(ints(1, 2, 1, 0, 3_600_000, 0)), mock.Result(ints(1, 5, 4, 0, 3_600_000, 0))}
 		},
 	}
-	res, each, err := newLimiter(t, vk, client.Options{Fallback: client.ReturnError}).AllowAllEach(context.Background(), rules, 1)
+	lim := newLimiter(t, vk, client.Options{Fallback: client.ReturnError})
+	lim.Before13("a") // a 1.2 node: the peeks' path
+	res, each, err := lim.AllowAllEach(context.Background(), rules, 1)
 	if err != nil || !res.Allowed || len(each) != 2 || each[0].Remaining != 1 || each[1].Remaining != 4 || each[1].Limit != 5 {
 		t.Fatalf("got %+v, %+v, %v; want admitted, 1 and 4 left", res, each, err)
 	}

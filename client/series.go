@@ -218,7 +218,7 @@ func (t *telemetry) series(ctx context.Context, subject int, sp *spec) *series {
 }
 
 // decided counts a decision of s (nil: none recorded), and records its utilization when it
-// takes units (Allow, Acquire): the share of the limit used once it admitted, 1 when it
+// takes units (Allow, Acquire, Hold): the share of the limit used once it admitted, 1 when it
 // refused.
 func (t *telemetry) decided(ctx context.Context, s *series, op operation, res Result, src int) {
 	m := t.meter()
@@ -226,7 +226,7 @@ func (t *telemetry) decided(ctx context.Context, s *series, op operation, res Re
 		return
 	}
 	m.decisions.Add(ctx, 1, s.decisionOpts(op, res.Allowed, src)...)
-	if op != opAllow && op != opAcquire || res.Limit <= 0 {
+	if op != opAllow && op != opAcquire && op != opHold || res.Limit <= 0 {
 		return
 	}
 	u := 1.0

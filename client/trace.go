@@ -9,7 +9,7 @@ import (
 )
 
 // Span names, by operation, and the attributes of every span (Options.TracerProvider).
-var spanNames = [nOps]string{"rlfn.allow", "rlfn.peek", "rlfn.refund", "rlfn.acquire", "rlfn.release"}
+var spanNames = [nOps]string{"rlfn.allow", "rlfn.peek", "rlfn.refund", "rlfn.acquire", "rlfn.release", "rlfn.hold", "rlfn.settle"}
 
 // Span names of AllowAll and PeekAll, by operation.
 var allSpanNames = [nOps]string{opAllow: "rlfn.allow_all", opPeek: "rlfn.peek_all"}

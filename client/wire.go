@@ -69,14 +69,45 @@ func decodeN(fn string, res valkey.ValkeyResult, n int) (Result, int64, error) {
 			return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
 		}
 	}
+	r, err := sixOf(fn, v[:6])
+	if err != nil {
+		return Result{}, 0, err
+	}
+	return r, v[6], nil
+}
+
+// decodeInts decodes a reply of at least n integers, all of them (rl_hold's eight, rl_multi's
+// with replies), or the error the reply is.
+func decodeInts(fn string, res valkey.ValkeyResult, n int) ([]int64, error) {
+	if err := res.Error(); err != nil && !valkey.IsValkeyNil(err) {
+		return nil, replyErr(fn, err)
+	}
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, &replyError{Function: fn, Reason: err.Error()}
+	}
+	if len(arr) < n {
+		return nil, &replyError{Function: fn, Reason: fmt.Sprintf("%d elements, want %d", len(arr), n)}
+	}
+	v := make([]int64, len(arr))
+	for i := range arr {
+		if v[i], err = arr[i].ToInt64(); err != nil {
+			return nil, &replyError{Function: fn, Reason: fmt.Sprintf("element %d is not an integer: %v", i+1, err)}
+		}
+	}
+	return v, nil
+}
+
+// sixOf is the Result of the library's six integers, v[:6], or why they break its contract.
+func sixOf(fn string, v []int64) (Result, error) {
 	allowed, limit, remaining, retry, reset, delay := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
+		return Result{}, &replyError{Function: fn, Reason: fmt.Sprintf("allowed is %d, want 0 or 1", allowed)}
 	case remaining < 0:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
+		return Result{}, &replyError{Function: fn, Reason: fmt.Sprintf("remaining is %d", remaining)}
 	case retry < -1 || retry > maxMs || reset < 0 || reset > maxMs || delay < 0 || delay > maxMs:
-		return Result{}, 0, &replyError{Function: fn, Reason: fmt.Sprintf(
+		return Result{}, &replyError{Function: fn, Reason: fmt.Sprintf(
 			"durations out of range: retry_after_ms %d, reset_after_ms %d, delay_ms %d", retry, reset, delay)}
 	}
 	r := Result{
@@ -90,7 +121,7 @@ func decodeN(fn string, res valkey.ValkeyResult, n int) (Result, int64, error) {
 	if retry == -1 {
 		r.RetryAfter = Never
 	}
-	return r, v[6], nil
+	return r, nil
 }
 
 // replyErr classifies an error reply: RLERR, a missing function, or anything else (the

@@ -218,58 +218,79 @@ func TestClientPeekFallsBackToPrimary(t *testing.T) {
 	}
 }
 
-// AllowAllEach's peeks (what fills the quota headers of a SameKey policy: one rl_multi and a
-// peek of each limit) are FCALL_RO, in the rl_multi's pipeline. A cluster client that sends
-// read-only commands to replicas has a replica run them; valkey-go sends a standalone
-// client's pipeline that holds a write (the rl_multi) to the primary whole, which runs them
-// as reads, FCALL_RO, not FCALL. The decision stays the primary's; a replica may not have
-// the rl_multi's write yet, so a limit's Remaining reads the decision's, or one more.
-func TestAllowAllEachPeeksReadOnly(t *testing.T) {
+// AllowAllEach (what fills the quota headers of a SameKey policy) is one rl_multi on a node that
+// runs library 1.3.0: every limit's own state comes in its reply (replies), with no peek, and
+// is the decision's own.
+func TestAllowAllEachOneCall(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
 		ctx := ctx5s(t)
 		key := keyFor(t)
 		tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: 10 * time.Minute}
 		fw := client.FixedWindow{Limit: 9, Window: time.Hour}
 		rules := []client.Rule{{Key: key, Limit: tb}, {Key: key, Limit: fw}}
-		primary := harness.NewLimiter(t, tg.c, slowMachine)
-		if _, err := primary.AllowAll(ctx, rules); err != nil {
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		if _, err := lim.AllowAll(ctx, rules); err != nil {
 			t.Fatal(err)
 		}
-		rep := tg.replicaFor(t, primary.Key(key, tb))
-		waitReplicated(t, rep, primary.Key(key, tb))
-		waitReplicated(t, rep, primary.Key(key, fw))
-
-		lim := harness.NewLimiter(t, readsFromReplicas(t, tg, rep), slowMachine)
-		// the node that runs the peeks, and the one whose FCALLs are counted
-		reader, writer := rep.c, tg.c
-		if tg.name != "cluster" {
-			reader = tg.c
-		}
-		roBefore, rwBefore := commandCalls(t, reader, "fcall_ro"), commandCalls(t, writer, "fcall")
+		node := primaryOf(t, tg, lim.Key(key, tb))
+		roBefore, rwBefore := commandCalls(t, node, "fcall_ro"), commandCalls(t, node, "fcall")
 		for i := range int64(3) {
 			res, each, err := lim.AllowAllEach(ctx, rules, 1)
 			if err != nil || !res.Allowed || res.Source != client.FromServer || len(each) != 2 {
-				t.Fatalf("decision %d: %+v, %+v, %v", i+2, res, each, err)
+				t.Fatalf("decision %d: %+v, %+v, %v", i+1, res, each, err)
 			}
 			for j, want := range []int64{3 - i, 7 - i} {
-				if e := each[j]; e.Limit != rules[j].Limit.Quota().Limit || e.Remaining < want || e.Remaining > want+1 {
-					t.Errorf("decision %d, limit %d: %+v; want %d remaining (or one more, from a replica behind)", i+2, j, e, want)
+				if e := each[j]; e.Limit != rules[j].Limit.Quota().Limit || e.Remaining != want || !e.Allowed || e.Rule != j {
+					t.Errorf("decision %d, limit %d: %+v; want %d remaining", i+1, j, e, want)
 				}
 			}
-			// The next decision's peeks may read a replica one decision behind, not more: a
-			// loaded machine's replica can lag several.
-			waitSame(t, rep, tg.c, primary.Key(key, tb))
-			waitSame(t, rep, tg.c, primary.Key(key, fw))
 		}
-		if after := commandCalls(t, reader, "fcall_ro"); after.Calls-roBefore.Calls < 6 {
-			t.Errorf("%s ran FCALL_RO %d times for 3 decisions' 6 peeks", tg.name, after.Calls-roBefore.Calls)
+		if after := commandCalls(t, node, "fcall_ro"); after.Calls != roBefore.Calls {
+			t.Errorf("%s ran FCALL_RO %d times for 3 decisions, want none", tg.name, after.Calls-roBefore.Calls)
 		}
-		if tg.name != "cluster" {
-			if after := commandCalls(t, writer, "fcall"); after.Calls-rwBefore.Calls != 3 {
-				t.Errorf("the primary ran FCALL %d times for 3 decisions, want 3 (the rl_multi alone)", after.Calls-rwBefore.Calls)
-			}
+		if after := commandCalls(t, node, "fcall"); after.Calls-rwBefore.Calls != 3 {
+			t.Errorf("the primary ran FCALL %d times for 3 decisions, want 3 (the rl_multi alone)", after.Calls-rwBefore.Calls)
+		}
+		// denied: each limit as its peek would read it, nothing taken
+		res, each, err := lim.AllowAllEach(ctx, rules, 2)
+		if err != nil || res.Allowed || res.Rule != 0 || each[0].Allowed || each[0].Remaining != 1 || !each[1].Allowed || each[1].Remaining != 5 {
+			t.Errorf("a denied decision: %+v, %+v, %v", res, each, err)
 		}
 	})
+}
+
+// On a node that runs 1.2.0, AllowAllEach reads each limit's state by a peek pipelined behind
+// the rl_multi, as before 1.3.0: the node's refusal of replies costs one refused call and a
+// version lookup a cooldown, never an error. The peeks are FCALL_RO: a replica may answer them
+// (SendToReplicas); a standalone client sends a pipeline that holds a write to the primary.
+func TestAllowAllEachOn12Peeks(t *testing.T) {
+	s := harness.StartValkey(t)
+	c := s.Client(t)
+	loadCode(t, c, release(t, "1.2.0").Code)
+	ctx := ctx5s(t)
+	key := keyFor(t)
+	tb := client.TokenBucket{Capacity: 5, Rate: 1, Period: 10 * time.Minute}
+	fw := client.FixedWindow{Limit: 9, Window: time.Hour}
+	rules := []client.Rule{{Key: key, Limit: tb}, {Key: key, Limit: fw}}
+	lim := harness.NewLimiter(t, c, client.Options{Deadline: slowDeadline, Fallback: client.ReturnError, BreakerCooldown: time.Hour})
+	roBefore, rwBefore := commandCalls(t, c, "fcall_ro"), commandCalls(t, c, "fcall")
+	for i := range int64(3) {
+		res, each, err := lim.AllowAllEach(ctx, rules, 1)
+		if err != nil || !res.Allowed || res.Source != client.FromServer || len(each) != 2 {
+			t.Fatalf("decision %d: %+v, %+v, %v", i+1, res, each, err)
+		}
+		for j, want := range []int64{4 - i, 8 - i} {
+			if e := each[j]; e.Remaining != want {
+				t.Errorf("decision %d, limit %d: %+v; want %d remaining", i+1, j, e, want)
+			}
+		}
+	}
+	ro, rw := commandCalls(t, c, "fcall_ro"), commandCalls(t, c, "fcall")
+	// the peeks (6), and the version lookup after the refusal (1)
+	if ro.Calls-roBefore.Calls != 7 || rw.Calls-rwBefore.Calls != 4 || rw.Failed-rwBefore.Failed != 1 {
+		t.Errorf("1.2.0 ran FCALL_RO %d times, FCALL %d (%d refused) for 3 decisions; want 7, 4 (1)",
+			ro.Calls-roBefore.Calls, rw.Calls-rwBefore.Calls, rw.Failed-rwBefore.Failed)
+	}
 }
 
 // A server without the library answers ErrNotLoaded, which says what to do: returned as it is

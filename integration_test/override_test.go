@@ -634,6 +634,16 @@ func TestOverrideRebase(t *testing.T) {
 				t.Errorf("%s after a new base: limit %d, %v; want %d", key, res.Limit, err, want)
 			}
 		}
+		// a change of one override, but larger than a log entry takes, writes a new base too
+		big := tbOverride("big", 7)
+		big.Note = strings.Repeat("n", override.MaxDeltaBytes)
+		e.apply(t, []override.Change{{Op: override.Add, New: &big}})
+		if h, err := e.store.ReadHead(ctx5s(t)); err != nil || h.Gen == before.Gen {
+			t.Errorf("a change of %d bytes: base %q, %v; want a new base", override.MaxDeltaBytes, h.Gen, err)
+		}
+		if res, err := e.lim.Peek(ctx5s(t), "big", limit); err != nil || res.Limit != 7 {
+			t.Errorf("big after its new base: limit %d, %v; want 7", res.Limit, err)
+		}
 		e.remove(t, override.ID{Policy: override.Policy{Algorithm: "token_bucket"}, Key: "first"})
 		if res, err := e.lim.Peek(ctx5s(t), "first", limit); err != nil || res.Override != nil {
 			t.Errorf("first after its removal: %+v, %v", res, err)

@@ -323,11 +323,11 @@ func inForce(all []override.Override, id override.ID, now time.Time) *override.O
 	for i, o := range all {
 		cs = append(cs, override.Compiled[int]{ID: o.ID(), Until: o.Until, V: i})
 	}
-	i, ok := override.NewIndex(cs).Lookup(id.Algorithm, id.Name, id.Key, func() int64 { return now.UnixMilli() })
-	if !ok {
+	i := override.NewIndex(cs).Lookup(id.Algorithm, id.Name, id.Key, func() int64 { return now.UnixMilli() })
+	if i == nil {
 		return nil
 	}
-	return &all[i]
+	return &all[*i]
 }
 
 func overrideListAction(c *cli.Context) error {
@@ -612,13 +612,19 @@ type planJSON struct {
 	Now     string            `json:"applied_version,omitempty"` // the version after apply
 }
 
+// plan is the changes that make the store hold want: the removals of its fields that hold no
+// override first, so that a plan summarised to its first rows always shows them.
+func plan(snap override.Snapshot, want []override.Override) []override.Change {
+	return append(override.RemoveBad(snap.Bad), override.Diff(snap.Overrides, want)...)
+}
+
 func overrideDiffAction(c *cli.Context) error {
 	want, err := readFile(c)
 	if err != nil {
 		return err
 	}
 	return onStore(c, true, func(ctx context.Context, s *override.Store, snap override.Snapshot) error {
-		changes := append(override.Diff(snap.Overrides, want), override.RemoveBad(snap.Bad)...)
+		changes := plan(snap, want)
 		if f := c.String("save-version"); f != "" {
 			if err := os.WriteFile(f, []byte(snap.Version+"\n"), 0o644); err != nil {
 				return err
@@ -663,7 +669,7 @@ func overrideApplyAction(c *cli.Context) error {
 		if pin && snap.Version != pinned {
 			return &refusedError{fmt.Errorf("the overrides are at version %q, not %q (--if-version): nothing written; diff again", snap.Version, pinned)}
 		}
-		changes := append(override.Diff(snap.Overrides, want), override.RemoveBad(snap.Bad)...)
+		changes := plan(snap, want)
 		asJSON := c.Bool("json")
 		if !asJSON {
 			if err := writePlan(c, snap.Version, changes); err != nil {

@@ -462,6 +462,12 @@ func TestOverrideAtScale(t *testing.T) {
 	if err := vk.Do(ctx, vk.B().Hset().Key(override.DeltaKey("rl:")).FieldValue().FieldValue("by hand", "{").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
+	// a plan summarised to its first changes shows the bad field's removal first, always
+	r = rlfnAt(t, nil, s.Addr, "override", "diff", small)
+	if lines := strings.Split(r.stdout, "\n"); len(lines) < 2 || !strings.HasPrefix(lines[1], "remove  -") || !strings.Contains(lines[1], "by hand") ||
+		!strings.Contains(r.stdout, "... and 553 more changes") {
+		t.Errorf("override diff of 603 changes, one a bad field's removal:\n%s", r.stdout)
+	}
 	r = rlfnAt(t, nil, s.Addr, "override", "diff", small, "--full")
 	if !strings.Contains(r.stdout, "remove  -") || !strings.Contains(r.stdout, "by hand") {
 		t.Errorf("override diff with a bad field:\n%s", r.stdout)

@@ -8,6 +8,7 @@ const (
 	V10 = "1.0.0" // the first: every limiter and its peek
 	V11 = "1.1.0" // reserve, refunds, concurrency leases and rl_multi
 	V12 = "1.2.0" // calendar windows and blocks
+	V13 = "1.3.0" // holds (rl_hold, rl_hold_settle, rl_multi's hold group) and rl_multi's replies
 )
 
 // Release is the release that deciding n limits at once needs, reserved telling whether one of

@@ -3,10 +3,19 @@ package override
 import (
 	"errors"
 	"github.com/rlfn/rlfn/internal/keys"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+// lookup is ix.Lookup's value, and whether there is one.
+func lookup[T any](ix *Index[T], algorithm, name, key string, now func() int64) (v T, ok bool) {
+	if p := ix.Lookup(algorithm, name, key, now); p != nil {
+		return *p, true
+	}
+	return v, false
+}
 
 func TestLookupPrecedence(t *testing.T) {
 	now := time.UnixMilli(1_000_000)
@@ -46,7 +55,7 @@ func TestLookupPrecedence(t *testing.T) {
 		{give: "b", algorithm: "fixed_window"},
 		{give: "user:42", algorithm: "sliding_log"},
 	} {
-		got, ok := ix.Lookup(tt.algorithm, tt.name, tt.give, clock)
+		got, ok := lookup(ix, tt.algorithm, tt.name, tt.give, clock)
 		if ok != (tt.want != "") || got != tt.want {
 			t.Errorf("Lookup(%s, %q, %q) = %q, %v; want %q", tt.algorithm, tt.name, tt.give, got, ok, tt.want)
 		}
@@ -55,7 +64,7 @@ func TestLookupPrecedence(t *testing.T) {
 		t.Errorf("Len = %d, want 10", n)
 	}
 	var empty *Index[string]
-	if _, ok := empty.Lookup("token_bucket", "", "x", clock); ok || !empty.Empty() {
+	if _, ok := lookup(empty, "token_bucket", "", "x", clock); ok || !empty.Empty() {
 		t.Error("a nil index matched")
 	}
 }
@@ -63,7 +72,7 @@ func TestLookupPrecedence(t *testing.T) {
 // TestLookupReadsNoClock: an override without an end never reads the clock.
 func TestLookupReadsNoClock(t *testing.T) {
 	ix := NewIndex([]Compiled[int]{{ID: ID{Policy{Algorithm: "fixed_window"}, "k"}, V: 1}})
-	if v, ok := ix.Lookup("fixed_window", "", "k", func() int64 { panic("read the clock") }); !ok || v != 1 {
+	if v, ok := lookup(ix, "fixed_window", "", "k", func() int64 { panic("read the clock") }); !ok || v != 1 {
 		t.Errorf("Lookup = %d, %v", v, ok)
 	}
 }
@@ -233,7 +242,7 @@ func TestLayers(t *testing.T) {
 			{"fixed_window", "f", "fw f"},
 			{"fixed_window", "g", ""},
 		} {
-			got, ok := ix.Lookup(tt.alg, "", tt.key, clock)
+			got, ok := lookup(ix, tt.alg, "", tt.key, clock)
 			if ok != (tt.want != "") || got != tt.want {
 				t.Errorf("layer %d: Lookup(%s, %s) = %q, %v; want %q", ix.Layer(), tt.alg, tt.key, got, ok, tt.want)
 			}
@@ -242,10 +251,10 @@ func TestLayers(t *testing.T) {
 			t.Errorf("layer %d: Len = %d, want 3 (user:*, user:42, fw f)", ix.Layer(), ix.Len())
 		}
 	}
-	if got, _ := one.Lookup("token_bucket", "", "user:431", clock); got != "user:43*" {
+	if got, _ := lookup(one, "token_bucket", "", "user:431", clock); got != "user:43*" {
 		t.Errorf("the first layer lost its pattern: %q", got)
 	}
-	if got, _ := base.Lookup("token_bucket", "", "user:42", clock); got != "user:42" {
+	if got, _ := lookup(base, "token_bucket", "", "user:42", clock); got != "user:42" {
 		t.Errorf("a layer changed its base: %q", got)
 	}
 }
@@ -308,5 +317,70 @@ func TestAnchorInAGap(t *testing.T) {
 	}
 	if h, m, _ := v.Anchor.Clock(); h != 2 || m != 30 || v.Anchor.Location().String() != "Europe/Berlin" {
 		t.Errorf("anchor %v, want 02:30 in Europe/Berlin", v.Anchor)
+	}
+}
+
+// TestIndexAgainstMap: an index of many keys, set, replaced and removed in no order, with
+// layers over it and folded, answers every key as a map of the same changes does; a value
+// Lookup handed out stays as it was.
+func TestIndexAgainstMap(t *testing.T) {
+	tb := Policy{Algorithm: "token_bucket"}
+	const n = 50_000
+	want := map[string]int{}
+	b := NewBuilder[int]()
+	b.SizeHint(n / 2) // the table grows past its hint
+	for i := 0; i < n; i++ {
+		k := b.Key("cust:" + strconv.Itoa(i*7919%n))
+		b.Set(ID{tb, k}, time.Time{}, i)
+		want[k] = i
+		if i%3 == 0 { // replaced
+			b.Set(ID{tb, k}, time.Time{}, -i)
+			want[k] = -i
+		}
+		if i%5 == 0 { // removed, then some set again
+			b.Remove(ID{tb, k})
+			delete(want, k)
+		}
+		if i%10 == 0 {
+			b.Set(ID{tb, k}, time.Time{}, 2*i)
+			want[k] = 2 * i
+		}
+	}
+	ix := b.Index()
+	held := ix.Lookup("token_bucket", "", "cust:1", nil)
+	heldWant := *held
+	check := func(ix *Index[int], what string) {
+		t.Helper()
+		if ix.Len() != len(want) {
+			t.Errorf("%s: Len = %d, want %d", what, ix.Len(), len(want))
+		}
+		for i := 0; i < n+10; i++ {
+			k := "cust:" + strconv.Itoa(i)
+			got := ix.Lookup("token_bucket", "", k, nil)
+			w, ok := want[k]
+			if (got != nil) != ok || got != nil && *got != w {
+				t.Fatalf("%s: Lookup(%s) = %v, want %d, %v", what, k, got, w, ok)
+			}
+		}
+	}
+	check(ix, "base")
+	for round := 0; round < 3; round++ {
+		ix = ix.With(func(b *Builder[int]) {
+			for i := round; i < n; i += 97 {
+				k := "cust:" + strconv.Itoa(i)
+				if i%2 == 0 {
+					b.Remove(ID{tb, k})
+					delete(want, k)
+				} else {
+					b.Set(ID{tb, k}, time.Time{}, 1000*i+round)
+					want[k] = 1000*i + round
+				}
+			}
+		})
+		check(ix, "layer")
+	}
+	check(ix.Flatten(), "flattened")
+	if *held != heldWant {
+		t.Errorf("a value Lookup handed out changed: %d, was %d", *held, heldWant)
 	}
 }

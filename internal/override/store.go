@@ -67,6 +67,14 @@ const (
 	// MaxDelta is the most overrides a change writes into the delta, in one MULTI; a larger
 	// change writes a new base.
 	MaxDelta = 200
+	// MaxDeltaBytes bounds the same change by its size (fields and values): the delta's HSET
+	// and the log's XADD each copy it, and a log entry is held until about LogLen versions
+	// later. Overrides of ~150 bytes reach MaxDelta first.
+	MaxDeltaBytes = 64 << 10
+	// PageBytes bounds a batch of a new base's write by its size as Page does by its count:
+	// an HSET of long keys or notes still copies no more than this (one override larger than
+	// it is a batch of its own).
+	PageBytes = 64 << 10
 	// DeltaCap is the most overrides the delta holds; a change that would pass it writes a
 	// new base with the delta folded in.
 	DeltaCap = 20_000
@@ -383,7 +391,7 @@ func (s *Store) Apply(ctx context.Context, changes []Change, ifVersion *string) 
 	if len(changes) == 0 {
 		return "", errors.New("override: no change to apply")
 	}
-	if len(changes) > MaxDelta {
+	if len(changes) > MaxDelta || changeBytes(changes) > MaxDeltaBytes {
 		return s.rebase(ctx, changes, ifVersion)
 	}
 	for attempt := 0; ; attempt++ {
@@ -415,6 +423,15 @@ func changeFields(changes []Change) [][2]string {
 		}
 	}
 	return out
+}
+
+// changeBytes is the size of the fields and values changes write.
+func changeBytes(changes []Change) int {
+	n := 0
+	for _, fv := range changeFields(changes) {
+		n += len(fv[0]) + len(fv[1])
+	}
+	return n
 }
 
 // applyDelta writes changes into the delta in one MULTI, the version and the log with them.
@@ -573,10 +590,11 @@ func (s *Store) writeBase(ctx context.Context, from Head, m map[string]string) (
 	for i, fvs := range byShard {
 		key := ShardKey(s.prefix, gen, i)
 		for len(fvs) > 0 {
-			n := min(len(fvs), 2*Page)
 			set := s.vk.B().Hset().Key(key).FieldValue()
-			for j := 0; j < n; j += 2 {
-				set = set.FieldValue(fvs[j], fvs[j+1])
+			n, size := 0, 0
+			for ; n < min(len(fvs), 2*Page) && (n == 0 || size+len(fvs[n])+len(fvs[n+1]) <= PageBytes); n += 2 {
+				set = set.FieldValue(fvs[n], fvs[n+1])
+				size += len(fvs[n]) + len(fvs[n+1])
 			}
 			cmds = append(cmds, set.Build())
 			done += n / 2
