@@ -34,6 +34,12 @@ func proxy(t *testing.T, lim opener, up http.Handler, opts Options) (*Middleware
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, serve(t, m, up)
+}
+
+// serve serves m in front of an httputil.ReverseProxy to up.
+func serve(t *testing.T, m *Middleware, up http.Handler) *httptest.Server {
+	t.Helper()
 	upSrv := httptest.NewServer(up)
 	t.Cleanup(upSrv.Close)
 	target, _ := url.Parse(upSrv.URL)
@@ -41,7 +47,7 @@ func proxy(t *testing.T, lim opener, up http.Handler, opts Options) (*Middleware
 	rp.ErrorLog = nil
 	srv := httptest.NewServer(m.Handler(rp))
 	t.Cleanup(srv.Close)
-	return m, srv
+	return srv
 }
 
 // post sends body to path as organisation org, and reads the whole response.
