@@ -16,7 +16,7 @@ import (
 // show fails TestDocsExamples.
 
 // exampleFiles hold the Example functions the pages may copy, relative to client/.
-var exampleFiles = []string{"example_test.go", "docs_test.go", "httplimit/example_test.go", "grpclimit/example_test.go"}
+var exampleFiles = []string{"example_test.go", "docs_test.go", "httplimit/example_test.go", "grpclimit/example_test.go", "llmlimit/example_test.go"}
 
 // required lists the examples each page must show, as file:function.
 var required = map[string][]string{
@@ -42,6 +42,7 @@ var required = map[string][]string{
 		"docs_test.go:ExampleLimiter_Meter",
 	},
 	"docs/overrides.md": {"docs_test.go:ExampleOptions_overrides"},
+	"docs/tokens.md":    {"llmlimit/example_test.go:Example"},
 	"docs/http.md": {
 		"httplimit/example_test.go:Example",
 		"httplimit/example_test.go:Example_concurrency",
