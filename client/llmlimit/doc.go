@@ -11,8 +11,8 @@
 // other POST is refused 404, so that no endpoint spends tokens unmetered; a GET or HEAD (a
 // list of models) passes unlimited. The body is read whole (up to Options.MaxBody, else 413)
 // and handed to the upstream unchanged; the middleware reads its model, its maximum of output
-// tokens (max_completion_tokens or max_tokens; max_output_tokens; max_tokens), stream and
-// stream_options.include_usage. A body that is no such request, or a request whose Budget Key
+// tokens (max_completion_tokens or max_tokens; max_output_tokens; max_tokens), held for each
+// of chat completions' n choices, stream and stream_options.include_usage. A body that is no such request, or a request whose Budget Key
 // names no principal, is answered 400.
 //
 // # Budgets
@@ -99,7 +99,8 @@
 // input_tokens, output_tokens and input_tokens_details.cached_tokens; Anthropic's input_tokens,
 // output_tokens, cache_read_input_tokens and cache_creation_input_tokens; a stream's from its
 // last chunk, response.completed, message_start and message_delta), and what it does not say
-// is estimated: the input at its estimate, the output at the tokens of the events passed on. A
+// is estimated: the input at its estimate, the output at the tokens of the events passed on
+// (a chat completions stream says its usage only when asked: Options.AskUsage asks). A
 // stream cut is charged the output its client received. A response of 400 or above without
 // usage used nothing but the request. Cache reads count as input tokens (at Price.CacheRead in
 // Spend) unless Options.CachedFree.

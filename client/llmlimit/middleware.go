@@ -90,6 +90,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if out == 0 {
 		out = m.opts.DefaultMaxTokens
 	}
+	out = mul(out, req.Choices) // each choice may use them all
 	p, err := m.plan(req, keys, in, out)
 	switch {
 	case errors.Is(err, errNoPrice):
@@ -109,12 +110,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.deny(w, api, p, res, headers)
 		return
 	}
+	asked := false
+	if m.opts.AskUsage && api == OpenAIChat && req.Stream && !req.IncludeUsage {
+		if b, err := withUsage(body); err == nil {
+			body, asked = b, true
+		}
+	}
 	// The upstream reads the body the middleware read.
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rw := &writer{ResponseWriter: w, m: m, req: req, r: r, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
+	rw := &writer{ResponseWriter: w, m: m, req: req, r: r, hideUsage: asked, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
 		s: stream{api: api, model: req.Model, open: -1}}
 	defer func() {
 		// However the upstream ended (a panic included), the request is charged what it

@@ -405,3 +405,50 @@ func TestLimitsNamed(t *testing.T) {
 		t.Errorf("names %v", got)
 	}
 }
+
+// With AskUsage, a chat completions stream whose client did not ask for usage is charged its
+// usage (here its cached tokens free), and the client gets the stream as it asked for it,
+// without the usage chunk.
+func TestAskUsage(t *testing.T) {
+	for _, ask := range []bool{false, true} {
+		up := &upstream{Words: 12, Cached: 2}
+		f := newFake(nil)
+		_, srv := proxy(t, f, up, Options{AskUsage: ask, CachedFree: true})
+		body := chatBody("gpt-x", 10, true, false, prompt)
+		resp, got := post(t, srv, "/v1/chat/completions", "acme", body)
+		if want := direct(t, up, "/v1/chat/completions", body); resp.StatusCode != 200 || got != want {
+			t.Fatalf("ask %v: %d\n%s\nwant\n%s", ask, resp.StatusCode, got, want)
+		}
+		in := Bytes4("", mustParse(t, "/v1/chat/completions", body).Text)
+		want := in + 12 // the estimate of the input: no usage came
+		if ask {
+			want = in - 2 + 12 // the usage's, its 2 cached tokens free
+		}
+		if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{1, want}}) {
+			t.Errorf("ask %v: settled %s, want tokens %d", ask, got, want)
+		}
+	}
+	// A client that asked for usage gets it, whatever AskUsage says.
+	up := &upstream{Words: 3}
+	_, srv := proxy(t, newFake(nil), up, Options{AskUsage: true})
+	body := chatBody("gpt-x", 10, true, true, prompt)
+	if _, got := post(t, srv, "/v1/chat/completions", "acme", body); got != direct(t, up, "/v1/chat/completions", body) || !strings.Contains(got, `"usage"`) {
+		t.Errorf("usage asked for by the client:\n%s", got)
+	}
+}
+
+// A chat completion of n choices holds its maximum for each.
+func TestChoices(t *testing.T) {
+	f := newFake(nil)
+	_, srv := proxy(t, f, &upstream{Words: 3}, Options{})
+	body := strings.Replace(chatBody("gpt-x", 100, false, false, prompt), `"max_tokens":100`, `"max_tokens":100,"n":3`, 1)
+	post(t, srv, "/v1/chat/completions", "acme", body)
+	in := Bytes4("", mustParse(t, "/v1/chat/completions", body).Text)
+	if got := f.opened[0][1].Cost; got != in+300 {
+		t.Errorf("estimate %d, want %d", got, in+300)
+	}
+	resp, _ := post(t, srv, "/v1/chat/completions", "acme", strings.Replace(body, `"n":3`, `"n":0`, 1))
+	if resp.StatusCode != 400 {
+		t.Errorf("n 0: %d, want 400", resp.StatusCode)
+	}
+}

@@ -60,6 +60,13 @@ type Options struct {
 	// A request for a model without a price is answered 400 when a Budget has a Spend limit.
 	// Default (nil): none.
 	Prices map[string]Price
+	// AskUsage asks a chat completions stream for its usage when its request does not
+	// (stream_options.include_usage is added to the body the upstream gets), so that the stream
+	// is charged its usage rather than the middleware's count of its deltas; the usage chunk
+	// the client did not ask for is not passed on. Use it with an upstream that takes
+	// stream_options (OpenAI's, and most compatible servers). Default: false, the request as
+	// the client sent it.
+	AskUsage bool
 	// CachedFree counts input tokens read from the prompt cache as nothing: in Tokens,
 	// InputTokens and Spend. Default: false, a cached token counts as any input token (in
 	// Spend, at Price.CacheRead).

@@ -64,6 +64,9 @@ type Request struct {
 	// max_tokens (chat completions); max_output_tokens (responses); max_tokens (messages). 0
 	// when the request sets none.
 	MaxTokens int64
+	// Choices is how many completions the request asks for (chat completions' n), each of up
+	// to MaxTokens: 1 for the other APIs.
+	Choices int64
 	// Stream: the response is a server-sent event stream.
 	Stream bool
 	// IncludeUsage: a chat completions stream whose last chunk carries usage
@@ -85,6 +88,7 @@ type request struct {
 	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
 	MaxOutputTokens     *int64 `json:"max_output_tokens"`
 	Stream              bool   `json:"stream"`
+	N                   *int64 `json:"n"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -104,7 +108,7 @@ func ParseRequest(api API, body []byte) (*Request, error) {
 	if err := json.Unmarshal(body, &q); err != nil {
 		return nil, errors.Join(errBody, err)
 	}
-	out := &Request{API: api, Model: q.Model, Stream: q.Stream}
+	out := &Request{API: api, Model: q.Model, Stream: q.Stream, Choices: 1}
 	switch api {
 	case OpenAIChat:
 		switch {
@@ -114,6 +118,9 @@ func ParseRequest(api API, body []byte) (*Request, error) {
 			out.MaxTokens = *q.MaxTokens
 		}
 		out.IncludeUsage = q.StreamOptions != nil && q.StreamOptions.IncludeUsage
+		if q.N != nil {
+			out.Choices = *q.N
+		}
 	case OpenAIResponses:
 		if q.MaxOutputTokens != nil {
 			out.MaxTokens = *q.MaxOutputTokens
@@ -125,6 +132,9 @@ func ParseRequest(api API, body []byte) (*Request, error) {
 	}
 	if out.MaxTokens < 0 {
 		return nil, errors.New("llmlimit: the request's maximum of output tokens is negative")
+	}
+	if out.Choices < 1 || out.Choices > 128 {
+		return nil, errors.New("llmlimit: the request's n is not from 1 to 128")
 	}
 	for _, raw := range []json.RawMessage{q.Instructions, q.System, q.Messages, q.Input, q.Tools} {
 		if len(raw) == 0 {
@@ -174,3 +184,25 @@ type Tokens func(model string, text []byte) int64
 // written in other scripts (a token per one to three bytes). Plug in a tokenizer where a budget
 // must be close before the response's usage settles it.
 func Bytes4(_ string, text []byte) int64 { return (int64(len(text)) + 3) / 4 }
+
+// withUsage is body, a chat completions request, with stream_options.include_usage true, its
+// other members kept.
+func withUsage(body []byte) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, err
+	}
+	opts := map[string]json.RawMessage{}
+	if raw := obj["stream_options"]; len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &opts); err != nil {
+			return nil, err
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	raw, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	obj["stream_options"] = raw
+	return json.Marshal(obj)
+}

@@ -40,6 +40,8 @@ type writer struct {
 	mt      meter
 	headers []header
 	s       stream
+	// hideUsage: the usage chunk is the middleware's question (Options.AskUsage), not passed on
+	hideUsage bool
 
 	wrote     bool
 	status    int
@@ -118,7 +120,12 @@ func (w *writer) writeSSE(p []byte) (int, error) {
 		}
 		ev := w.buf[start : start+end]
 		var n int64
-		if text := w.s.event(ev); len(text) > 0 {
+		text := w.s.event(ev)
+		if w.hideUsage && w.s.usageOnly {
+			start += end
+			continue
+		}
+		if len(text) > 0 {
 			n = max(w.m.opts.Tokens(w.s.model, text), 1)
 			ok, err := w.mt.Take(w.ctx, n)
 			if err != nil || !ok {

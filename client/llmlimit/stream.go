@@ -24,9 +24,11 @@ type stream struct {
 	choices  []int // chat completions: the choices' indices seen, in order
 	finished []int // those that ended
 	open     int   // messages: the content block open, or -1
-	seq      int64 // responses: the last sequence_number passed on
-	pending  int64 // responses: the sequence_number of the event read last
-	response json.RawMessage
+	// usageOnly: the event read last is a chat completions chunk of usage alone (no choices)
+	usageOnly bool
+	seq       int64 // responses: the last sequence_number passed on
+	pending   int64 // responses: the sequence_number of the event read last
+	response  json.RawMessage
 }
 
 // eventData is an event's data: its data lines joined by "\n", and its event field.
@@ -118,6 +120,7 @@ type messagesEvent struct {
 // event reads one whole event, and returns the output text it carries (nil for none).
 // Usage it reports is kept, not returned: it settles the stream, never cuts it.
 func (s *stream) event(ev []byte) []byte {
+	s.usageOnly = false
 	_, data := eventData(ev)
 	if len(data) == 0 || data[0] != '{' {
 		return nil // a comment, a ping, [DONE]
@@ -134,9 +137,11 @@ func (s *stream) event(ev []byte) []byte {
 		if c.Model != "" {
 			s.model = c.Model
 		}
-		if u, ok := c.Usage.usage(); ok {
+		u, ok := c.Usage.usage()
+		if ok {
 			s.in, s.inKnown, s.out, s.outKnown = u, true, u.Output, true
 		}
+		s.usageOnly = ok && len(c.Choices) == 0
 		var text []byte
 		for _, ch := range c.Choices {
 			s.choice(ch.Index, ch.FinishReason != nil)
