@@ -3,7 +3,9 @@ package llmlimit
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -167,9 +169,10 @@ func appendText(text []byte, v any) []byte {
 			text = appendText(text, e)
 		}
 	case map[string]any:
-		for k, e := range v {
+		// in the order of the names, so that a request's Text is always the same
+		for _, k := range slices.Sorted(maps.Keys(v)) {
 			if !skipped[k] {
-				text = appendText(text, e)
+				text = appendText(text, v[k])
 			}
 		}
 	}
