@@ -64,6 +64,12 @@
 //
 // # Responses and streams
 //
+// The upstream is asked for its response as an http.Transport asks (the client's
+// Accept-Encoding is removed: a response compressed for the client could not be read on the
+// way; the proxy's transport decompresses gzip itself). A response the middleware still cannot
+// read (an encoding the transport does not decode, a type that is neither JSON nor a stream) is
+// passed on as it is and charged its estimate.
+//
 // A JSON response is passed through as it comes; its usage settles the request. A stream
 // (text/event-stream) is passed through event by event, unchanged, each flushed as soon as it
 // is whole. The output text of each event (chat completions' delta content, reasoning, refusal

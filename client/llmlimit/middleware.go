@@ -120,6 +120,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
+	// A response compressed for the client could not be read: the upstream is asked as the
+	// proxy's own transport asks (an http.Transport adds gzip and decompresses itself).
+	r.Header.Del("Accept-Encoding")
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	rw := &writer{ResponseWriter: w, m: m, req: req, r: r, hideUsage: asked, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
@@ -127,7 +130,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer func() {
 		// However the upstream ended (a panic included), the request is charged what it
 		// used: its client may have gone, the charge is owed anyway.
-		u := rw.usage(in)
+		u := rw.usage(in, out)
 		if _, err := mt.Settle(context.WithoutCancel(r.Context()), p.actual(u, m.opts.CachedFree)); err != nil {
 			m.report(r, decide.Unsettled, p.rules[0].Name, fmt.Errorf("llmlimit: settling the request: %w", err))
 		}

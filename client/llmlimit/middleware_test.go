@@ -452,3 +452,42 @@ func TestChoices(t *testing.T) {
 		t.Errorf("n 0: %d, want 400", resp.StatusCode)
 	}
 }
+
+// A client that accepts a compressed response cannot have its stream passed through unread:
+// the upstream is asked for it as the proxy's transport asks (and decompresses), and the
+// stream is metered and cut as any.
+func TestCompressedUpstream(t *testing.T) {
+	body := chatBody("gpt-x", 5, true, false, prompt)
+	in := Bytes4("", mustParse(t, "/v1/chat/completions", body).Text)
+	f := newFake(map[string]int64{"org.tokens": in + 10})
+	_, srv := proxy(t, f, &upstream{Words: 50}, Options{})
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("X-Org", "acme")
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := strings.Count(string(b), "tok "); resp.Header.Get("Content-Encoding") != "" || n != 10 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Errorf("Content-Encoding %q, %d tokens passed on, want 10 and the end:\n%s", resp.Header.Get("Content-Encoding"), n, b)
+	}
+}
+
+// A stream in an encoding the proxy's transport does not decode (brotli) cannot be read: it is
+// passed on as it is, and charged its estimate.
+func TestCompressedAnyway(t *testing.T) {
+	body := chatBody("gpt-x", 5, true, false, prompt)
+	in := Bytes4("", mustParse(t, "/v1/chat/completions", body).Text)
+	f := newFake(nil)
+	_, srv := proxy(t, f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Encoding", "br")
+		w.Write([]byte("\x1b\x00\x00 not readable"))
+	}), Options{})
+	resp, got := post(t, srv, "/v1/chat/completions", "acme", body)
+	if settled := fmt.Sprint(f.settled); resp.StatusCode != 200 || got != "\x1b\x00\x00 not readable" || settled != fmt.Sprint([][]int64{{1, in + 5}}) {
+		t.Errorf("%d %q, settled %s; want it passed on, the estimate %d", resp.StatusCode, got, settled, in+5)
+	}
+}

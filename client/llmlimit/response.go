@@ -80,7 +80,9 @@ func (w *writer) WriteHeader(code int) {
 		h.Set(x.name, x.value)
 	}
 	ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
-	switch {
+	switch ce := h.Get("Content-Encoding"); {
+	case ce != "" && ce != "identity":
+		// An upstream that compressed anyway: unreadable, passed on, charged its estimate.
 	case ct == "text/event-stream" && code < 300:
 		w.mode = modeSSE
 		h.Del("Content-Length")
@@ -181,8 +183,9 @@ func (w *writer) finish() {
 
 // usage is what the response used: its usage, else what was metered, with the input at
 // inEstimate when unknown. A response that failed (400 and above, or nothing written) used
-// nothing.
-func (w *writer) usage(inEstimate int64) Usage {
+// nothing; one the middleware could not read (neither JSON nor a stream, or compressed), its
+// estimate.
+func (w *writer) usage(inEstimate, outEstimate int64) Usage {
 	if w.mode == modeSSE {
 		u := Usage{Input: inEstimate}
 		if w.s.inKnown {
@@ -199,10 +202,13 @@ func (w *writer) usage(inEstimate int64) Usage {
 			return u
 		}
 	}
-	if !w.wrote || w.status >= 400 {
+	switch {
+	case !w.wrote || w.status >= 400:
 		return Usage{}
+	case w.mode == modeJSON:
+		return Usage{Input: inEstimate, Output: w.m.opts.Tokens(w.s.model, w.buf)}
 	}
-	return Usage{Input: inEstimate, Output: w.m.opts.Tokens(w.s.model, w.buf)}
+	return Usage{Input: inEstimate, Output: outEstimate}
 }
 
 // Flush sends what was written to the client.

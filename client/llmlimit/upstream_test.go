@@ -1,6 +1,7 @@
 package llmlimit
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,19 +51,27 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
+	var out io.Writer = w
+	flush := http.NewResponseController(w).Flush
+	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		// as a real API compresses what a client accepts compressed
+		w.Header().Set("Content-Encoding", "gzip")
+		gz := gzip.NewWriter(w)
+		defer gz.Close()
+		out, flush = gz, func() error { gz.Flush(); return http.NewResponseController(w).Flush() }
+	}
 	w.WriteHeader(200)
 	events := streamed(api, req, u.Words, usage, u.Usage)
-	fl := http.NewResponseController(w)
 	for i, ev := range events {
 		if r.Context().Err() != nil {
 			u.cancelled.Add(1)
 			return
 		}
-		if _, err := fmt.Fprint(w, ev); err != nil {
+		if _, err := fmt.Fprint(out, ev); err != nil {
 			u.cancelled.Add(1)
 			return
 		}
-		fl.Flush()
+		flush()
 		if u.Gap > 0 && i < len(events)-1 {
 			select {
 			case <-time.After(u.Gap):
