@@ -125,8 +125,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Header.Del("Accept-Encoding")
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rw := &writer{ResponseWriter: w, m: m, req: req, r: r, hideUsage: asked, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
-		s: stream{api: api, model: req.Model, open: -1}}
+	rw := &writer{ResponseWriter: w, m: m, r: r, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
+		hideUsage: asked, s: stream{api: api, model: req.Model, open: -1}}
 	defer func() {
 		// However the upstream ended (a panic included), the request is charged what it
 		// used: its client may have gone, the charge is owed anyway.

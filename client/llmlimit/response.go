@@ -33,10 +33,9 @@ const (
 type writer struct {
 	http.ResponseWriter
 	m       *Middleware
-	req     *Request
-	r       *http.Request   // the request, for OnError
-	ctx     context.Context // the request's: Take's
-	cancel  context.CancelFunc
+	r       *http.Request      // the request, for OnError
+	ctx     context.Context    // the request's: Take's
+	cancel  context.CancelFunc // ends the upstream's request: a cut
 	mt      meter
 	headers []header
 	s       stream
