@@ -491,3 +491,70 @@ func TestCompressedAnyway(t *testing.T) {
 		t.Errorf("%d %q, settled %s; want it passed on, the estimate %d", resp.StatusCode, got, settled, in+5)
 	}
 }
+
+// A client that goes away mid-stream ends the upstream's request too, and the request is
+// charged the output it was sent; an upstream handler that panics is settled before the panic
+// goes on.
+func TestClientGoneAndPanic(t *testing.T) {
+	body := chatBody("gpt-x", 5, true, false, prompt)
+	in := Bytes4("", mustParse(t, "/v1/chat/completions", body).Text)
+	f := newFake(nil)
+	up := &upstream{Words: 1000, Gap: time.Millisecond}
+	_, srv := proxy(t, f, up, Options{})
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("X-Org", "acme")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2000)
+	n, _ := io.ReadAtLeast(resp.Body, buf, 1500)
+	resp.Body.Close() // gone, 1000 tokens before the end
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		settled := append([][]int64(nil), f.settled...)
+		f.mu.Unlock()
+		if len(settled) == 1 {
+			out := settled[0][1] - in
+			if out < int64(strings.Count(string(buf[:n]), "tok ")) || out >= 1000 {
+				t.Errorf("charged %d output tokens; the client read %d of 1000", out, strings.Count(string(buf[:n]), "tok "))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not settled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for up.cancelled.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if up.cancelled.Load() != 1 {
+		t.Error("the upstream's request was not cancelled")
+	}
+
+	f = newFake(nil)
+	m, err := newMiddleware(f, Options{Budgets: []Budget{{Name: "org", Key: orgKey, Tokens: hourly}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok tok \"}}]}\n\n")
+		panic("upstream")
+	}))
+	r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+	r.Header.Set("X-Org", "acme")
+	func() {
+		defer func() {
+			if v := recover(); v != "upstream" {
+				t.Errorf("recovered %v, want the upstream's panic", v)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{in + 2}}) {
+		t.Errorf("after a panic: settled %s, want %d", got, in+2)
+	}
+}
