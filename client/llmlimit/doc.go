@@ -57,10 +57,13 @@
 //	           x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens
 //	Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //
-// For each, of the limits of that dimension whose state the decision returned (every limit's
-// when the Limiter reports them, else the deciding one's), the one with the fewest units left.
-// OpenAI's reset is a duration ("1s", "6m0s"), Anthropic's an RFC 3339 time, rounded up to the
-// second. Remaining is after the request's estimate was held.
+// For each, of the limits of that dimension, the one with the fewest units left. A hold's reply
+// says the state of its deciding limit alone (the one with the fewest units left, whatever it
+// counts): the limits of the other dimensions these headers name are peeked at
+// (client.Limiter.PeekAll, a call per key and dimension, FCALL_RO) beside the upstream's
+// request, and a peek that fails leaves its headers out. OpenAI's reset is a duration ("1s",
+// "6m0s"), Anthropic's an RFC 3339 time, rounded up to the second. Remaining is after the
+// request's estimate was held. A refused request gets the refusing limit's headers alone.
 //
 // # Responses and streams
 //

@@ -18,6 +18,8 @@ type fake struct {
 	opened  [][]client.Rule
 	settled [][]int64
 	takeErr error // Take's error, once set
+	each    bool  // open reports each rule's state
+	peeks   int
 }
 
 func newFake(limits map[string]int64) *fake {
@@ -57,7 +59,25 @@ func (f *fake) open(_ context.Context, rules []client.Rule, spec meterSpec) (met
 		f.charged[r.Name] += r.Cost
 		held[i] = r.Cost
 	}
+	if !f.each {
+		each = nil // as a *client.Limiter's Meter: the deciding rule's state alone
+	}
 	return &fakeMeter{f: f, rules: rules, spec: spec, held: held}, res, each, nil
+}
+
+// peek is the state of the tightest of rules, as the fake keeps it.
+func (f *fake) peek(_ context.Context, rules []client.Rule) (client.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.peeks++
+	var res client.Result
+	for i, r := range rules {
+		room := f.room(r.Name)
+		if i == 0 || room < res.Remaining {
+			res = client.Result{Allowed: true, Limit: f.limit[r.Name], Remaining: room, ResetAfter: time.Minute, Rule: i}
+		}
+	}
+	return res, nil
 }
 
 type fakeMeter struct {
@@ -119,8 +139,16 @@ func (m *fakeMeter) Settle(_ context.Context, actual []int64) (client.Result, er
 // free is an opener whose meters grant everything at no cost, for benchmarks.
 type free struct{}
 
-func (free) open(context.Context, []client.Rule, meterSpec) (meter, client.Result, []client.Result, error) {
-	return freeMeter{}, client.Result{Allowed: true, Limit: 1000, Remaining: 999}, nil, nil
+func (free) open(_ context.Context, rules []client.Rule, _ meterSpec) (meter, client.Result, []client.Result, error) {
+	each := make([]client.Result, len(rules))
+	for i := range each {
+		each[i] = client.Result{Allowed: true, Limit: 1000, Remaining: 999}
+	}
+	return freeMeter{}, client.Result{Allowed: true, Limit: 1000, Remaining: 999}, each, nil
+}
+
+func (free) peek(context.Context, []client.Rule) (client.Result, error) {
+	return client.Result{Allowed: true, Limit: 1000, Remaining: 999}, nil
 }
 
 type freeMeter struct{}

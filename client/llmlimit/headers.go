@@ -1,6 +1,7 @@
 package llmlimit
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -13,36 +14,77 @@ import (
 // header is one response header the middleware sets.
 type header struct{ name, value string }
 
+// states is, for each dimension, the state of its tightest limit (the fewest units left) of
+// those the middleware knows; nil for none.
+type states [dims]*client.Result
+
+// states is what res (the decision, its deciding rule's state) and each (every rule's, when
+// the Limiter reports them) say of p's dimensions.
+func (p *plan) states(res client.Result, each []client.Result) states {
+	var st states
+	if len(each) == len(p.rules) {
+		for i := range each {
+			st.consider(p.dims[i], &each[i])
+		}
+	} else if res.Rule >= 0 && res.Rule < len(p.rules) {
+		st.consider(p.dims[res.Rule], &res)
+	}
+	return st
+}
+
+func (st *states) consider(d dim, r *client.Result) {
+	if r.Limit == 0 { // a block's, or no state
+		return
+	}
+	if b := st[d]; b == nil || r.Remaining < b.Remaining {
+		st[d] = r
+	}
+}
+
+// headerDims are the dimensions the API's headers report.
+func headerDims(api API) []dim {
+	if api.anthropic() {
+		return []dim{dimRequests, dimTokens, dimInput, dimOutput}
+	}
+	return []dim{dimRequests, dimTokens}
+}
+
+// fill peeks at the limits of each dimension the API's headers report that p has and st does
+// not know: a hold's reply says the deciding limit's state alone. One PeekAll (FCALL_RO, a call
+// per key) a dimension; one that fails leaves its headers out.
+func (m *Middleware) fill(ctx context.Context, p *plan, st states) states {
+	for _, d := range headerDims(p.api) {
+		if st[d] != nil {
+			continue
+		}
+		var rules []client.Rule
+		for i, rd := range p.dims {
+			if rd == d {
+				rules = append(rules, p.rules[i])
+			}
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		if res, err := m.lim.peek(ctx, rules); err == nil {
+			st.consider(d, &res)
+		}
+	}
+	return st
+}
+
 // quotaHeaders are the headers that report the limits' state, in the API's own names:
 //
 //	OpenAI:    x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 //	Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //
-// For each dimension, the limit of the fewest remaining units among those whose state is
-// known (each, or else res alone, the deciding rule's) describes it. OpenAI's reset is a
-// duration ("1s", "6m0s"), Anthropic's an RFC 3339 time.
-func (m *Middleware) quotaHeaders(api API, p *plan, res client.Result, each []client.Result) []header {
-	var best [dims]*client.Result
-	consider := func(i int, r *client.Result) {
-		if r.Limit == 0 { // a block's, or no state
-			return
-		}
-		d := p.dims[i]
-		if b := best[d]; b == nil || r.Remaining < b.Remaining {
-			best[d] = r
-		}
-	}
-	if len(each) == len(p.rules) {
-		for i := range each {
-			consider(i, &each[i])
-		}
-	} else if res.Rule >= 0 && res.Rule < len(p.rules) {
-		consider(res.Rule, &res)
-	}
+// each describing its dimension's tightest limit in st. OpenAI's reset is a duration ("1s",
+// "6m0s"), Anthropic's an RFC 3339 time.
+func (m *Middleware) quotaHeaders(api API, best states) []header {
 	var out []header
 	if api.anthropic() {
 		now := m.opts.Now()
-		for _, d := range []dim{dimRequests, dimTokens, dimInput, dimOutput} {
+		for _, d := range headerDims(api) {
 			r := best[d]
 			if r == nil {
 				continue
@@ -55,7 +97,7 @@ func (m *Middleware) quotaHeaders(api API, p *plan, res client.Result, each []cl
 		}
 		return out
 	}
-	for _, d := range []dim{dimRequests, dimTokens} {
+	for _, d := range headerDims(api) {
 		r := best[d]
 		if r == nil {
 			continue

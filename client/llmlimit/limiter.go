@@ -41,6 +41,10 @@ func (l limiter) open(ctx context.Context, rules []client.Rule, spec meterSpec) 
 	return m, res, nil, nil
 }
 
+func (l limiter) peek(ctx context.Context, rules []client.Rule) (client.Result, error) {
+	return l.l.PeekAll(ctx, rules)
+}
+
 // heldOnly is a request's hold when nothing is metered: every token is granted.
 type heldOnly struct{ h *client.Hold }
 

@@ -105,11 +105,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterError(w, r, api, err)
 		return
 	}
-	headers := m.quotaHeaders(api, p, res, each)
+	st := p.states(res, each)
 	if !res.Allowed {
-		m.deny(w, api, p, res, headers)
+		m.deny(w, api, p, res, m.quotaHeaders(api, st))
 		return
 	}
+	// The headers of the dimensions the hold's reply does not describe are peeked at beside
+	// the upstream's request, which they wait for rarely: its answer takes longer.
+	headers := make(chan []header, 1)
+	go func() { headers <- m.quotaHeaders(api, m.fill(r.Context(), p, st)) }()
 	asked := false
 	if m.opts.AskUsage && api == OpenAIChat && req.Stream && !req.IncludeUsage {
 		if b, err := withUsage(body); err == nil {

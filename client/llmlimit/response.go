@@ -37,7 +37,7 @@ type writer struct {
 	ctx     context.Context    // the request's: Take's
 	cancel  context.CancelFunc // ends the upstream's request: a cut
 	mt      meter
-	headers []header
+	headers <-chan []header // the rate-limit headers, once known
 	s       stream
 	// hideUsage: the usage chunk is the middleware's question (Options.AskUsage), not passed on
 	hideUsage bool
@@ -75,7 +75,7 @@ func (w *writer) WriteHeader(code int) {
 	w.wrote, w.status = true, code
 	h := w.Header()
 	stripUpstream(h)
-	for _, x := range w.headers {
+	for _, x := range <-w.headers {
 		h.Set(x.name, x.value)
 	}
 	ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))

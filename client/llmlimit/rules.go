@@ -29,10 +29,13 @@ type meterSpec struct {
 // rule's Result, in rules' order.
 type opener interface {
 	open(ctx context.Context, rules []client.Rule, spec meterSpec) (m meter, res client.Result, each []client.Result, err error)
+	// peek is client.Limiter.PeekAll: the state of the tightest of rules, taking nothing.
+	peek(ctx context.Context, rules []client.Rule) (client.Result, error)
 }
 
 // plan is the rules of one request, and what each counts.
 type plan struct {
+	api    API
 	rules  []client.Rule
 	dims   []dim
 	budget []int // the Budget of each rule, an index of Options.Budgets
@@ -50,7 +53,7 @@ var errNoPrice = errors.New("llmlimit: the model has no price")
 // estimated at in tokens and its output at out: each rule's Cost is its estimate, Base what it
 // is charged whatever the stream does, PerUnit what an output token costs it.
 func (m *Middleware) plan(req *Request, keys []string, in, out int64) (*plan, error) {
-	p := &plan{spec: meterSpec{ttl: m.opts.HoldTTL}}
+	p := &plan{api: req.API, spec: meterSpec{ttl: m.opts.HoldTTL}}
 	spend := false
 	for i := range m.opts.Budgets {
 		spend = spend || m.opts.Budgets[i].Spend != nil

@@ -267,6 +267,11 @@ func TestSettlesOnServer(t *testing.T) {
 		if got, want := keys(), [3]int64{1, in + 7, in}; resp.StatusCode != 200 || got != want {
 			t.Errorf("%d; counts %v, want %v", resp.StatusCode, got, want)
 		}
+		// the headers of both kinds, after the hold: one from the hold's reply (its deciding
+		// limit), the other peeked at
+		if r, tk := resp.Header.Get("X-Ratelimit-Remaining-Requests"), resp.Header.Get("X-Ratelimit-Remaining-Tokens"); r != "99999" || tk != fmt.Sprint(1000-in-100) {
+			t.Errorf("remaining requests %q, tokens %q; want 99999, %d", r, tk, 1000-in-100)
+		}
 		resp, _ = post(t, srv, "/v1/messages", "acme", messagesBody("claude-x", 100, true, prompt))
 		in2 := Bytes4("", mustParse(t, "/v1/messages", messagesBody("claude-x", 100, true, prompt)).Text)
 		if got, want := keys(), [3]int64{2, in + 7 + in2 + 7, in + in2}; resp.StatusCode != 200 || got != want {
