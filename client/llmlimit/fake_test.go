@@ -3,7 +3,9 @@ package llmlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/rlfn/rlfn/client"
@@ -63,6 +65,23 @@ func (f *fake) open(_ context.Context, rules []client.Rule, spec meterSpec) (met
 		each = nil // as a *client.Limiter's Meter: the deciding rule's state alone
 	}
 	return &fakeMeter{f: f, rules: rules, spec: spec, held: held}, res, each, nil
+}
+
+// settledAfter is what the meters settled, once n have: a response whose length the upstream
+// said ends for its client before the middleware settles it.
+func (f *fake) settledAfter(t *testing.T, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		got := fmt.Sprint(f.settled)
+		done := len(f.settled) >= n
+		f.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // peek is the state of the tightest of rules, as the fake keeps it.

@@ -101,7 +101,7 @@ func TestJSONSettlesFromUsage(t *testing.T) {
 				if cachedFree {
 					want -= 3
 				}
-				if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{1, want}}) {
+				if got := f.settledAfter(t, 1); got != fmt.Sprint([][]int64{{1, want}}) {
 					t.Errorf("settled %s, want requests 1, tokens %d", got, want)
 				}
 				if rules := f.opened[0]; rules[1].Cost != in+100 || rules[0].Cost != 1 || rules[1].Key != "org:acme" || rules[1].Name != "org.tokens" {
@@ -150,7 +150,7 @@ func TestStreamPassesUnchanged(t *testing.T) {
 			if !tt.usage {
 				in = Bytes4("", req.Text) // the estimate: the same function, so the same number
 			}
-			if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{1, in + tt.wantOut}}) {
+			if got := f.settledAfter(t, 1); got != fmt.Sprint([][]int64{{1, in + tt.wantOut}}) {
 				t.Errorf("settled %s, want tokens %d", got, in+tt.wantOut)
 			}
 		})
@@ -232,7 +232,7 @@ func TestCut(t *testing.T) {
 			if n := strings.Count(body, `tok `); n != 20 {
 				t.Errorf("%d deltas passed on, want the 20 granted", n)
 			}
-			if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{1, in + 20}}) {
+			if got := f.settledAfter(t, 1); got != fmt.Sprint([][]int64{{1, in + 20}}) {
 				t.Errorf("settled %s, want tokens %d", got, in+20)
 			}
 			deadline := time.Now().Add(5 * time.Second)
@@ -360,7 +360,7 @@ func TestSpend(t *testing.T) {
 		if cachedFree {
 			want -= 4 * 300
 		}
-		if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{want}}) {
+		if got := f.settledAfter(t, 1); got != fmt.Sprint([][]int64{{want}}) {
 			t.Errorf("cached free %v: settled %s, want %d", cachedFree, got, want)
 		}
 	}
@@ -431,7 +431,7 @@ func TestAskUsage(t *testing.T) {
 		if ask {
 			want = in - 2 + 12 // the usage's, its 2 cached tokens free
 		}
-		if got := fmt.Sprint(f.settled); got != fmt.Sprint([][]int64{{1, want}}) {
+		if got := f.settledAfter(t, 1); got != fmt.Sprint([][]int64{{1, want}}) {
 			t.Errorf("ask %v: settled %s, want tokens %d", ask, got, want)
 		}
 	}
@@ -494,7 +494,7 @@ func TestCompressedAnyway(t *testing.T) {
 		w.Write([]byte("\x1b\x00\x00 not readable"))
 	}), Options{})
 	resp, got := post(t, srv, "/v1/chat/completions", "acme", body)
-	if settled := fmt.Sprint(f.settled); resp.StatusCode != 200 || got != "\x1b\x00\x00 not readable" || settled != fmt.Sprint([][]int64{{1, in + 5}}) {
+	if settled := f.settledAfter(t, 1); resp.StatusCode != 200 || got != "\x1b\x00\x00 not readable" || settled != fmt.Sprint([][]int64{{1, in + 5}}) {
 		t.Errorf("%d %q, settled %s; want it passed on, the estimate %d", resp.StatusCode, got, settled, in+5)
 	}
 }
