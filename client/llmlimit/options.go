@@ -161,13 +161,13 @@ func (o *Options) check() error {
 			return &ConfigError{Field: field + ".Key", Reason: "is required"}
 		}
 		seen[b.Name] = true
-		any := false
+		some := false
 		ls := b.limits()
 		for d, l := range ls {
 			if l == nil {
 				continue
 			}
-			any = true
+			some = true
 			nl, err := named(l, names[d])
 			if err == nil {
 				err = nl.Validate()
@@ -177,7 +177,7 @@ func (o *Options) check() error {
 			}
 			ls[d] = nl
 		}
-		if !any {
+		if !some {
 			return &ConfigError{Field: field, Reason: "sets no limit"}
 		}
 		b.Requests, b.Tokens, b.InputTokens, b.OutputTokens, b.Spend = ls[0], ls[1], ls[2], ls[3], ls[4]
