@@ -228,7 +228,8 @@ var multiParts = []string{"fixed_window", "sliding_window", "token_bucket"}
 
 type config struct {
 	addr, serverBin        string
-	library                string // RLFN_BENCH_LIBRARY: the library's source, else the working copy
+	library                string   // RLFN_BENCH_LIBRARY: the library's source, else the working copy
+	only                   []string // RLFN_BENCH_ONLY: the rows to measure (and redis_rate); nil for all
 	cgPID                  int
 	cgAddr, cgOut          string
 	decisions, principals  int
@@ -269,6 +270,14 @@ func loadConfig(b *testing.B) config {
 			b.Fatalf("RLFN_BENCH_LIBRARY: %v", err)
 		}
 		c.library = string(code)
+	}
+	if v := os.Getenv("RLFN_BENCH_ONLY"); v != "" {
+		c.only = append(strings.Split(v, ","), baseline)
+		for _, name := range c.only {
+			if !slices.ContainsFunc(algorithms, func(a algorithm) bool { return a.name == name }) {
+				b.Fatalf("RLFN_BENCH_ONLY: no row %q", name)
+			}
+		}
 	}
 	if c.serverBin == "" {
 		c.serverBin = "valkey-server"
@@ -639,9 +648,11 @@ func BenchmarkCost(b *testing.B) {
 		cfg.addr = startServer(b, cfg.serverBin)
 	}
 	plain := connect(b, cfg.addr, cfg.library)
-	// rows the measured library lacks are left out of every table
+	// rows the measured library lacks are left out of every table, and so are the rows
+	// RLFN_BENCH_ONLY does not name
 	algorithms = slices.DeleteFunc(slices.Clone(algorithms), func(a algorithm) bool {
-		return a.since != "" && versions.Compare(plain.library, a.since) < 0
+		return a.since != "" && versions.Compare(plain.library, a.since) < 0 ||
+			cfg.only != nil && !slices.Contains(cfg.only, a.name)
 	})
 	res := map[string]*result{}
 	for _, a := range algorithms {
@@ -755,20 +766,22 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 			a.name, irCell, irRatio, target, met, median(r.usec), median(r.usec)/median(base.usec),
 			100*float64(r.admitted)/float64(r.total), bytes, usage)
 	}
-	// rl_multi against the same three limits called one by one
-	var sepIr, sepUsec float64
-	for _, name := range multiParts {
-		sepIr += median(res[name].ir)
-		sepUsec += median(res[name].usec)
+	// rl_multi against the same three limits called one by one (unless RLFN_BENCH_ONLY left
+	// one of them out)
+	if m := res[multi3]; m != nil && !slices.ContainsFunc(multiParts, func(name string) bool { return res[name] == nil }) {
+		var sepIr, sepUsec float64
+		for _, name := range multiParts {
+			sepIr += median(res[name].ir)
+			sepUsec += median(res[name].usec)
+		}
+		if cgServer != nil {
+			w("\n%s: %.0f instructions, %.2fx the %.0f of %s called one by one; ", multi3, median(m.ir),
+				median(m.ir)/sepIr, sepIr, strings.Join(multiParts, " + "))
+		} else {
+			w("\n%s: ", multi3)
+		}
+		w("%.2f server µs, %.2fx the %.2f of the three calls.\n", median(m.usec), median(m.usec)/sepUsec, sepUsec)
 	}
-	m := res[multi3]
-	if cgServer != nil {
-		w("\n%s: %.0f instructions, %.2fx the %.0f of %s called one by one; ", multi3, median(m.ir),
-			median(m.ir)/sepIr, sepIr, strings.Join(multiParts, " + "))
-	} else {
-		w("\n%s: ", multi3)
-	}
-	w("%.2f server µs, %.2fx the %.2f of the three calls.\n", median(m.usec), median(m.usec)/sepUsec, sepUsec)
 	// 1.2.0's targets: a calendar costs at most 5% more than a fixed window, a block group
 	// adds at most 15% to a two-limit rl_multi; 1.3.0's below
 	for _, c := range []struct {
@@ -779,7 +792,7 @@ func report(cfg config, plain, cgServer *server, res map[string]*result) string 
 		{"hold_fixed_window", "fixed_window", 1.3}, {"hold_token_bucket", "token_bucket", 1.3},
 		{"hold_add_token_bucket", "token_bucket", 1.3}} {
 		r, ok := res[c.row]
-		if !ok || len(r.usec) == 0 {
+		if !ok || len(r.usec) == 0 || res[c.base] == nil {
 			continue
 		}
 		if cgServer != nil {

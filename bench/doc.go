@@ -50,6 +50,9 @@
 //	                       absolute or relative to bench/ (go test runs there), e.g.
 //	                       ../versions/1.1.0/ratelimit.lua to compare a release with the working
 //	                       copy; rows calling functions it lacks are left out
+//	RLFN_BENCH_ONLY        measure only these rows (comma-separated names, e.g.
+//	                       fixed_window,hold_fixed_window), and redis_rate: a quick look at
+//	                       a change; the tables then lack the comparisons of the rows left out
 //
 // BenchmarkThroughput (throughput_test.go) measures what a service sees: rlfn's Allow (a token
 // bucket through client.New on valkey-go), go-redis/redis_rate's Allow and a plain INCR through

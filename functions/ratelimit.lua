@@ -1176,27 +1176,43 @@ local function hold_record(name, key, v)
   return e, hz, held, keep
 end
 
--- hold_read reads a hold key's marker and id's hold, before anything is written: nil when the
--- key does not exist, else next_ms, until_ms, then id's expires_ms, horizon_ms, held and keep
--- (nil when id holds nothing). A hash without the marker is foreign.
-local function hold_read(name, key, id)
-  local v = rpcall('HMGET', key, '', id)
-  if v.err then
-    wrongtype(name, key, v)
-  end
-  local m = v[1]
-  if not m then
-    if v[2] or rcall('EXISTS', key) == 1 then
-      foreign(name, key, 'hold')
-    end
-    return nil
-  end
+-- The marker last read and found valid, and its numbers: a hold key's marker changes only when
+-- a hold expires earlier than any or lasts past the key's expiry, and windows of one length
+-- share theirs, so most calls read the one seen last (strings are interned: comparing them
+-- compares pointers), and skip its unpacking and checks.
+local last_mark, last_nxt, last_untl
+
+-- hold_marker unpacks and checks a marker other than the last one: next_ms, until_ms.
+local function hold_marker(name, key, m)
   local nxt, untl
   if #m == 16 then
     nxt, untl = sunpack('<dd', m)
   end
   if not (nxt and nxt >= 1 and untl >= 1 and nxt < US_FLOOR and untl < US_FLOOR and nxt % 1 == 0 and untl % 1 == 0) then
     foreign(name, key, 'hold')
+  end
+  last_mark, last_nxt, last_untl = m, nxt, untl
+  return nxt, untl
+end
+
+-- hold_read reads a hold key's marker and id's hold, before anything is written: nil when the
+-- key does not exist, else next_ms, until_ms, then id's expires_ms, horizon_ms, held and keep
+-- (nil when id holds nothing). A hash without the marker is foreign.
+local function hold_read(name, key, id)
+  local v = rpcall('HMGET', key, '', id)
+  local m = v[1]
+  if not m then
+    if v.err then
+      wrongtype(name, key, v)
+    end
+    if v[2] or rcall('EXISTS', key) == 1 then
+      foreign(name, key, 'hold')
+    end
+    return nil
+  end
+  local nxt, untl = last_nxt, last_untl
+  if m ~= last_mark then
+    nxt, untl = hold_marker(name, key, m)
   end
   if v[2] then
     return nxt, untl, hold_record(name, key, v[2])
@@ -1237,49 +1253,54 @@ local function hold_hdel(key, ids)
   end
 end
 
--- hold_remove deletes the holds named in ids, and the key when no hold is left; otherwise the
--- marker becomes (nxt, untl), nxt nil meaning "sweep at the next call".
-local function hold_remove(key, ids, nxt, untl, now_ms)
+-- hold_remove deletes the holds named in ids, and the key when no hold is left. Removing holds
+-- never makes the marker wrong (next_ms stays at or before the earliest expiry left), so it is
+-- written only after a sweep (swept), which sets next_ms to the earliest expiry of the holds
+-- left, nxt (nil: none known, "sweep at the next call").
+local function hold_remove(key, ids, nxt, untl, now_ms, swept)
   hold_hdel(key, ids)
   if rcall('HLEN', key) <= 1 then
     rcall('DEL', key)
-  else
+  elseif swept then
     rcall('HSET', key, '', spack('<dd', nxt or now_ms, untl))
   end
 end
 
 -- hold_write makes or renews id's hold of `held` units, after the limiter has taken them,
 -- expiring at min(now + ttl, horizon); nxt and untl are the marker's (nil for a key that does
--- not exist; nxt nil also for one without a live hold). Returns the time until it expires: 0
--- when the horizon is now (a full bucket gives nothing back): then there is no hold.
--- The marker is written only when it changes. A horizon past the key's expiry moves it to the
--- horizon + 1000 ms (the TTL rule's margin): a bucket's horizon grows with every call, and a
--- PEXPIREAT per call costs about 2.5k instructions (callgrind).
-local function hold_write(key, id, now_ms, ttl, horizon, held, keep, nxt, untl)
+-- not exist; nxt nil also for one without a live hold), swept says a sweep of this call set
+-- nxt. Returns the time until it expires: 0 when the horizon is now (a full bucket gives
+-- nothing back): then there is no hold.
+-- The marker is written only when it changes: after a sweep, for a hold that expires before
+-- next_ms, or for a horizon past the key's expiry, which moves it to the horizon + 1000 ms
+-- (the TTL rule's margin: a bucket's horizon grows with every call, and a PEXPIREAT costs
+-- about 4.5k instructions, the marker's write 3k more; callgrind). hold_call has it written out.
+local function hold_write(key, id, now_ms, ttl, horizon, held, keep, nxt, untl, swept)
   local e = now_ms + ttl
   if e > horizon then
     e = horizon
   end
   if e <= now_ms then
     if untl then
-      hold_remove(key, {id}, nxt, untl, now_ms)
+      hold_remove(key, {id}, nxt, untl, now_ms, swept)
     end
     return 0
   end
-  local mark = false
-  if not nxt or e < nxt then
-    nxt, mark = e, true
-  end
-  local grow = not untl or horizon > untl
-  if grow then
-    untl = horizon + 1000
-  end
-  if mark or grow then
-    rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
+  if untl and horizon <= untl then
+    if not swept and nxt and nxt <= e then
+      rcall('HSET', key, id, spack('<dddd', e, horizon, held, keep))
+    else
+      if not nxt or e < nxt then
+        nxt = e
+      end
+      rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
+    end
   else
-    rcall('HSET', key, id, spack('<dddd', e, horizon, held, keep))
-  end
-  if grow then
+    untl = horizon + 1000
+    if not nxt or e < nxt then
+      nxt = e
+    end
+    rcall('HSET', key, '', spack('<dd', nxt, untl), id, spack('<dddd', e, horizon, held, keep))
     rcall('PEXPIREAT', key, untl)
   end
   return e - now_ms
@@ -1319,29 +1340,72 @@ rl_hold / rl_hold_settle
   when id had no live hold, and then nothing is charged).
 ]]
 local function hold_call(name, keys, args, settle)
+  local key, hkey = keys[1], keys[2]
   if #keys ~= 2 then
     rlerr(format("%s takes exactly 2 keys (the limiter's and its hold key), got %d", name, #keys))
   end
-  local key, hkey = keys[1], keys[2]
   if key == hkey then
     rlerr(format('%s: key %s is given twice', name, shown(key)))
   end
-  local d, cost, reserve, limit, a, b, c, o = hold_parse(name, args, 0)
-  local want = o + (settle and 1 or 3)
-  if #args ~= want then
+  -- The arguments are checked inline on the hot path (a Lua call costs about 400 instructions,
+  -- and this one runs on every hold); anything odd goes through hold_parse and the checks
+  -- below it, which raise the RLERR.
+  local d = by_name[args[1] or '']
+  local o = d and d.horizon and d.nargs + 2 -- the reserve's index: id follows it
+  local cost, reserve, limit, a, b, c
+  if o and #args == o + (settle and 1 or 3) then
+    cost, limit, a, b, c = d.parse(args, 1)
+    reserve = parsed[args[o]]
+    if not (reserve and reserve <= limit) then
+      reserve = uint(args, o, 'reserve', 0, limit)
+    end
+  else
+    d, cost, reserve, limit, a, b, c, o = hold_parse(name, args, 0)
+    local want = o + (settle and 1 or 3)
     rlerr(format('%s takes %d arguments (the %s group, then %s), got %d', name, want, d.name,
       settle and 'id' or 'id ttl_ms keep', #args))
   end
-  local id = hold_id(args, o + 1)
+  local id = args[o + 1]
+  if #id < 1 or #id > MAX_ID then
+    hold_id(args, o + 1)
+  end
   local ttl, keep
   if not settle then
-    ttl = uint(args, o + 2, 'ttl_ms', 1, MAX_DURATION_MS)
-    keep = hold_keep(args, o + 3)
+    ttl = parsed[args[o + 2]]
+    if not (ttl and ttl >= 1 and ttl <= MAX_DURATION_MS) then
+      ttl = uint(args, o + 2, 'ttl_ms', 1, MAX_DURATION_MS)
+    end
+    keep = args[o + 3]
+    if keep == '0' then
+      keep = 0
+    elseif keep == '1' then
+      keep = 1
+    else
+      hold_keep(args, o + 3)
+    end
   end
   local t = rcall('TIME')
   local now = t[1] * 1000000 + t[2]
   local now_ms = floor(now / 1000)
-  local nxt, untl, e, hz, held = hold_read(name, hkey, id)
+  -- hold_read written out
+  local v = rpcall('HMGET', hkey, '', id)
+  local m, rec = v[1], v[2]
+  local nxt, untl, e, held
+  if m then
+    if m == last_mark then
+      nxt, untl = last_nxt, last_untl
+    else
+      nxt, untl = hold_marker(name, hkey, m)
+    end
+    if rec then
+      local _
+      e, _, held = hold_record(name, hkey, rec)
+    end
+  elseif v.err then
+    wrongtype(name, hkey, v)
+  elseif rec or rcall('EXISTS', hkey) == 1 then
+    foreign(name, hkey, 'hold')
+  end
   local dead
   if nxt and nxt <= now_ms then
     local give
@@ -1350,11 +1414,8 @@ local function hold_call(name, keys, args, settle)
       d.refund(name, key, now, give, limit, a, b, c)
     end
   end
-  if e and e <= now_ms then
-    e, held = nil, 0 -- expired: swept above
-  end
-  if not e then
-    held = 0
+  if not e or e <= now_ms then
+    e, held = nil, 0 -- none, or expired: swept above
   end
 
   if not settle then
@@ -1365,12 +1426,46 @@ local function hold_call(name, keys, args, settle)
         hold_hdel(hkey, dead)
       end
       held = held + cost
-      left = hold_write(hkey, id, now_ms, ttl, d.horizon(now_ms, r, limit, a, b, c), held, keep, nxt, untl)
-      if left == 0 then
-        held = 0
+      -- hold_write written out: a call of ten arguments costs about 1k instructions
+      local horizon, hf = nil, d.horizon
+      if hf == bucket_horizon then
+        horizon = now_ms + r[5] -- bucket_horizon and window_horizon written out
+      elseif hf == window_horizon then
+        horizon = now_ms - fmod(now_ms, a) + a
+      else
+        horizon = hf(now_ms, r, limit, a, b, c)
+      end
+      local exp = now_ms + ttl
+      if exp > horizon then
+        exp = horizon
+      end
+      if exp <= now_ms then
+        if untl then
+          hold_remove(hkey, {id}, nxt, untl, now_ms, dead)
+        end
+        held, left = 0, 0
+      else
+        left = exp - now_ms
+        if untl and horizon <= untl then
+          if not dead and nxt and nxt <= exp then
+            rcall('HSET', hkey, id, spack('<dddd', exp, horizon, held, keep))
+          else
+            if not nxt or exp < nxt then
+              nxt = exp
+            end
+            rcall('HSET', hkey, '', spack('<dd', nxt, untl), id, spack('<dddd', exp, horizon, held, keep))
+          end
+        else
+          untl = horizon + 1000
+          if not nxt or exp < nxt then
+            nxt = exp
+          end
+          rcall('HSET', hkey, '', spack('<dd', nxt, untl), id, spack('<dddd', exp, horizon, held, keep))
+          rcall('PEXPIREAT', hkey, untl)
+        end
       end
     elseif dead then
-      hold_remove(hkey, dead, nxt, untl, now_ms)
+      hold_remove(hkey, dead, nxt, untl, now_ms, true)
     end
     -- the limiter's reply, made by decide for this call alone, grows its two integers
     r[7], r[8] = held, left
@@ -1379,7 +1474,7 @@ local function hold_call(name, keys, args, settle)
 
   if not e then
     if dead then
-      hold_remove(hkey, dead, nxt, untl, now_ms)
+      hold_remove(hkey, dead, nxt, untl, now_ms, true)
     end
     local p = d.decide(name, key, now, nil, 0, reserve, limit, a, b, c)
     return {0, p[2], p[3], 0, p[5], 0, 0, -1}
@@ -1400,7 +1495,7 @@ local function hold_call(name, keys, args, settle)
   end
   local ids = dead or {}
   ids[#ids + 1] = id
-  hold_remove(hkey, ids, nxt, untl, now_ms)
+  hold_remove(hkey, ids, nxt, untl, now_ms, dead)
   local p = d.decide(name, key, now, nil, 0, reserve, limit, a, b, c)
   return {charged == cost and 1 or 0, p[2], p[3], 0, p[5], 0, charged, 0}
 end
@@ -1471,12 +1566,12 @@ local function hold_finish(keys, nkeys, now, hs, write, allowed)
           held = held + cost
           left = hold_write(keys[i], groups[g + 2], now_ms, groups[g + 3],
             groups[lg + 1].horizon(now_ms, replies[i - 1], groups[lg + 4], groups[lg + 5], groups[lg + 6], groups[lg + 7]),
-            held, groups[g + 4], st.nxt, st.untl)
+            held, groups[g + 4], st.nxt, st.untl, st.dead)
           if left == 0 then
             held = 0
           end
         elseif st.dead then
-          hold_remove(keys[i], st.dead, st.nxt, st.untl, now_ms)
+          hold_remove(keys[i], st.dead, st.nxt, st.untl, now_ms, true)
         end
       end
       replies[i] = {1, 0, held, 0, left, 0}

@@ -698,3 +698,120 @@ func sourceOf13(t *testing.T) string {
 	t.Fatal("no release 1.3.0")
 	return ""
 }
+
+// holdKeyState is a hold key as read in one script: its marker, its holds' records and its
+// expiry (PEXPIRETIME).
+type holdKeyState struct {
+	next, until, expiry int64
+	holds               map[string][4]int64 // expires_ms, horizon_ms, held, keep
+}
+
+func readHoldKey(t testing.TB, c valkey.Client, key string) holdKeyState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const read = "return {redis.call('PEXPIRETIME', KEYS[1]), redis.call('HGETALL', KEYS[1])}"
+	arr, err := c.Do(ctx, c.B().Eval().Script(read).Numkeys(1).Key(key).Build()).ToArray()
+	if err != nil || len(arr) != 2 {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	s := holdKeyState{holds: map[string][4]int64{}}
+	if s.expiry, err = arr[0].AsInt64(); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := arr[1].AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "" {
+			var m [2]float64
+			unpackDoubles(t, kv[i+1], m[:])
+			s.next, s.until = int64(m[0]), int64(m[1])
+			continue
+		}
+		var r [4]float64
+		unpackDoubles(t, kv[i+1], r[:])
+		s.holds[kv[i]] = [4]int64{int64(r[0]), int64(r[1]), int64(r[2]), int64(r[3])}
+	}
+	return s
+}
+
+// The marker of a hold key, through rl_hold and a hold group of rl_multi: next_ms moves to a
+// hold's expiry only when that is earlier, and a sweep sets it to the earliest expiry of the
+// holds it leaves; until_ms, the key's expiry, moves only when a horizon passes it, to that
+// horizon + 1000 ms, and never back (docs/library.md, State of holds). The calls that need not
+// write the marker skip it, and this holds them to what it must say.
+func TestHoldMarker(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		for _, viaMulti := range []bool{false, true} {
+			name := "rl_hold"
+			if viaMulti {
+				name = "rl_multi"
+			}
+			t.Run(name, func(t *testing.T) {
+				const limit = 100
+				keys := holdKeys(t)
+				take := func(id string, cost, ttlMs int64) {
+					t.Helper()
+					if !viaMulti {
+						if r := hold(t, tg.c, keys, group(tokenSlow, limit, cost, 0), id, ttlMs, false); !r.Allowed {
+							t.Fatalf("hold %s: %v", id, r)
+						}
+						return
+					}
+					args := append(group(tokenSlow, limit, cost, 0), "hold", id, itoa(ttlMs)[0], "0")
+					if m := multi(t, tg.c, false, keys, args); !m.Allowed {
+						t.Fatalf("rl_multi hold %s: %v", id, m)
+					}
+				}
+				read := func(what string) holdKeyState {
+					t.Helper()
+					s := readHoldKey(t, tg.c, keys[1])
+					if s.expiry != s.until {
+						t.Fatalf("after %s: the key expires at %d, its marker says %d", what, s.expiry, s.until)
+					}
+					return s
+				}
+				// a bucket refilling one token in 10 minutes: each unit held moves the horizon
+				take("a", 1, 600_000)
+				s := read("a")
+				a := s.holds["a"]
+				if s.next != a[0] || s.until != a[1]+1000 {
+					t.Fatalf("after a: marker (%d, %d), hold a %v: want (its expiry, its horizon + 1000)", s.next, s.until, a)
+				}
+				take("b", 1, 1_200_000)
+				s = read("b")
+				b := s.holds["b"]
+				if b[1] <= a[1] || s.next != a[0] || s.until != b[1]+1000 {
+					t.Fatalf("after b: marker (%d, %d), a %v, b %v: want (a's expiry, b's horizon + 1000)", s.next, s.until, a, b)
+				}
+				take("c", 1, 300)
+				s = read("c")
+				c := s.holds["c"]
+				if s.next != c[0] || s.until != c[1]+1000 {
+					t.Fatalf("after c: marker (%d, %d), c %v: want (c's expiry, c's horizon + 1000)", s.next, s.until, c)
+				}
+				until := s.until
+				time.Sleep(400 * time.Millisecond)
+				// renews b: the sweep removes c, gives its unit back, and next_ms becomes a's
+				// expiry, the earliest left; b's horizon is now before until_ms, which stays
+				take("b", 0, 1_200_000)
+				s = read("the sweep")
+				if _, ok := s.holds["c"]; ok || len(s.holds) != 2 {
+					t.Fatalf("after the sweep: holds %v, want a and b", s.holds)
+				}
+				if s.next != a[0] || s.until != until || s.holds["b"][1] > until {
+					t.Fatalf("after the sweep: marker (%d, %d), holds %v: want (a's expiry %d, %d)", s.next, s.until, s.holds, a[0], until)
+				}
+				// a settle removes a without a sweep: next_ms may stay before the earliest
+				// expiry, until_ms never moves back
+				settle(t, tg.c, keys, group(tokenSlow, limit, 1, 0), "a")
+				s = read("the settle")
+				if len(s.holds) != 1 || s.next > s.holds["b"][0] || s.until != until {
+					t.Fatalf("after the settle of a: marker (%d, %d), holds %v", s.next, s.until, s.holds)
+				}
+			})
+		}
+	})
+}

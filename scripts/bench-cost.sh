@@ -10,7 +10,7 @@
 #
 #   scripts/bench-cost.sh [out.md]      # make bench-cost
 #
-# Knobs (environment): SERVERS, and RLFN_BENCH_DECISIONS, _PRINCIPALS, _ROUNDS, _IDLE,
+# Knobs (environment): SERVERS, and RLFN_BENCH_DECISIONS, _PRINCIPALS, _ROUNDS, _IDLE, _LIBRARY, _ONLY,
 # RLFN_CALLGRIND_ROUNDS (bench/doc.go); RLFN_CALLGRIND_KEEP=dir keeps the dumps in dir/<server>/
 # for callgrind_annotate --inclusive=yes.
 set -euo pipefail
