@@ -105,20 +105,35 @@ func (p *heldPart) held() int64 { return p.past + p.srv + p.loc + p.free }
 // without taking; FailClosed denies. The units of an unsettled hold whose process died come
 // back by the server's expiry (TTL), unless Keep.
 func (l *Limiter) Hold(ctx context.Context, rules []Rule, opt HoldOptions) (*Hold, Result, error) {
+	h, res, _, err := l.hold(ctx, rules, opt)
+	return h, res, err
+}
+
+// HoldEach is Hold that also reports each rule's own limiter, in rule order, as AllowAllEach
+// does, from the same calls: a Key's rl_multi answers every limit's reply (library 1.3.0), so
+// the state of every limit a response's headers show costs no call of its own. The decision
+// and the binding Result are Hold's.
+//
+// each[i].Limit, Remaining and ResetAfter are rule i's limiter right after the decision (after
+// the others' units were given back, when one Key denied); Allowed is whether that limit
+// admitted its Cost, and when it did not, RetryAfter is its own wait. Rule is i; Source is
+// FromFallback when the Fallback decided it. A rule whose state is unknown (its Key's call
+// failed, with the error returned) is the zero Result, Limit 0.
+func (l *Limiter) HoldEach(ctx context.Context, rules []Rule, opt HoldOptions) (*Hold, Result, []Result, error) {
 	return l.hold(ctx, rules, opt)
 }
 
-func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *Hold, res Result, err error) {
+func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *Hold, res Result, each []Result, err error) {
 	if l.tel.tracing() {
 		var end func(Result, error)
 		ctx, end = l.holdSpan(ctx, opHold, len(rules))
 		defer func() { end(res, err) }()
 	}
 	if h, err = l.newHold(ctx, rules, opt); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	costs := make([][]int64, len(h.groups))
 	for i := range h.groups {
@@ -128,12 +143,12 @@ func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *H
 			costs[i][j] = g.calls[j].cost
 		}
 	}
-	res, _, err = h.take(ctx, costs, true)
+	res, each, err = h.take(ctx, costs, true)
 	if err != nil || !res.Allowed {
-		return nil, res, err
+		return nil, res, each, err
 	}
 	l.holds.add(h)
-	return h, res, nil
+	return h, res, each, nil
 }
 
 // newHold validates rules and opt, and makes the Hold, without a call.

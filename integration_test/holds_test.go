@@ -419,3 +419,57 @@ func TestClientCloseSettlesHolds(t *testing.T) {
 		t.Errorf("a take after Close: %v", err)
 	}
 }
+
+// HoldEach and MeterEach report every rule's limiter from the hold's own calls (one Key: one
+// rl_multi with replies; two Keys: a call each), as AllowAllEach does; a meter cut by its
+// second rule says so (Result().Rule).
+func TestClientHoldEach(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		big := client.FixedWindow{Limit: 1000, Window: time.Hour, Name: "big"}
+		small := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour, Name: "small"}
+		a, b := keyFor(t), keyFor(t)
+		for _, rules := range [][]client.Rule{
+			{{Key: a, Limit: big, Cost: 30}, {Key: a, Limit: small, Cost: 30}},
+			{{Key: b + "1", Limit: big, Cost: 30}, {Key: b + "2", Limit: small, Cost: 30}},
+		} {
+			h, res, each, err := lim.HoldEach(ctx, rules, client.HoldOptions{TTL: time.Minute})
+			if err != nil || !res.Allowed || len(each) != 2 {
+				t.Fatalf("%+v, %v, %v", res, each, err)
+			}
+			if each[0].Limit != 1000 || each[0].Remaining != 970 || each[1].Limit != 100 || each[1].Remaining != 70 || each[1].Rule != 1 || res.Rule != 1 {
+				t.Errorf("each %+v, binding %+v; want 970 of 1000, 70 of 100", each, res)
+			}
+			if _, err := h.Settle(ctx, []int64{30, 30}); err != nil {
+				t.Fatal(err)
+			}
+			// the small limit has 70 left: a hold of 80 on it is denied, each says both
+			_, res, each, err = lim.HoldEach(ctx, []client.Rule{{Key: rules[0].Key, Limit: big, Cost: 80}, {Key: rules[1].Key, Limit: small, Cost: 80}}, client.HoldOptions{TTL: time.Minute})
+			if err != nil || res.Allowed || res.Rule != 1 || len(each) != 2 || each[0].Remaining != 970 || each[1].Allowed || each[1].Remaining != 70 {
+				t.Errorf("a denied hold: %+v, each %+v, %v", res, each, err)
+			}
+			m, res, each, err := lim.MeterEach(ctx, rules, client.MeterOptions{Hold: client.HoldOptions{TTL: time.Minute}, PerUnit: []int64{1, 1}, Batch: 10})
+			if err != nil || !res.Allowed || len(each) != 2 || each[0].Remaining != 940 || each[1].Remaining != 40 {
+				t.Fatalf("meter: %+v, each %+v, %v", res, each, err)
+			}
+			n := int64(0)
+			for {
+				ok, err := m.Take(ctx, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				n++
+			}
+			if r := m.Result(); n != 70 || r.Allowed || r.Rule != 1 || r.Limit != 100 {
+				t.Errorf("took %d of the 70 the small limit had; Result %+v, want its refusal", n, r)
+			}
+			if err := m.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
