@@ -231,10 +231,17 @@ func (h *Hold) Expires() time.Time {
 // all or nothing, renewing the hold (every rule's, from now for its TTL). Allowed false: nothing
 // taken, the hold keeps what it held. The Result is AllowAll's.
 //
-// Across Keys, an Add that one Key denied gives back what the others took with their limits'
-// refunds: their holds on the server hold those units until Settle, which accounts for them (a
-// process that dies before it settles gives them back twice when its holds expire: at most what
-// such refused Adds took, and only without Keep).
+// Across Keys, an Add that one Key denied is undone on the Keys that took it, each in one
+// transaction (MULTI/EXEC: rl_hold_settle at 0, then rl_hold of what the hold held before,
+// which is admitted: its units were just given back), so that every server hold counts exactly
+// what its limit holds for it, and a process that dies before it settles gives back at expiry
+// what it held, once (a bucket that refilled meanwhile is left a little emptier than a plain
+// refund would leave it, as the settle's refund stops at full: stricter, never more
+// permissive). Two cases keep the units taken
+// until Settle or the hold's expiry instead (stricter for a while): the transaction failed
+// (run or not, the hold and its limit agree), or the hold holds more than its bucket's capacity
+// (adds as it refilled), which is refunded by its limit's refund while the hold keeps counting
+// those units: given back again at its expiry if the process dies before it settles.
 func (h *Hold) Add(ctx context.Context, costs []int64) (res Result, err error) {
 	res, _, err = h.add(ctx, costs)
 	return res, err
@@ -408,12 +415,23 @@ func (h *Hold) undo(ctx context.Context, g *holdGroup, costs []int64, r *groupRe
 		c call
 	}
 	var todo []refund
+	var redo []int
 	for j, c := range g.calls {
-		if costs[j] > 0 {
+		switch prev := r.held[j] - costs[j]; {
+		case costs[j] <= 0:
+		case prev >= 0 && prev <= c.limit:
+			redo = append(redo, j)
+		default:
+			// A hold above its bucket's capacity (adds as it refilled) could not be taken
+			// again whole: its limit's refund gives the units back, and its hold keeps them
+			// (excess) until Settle.
 			c.cost = costs[j]
 			todo = append(todo, refund{j, c})
 			g.parts[j].excess += costs[j]
 		}
+	}
+	if len(redo) > 0 {
+		h.unAdd(ctx, g, redo, costs, r, each)
 	}
 	kinds := make([]errKind, len(todo))
 	errs := make([]error, len(todo))
@@ -428,6 +446,135 @@ func (h *Hold) undo(ctx context.Context, g *holdGroup, costs []int64, r *groupRe
 	l.settleRefunds(ctx, errs, kinds, func(i int) (string, *call, time.Duration) {
 		return g.key, &todo[i].c, min(max(r.res.ResetAfter, 0), maxOwedFor)
 	})
+}
+
+// unAdd undoes the Add of costs on g's calls js, which another Key refused, so that their
+// server holds stay what they were: in one transaction (MULTI/EXEC) on the Key, each hold is
+// settled at 0 (its units given back, the Add's with them) and taken again at what it held
+// before (rl_hold, reserve 0: the units were just given back, so it is admitted, and ends at
+// the same horizon). A plain refund would leave the hold counting the Add's units, given back
+// a second time at its expiry if the process died before it settled. When the transaction
+// fails, nothing is lost either way: run or not, each hold counts exactly what its limit holds
+// for it (the Add's units too, when it did not run), which Settle or the expiry gives back.
+func (h *Hold) unAdd(ctx context.Context, g *holdGroup, js []int, costs []int64, r *groupReply, each []Result) {
+	l := h.lim
+	sent := l.clock()
+	a, kind, err := l.begin(ctx, g.key, needs.V13, sent)
+	if err != nil {
+		g.unsure = true
+		l.tel.countError(ctx, multiSubject, opRefund, kind)
+		return
+	}
+	keepArg := "0"
+	if h.keep {
+		keepArg = "1"
+	}
+	rctx, rel := l.withDeadline(ctx, l.mono(sent))
+	cmds := []valkey.Completed{l.vk.B().Multi().Build()}
+	type step struct{ j, settle, hold int } // indexes in the EXEC's replies; hold -1: none
+	steps := make([]step, len(js))
+	n := 0
+	for i, j := range js {
+		c := g.calls[j]
+		prev := r.held[j] - costs[j]
+		var b cmdArgs
+		b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
+		b.end()
+		b.buf = l.holdKey(b.buf, g.key, &c)
+		b.end()
+		c.cost = 0
+		b.group(&c)
+		b.add(h.id)
+		ks, args := b.strings(2)
+		cmds = append(cmds, l.vk.B().Fcall().Function("rl_hold_settle").Numkeys(2).Key(ks...).Arg(args...).Build())
+		steps[i] = step{j, n, -1}
+		n++
+		if prev > 0 {
+			var b cmdArgs
+			b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
+			b.end()
+			b.buf = l.holdKey(b.buf, g.key, &c)
+			b.end()
+			c.cost, c.reserve = prev, 0
+			b.group(&c)
+			b.add(h.id)
+			b.num(h.ttlMs)
+			b.add(keepArg)
+			ks, args := b.strings(2)
+			cmds = append(cmds, l.vk.B().Fcall().Function("rl_hold").Numkeys(2).Key(ks...).Arg(args...).Build())
+			steps[i].hold = n
+			n++
+		}
+	}
+	cmds = append(cmds, l.vk.B().Exec().Build())
+	rs := l.vk.DoMulti(rctx, cmds...)
+	var replies []valkey.ValkeyMessage
+	for _, x := range rs[:len(rs)-1] {
+		if err = rel.result(x).Error(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		replies, err = rel.result(rs[len(rs)-1]).ToArray()
+		if err == nil && len(replies) != n {
+			err = &replyError{Function: "rl_hold_settle", Reason: fmt.Sprintf("a transaction of %d calls answered %d", n, len(replies))}
+		}
+		if err != nil {
+			err = replyErr("rl_hold_settle", err)
+		}
+	}
+	rel.release()
+	now := sent
+	if err != nil {
+		now = l.clock()
+	}
+	if kind = l.settle(ctx, a, multiSubject, opRefund, Result{Allowed: true}, err, now); kind != kindNone {
+		g.unsure = true // run or not: Settle asks the server
+		l.tel.countError(ctx, multiSubject, opRefund, kind)
+		return
+	}
+	for _, st := range steps {
+		p := &g.parts[st.j]
+		v, err := decodeInts("rl_hold_settle", valkey.NewResult(replies[st.settle], nil), 8)
+		var res Result
+		if err == nil {
+			res, err = sixOf("rl_hold_settle", v)
+		}
+		if err != nil {
+			g.unsure = true
+			after(each, g.rules[st.j], Result{}, err)
+			continue
+		}
+		held, exp := int64(0), int64(0)
+		if st.hold >= 0 {
+			if v, err = decodeInts("rl_hold", valkey.NewResult(replies[st.hold], nil), 8); err == nil {
+				res, err = sixOf("rl_hold", v)
+			}
+			if err != nil || !res.Allowed {
+				// Given back and not taken again (a server that refused the same arguments
+				// it just took): the units the hold held are free, as a FailOpen admission's.
+				g.unsure = true
+				p.free += p.srv
+				p.srv, p.excess, p.expires = 0, 0, 0
+				after(each, g.rules[st.j], res, err)
+				continue
+			}
+			held, exp = v[6], v[7]
+		}
+		if held >= p.srv+p.excess {
+			p.srv = held - p.excess
+		} else {
+			// the hold had ended before the Add (as moved says it): its units are charged
+			// outside it
+			p.past += max(0, p.srv-held)
+			p.srv, p.excess = held, 0
+		}
+		p.expires = 0
+		if held > 0 {
+			p.expires = sent + exp*int64(time.Millisecond)
+		}
+		after(each, g.rules[st.j], res, nil)
+	}
 }
 
 // takeGroup takes costs (per call) under the hold on g's Key: at the server through its

@@ -473,3 +473,73 @@ func TestClientHoldEach(t *testing.T) {
 		}
 	})
 }
+
+// An Add across Keys that one Key refuses is undone on the others so that their holds count
+// exactly what their limits hold for them: a process that dies before it settles gives back, at
+// the holds' expiry, what it held, once, not the refused Add's units a second time (which
+// would free another holder's units).
+func TestClientHoldRefusedAddAcrossKeys(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		fw := client.FixedWindow{Limit: 100, Window: 100_000_000_000 * time.Millisecond}
+		tb := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Hour}
+		small := client.FixedWindow{Limit: 50, Window: 100_000_000_000 * time.Millisecond}
+		a, b := keyFor(t), keyFor(t)
+		keysA := []string{lim.Key(a, fw), holdKeyOf(lim, a, fw)}
+		// another holder's 20 units on a's window
+		if res, err := lim.AllowN(ctx, a, fw, 20); err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		rules := []client.Rule{{Key: a, Limit: fw, Cost: 30}, {Key: a, Limit: tb, Cost: 30}, {Key: b, Limit: small, Cost: 30}}
+		h, res, err := lim.Hold(ctx, rules, client.HoldOptions{TTL: time.Second})
+		if err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		// b has 20 left: an Add of 30 there is refused, a's 10 and 10 are undone
+		if res, err := h.Add(ctx, []int64{10, 10, 30}); err != nil || res.Allowed || res.Rule != 2 {
+			t.Fatalf("the add: %+v, %v", res, err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 50 || held != 30 {
+			t.Fatalf("after the refused add, a's window: %d charged, its hold %d; want 50 (20 + the hold's 30), 30", charged, held)
+		}
+		if got := 1000 - heldLeft(t, lim, a, tb); got != 30 {
+			t.Errorf("a's bucket: %d taken, want the hold's 30", got)
+		}
+		if got := h.Held(); got[0] != 30 || got[1] != 30 || got[2] != 30 {
+			t.Errorf("held %v, want 30 each", got)
+		}
+		// the process dies: its holds expire, a later hold sweeps them, giving back 30, once
+		time.Sleep(1100 * time.Millisecond)
+		h2, _, err := lim.Hold(ctx, rules[:1], client.HoldOptions{TTL: time.Minute, ID: "sweeper"})
+		if err != nil || h2 == nil {
+			t.Fatal(err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 20+30 || held != 30 {
+			t.Errorf("after the expiry, a's window: %d charged, %d held; want the other holder's 20 and the sweeper's 30", charged, held)
+		}
+		if _, err := h2.Settle(ctx, []int64{0}); err != nil {
+			t.Fatal(err)
+		}
+		// a hold that settles instead bills its actual amounts
+		h, _, err = lim.Hold(ctx, rules, client.HoldOptions{TTL: time.Minute})
+		if err != nil || h == nil {
+			t.Fatal(err)
+		}
+		if res, err := h.Add(ctx, []int64{10, 10, 30}); err != nil || res.Allowed {
+			t.Fatalf("the add: %+v, %v", res, err)
+		}
+		if res, err := h.Add(ctx, []int64{5, 5, 5}); err != nil || !res.Allowed {
+			t.Fatalf("an add that fits: %+v, %v", res, err)
+		}
+		if _, err := h.Settle(ctx, []int64{25, 25, 25}); err != nil {
+			t.Fatal(err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 20+25 || held != 0 {
+			t.Errorf("after the settle, a's window: %d charged, %d held; want 45, 0", charged, held)
+		}
+		if got := 1000 - heldLeft(t, lim, a, tb); got != 25 {
+			t.Errorf("a's bucket: %d taken, want 25 (the first hold's 30 came back at its expiry)", got)
+		}
+	})
+}
