@@ -478,12 +478,9 @@ func (h *Hold) unAdd(ctx context.Context, g *holdGroup, js []int, costs []int64,
 		c := g.calls[j]
 		prev := r.held[j] - costs[j]
 		var b cmdArgs
-		b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
-		b.end()
-		b.buf = l.holdKey(b.buf, g.key, &c)
-		b.end()
+		b.buf = make([]byte, 0, 192)
 		c.cost = 0
-		b.group(&c)
+		b.held(l, g.key, &c)
 		b.add(h.id)
 		ks, args := b.strings(2)
 		cmds = append(cmds, l.vk.B().Fcall().Function("rl_hold_settle").Numkeys(2).Key(ks...).Arg(args...).Build())
@@ -491,12 +488,9 @@ func (h *Hold) unAdd(ctx context.Context, g *holdGroup, js []int, costs []int64,
 		n++
 		if prev > 0 {
 			var b cmdArgs
-			b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
-			b.end()
-			b.buf = l.holdKey(b.buf, g.key, &c)
-			b.end()
+			b.buf = make([]byte, 0, 192)
 			c.cost, c.reserve = prev, 0
-			b.group(&c)
+			b.held(l, g.key, &c)
 			b.add(h.id)
 			b.num(h.ttlMs)
 			b.add(keepArg)
@@ -672,6 +666,16 @@ func (a *cmdArgs) group(c *call) {
 	a.num(c.reserve)
 }
 
+// held adds the keys and the limit group of c's call on key given its hold key (rl_hold,
+// rl_hold_settle): its limiter's key, its hold key, its limit group.
+func (a *cmdArgs) held(l *Limiter, key string, c *call) {
+	a.buf = keys.Append(a.buf, l.prefix, key, c.alg.name, c.name)
+	a.end()
+	a.buf = l.holdKey(a.buf, key, c)
+	a.end()
+	a.group(c)
+}
+
 // strings slices the buffer into its keys (the first nkeys) and arguments.
 func (a *cmdArgs) strings(nkeys int) (keys, args []string) {
 	s := string(a.buf)
@@ -699,12 +703,7 @@ func (l *Limiter) serverHold(ctx context.Context, key string, cs []call, id stri
 	a.buf = make([]byte, 0, 256)
 	penalty := penaltyOf(cs)
 	if len(cs) == 1 && penalty < 0 {
-		c := &cs[0]
-		a.buf = keys.Append(a.buf, l.prefix, key, c.alg.name, c.name)
-		a.end()
-		a.buf = l.holdKey(a.buf, key, c)
-		a.end()
-		a.group(c)
+		a.held(l, key, &cs[0])
 		a.add(id)
 		a.num(ttlMs)
 		a.add(keepArg)
@@ -828,11 +827,8 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 			c := g.calls[j]
 			c.cost = actual[j]
 			var b cmdArgs
-			b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
-			b.end()
-			b.buf = l.holdKey(b.buf, g.key, &c)
-			b.end()
-			b.group(&c)
+			b.buf = make([]byte, 0, 192)
+			b.held(l, g.key, &c)
 			b.add(id)
 			ks, args := b.strings(2)
 			limKeys[i] = ks[0]
