@@ -1,12 +1,15 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/harness"
@@ -105,61 +108,55 @@ func TestClientMetersShareABudget(t *testing.T) {
 	})
 }
 
-// Streams that each want more than the budget, and use all they are granted, end it exactly:
-// a stream whose batch is refused takes what the reply says is left, and tries again (a few
-// times) while another stream took it first, so that no units stay unused while streams wait
-// for them. 200 streams, each holding 10 and taking batches of 10, a unit at a time.
-func TestClientMetersEndABudgetExactly(t *testing.T) {
+// racer is a client that lets another caller take units right before a given command: the
+// concurrent stream of a test, at the instant that decides, on the real server.
+type racer struct {
+	valkey.Client
+	before func(cmd []string) // called with each command Do sends, before it is sent
+}
+
+func (r racer) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	r.before(cmd.Commands())
+	return r.Client.Do(ctx, cmd)
+}
+
+// A refused batch takes what its reply says is left, and when another stream takes part of it
+// first (that try is refused), tries again for what the new reply says: the budget ends full,
+// not with the other stream's leftovers unused.
+func TestClientMeterTriesForWhatIsLeft(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, tg *target) {
-		const budget, streams = 10_000, 200
 		ctx := ctx5s(t)
-		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		other := harness.NewLimiter(t, tg.c, slowMachine)
 		key := keyFor(t)
-		tokens := client.FixedWindow{Limit: budget, Window: 100_000_000_000 * time.Millisecond}
-		var granted, refused atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, streams)
-		for range streams {
-			wg.Go(func() {
-				m, res, err := lim.Meter(ctx, []client.Rule{{Key: key, Limit: tokens, Cost: 10}},
-					client.MeterOptions{Hold: client.HoldOptions{TTL: time.Minute}, PerUnit: []int64{1}, Batch: 10})
-				if err != nil {
-					errs <- err
-					return
+		fw := client.FixedWindow{Limit: 100, Window: 100_000_000_000 * time.Millisecond}
+		raced := false
+		lim := harness.NewLimiter(t, racer{tg.c, func(cmd []string) {
+			// the meter's first try for the 30 left: another stream takes 5 of them first
+			if len(cmd) > 8 && cmd[1] == "rl_hold" && cmd[8] == "30" && !raced {
+				raced = true
+				if res, err := other.AllowN(ctx, key, fw, 5); err != nil || !res.Allowed {
+					t.Errorf("the other stream: %+v, %v", res, err)
 				}
-				if !res.Allowed {
-					refused.Add(1)
-					return
-				}
-				for {
-					ok, err := m.Take(ctx, 1)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if !ok {
-						break
-					}
-				}
-				if r := m.Result(); r.Allowed || r.Rule != 0 || r.Limit != budget {
-					t.Errorf("a cut meter's Result: %+v, want the budget's refusal", r)
-				}
-				if _, err := m.Settle(ctx, []int64{m.Granted()}); err != nil {
-					errs <- err
-					return
-				}
-				granted.Add(m.Granted())
-			})
+			}
+		}}, slowMachine)
+		m, res, err := lim.Meter(ctx, []client.Rule{{Key: key, Limit: fw, Cost: 10}},
+			client.MeterOptions{Hold: client.HoldOptions{TTL: time.Minute}, PerUnit: []int64{1}, Batch: 50})
+		if err != nil || !res.Allowed {
+			t.Fatal(res, err)
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if res, err := other.AllowN(ctx, key, fw, 60); err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		// 30 left: the batch of 50 is refused, the try for 30 too (25 left by then), 25 taken
+		ok, err := m.Take(ctx, 11)
+		if err != nil || !ok || !raced || m.Granted() != 35 {
+			t.Errorf("take 11: %t, %v (raced %t); granted %d, want 10 + 25", ok, err, raced, m.Granted())
+		}
+		if left := heldLeft(t, lim, key, fw); left != 0 {
+			t.Errorf("%d left unused, want the budget full", left)
+		}
+		if err := m.Close(ctx); err != nil {
 			t.Fatal(err)
-		}
-		charged, held := sample(t, tg.c, []string{lim.Key(key, tokens), holdKeyOf(lim, key, tokens)})
-		t.Logf("%d streams: %d charged (%d short of the budget), %d held, %d refused", streams, charged, budget-charged, held, refused.Load())
-		if charged != granted.Load() || held != 0 || charged != budget {
-			t.Errorf("%d charged, %d granted, %d held; want the whole budget, %d", charged, granted.Load(), held, budget)
 		}
 	})
 }
