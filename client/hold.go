@@ -237,11 +237,12 @@ func (h *Hold) Expires() time.Time {
 // what its limit holds for it, and a process that dies before it settles gives back at expiry
 // what it held, once (a bucket that refilled meanwhile is left a little emptier than a plain
 // refund would leave it, as the settle's refund stops at full: stricter, never more
-// permissive). Two cases keep the units taken
-// until Settle or the hold's expiry instead (stricter for a while): the transaction failed
-// (run or not, the hold and its limit agree), or the hold holds more than its bucket's capacity
-// (adds as it refilled), which is refunded by its limit's refund while the hold keeps counting
-// those units: given back again at its expiry if the process dies before it settles.
+// permissive). Two cases differ. A transaction that failed keeps the Add's units taken until
+// Settle or the hold's expiry (run or not, the hold and its limit agree): stricter for a while.
+// A hold above its bucket's capacity (adds as it refilled) cannot be taken again whole: the
+// Add is given back by its limit's refund while the hold keeps counting those units, given
+// back a second time at its expiry if the process dies before it settles (at most what such
+// refused Adds took, and only without Keep).
 func (h *Hold) Add(ctx context.Context, costs []int64) (res Result, err error) {
 	res, _, err = h.add(ctx, costs)
 	return res, err
@@ -510,12 +511,11 @@ func (h *Hold) unAdd(ctx context.Context, g *holdGroup, js []int, costs []int64,
 	}
 	if err == nil {
 		replies, err = rel.result(rs[len(rs)-1]).ToArray()
-		if err == nil && len(replies) != n {
-			err = &replyError{Function: "rl_hold_settle", Reason: fmt.Sprintf("a transaction of %d calls answered %d", n, len(replies))}
-		}
-		if err != nil {
-			err = replyErr("rl_hold_settle", err)
-		}
+	}
+	if err != nil {
+		err = replyErr("rl_hold_settle", err)
+	} else if len(replies) != n {
+		err = &replyError{Function: "rl_hold_settle", Reason: fmt.Sprintf("a transaction of %d calls answered %d", n, len(replies))}
 	}
 	rel.release()
 	now := sent
