@@ -105,20 +105,35 @@ func (p *heldPart) held() int64 { return p.past + p.srv + p.loc + p.free }
 // without taking; FailClosed denies. The units of an unsettled hold whose process died come
 // back by the server's expiry (TTL), unless Keep.
 func (l *Limiter) Hold(ctx context.Context, rules []Rule, opt HoldOptions) (*Hold, Result, error) {
+	h, res, _, err := l.hold(ctx, rules, opt)
+	return h, res, err
+}
+
+// HoldEach is Hold that also reports each rule's own limiter, in rule order, as AllowAllEach
+// does, from the same calls: a Key's rl_multi answers every limit's reply (library 1.3.0), so
+// the state of every limit a response's headers show costs no call of its own. The decision
+// and the binding Result are Hold's.
+//
+// each[i].Limit, Remaining and ResetAfter are rule i's limiter right after the decision (after
+// the others' units were given back, when one Key denied); Allowed is whether that limit
+// admitted its Cost, and when it did not, RetryAfter is its own wait. Rule is i; Source is
+// FromFallback when the Fallback decided it. A rule whose state is unknown (its Key's call
+// failed, with the error returned) is the zero Result, Limit 0.
+func (l *Limiter) HoldEach(ctx context.Context, rules []Rule, opt HoldOptions) (*Hold, Result, []Result, error) {
 	return l.hold(ctx, rules, opt)
 }
 
-func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *Hold, res Result, err error) {
+func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *Hold, res Result, each []Result, err error) {
 	if l.tel.tracing() {
 		var end func(Result, error)
 		ctx, end = l.holdSpan(ctx, opHold, len(rules))
 		defer func() { end(res, err) }()
 	}
 	if h, err = l.newHold(ctx, rules, opt); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	costs := make([][]int64, len(h.groups))
 	for i := range h.groups {
@@ -128,12 +143,12 @@ func (l *Limiter) hold(ctx context.Context, rules []Rule, opt HoldOptions) (h *H
 			costs[i][j] = g.calls[j].cost
 		}
 	}
-	res, _, err = h.take(ctx, costs, true)
+	res, each, err = h.take(ctx, costs, true)
 	if err != nil || !res.Allowed {
-		return nil, res, err
+		return nil, res, each, err
 	}
 	l.holds.add(h)
-	return h, res, nil
+	return h, res, each, nil
 }
 
 // newHold validates rules and opt, and makes the Hold, without a call.
@@ -216,10 +231,18 @@ func (h *Hold) Expires() time.Time {
 // all or nothing, renewing the hold (every rule's, from now for its TTL). Allowed false: nothing
 // taken, the hold keeps what it held. The Result is AllowAll's.
 //
-// Across Keys, an Add that one Key denied gives back what the others took with their limits'
-// refunds: their holds on the server hold those units until Settle, which accounts for them (a
-// process that dies before it settles gives them back twice when its holds expire: at most what
-// such refused Adds took, and only without Keep).
+// Across Keys, an Add that one Key denied is undone on the Keys that took it, each in one
+// transaction (MULTI/EXEC: rl_hold_settle at 0, then rl_hold of what the hold held before,
+// which is admitted: its units were just given back), so that every server hold counts exactly
+// what its limit holds for it, and a process that dies before it settles gives back at expiry
+// what it held, once (a bucket that refilled meanwhile is left a little emptier than a plain
+// refund would leave it, as the settle's refund stops at full: stricter, never more
+// permissive). Two cases differ. A transaction that failed keeps the Add's units taken until
+// Settle or the hold's expiry (run or not, the hold and its limit agree): stricter for a while.
+// A hold above its bucket's capacity (adds as it refilled) cannot be taken again whole: the
+// Add is given back by its limit's refund while the hold keeps counting those units, given
+// back a second time at its expiry if the process dies before it settles (at most what such
+// refused Adds took, and only without Keep).
 func (h *Hold) Add(ctx context.Context, costs []int64) (res Result, err error) {
 	res, _, err = h.add(ctx, costs)
 	return res, err
@@ -393,12 +416,23 @@ func (h *Hold) undo(ctx context.Context, g *holdGroup, costs []int64, r *groupRe
 		c call
 	}
 	var todo []refund
+	var redo []int
 	for j, c := range g.calls {
-		if costs[j] > 0 {
+		switch prev := r.held[j] - costs[j]; {
+		case costs[j] <= 0:
+		case prev >= 0 && prev <= c.limit:
+			redo = append(redo, j)
+		default:
+			// A hold above its bucket's capacity (adds as it refilled) could not be taken
+			// again whole: its limit's refund gives the units back, and its hold keeps them
+			// (excess) until Settle.
 			c.cost = costs[j]
 			todo = append(todo, refund{j, c})
 			g.parts[j].excess += costs[j]
 		}
+	}
+	if len(redo) > 0 {
+		h.unAdd(ctx, g, redo, costs, r, each)
 	}
 	kinds := make([]errKind, len(todo))
 	errs := make([]error, len(todo))
@@ -413,6 +447,128 @@ func (h *Hold) undo(ctx context.Context, g *holdGroup, costs []int64, r *groupRe
 	l.settleRefunds(ctx, errs, kinds, func(i int) (string, *call, time.Duration) {
 		return g.key, &todo[i].c, min(max(r.res.ResetAfter, 0), maxOwedFor)
 	})
+}
+
+// unAdd undoes the Add of costs on g's calls js, which another Key refused, so that their
+// server holds stay what they were: in one transaction (MULTI/EXEC) on the Key, each hold is
+// settled at 0 (its units given back, the Add's with them) and taken again at what it held
+// before (rl_hold, reserve 0: the units were just given back, so it is admitted, and ends at
+// the same horizon). A plain refund would leave the hold counting the Add's units, given back
+// a second time at its expiry if the process died before it settled. When the transaction
+// fails, nothing is lost either way: run or not, each hold counts exactly what its limit holds
+// for it (the Add's units too, when it did not run), which Settle or the expiry gives back.
+func (h *Hold) unAdd(ctx context.Context, g *holdGroup, js []int, costs []int64, r *groupReply, each []Result) {
+	l := h.lim
+	sent := l.clock()
+	a, kind, err := l.begin(ctx, g.key, needs.V13, sent)
+	if err != nil {
+		g.unsure = true
+		l.tel.countError(ctx, multiSubject, opRefund, kind)
+		return
+	}
+	keepArg := "0"
+	if h.keep {
+		keepArg = "1"
+	}
+	rctx, rel := l.withDeadline(ctx, l.mono(sent))
+	cmds := []valkey.Completed{l.vk.B().Multi().Build()}
+	type step struct{ j, settle, hold int } // indexes in the EXEC's replies; hold -1: none
+	steps := make([]step, len(js))
+	n := 0
+	for i, j := range js {
+		c := g.calls[j]
+		prev := r.held[j] - costs[j]
+		var b cmdArgs
+		b.buf = make([]byte, 0, 192)
+		c.cost = 0
+		b.held(l, g.key, &c)
+		b.add(h.id)
+		ks, args := b.strings(2)
+		cmds = append(cmds, l.vk.B().Fcall().Function("rl_hold_settle").Numkeys(2).Key(ks...).Arg(args...).Build())
+		steps[i] = step{j, n, -1}
+		n++
+		if prev > 0 {
+			var b cmdArgs
+			b.buf = make([]byte, 0, 192)
+			c.cost, c.reserve = prev, 0
+			b.held(l, g.key, &c)
+			b.add(h.id)
+			b.num(h.ttlMs)
+			b.add(keepArg)
+			ks, args := b.strings(2)
+			cmds = append(cmds, l.vk.B().Fcall().Function("rl_hold").Numkeys(2).Key(ks...).Arg(args...).Build())
+			steps[i].hold = n
+			n++
+		}
+	}
+	cmds = append(cmds, l.vk.B().Exec().Build())
+	rs := l.vk.DoMulti(rctx, cmds...)
+	var replies []valkey.ValkeyMessage
+	for _, x := range rs[:len(rs)-1] {
+		if err = rel.result(x).Error(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		replies, err = rel.result(rs[len(rs)-1]).ToArray()
+	}
+	if err != nil {
+		err = replyErr("rl_hold_settle", err)
+	} else if len(replies) != n {
+		err = &replyError{Function: "rl_hold_settle", Reason: fmt.Sprintf("a transaction of %d calls answered %d", n, len(replies))}
+	}
+	rel.release()
+	now := sent
+	if err != nil {
+		now = l.clock()
+	}
+	if kind = l.settle(ctx, a, multiSubject, opRefund, Result{Allowed: true}, err, now); kind != kindNone {
+		g.unsure = true // run or not: Settle asks the server
+		l.tel.countError(ctx, multiSubject, opRefund, kind)
+		return
+	}
+	for _, st := range steps {
+		p := &g.parts[st.j]
+		v, err := decodeInts("rl_hold_settle", valkey.NewResult(replies[st.settle], nil), 8)
+		var res Result
+		if err == nil {
+			res, err = sixOf("rl_hold_settle", v)
+		}
+		if err != nil {
+			g.unsure = true
+			after(each, g.rules[st.j], Result{}, err)
+			continue
+		}
+		held, exp := int64(0), int64(0)
+		if st.hold >= 0 {
+			if v, err = decodeInts("rl_hold", valkey.NewResult(replies[st.hold], nil), 8); err == nil {
+				res, err = sixOf("rl_hold", v)
+			}
+			if err != nil || !res.Allowed {
+				// Given back and not taken again (a server that refused the same arguments
+				// it just took): the units the hold held are free, as a FailOpen admission's.
+				g.unsure = true
+				p.free += p.srv
+				p.srv, p.excess, p.expires = 0, 0, 0
+				after(each, g.rules[st.j], res, err)
+				continue
+			}
+			held, exp = v[6], v[7]
+		}
+		if held >= p.srv+p.excess {
+			p.srv = held - p.excess
+		} else {
+			// the hold had ended before the Add (as moved says it): its units are charged
+			// outside it
+			p.past += max(0, p.srv-held)
+			p.srv, p.excess = held, 0
+		}
+		p.expires = 0
+		if held > 0 {
+			p.expires = sent + exp*int64(time.Millisecond)
+		}
+		after(each, g.rules[st.j], res, nil)
+	}
 }
 
 // takeGroup takes costs (per call) under the hold on g's Key: at the server through its
@@ -510,6 +666,16 @@ func (a *cmdArgs) group(c *call) {
 	a.num(c.reserve)
 }
 
+// held adds the keys and the limit group of c's call on key given its hold key (rl_hold,
+// rl_hold_settle): its limiter's key, its hold key, its limit group.
+func (a *cmdArgs) held(l *Limiter, key string, c *call) {
+	a.buf = keys.Append(a.buf, l.prefix, key, c.alg.name, c.name)
+	a.end()
+	a.buf = l.holdKey(a.buf, key, c)
+	a.end()
+	a.group(c)
+}
+
 // strings slices the buffer into its keys (the first nkeys) and arguments.
 func (a *cmdArgs) strings(nkeys int) (keys, args []string) {
 	s := string(a.buf)
@@ -537,12 +703,7 @@ func (l *Limiter) serverHold(ctx context.Context, key string, cs []call, id stri
 	a.buf = make([]byte, 0, 256)
 	penalty := penaltyOf(cs)
 	if len(cs) == 1 && penalty < 0 {
-		c := &cs[0]
-		a.buf = keys.Append(a.buf, l.prefix, key, c.alg.name, c.name)
-		a.end()
-		a.buf = l.holdKey(a.buf, key, c)
-		a.end()
-		a.group(c)
+		a.held(l, key, &cs[0])
 		a.add(id)
 		a.num(ttlMs)
 		a.add(keepArg)
@@ -666,11 +827,8 @@ func (l *Limiter) settleGroup(ctx context.Context, g *holdGroup, actual []int64,
 			c := g.calls[j]
 			c.cost = actual[j]
 			var b cmdArgs
-			b.buf = keys.Append(make([]byte, 0, 192), l.prefix, g.key, c.alg.name, c.name)
-			b.end()
-			b.buf = l.holdKey(b.buf, g.key, &c)
-			b.end()
-			b.group(&c)
+			b.buf = make([]byte, 0, 192)
+			b.held(l, g.key, &c)
 			b.add(id)
 			ks, args := b.strings(2)
 			limKeys[i] = ks[0]

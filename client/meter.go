@@ -10,8 +10,8 @@ import (
 // meter.go: a stream metered as it runs, on top of a Hold. The meter holds the estimate and
 // hands units out of what is held without a call; when they run out it adds a batch, which
 // grows (the estimate, then doubling), so that a stream of any length costs a handful of
-// calls; when a batch is refused, it takes what the limits have left, once, and the stream ends
-// there. Settle (or Close) bills what was used.
+// calls; when a batch is refused, it takes what the limits have left (a few tries under
+// contention), and the stream ends there. Settle (or Close) bills what was used.
 
 // MeterOptions: a stream metered as it runs, on top of a Hold.
 type MeterOptions struct {
@@ -46,6 +46,7 @@ type Meter struct {
 	left    int64 // units the limits had left at the last reply; -1: unknown
 	spent   bool  // a batch was refused and what was left taken: no more calls
 	done    bool  // settled
+	res     Result
 }
 
 // Meter holds every rule's Cost (the estimate) and returns a meter that draws units as the
@@ -59,35 +60,46 @@ type Meter struct {
 // meters at what they used (Meter.Close). Under LocalFallback, batches the server cannot decide
 // are taken from the local limiters (see Limiter.Hold).
 func (l *Limiter) Meter(ctx context.Context, rules []Rule, opt MeterOptions) (*Meter, Result, error) {
+	m, res, _, err := l.meter(ctx, rules, opt)
+	return m, res, err
+}
+
+// MeterEach is Meter that also reports each rule's own limiter, in rule order, from the same
+// calls, as HoldEach does for its hold.
+func (l *Limiter) MeterEach(ctx context.Context, rules []Rule, opt MeterOptions) (*Meter, Result, []Result, error) {
+	return l.meter(ctx, rules, opt)
+}
+
+func (l *Limiter) meter(ctx context.Context, rules []Rule, opt MeterOptions) (*Meter, Result, []Result, error) {
 	if len(opt.PerUnit) != len(rules) {
-		return nil, Result{}, &LimitError{Field: "MeterOptions.PerUnit", Reason: fmt.Sprintf("has %d costs for %d rules", len(opt.PerUnit), len(rules))}
+		return nil, Result{}, nil, &LimitError{Field: "MeterOptions.PerUnit", Reason: fmt.Sprintf("has %d costs for %d rules", len(opt.PerUnit), len(rules))}
 	}
 	metered := false
 	for i, v := range opt.PerUnit {
 		if err := checkInt(fmt.Sprintf("MeterOptions.PerUnit[%d]", i), v, 0, maxInt); err != nil {
-			return nil, Result{}, err
+			return nil, Result{}, nil, err
 		}
 		metered = metered || v > 0
 	}
 	if !metered {
-		return nil, Result{}, &LimitError{Field: "MeterOptions.PerUnit", Reason: "is 0 for every rule: nothing to meter (take a Hold)"}
+		return nil, Result{}, nil, &LimitError{Field: "MeterOptions.PerUnit", Reason: "is 0 for every rule: nothing to meter (take a Hold)"}
 	}
 	if opt.Base != nil && len(opt.Base) != len(rules) {
-		return nil, Result{}, &LimitError{Field: "MeterOptions.Base", Reason: fmt.Sprintf("has %d amounts for %d rules", len(opt.Base), len(rules))}
+		return nil, Result{}, nil, &LimitError{Field: "MeterOptions.Base", Reason: fmt.Sprintf("has %d amounts for %d rules", len(opt.Base), len(rules))}
 	}
 	for i, v := range opt.Base {
 		if err := checkInt(fmt.Sprintf("MeterOptions.Base[%d]", i), v, 0, maxInt); err != nil {
-			return nil, Result{}, err
+			return nil, Result{}, nil, err
 		}
 	}
 	if err := checkInt("MeterOptions.Batch", opt.Batch, 0, maxInt); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
-	h, res, err := l.hold(ctx, rules, opt.Hold)
+	h, res, each, err := l.hold(ctx, rules, opt.Hold)
 	if err != nil || !res.Allowed {
-		return nil, res, err
+		return nil, res, each, err
 	}
-	m := &Meter{h: h, per: opt.PerUnit, base: opt.Base, batch: opt.Batch, left: -1}
+	m := &Meter{h: h, per: opt.PerUnit, base: opt.Base, batch: opt.Batch, left: -1, res: res}
 	if m.base == nil {
 		m.base = make([]int64, len(rules))
 	}
@@ -96,7 +108,7 @@ func (l *Limiter) Meter(ctx context.Context, rules []Rule, opt MeterOptions) (*M
 	h.mu.Lock()
 	h.meter = m
 	h.mu.Unlock()
-	return m, res, nil
+	return m, res, each, nil
 }
 
 // units is how many metered units amounts (per rule) pay for: min over the rules with PerUnit
@@ -126,9 +138,12 @@ func (m *Meter) costs(n int64) []int64 {
 
 // Take reports n (>= 0) more units used. It returns false when the budget ran out: the units
 // up to the budget were granted (Granted says how many in total), and the caller cuts the
-// stream. A Take within what is held costs no call; one beyond adds a batch to the hold (see
-// MeterOptions.Batch). When a batch is refused, the meter takes exactly what the limits have
-// left, once, and from then on a Take beyond what is granted returns false without a call.
+// stream; Result then names the limit that ran out. A Take within what is held costs no call;
+// one beyond adds a batch to the hold (see MeterOptions.Batch). When a batch is refused, the
+// meter takes what the limits have left, as the refusal's reply says it: exactly that much (up
+// to the batch), tried again while a reply says units are left, at most 3 calls (other streams
+// take from the same limits in between); from then on a Take beyond what is granted returns
+// false without a call.
 //
 // An error is the Add's (the server failed and the Fallback is ReturnError, or ctx ended):
 // the units stay reported (Used), not granted.
@@ -162,21 +177,53 @@ func (m *Meter) Take(ctx context.Context, n int64) (bool, error) {
 		return false, err
 	}
 	m.left = m.leftOf(each)
+	m.res = res
 	if res.Allowed {
 		m.granted += b
 		m.next = 2 * b
 		return true, nil
 	}
-	// Refused: what the limits have left, once.
-	m.spent = true
-	if u := m.leftOf(each); u > 0 && u < b {
-		if res, _, err := m.h.add(ctx, m.costs(u)); err != nil {
-			return false, err
-		} else if res.Allowed {
-			m.granted += u
+	// Refused: what the limits have left, as each reply says it. Under contention another
+	// stream may take it first (refused again, with less left) or give some back (admitted,
+	// with more left): a few tries end a shared budget within a few units of its limit.
+	want := b
+	for range maxLeftTries {
+		u := min(m.leftOf(each), want)
+		if u <= 0 {
+			break
 		}
+		var r Result
+		if r, each, err = m.h.add(ctx, m.costs(u)); err != nil {
+			return false, err
+		}
+		m.left = m.leftOf(each)
+		if r.Allowed {
+			m.granted += u
+			if want -= u; want == 0 {
+				break
+			}
+			continue
+		}
+		m.res = r
+	}
+	if want > 0 {
+		m.spent = true
+	} else {
+		m.next = 2 * b // the whole batch came, in parts: the budget has not run out
 	}
 	return m.used <= m.granted, nil
+}
+
+// maxLeftTries bounds the calls a refused batch's Take makes for what the limits have left.
+const maxLeftTries = 3
+
+// Result is the Result of the meter's last decision at the server (its hold, or a batch of a
+// Take): after a Take that returned false, the refusal's, whose Rule names the limit that ran
+// out (an index in the Meter's rules, as AllowAll's).
+func (m *Meter) Result() Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.res
 }
 
 // leftOf is the units the limits have left by each (a decision's rules' own Results): the

@@ -62,7 +62,8 @@ var lostNames = [nLostReasons]string{"unknown", "expired", "overflow", "refused"
 type owedRefund struct {
 	key   string
 	c     call
-	until int64 // the Limiter's clock: given up after
+	name  string // its limit as the log names it: the call's context's (WithLimitName) is gone by then
+	until int64  // the Limiter's clock: given up after
 }
 
 // owedRefunds are a Limiter's refunds to try again, and the counter of those lost.
@@ -146,9 +147,10 @@ type refundsLost struct {
 	limit   string   // the first one's limit
 }
 
-func (r *refundsLost) add(l *Limiter, key string, c *call, reason lostReason, err error) {
+// add tallies c's refund on key, its limit named name (limitName under the call's context).
+func (r *refundsLost) add(l *Limiter, key string, c *call, name string, reason lostReason, err error) {
 	if r.refunds == 0 {
-		r.first, r.br, r.limit = err, l.breakerOf(key), limitName(context.Background(), c)
+		r.first, r.br, r.limit = err, l.breakerOf(key), name
 	}
 	r.refunds++
 	r.units[reason] += c.cost
@@ -198,7 +200,7 @@ func (l *Limiter) owe(refunds []owedRefund, lost *refundsLost) {
 	}
 	o.mu.Unlock()
 	for i := len(kept); i < len(refunds); i++ {
-		lost.add(l, refunds[i].key, &refunds[i].c, lostOverflow, errors.New("too many refunds owed"))
+		lost.add(l, refunds[i].key, &refunds[i].c, refunds[i].name, lostOverflow, errors.New("too many refunds owed"))
 	}
 	if start {
 		go l.retryOwed()
@@ -222,7 +224,7 @@ func (l *Limiter) retryOwed() {
 		for _, r := range batch {
 			switch br := l.breakerOf(r.key); {
 			case now > r.until:
-				lost.add(l, r.key, &r.c, lostExpired, nil)
+				lost.add(l, r.key, &r.c, r.name, lostExpired, nil)
 			case !mayPass(br, now):
 				again = append(again, r) // its node's breaker is open: not asked until its probe
 			default:
@@ -242,7 +244,7 @@ func (l *Limiter) retryOwed() {
 			if retry {
 				again = append(again, r)
 			} else {
-				lost.add(l, r.key, &r.c, reason, err)
+				lost.add(l, r.key, &r.c, r.name, reason, err)
 			}
 		})
 		l.reportLost(ctx, &lost, len(batch))
@@ -284,7 +286,7 @@ func (l *Limiter) flushOwed(ctx context.Context) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		lost.add(l, r.key, &r.c, reason, err)
+		lost.add(l, r.key, &r.c, r.name, reason, err)
 	})
 	l.reportLost(context.WithoutCancel(ctx), &lost, len(batch))
 }
@@ -385,10 +387,10 @@ func (l *Limiter) settleRefunds(ctx context.Context, errs []error, kinds []errKi
 		}
 		key, c, within := of(i)
 		if reason, retry := refundFailure(kinds[i], err); !retry {
-			lost.add(l, key, c, reason, err)
+			lost.add(l, key, c, limitName(ctx, c), reason, err)
 			continue
 		}
-		owed = append(owed, owedRefund{key: key, c: *c, until: now + int64(within)})
+		owed = append(owed, owedRefund{key: key, c: *c, name: limitName(ctx, c), until: now + int64(within)})
 	}
 	if owed != nil {
 		l.owe(owed, &lost)

@@ -333,7 +333,8 @@ func TestVersionErrorOn10(t *testing.T) {
 // A refund that AllowAll owes and cannot make is not the caller's error: the denial stands,
 // with no error, or the other key's error comes alone. A refund sent and not answered (a
 // timeout: the server may have made it) is never sent again: its units are counted as lost,
-// reason unknown, and said once in the log, in a short line.
+// reason unknown, and said once in the log, in a short line that names the limit as the
+// call's context does (WithLimitName).
 func TestAllowAllCountsLostRefunds(t *testing.T) {
 	l := client.TokenBucket{Capacity: 10, Rate: 1, Period: time.Second}
 	rules := []client.Rule{{Key: "a", Limit: l}, {Key: "b", Limit: l}}
@@ -357,7 +358,7 @@ func TestAllowAllCountsLostRefunds(t *testing.T) {
 			var out lines
 			lim := newLimiter(t, vk, client.Options{Fallback: client.ReturnError, Logger: slog.New(slog.NewTextHandler(&out, nil)),
 				MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-			res, err := lim.AllowAll(context.Background(), rules)
+			res, err := lim.AllowAll(client.WithLimitName(context.Background(), "login"), rules)
 			switch tt.name {
 			case "denied":
 				if err != nil || res.Allowed || res.Rule != 1 || res.Limit != 10 {
@@ -386,7 +387,7 @@ func TestAllowAllCountsLostRefunds(t *testing.T) {
 					said = append(said, line)
 				}
 			}
-			if len(said) != 1 || !strings.Contains(said[0], "1 of 1 refunds lost") || len(said[0]) > 400 {
+			if len(said) != 1 || !strings.Contains(said[0], "1 of 1 refunds lost") || !strings.Contains(said[0], "limit=token_bucket:login") || len(said[0]) > 400 {
 				t.Errorf("refund_lost lines: %q", said)
 			}
 		})

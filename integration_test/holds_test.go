@@ -419,3 +419,127 @@ func TestClientCloseSettlesHolds(t *testing.T) {
 		t.Errorf("a take after Close: %v", err)
 	}
 }
+
+// HoldEach and MeterEach report every rule's limiter from the hold's own calls (one Key: one
+// rl_multi with replies; two Keys: a call each), as AllowAllEach does; a meter cut by its
+// second rule says so (Result().Rule).
+func TestClientHoldEach(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		big := client.FixedWindow{Limit: 1000, Window: time.Hour, Name: "big"}
+		small := client.TokenBucket{Capacity: 100, Rate: 1, Period: time.Hour, Name: "small"}
+		a, b := keyFor(t), keyFor(t)
+		for _, rules := range [][]client.Rule{
+			{{Key: a, Limit: big, Cost: 30}, {Key: a, Limit: small, Cost: 30}},
+			{{Key: b + "1", Limit: big, Cost: 30}, {Key: b + "2", Limit: small, Cost: 30}},
+		} {
+			h, res, each, err := lim.HoldEach(ctx, rules, client.HoldOptions{TTL: time.Minute})
+			if err != nil || !res.Allowed || len(each) != 2 {
+				t.Fatalf("%+v, %v, %v", res, each, err)
+			}
+			if each[0].Limit != 1000 || each[0].Remaining != 970 || each[1].Limit != 100 || each[1].Remaining != 70 || each[1].Rule != 1 || res.Rule != 1 {
+				t.Errorf("each %+v, binding %+v; want 970 of 1000, 70 of 100", each, res)
+			}
+			if _, err := h.Settle(ctx, []int64{30, 30}); err != nil {
+				t.Fatal(err)
+			}
+			// the small limit has 70 left: a hold of 80 on it is denied, each says both
+			_, res, each, err = lim.HoldEach(ctx, []client.Rule{{Key: rules[0].Key, Limit: big, Cost: 80}, {Key: rules[1].Key, Limit: small, Cost: 80}}, client.HoldOptions{TTL: time.Minute})
+			if err != nil || res.Allowed || res.Rule != 1 || len(each) != 2 || each[0].Remaining != 970 || each[1].Allowed || each[1].Remaining != 70 {
+				t.Errorf("a denied hold: %+v, each %+v, %v", res, each, err)
+			}
+			m, res, each, err := lim.MeterEach(ctx, rules, client.MeterOptions{Hold: client.HoldOptions{TTL: time.Minute}, PerUnit: []int64{1, 1}, Batch: 10})
+			if err != nil || !res.Allowed || len(each) != 2 || each[0].Remaining != 940 || each[1].Remaining != 40 {
+				t.Fatalf("meter: %+v, each %+v, %v", res, each, err)
+			}
+			n := int64(0)
+			for {
+				ok, err := m.Take(ctx, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				n++
+			}
+			if r := m.Result(); n != 70 || r.Allowed || r.Rule != 1 || r.Limit != 100 {
+				t.Errorf("took %d of the 70 the small limit had; Result %+v, want its refusal", n, r)
+			}
+			if err := m.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// An Add across Keys that one Key refuses is undone on the others so that their holds count
+// exactly what their limits hold for them: a process that dies before it settles gives back, at
+// the holds' expiry, what it held, once, not the refused Add's units a second time (which
+// would free another holder's units).
+func TestClientHoldRefusedAddAcrossKeys(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx := ctx5s(t)
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		fw := client.FixedWindow{Limit: 100, Window: 100_000_000_000 * time.Millisecond}
+		tb := client.TokenBucket{Capacity: 1000, Rate: 1, Period: time.Hour}
+		small := client.FixedWindow{Limit: 50, Window: 100_000_000_000 * time.Millisecond}
+		a, b := keyFor(t), keyFor(t)
+		keysA := []string{lim.Key(a, fw), holdKeyOf(lim, a, fw)}
+		// another holder's 20 units on a's window
+		if res, err := lim.AllowN(ctx, a, fw, 20); err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		rules := []client.Rule{{Key: a, Limit: fw, Cost: 30}, {Key: a, Limit: tb, Cost: 30}, {Key: b, Limit: small, Cost: 30}}
+		h, res, err := lim.Hold(ctx, rules, client.HoldOptions{TTL: time.Second})
+		if err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		// b has 20 left: an Add of 30 there is refused, a's 10 and 10 are undone
+		if res, err := h.Add(ctx, []int64{10, 10, 30}); err != nil || res.Allowed || res.Rule != 2 {
+			t.Fatalf("the add: %+v, %v", res, err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 50 || held != 30 {
+			t.Fatalf("after the refused add, a's window: %d charged, its hold %d; want 50 (20 + the hold's 30), 30", charged, held)
+		}
+		if got := 1000 - heldLeft(t, lim, a, tb); got != 30 {
+			t.Errorf("a's bucket: %d taken, want the hold's 30", got)
+		}
+		if got := h.Held(); got[0] != 30 || got[1] != 30 || got[2] != 30 {
+			t.Errorf("held %v, want 30 each", got)
+		}
+		// the process dies: its holds expire, a later hold sweeps them, giving back 30, once
+		time.Sleep(1100 * time.Millisecond)
+		h2, _, err := lim.Hold(ctx, rules[:1], client.HoldOptions{TTL: time.Minute, ID: "sweeper"})
+		if err != nil || h2 == nil {
+			t.Fatal(err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 20+30 || held != 30 {
+			t.Errorf("after the expiry, a's window: %d charged, %d held; want the other holder's 20 and the sweeper's 30", charged, held)
+		}
+		if _, err := h2.Settle(ctx, []int64{0}); err != nil {
+			t.Fatal(err)
+		}
+		// a hold that settles instead bills its actual amounts
+		h, _, err = lim.Hold(ctx, rules, client.HoldOptions{TTL: time.Minute})
+		if err != nil || h == nil {
+			t.Fatal(err)
+		}
+		if res, err := h.Add(ctx, []int64{10, 10, 30}); err != nil || res.Allowed {
+			t.Fatalf("the add: %+v, %v", res, err)
+		}
+		if res, err := h.Add(ctx, []int64{5, 5, 5}); err != nil || !res.Allowed {
+			t.Fatalf("an add that fits: %+v, %v", res, err)
+		}
+		if _, err := h.Settle(ctx, []int64{25, 25, 25}); err != nil {
+			t.Fatal(err)
+		}
+		if charged, held := sample(t, tg.c, keysA); charged != 20+25 || held != 0 {
+			t.Errorf("after the settle, a's window: %d charged, %d held; want 45, 0", charged, held)
+		}
+		if got := 1000 - heldLeft(t, lim, a, tb); got != 25 {
+			t.Errorf("a's bucket: %d taken, want 25 (the first hold's 30 came back at its expiry)", got)
+		}
+	})
+}

@@ -57,13 +57,12 @@
 //	           x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens
 //	Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //
-// For each, of the limits of that dimension, the one with the fewest units left. A hold's reply
-// says the state of its deciding limit alone (the one with the fewest units left, whatever it
-// counts): the limits of the other dimensions these headers name are peeked at
-// (client.Limiter.PeekAll, a call per key and dimension, FCALL_RO) beside the upstream's
-// request, and a peek that fails leaves its headers out. OpenAI's reset is a duration ("1s",
-// "6m0s"), Anthropic's an RFC 3339 time, rounded up to the second. Remaining is after the
-// request's estimate was held. A refused request gets the refusing limit's headers alone.
+// For each, of the limits of that dimension, the one with the fewest units left, from the
+// hold's own calls (client.Limiter.MeterEach: every limit's reply), so the headers cost no call
+// of their own; a limit whose state is unknown (its key's call failed) leaves its headers out.
+// OpenAI's reset is a duration ("1s", "6m0s"), Anthropic's an RFC 3339 time, rounded up to the
+// second. Remaining is after the request's estimate was held, or, for a refused request, as
+// the refusal left it.
 //
 // # Responses and streams
 //
@@ -95,8 +94,9 @@
 //
 // An SDK sees a response that ran out of tokens (finish_reason "length", status incomplete,
 // stop_reason "max_tokens"); a client that wants to know it was the budget reads the member
-// "rlfn", whose reason is "budget", or "limiter" when the Limiter failed to grant more tokens
-// (the stream is cut rather than run unmetered, and the error goes to Options.OnError).
+// "rlfn", whose reason is "budget" (its message names the limit that ran out, as
+// "<budget>.<what it counts>"), or "limiter" when the Limiter failed to grant more tokens (the
+// stream is cut rather than run unmetered, and the error goes to Options.OnError).
 //
 // # Settlement
 //

@@ -20,8 +20,6 @@ type fake struct {
 	opened  [][]client.Rule
 	settled [][]int64
 	takeErr error // Take's error, once set
-	each    bool  // open reports each rule's state
-	peeks   int
 }
 
 func newFake(limits map[string]int64) *fake {
@@ -61,9 +59,6 @@ func (f *fake) open(_ context.Context, rules []client.Rule, spec meterSpec) (met
 		f.charged[r.Name] += r.Cost
 		held[i] = r.Cost
 	}
-	if !f.each {
-		each = nil // as a *client.Limiter's Meter: the deciding rule's state alone
-	}
 	return &fakeMeter{f: f, rules: rules, spec: spec, held: held}, res, each, nil
 }
 
@@ -84,21 +79,6 @@ func (f *fake) settledAfter(t *testing.T, n int) string {
 	}
 }
 
-// peek is the state of the tightest of rules, as the fake keeps it.
-func (f *fake) peek(_ context.Context, rules []client.Rule) (client.Result, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.peeks++
-	var res client.Result
-	for i, r := range rules {
-		room := f.room(r.Name)
-		if i == 0 || room < res.Remaining {
-			res = client.Result{Allowed: true, Limit: f.limit[r.Name], Remaining: room, ResetAfter: time.Minute, Rule: i}
-		}
-	}
-	return res, nil
-}
-
 type fakeMeter struct {
 	f       *fake
 	rules   []client.Rule
@@ -106,6 +86,7 @@ type fakeMeter struct {
 	held    []int64
 	used    int64
 	settled bool
+	res     client.Result
 }
 
 // Take takes what the units need beyond what is held, all or nothing; when they do not fit,
@@ -121,8 +102,9 @@ func (m *fakeMeter) Take(_ context.Context, n int64) (bool, error) {
 	fits := true
 	for i, r := range m.rules {
 		need := m.spec.base[i] + m.used*m.spec.perUnit[i] - m.held[i]
-		if need > f.room(r.Name) {
+		if need > f.room(r.Name) && fits {
 			fits = false
+			m.res = client.Result{Limit: f.limit[r.Name], Rule: i}
 		}
 	}
 	for i, r := range m.rules {
@@ -134,6 +116,12 @@ func (m *fakeMeter) Take(_ context.Context, n int64) (bool, error) {
 		}
 	}
 	return fits, nil
+}
+
+func (m *fakeMeter) Result() client.Result {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	return m.res
 }
 
 func (m *fakeMeter) Settle(_ context.Context, actual []int64) (client.Result, error) {
@@ -166,13 +154,10 @@ func (free) open(_ context.Context, rules []client.Rule, _ meterSpec) (meter, cl
 	return freeMeter{}, client.Result{Allowed: true, Limit: 1000, Remaining: 999}, each, nil
 }
 
-func (free) peek(context.Context, []client.Rule) (client.Result, error) {
-	return client.Result{Allowed: true, Limit: 1000, Remaining: 999}, nil
-}
-
 type freeMeter struct{}
 
 func (freeMeter) Take(context.Context, int64) (bool, error) { return true, nil }
+func (freeMeter) Result() client.Result                     { return client.Result{Allowed: true} }
 func (freeMeter) Settle(context.Context, []int64) (client.Result, error) {
 	return client.Result{Allowed: true}, nil
 }

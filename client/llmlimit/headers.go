@@ -1,7 +1,6 @@
 package llmlimit
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -18,8 +17,8 @@ type header struct{ name, value string }
 // those the middleware knows; nil for none.
 type states [dims]*client.Result
 
-// states is what res (the decision, its deciding rule's state) and each (every rule's, when
-// the Limiter reports them) say of p's dimensions.
+// states is what res (the decision, its deciding rule's state) and each (every rule's, as
+// the Limiter reports them from the hold's own calls) say of p's dimensions.
 func (p *plan) states(res client.Result, each []client.Result) states {
 	var st states
 	if len(each) == len(p.rules) {
@@ -47,30 +46,6 @@ func headerDims(api API) []dim {
 		return []dim{dimRequests, dimTokens, dimInput, dimOutput}
 	}
 	return []dim{dimRequests, dimTokens}
-}
-
-// fill peeks at the limits of each dimension the API's headers report that p has and st does
-// not know: a hold's reply says the deciding limit's state alone. One PeekAll (FCALL_RO, a call
-// per key) a dimension; one that fails leaves its headers out.
-func (m *Middleware) fill(ctx context.Context, p *plan, st states) states {
-	for _, d := range headerDims(p.api) {
-		if st[d] != nil {
-			continue
-		}
-		var rules []client.Rule
-		for i, rd := range p.dims {
-			if rd == d {
-				rules = append(rules, p.rules[i])
-			}
-		}
-		if len(rules) == 0 {
-			continue
-		}
-		if res, err := m.lim.peek(ctx, rules); err == nil {
-			st.consider(d, &res)
-		}
-	}
-	return st
 }
 
 // quotaHeaders are the headers that report the limits' state, in the API's own names:

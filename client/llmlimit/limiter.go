@@ -28,27 +28,25 @@ func (l limiter) open(ctx context.Context, rules []client.Rule, spec meterSpec) 
 	}
 	if !metered {
 		// No limit counts output tokens (requests and input alone): nothing to meter.
-		h, res, err := l.l.Hold(ctx, rules, hold)
+		h, res, each, err := l.l.HoldEach(ctx, rules, hold)
 		if err != nil || !res.Allowed {
-			return nil, res, nil, err
+			return nil, res, each, err
 		}
-		return heldOnly{h}, res, nil, nil
+		return heldOnly{h}, res, each, nil
 	}
-	m, res, err := l.l.Meter(ctx, rules, client.MeterOptions{Hold: hold, PerUnit: spec.perUnit, Base: spec.base})
+	m, res, each, err := l.l.MeterEach(ctx, rules, client.MeterOptions{Hold: hold, PerUnit: spec.perUnit, Base: spec.base})
 	if err != nil || !res.Allowed {
-		return nil, res, nil, err
+		return nil, res, each, err
 	}
-	return m, res, nil, nil
-}
-
-func (l limiter) peek(ctx context.Context, rules []client.Rule) (client.Result, error) {
-	return l.l.PeekAll(ctx, rules)
+	return m, res, each, nil
 }
 
 // heldOnly is a request's hold when nothing is metered: every token is granted.
 type heldOnly struct{ h *client.Hold }
 
 func (h heldOnly) Take(context.Context, int64) (bool, error) { return true, nil }
+
+func (h heldOnly) Result() client.Result { return client.Result{Allowed: true} }
 
 func (h heldOnly) Settle(ctx context.Context, actual []int64) (client.Result, error) {
 	return h.h.Settle(ctx, actual)

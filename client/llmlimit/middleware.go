@@ -110,10 +110,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.deny(w, api, p, res, m.quotaHeaders(api, st))
 		return
 	}
-	// The headers of the dimensions the hold's reply does not describe are peeked at beside
-	// the upstream's request, which they wait for rarely: its answer takes longer.
-	headers := make(chan []header, 1)
-	go func() { headers <- m.quotaHeaders(api, m.fill(r.Context(), p, st)) }()
+	// Every limit's state came with the hold's reply: the headers cost no call of their own.
+	headers := m.quotaHeaders(api, st)
 	asked := false
 	if m.opts.AskUsage && api == OpenAIChat && req.Stream && !req.IncludeUsage {
 		if b, err := withUsage(body); err == nil {
@@ -129,7 +127,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Header.Del("Accept-Encoding")
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rw := &writer{ResponseWriter: w, m: m, r: r, ctx: r.Context(), cancel: cancel, mt: mt, headers: headers,
+	rw := &writer{ResponseWriter: w, m: m, r: r, ctx: r.Context(), cancel: cancel, mt: mt, p: p, headers: headers,
 		hideUsage: asked, s: stream{api: api, model: req.Model, open: -1}}
 	defer func() {
 		// However the upstream ended (a panic included), the request is charged what it

@@ -37,7 +37,8 @@ type writer struct {
 	ctx     context.Context    // the request's: Take's
 	cancel  context.CancelFunc // ends the upstream's request: a cut
 	mt      meter
-	headers <-chan []header // the rate-limit headers, once known
+	p       *plan
+	headers []header // the rate-limit headers
 	s       stream
 	// hideUsage: the usage chunk is the middleware's question (Options.AskUsage), not passed on
 	hideUsage bool
@@ -75,7 +76,7 @@ func (w *writer) WriteHeader(code int) {
 	w.wrote, w.status = true, code
 	h := w.Header()
 	stripUpstream(h)
-	for _, x := range <-w.headers {
+	for _, x := range w.headers {
 		h.Set(x.name, x.value)
 	}
 	ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
@@ -158,6 +159,9 @@ func (w *writer) writeSSE(p []byte) (int, error) {
 // end is written once the upstream handler has returned.
 func (w *writer) stop(err error) {
 	c := Cut{Reason: "budget", Message: "the token budget ran out: the response is cut", OutputTokens: w.delivered}
+	if i := w.mt.Result().Rule; err == nil && i >= 0 && i < len(w.p.rules) {
+		c.Message = "the token budget " + w.p.rules[i].Name + " ran out: the response is cut"
+	}
 	if err != nil {
 		c.Reason, c.Message = "limiter", "the rate limiter could not grant more tokens: the response is cut"
 		if w.ctx.Err() == nil {

@@ -14,6 +14,9 @@ import (
 // output tokens as they stream, then settle.
 type meter interface {
 	Take(ctx context.Context, n int64) (bool, error)
+	// Result is the meter's last decision: after a Take that returned false, its Rule is the
+	// limit that ran out.
+	Result() client.Result
 	Settle(ctx context.Context, actual []int64) (client.Result, error)
 }
 
@@ -25,12 +28,10 @@ type meterSpec struct {
 }
 
 // opener opens the meter of a request: holds every rule's Cost, all or nothing. A
-// *client.Limiter is one (limiter.go); tests have their own. each, when not nil, is every
-// rule's Result, in rules' order.
+// *client.Limiter is one (limiter.go: MeterEach, from the same calls); tests have their own.
+// each, when not nil, is every rule's Result, in rules' order.
 type opener interface {
 	open(ctx context.Context, rules []client.Rule, spec meterSpec) (m meter, res client.Result, each []client.Result, err error)
-	// peek is client.Limiter.PeekAll: the state of the tightest of rules, taking nothing.
-	peek(ctx context.Context, rules []client.Rule) (client.Result, error)
 }
 
 // plan is the rules of one request, and what each counts.

@@ -207,8 +207,8 @@ func TestConcurrentStreamsShareABudget(t *testing.T) {
 					}
 					if strings.Contains(b, `"rlfn":{"reason":"budget"`) {
 						cut.Add(1)
-						if !strings.HasSuffix(b, "data: [DONE]\n\n") {
-							t.Errorf("a cut stream without its end:\n%s", b)
+						if !strings.HasSuffix(b, "data: [DONE]\n\n") || !strings.Contains(b, `"message":"the token budget org.tokens ran out`) {
+							t.Errorf("a cut stream without its end, or its end naming no limit:\n%s", b)
 						}
 					}
 					received.Add(in + int64(strings.Count(b, "tok ")))
@@ -227,8 +227,8 @@ func TestConcurrentStreamsShareABudget(t *testing.T) {
 			// the sampler's peeks are FCALL_RO, not counted here
 			t.Logf("%.1f calls a stream (the hold, its batches, the settle)", float64(calls()-callsBefore)/streams)
 		}
-		t.Logf("%d streams: %d served (%d cut), %d refused; %d samples, peak %d; charged %d, received %d",
-			streams, served.Load(), cut.Load(), refused.Load(), samples.Load(), peak.Load(), final, received.Load())
+		t.Logf("%d streams: %d served (%d cut), %d refused; %d samples, peak %d; charged %d (%d short of the budget), received %d",
+			streams, served.Load(), cut.Load(), refused.Load(), samples.Load(), peak.Load(), final, budget-final, received.Load())
 		if over.Load() > 0 || samples.Load() < 3 {
 			t.Errorf("%d of %d samples over the budget", over.Load(), samples.Load())
 		}
@@ -307,6 +307,64 @@ func TestSettlesOnServer(t *testing.T) {
 		p := m2.opts.Budgets[0]
 		if n := count(t, tg.vk, lim.Key("plain:acme", p.InputTokens)); resp.StatusCode != 200 || strings.Count(body3, "tok ") != 30 || n != in {
 			t.Errorf("held only: %d, %d tokens streamed, input counted %d; want all 30, %d", resp.StatusCode, strings.Count(body3, "tok "), n, in)
+		}
+	})
+}
+
+// A request through a Budget of several limits on one key, with the headers of every one of
+// them, costs the server one call to decide (the hold: one rl_multi, whose reply says every
+// limit's state) and one rl_hold_settle per limit to settle (pipelined: one round trip), no
+// peek: counted by the server (INFO commandstats) on each standalone server.
+func TestHeadersCostNoCall(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target, lim *client.Limiter) {
+		if tg.name == "cluster" {
+			return // each node counts its own calls: the standalone servers count them all
+		}
+		m, err := New(lim, Options{Budgets: []Budget{{Name: "org", Key: orgKey, Requests: hourly, Tokens: hourly, OutputTokens: hourly}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := serve(t, m, &upstream{Words: 7})
+		stat := func(cmd string) int64 {
+			st, err := harness.CommandStats(context.Background(), tg.vk, cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Calls
+		}
+		const rules = 3
+		for _, tc := range []struct{ path, body string }{
+			{"/v1/chat/completions", chatBody("gpt-x", 100, false, false, prompt)},
+			{"/v1/chat/completions", chatBody("gpt-x", 100, true, true, prompt)},
+			{"/v1/messages", messagesBody("claude-x", 100, true, prompt)},
+		} {
+			fcalls, ro := stat("fcall"), stat("fcall_ro")
+			resp, _ := post(t, srv, tc.path, "acme", tc.body)
+			// the settle may follow the response's end: counted once it came, or at a deadline
+			want := fcalls + 1 + rules
+			deadline := time.Now().Add(5 * time.Second)
+			got := stat("fcall")
+			for got < want && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+				got = stat("fcall")
+			}
+			var names []string
+			for k := range resp.Header {
+				if l := strings.ToLower(k); strings.Contains(l, "ratelimit-") && strings.Contains(l, "remaining") {
+					names = append(names, k)
+				}
+			}
+			t.Logf("%s: %d FCALL, %d FCALL_RO; headers %v", tc.path, got-fcalls, stat("fcall_ro")-ro, names)
+			if got != want || stat("fcall_ro") != ro {
+				t.Errorf("%s: %d FCALL and %d FCALL_RO a request, want 1 hold and %d settles, no peek", tc.path, got-fcalls, stat("fcall_ro")-ro, rules)
+			}
+			wantHeaders := 2 // OpenAI's: requests and tokens
+			if strings.HasPrefix(tc.path, "/v1/messages") {
+				wantHeaders = 3 // Anthropic's: requests, tokens, output tokens
+			}
+			if resp.StatusCode != 200 || len(names) != wantHeaders {
+				t.Errorf("%s: %d, headers %v, want %d kinds", tc.path, resp.StatusCode, names, wantHeaders)
+			}
 		}
 	})
 }
