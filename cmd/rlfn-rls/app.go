@@ -111,6 +111,9 @@ func serve(c *cli.Context) error {
 	if err := checkNumbers(c); err != nil {
 		return err
 	}
+	if err := checkMetrics(c); err != nil {
+		return err
+	}
 	headers, err := parseHeaders(c.String("headers"))
 	if err != nil {
 		return err
@@ -141,6 +144,9 @@ func serve(c *cli.Context) error {
 		if err := serverurl.TrustCA(&opt, file, "--tls-ca"); err != nil {
 			return err
 		}
+	}
+	if err := clientCertificate(c, &opt, log); err != nil {
+		return err
 	}
 	grpcTLS, err := serverTLS(c, log)
 	if err != nil {
@@ -178,24 +184,31 @@ func serve(c *cli.Context) error {
 	defer func() { _ = limiters.Close(context.Background()) }()
 	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics,
 		MaxDescriptors: c.Int("max-descriptors"), MaxEntries: c.Int("max-entries"), MaxValueBytes: c.Int("max-value-bytes"), Log: log})
+	promHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	srv := rls.NewServer(svc, rls.ServerOptions{
 		MaxInFlight:      c.Int("max-in-flight"),
 		MaxRequestBytes:  c.Int("max-request-bytes"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
 		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc) },
 		CheckEvery:       c.Duration("check-every"),
-		Metrics:          promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Metrics:          promHandler,
 		TLS:              grpcTLS,
 		Log:              log,
 	})
+	m, err := metricsListener(c, promHandler)
+	if err != nil {
+		return err
+	}
 	g, err := net.Listen("tcp", c.String("grpc"))
 	if err != nil {
+		m.close()
 		return err
 	}
 	var h net.Listener
 	if addr := c.String("http"); addr != "" {
 		if h, err = net.Listen("tcp", addr); err != nil {
 			g.Close()
+			m.close()
 			return err
 		}
 	}
@@ -215,6 +228,7 @@ func serve(c *cli.Context) error {
 			if h != nil {
 				h.Close()
 			}
+			m.close()
 			return err
 		}
 		defer func() { stop(); <-stopped }()
@@ -228,8 +242,16 @@ func serve(c *cli.Context) error {
 	if h != nil {
 		attrs = append(attrs, "http", h.Addr().String())
 	}
+	served := make(chan error, 2)
+	if m != nil {
+		attrs = append(attrs, "metrics", m.l.Addr().String()+m.path)
+		go func() {
+			if err := m.serve(); err != nil {
+				served <- err
+			}
+		}()
+	}
 	log.Info("serving", attrs...)
-	served := make(chan error, 1)
 	go func() { served <- srv.Serve(g, h) }()
 	select {
 	case err := <-served:
@@ -239,6 +261,11 @@ func serve(c *cli.Context) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
 	defer cancel()
+	if m != nil {
+		// Scraped to the end: the last counts of the requests drained below are lost, as a
+		// scrape's interval loses them anyway.
+		_ = m.shutdown(sctx)
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("requests still in flight after --shutdown-timeout %s were cut", c.Duration("shutdown-timeout"))

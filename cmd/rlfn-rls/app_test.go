@@ -67,6 +67,11 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--check-every", "0s"}, "--check-every 0s: must be more than 0"},
 		{[]string{"--config", good, "--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s: must be more than 0"},
 		{[]string{"--config", good, "--max-connection-age", "-1s"}, "--max-connection-age -1s: must be more than 0"},
+		{[]string{"--config", good, "--url", "rediss://127.0.0.1:1", "--tls-cert", good}, "--tls-cert and --tls-key go together"},
+		{[]string{"--config", good, "--tls-cert", good, "--tls-key", good}, "--tls-cert needs a rediss:// or valkeys:// URL"},
+		{[]string{"--config", good, "--url", "rediss://127.0.0.1:1", "--tls-cert", good, "--tls-key", good}, "--tls-cert, --tls-key: tls: failed to find any PEM data in certificate input"},
+		{[]string{"--config", good, "--metrics-path", "/stats"}, "--metrics-path needs --metrics, the listener it is the path on"},
+		{[]string{"--config", good, "--metrics", "127.0.0.1:0", "--metrics-path", "stats"}, `--metrics-path "stats": a URL path, starting with /`},
 		{[]string{"--config", good, "--bogus"}, "flag provided but not defined: -bogus (see rlfn-rls --help)"},
 		// A value its flag cannot parse: one line and the reason, not "parse error" and the help.
 		{[]string{"--config", good, "--deadline", "100"}, `--deadline "100": missing unit in duration "100"; write a duration with its unit`},

@@ -304,18 +304,13 @@ func (r *envReader) redis() {
 	r.noted("each call is bounded by --deadline (100ms by default)", "REDIS_TIMEOUT")
 	r.noted("health checks every primary's library every --check-every", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 	r.noted("rlfn-rls connects once at start and exits 1 when it cannot (Kubernetes restarts it)", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME")
-	for _, n := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
-		if v, ok := r.get(n); ok && v != "" {
-			r.refuse(n, v, "rlfn-rls presents no client certificate to Valkey or Redis: use REDIS_AUTH")
-		}
-	}
 	if r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
 		r.refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "rlfn-rls always verifies the server's name: give its CA in REDIS_TLS_CACERT")
 	}
 
 	addrs, set := r.get("REDIS_URL")
 	if !set {
-		r.noted("unused without REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_TLS_CACERT")
+		r.noted("unused without REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY")
 		return
 	}
 	socket, set := r.get("REDIS_SOCKET_TYPE")
@@ -365,11 +360,13 @@ func (r *envReader) redis() {
 	u := url.URL{Scheme: "redis", Host: host}
 	if r.bool("REDIS_TLS", false) {
 		u.Scheme = "rediss"
-		if ca, ok := r.get("REDIS_TLS_CACERT"); ok && ca != "" {
-			r.flag("REDIS_TLS_CACERT", ca, "tls-ca", ca)
+		for v, flag := range map[string]string{"REDIS_TLS_CACERT": "tls-ca", "REDIS_TLS_CLIENT_CERT": "tls-cert", "REDIS_TLS_CLIENT_KEY": "tls-key"} {
+			if value, ok := r.get(v); ok && value != "" {
+				r.flag(v, value, flag, value)
+			}
 		}
 	} else {
-		r.noted("unused without REDIS_TLS (as by the reference)", "REDIS_TLS_CACERT")
+		r.noted("unused without REDIS_TLS (as by the reference)", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY")
 	}
 	redacted := u.String()
 	if auth, ok := r.get("REDIS_AUTH"); ok && auth != "" {
@@ -431,14 +428,33 @@ func (r *envReader) behaviour() {
 	}
 	r.noted("rlfn-rls never counts a refused request (see Differences)", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	r.noted("rlfn's keys expire when their limiter is back to its initial state", "EXPIRATION_JITTER_MAX_SECONDS")
-	r.noted("a statsd gauge of the reference; rlfn's metrics count every outcome", "NEAR_LIMIT_RATIO")
+	if v, ok := r.get("NEAR_LIMIT_RATIO"); ok {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 || f > 1 {
+			r.refuse("NEAR_LIMIT_RATIO", v, "not a fraction above 0, at most 1")
+		} else {
+			r.flag("NEAR_LIMIT_RATIO", v, "near-limit-ratio", v)
+		}
+	}
 }
 
 func (r *envReader) stats() {
 	r.noted("rlfn-rls sends no statsd: its metrics are Prometheus's, at /metrics on HOST:PORT", "USE_STATSD", "USE_DOG_STATSD",
 		"USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS")
-	r.noted("rlfn-rls serves Prometheus's /metrics on HOST:PORT always", "USE_PROMETHEUS", "PROMETHEUS_PATH")
-	r.noted("rlfn-rls serves /metrics on HOST:PORT, not a listener of its own: scrape that port", "PROMETHEUS_ADDR")
+	if disabled := r.bool("DISABLE_STATS", false); r.bool("USE_PROMETHEUS", false) && !disabled {
+		// The reference's listener of its own, with its defaults; the metrics stay on
+		// HOST:PORT too. The reference refuses USE_PROMETHEUS beside USE_STATSD (true by
+		// default) as two sinks; rlfn-rls sends no statsd, so there is only one.
+		addr, ok := r.get("PROMETHEUS_ADDR")
+		if !ok {
+			addr = ":9090"
+		}
+		r.flag("USE_PROMETHEUS,PROMETHEUS_ADDR", "true,"+addr, "metrics", addr)
+		if path, ok := r.get("PROMETHEUS_PATH"); ok {
+			r.flag("PROMETHEUS_PATH", path, "metrics-path", path) // the default is the reference's, /metrics
+		}
+	} else {
+		r.noted("unused without USE_PROMETHEUS, or with DISABLE_STATS (as by the reference): the metrics are at /metrics on HOST:PORT", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH")
+	}
 	r.noted("rlfn-rls's metrics are OpenTelemetry's own names (rlfn_rls_*), with no statsd mapping", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
 }
 

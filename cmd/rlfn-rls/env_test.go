@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -47,8 +48,15 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"REDIS_POOL_SIZE=10"},
 		},
 		{
-			env:   map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "user:pw", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"},
-			flags: map[string]string{"url": "rediss://user:pw@a:7000", "tls-ca": "/ca.pem"},
+			env: map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "user:pw", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem",
+				"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY": "/redis-certs/tls.key"},
+			flags: map[string]string{"url": "rediss://user:pw@a:7000", "tls-ca": "/ca.pem", "tls-cert": "/redis-certs/tls.crt", "tls-key": "/redis-certs/tls.key"},
+		},
+		{
+			// The reference reads a client certificate only with REDIS_TLS.
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:7000", "REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"},
+			flags: map[string]string{"url": "redis://a:7000"},
+			notes: []string{"REDIS_TLS_CLIENT_CERT=/redis-certs/tls.crt"},
 		},
 		{
 			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "secret"},
@@ -60,13 +68,32 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false"},
 		},
 		{
-			env:   map[string]string{"SHADOW_MODE": "1", "RESPONSE_DYNAMIC_METADATA": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "RateLimit-Reset", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "CACHE_KEY_PREFIX": "rl:", "LOG_LEVEL": "WARN", "GRPC_MAX_CONNECTION_AGE": "1h"},
-			flags: map[string]string{"shadow-mode": "true", "dynamic-metadata": "true", "headers": "reference", "denial-cache": "8192", "prefix": "rl:", "log-level": "warn", "max-connection-age": "1h"},
+			env:   map[string]string{"SHADOW_MODE": "1", "RESPONSE_DYNAMIC_METADATA": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "RateLimit-Reset", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "CACHE_KEY_PREFIX": "rl:", "LOG_LEVEL": "WARN", "GRPC_MAX_CONNECTION_AGE": "1h", "NEAR_LIMIT_RATIO": "0.9"},
+			flags: map[string]string{"shadow-mode": "true", "dynamic-metadata": "true", "headers": "reference", "denial-cache": "8192", "prefix": "rl:", "log-level": "warn", "max-connection-age": "1h", "near-limit-ratio": "0.9"},
 			notes: []string{"LIMIT_RESET_HEADER=RateLimit-Reset"},
 		},
 		{
 			env:   map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID": "n", "REDIS_AUTH": "secret"},
-			notes: []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID=n", "REDIS_AUTH=xxxxx"},
+			flags: map[string]string{"metrics": ":19001"},
+			notes: []string{"USE_STATSD=false", "PROMETHEUS_MAPPER_YAML=/etc/m.yaml", "CONFIG_GRPC_XDS_NODE_ID=n", "REDIS_AUTH=xxxxx"},
+		},
+		{
+			// The reference's defaults for its metrics listener.
+			env:   map[string]string{"USE_PROMETHEUS": "true"},
+			flags: map[string]string{"metrics": ":9090"},
+		},
+		{
+			env:   map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:9102", "PROMETHEUS_PATH": "/stats/prometheus"},
+			flags: map[string]string{"metrics": "127.0.0.1:9102", "metrics-path": "/stats/prometheus"},
+		},
+		{
+			// No listener without USE_PROMETHEUS, or with DISABLE_STATS, as by the reference.
+			env:   map[string]string{"PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/m"},
+			notes: []string{"PROMETHEUS_ADDR=:19001", "PROMETHEUS_PATH=/m"},
+		},
+		{
+			env:   map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true", "PROMETHEUS_ADDR": ":19001"},
+			notes: []string{"USE_PROMETHEUS=true", "DISABLE_STATS=true", "PROMETHEUS_ADDR=:19001"},
 		},
 		{
 			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
@@ -85,7 +112,7 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
 		},
 		{
-			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
+			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "NEAR_LIMIT_RATIO": "1.5", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
 			err: strings.Join([]string{
 				`$GRPC_UDS="/tmp/s": rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT`,
 				`$BACKEND_TYPE="memcache": rlfn-rls decides in Valkey or Redis only`,
@@ -94,6 +121,7 @@ func TestReferenceEnv(t *testing.T) {
 				`$SHADOW_MODE="maybe": not true or false`,
 				`$QUOTA_MODE="true": rlfn-rls has quota_mode per descriptor, not for every descriptor at once`,
 				`$LIMIT_LIMIT_HEADER="X-Limit": rlfn-rls sends the reference's default header names only (RateLimit-Limit)`,
+				`$NEAR_LIMIT_RATIO="1.5": not a fraction above 0, at most 1`,
 			}, "\n"),
 		},
 		{
@@ -162,7 +190,7 @@ func envoyGatewayEnv(redisURL, xds, certs string, ports []int) map[string]string
 		"REDIS_SOCKET_TYPE":                  "tcp",
 		"REDIS_URL":                          redisURL,
 		"USE_PROMETHEUS":                     "true",
-		"PROMETHEUS_ADDR":                    ":19001",
+		"PROMETHEUS_ADDR":                    fmt.Sprint("127.0.0.1:", ports[2]), // :19001 there
 		"PROMETHEUS_MAPPER_YAML":             "/etc/statsd-exporter/conf.yaml",
 		"HOST":                               "127.0.0.1",
 		"GRPC_HOST":                          "127.0.0.1",
@@ -199,7 +227,7 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 
 	var ports []int
 	var held []net.Listener
-	for range 2 {
+	for range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -266,6 +294,17 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
 		t.Fatalf("%v %v", resp, err)
+	}
+	// Scraped where Envoy Gateway's Service and ServiceMonitor look: PROMETHEUS_ADDR, a
+	// listener of its own, at the reference's default path; that one request counted.
+	metrics, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[2], "/metrics"))
+	if err != nil {
+		t.Fatalf("no metrics at PROMETHEUS_ADDR: %v\n%s", err, out.String())
+	}
+	body, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	if metrics.StatusCode != http.StatusOK || !strings.Contains(string(body), `rlfn_rls_requests_total{`) {
+		t.Fatalf("PROMETHEUS_ADDR: %d\n%s", metrics.StatusCode, body)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -3,9 +3,14 @@ package main
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"slices"
+	"sync"
 
 	"github.com/urfave/cli/v2"
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/rls"
 )
@@ -19,9 +24,17 @@ var tlsFlags = []cli.Flag{
 	&cli.StringFlag{Name: "grpc-tls-client-san", EnvVars: []string{"RLFN_RLS_GRPC_TLS_CLIENT_SAN"}, Usage: "a name (DNS, URI or IP) every client's certificate must have"},
 }
 
+// serverCertFlags present a client certificate to Valkey or Redis (a server with
+// tls-auth-clients; the reference's REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY, which Envoy
+// Gateway sets for a Redis TLS certificateRef).
+var serverCertFlags = []cli.Flag{
+	&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RLFN_TLS_CERT"}, Usage: "PEM client certificate presented to Valkey or Redis (rediss:// and valkeys:// URLs), re-read on a new connection after the file changes"},
+	&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RLFN_TLS_KEY"}, Usage: "PEM key of --tls-cert"},
+}
+
 // extraFlags are the flags of their own files, after app.go's.
 func extraFlags() []cli.Flag {
-	return append(append([]cli.Flag{}, xdsFlags...), tlsFlags...)
+	return slices.Concat(serverCertFlags, xdsFlags, tlsFlags, metricsFlags)
 }
 
 // serverTLS is the gRPC listener's TLS the flags describe, or nil for none.
@@ -39,4 +52,63 @@ func serverTLS(c *cli.Context, log *slog.Logger) (*tls.Config, error) {
 	return rls.ServerTLS(cert, key, c.String("grpc-tls-client-ca"), c.String("grpc-tls-client-san"), func(err error) {
 		log.Error("the rotated certificate does not load; the previous one still serves", "err", err)
 	})
+}
+
+// clientCertificate makes opt's TLS present the pair --tls-cert and --tls-key name, read again
+// for a new connection once either file has changed (a Kubernetes secret's rotation); a pair
+// that does not load then leaves the last good one in use, and log says so.
+func clientCertificate(c *cli.Context, opt *valkey.ClientOption, log *slog.Logger) error {
+	cert, key := c.String("tls-cert"), c.String("tls-key")
+	switch {
+	case cert == "" && key == "":
+		return nil
+	case cert == "" || key == "":
+		return errors.New("--tls-cert and --tls-key go together")
+	case opt.TLSConfig == nil:
+		return errors.New("--tls-cert needs a rediss:// or valkeys:// URL")
+	}
+	p := &keyPair{cert: cert, key: key}
+	if _, err := p.get(); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	opt.TLSConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		pair, err := p.get()
+		if err != nil {
+			log.Error("the rotated client certificate does not load; the previous one is presented", "err", err)
+		}
+		return pair, nil
+	}
+	return nil
+}
+
+// keyPair is a certificate and key on disk, loaded again when either file's stamp changes.
+type keyPair struct {
+	cert, key string
+
+	mu    sync.Mutex
+	stamp string
+	pair  *tls.Certificate
+}
+
+// get returns the pair as the files are now, or the last good one and the error of loading
+// them.
+func (p *keyPair) get() (*tls.Certificate, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	stamp := ""
+	for _, name := range []string{p.cert, p.key} {
+		// Through symbolic links: a secret's volume swaps the ..data link.
+		if st, err := os.Stat(name); err == nil {
+			stamp += fmt.Sprintf("%d.%d;", st.ModTime().UnixNano(), st.Size())
+		}
+	}
+	if stamp == p.stamp && p.pair != nil {
+		return p.pair, nil
+	}
+	pair, err := tls.LoadX509KeyPair(p.cert, p.key)
+	if err != nil {
+		return p.pair, err
+	}
+	p.pair, p.stamp = &pair, stamp
+	return p.pair, nil
 }

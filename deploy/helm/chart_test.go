@@ -29,14 +29,21 @@ type manifests struct {
 	monitor    *unstructured.Unstructured
 }
 
+// parseValues reads values as helm install's --values file.
+func parseValues(values string) (map[string]any, error) {
+	var vals map[string]any
+	err := yaml.Unmarshal([]byte(values), &vals)
+	return vals, err
+}
+
 func render(t *testing.T, values string) (*manifests, error) {
 	t.Helper()
 	chrt, err := loader.Load("rlfn-rls")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vals map[string]any
-	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+	vals, err := parseValues(values)
+	if err != nil {
 		t.Fatal(err)
 	}
 	rv, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: "edge", Namespace: "rl", IsInstall: true}, chartutil.DefaultCapabilities)
@@ -126,13 +133,21 @@ func TestChartDefaults(t *testing.T) {
 	if m.job.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade" || strings.Join(m.job.Spec.Template.Spec.Containers[0].Args, " ") != "deploy --yes" {
 		t.Errorf("job %v %v", m.job.Annotations, m.job.Spec.Template.Spec.Containers[0].Args)
 	}
+	// The Job's pod is no pod of the service: its Service and budget do not count it.
+	selected := true
+	for k, v := range m.service.Spec.Selector {
+		selected = selected && m.job.Spec.Template.Labels[k] == v
+	}
+	if selected {
+		t.Errorf("the Service selects the deploy Job's pod: %v", m.job.Spec.Template.Labels)
+	}
+	if strings.Contains(args(d), "--reconcile") || strings.Contains(args(d), "--metrics") || len(m.service.Spec.Ports) != 2 {
+		t.Errorf("args %s, ports %v: options not asked for", args(d), m.service.Spec.Ports)
+	}
 }
 
-// Every documented option, together: URLs from Secrets (the service's and the deployer's
-// ACL users), the server's CA, the configuration over xDS with mutual TLS, mutual TLS on
-// the gRPC listener, a ServiceMonitor.
-func TestChartEveryOption(t *testing.T) {
-	m, err := render(t, `
+// everyOption sets every documented value.
+const everyOption = `
 replicas: 3
 urlSecret: {name: rls-user, key: url}
 serverCA: {secret: valkey-ca, key: ca.crt}
@@ -140,14 +155,26 @@ config:
   source: xds
   xds: {server: envoy-gateway:18001, node: envoy-ratelimit, tlsSecret: envoy-rate-limit}
 grpcTLS: {secret: rls-tls, clientAuth: true}
+image: {repository: registry.example/rlfn/rlfn-rls, tag: 1.3.0, pullPolicy: Always}
 fallback: local
+deadline: 50ms
+headers: draft
 extraArgs: [--denial-cache=10000]
+metricsPort: 19001
+reconcile: true
 podDisruptionBudget: {enabled: true, minAvailable: 2}
 serviceMonitor: {enabled: true, interval: 15s, labels: {release: prometheus}}
 deployJob:
+  image: {repository: registry.example/rlfn/rlfn, tag: 1.3.0, pullPolicy: Always}
   urlSecret: {name: deployer-user, key: url}
   acceptWarnings: [lua-security]
-`)
+`
+
+// Every documented option, together: URLs from Secrets (the service's and the deployer's
+// ACL users), the server's CA, the configuration over xDS with mutual TLS, mutual TLS on
+// the gRPC listener, a ServiceMonitor.
+func TestChartEveryOption(t *testing.T) {
+	m, err := render(t, everyOption)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +184,7 @@ deployJob:
 	a := args(m.deployment)
 	for _, want := range []string{"--xds-server=envoy-gateway:18001", "--xds-node=envoy-ratelimit", "--xds-tls-cert=/etc/rlfn-rls/xds-tls/tls.crt",
 		"--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt", "--grpc-tls-client-ca=/etc/rlfn-rls/grpc-tls/ca.crt", "--tls-ca=/etc/rlfn-rls/server-ca/ca.crt",
-		"--fallback=local", "--instances=3", "--denial-cache=10000"} {
+		"--fallback=local", "--instances=3", "--denial-cache=10000", "--metrics=:19001", "--reconcile", "--deadline=50ms", "--headers=draft"} {
 		if !strings.Contains(a, want) {
 			t.Errorf("args %s lack %s", a, want)
 		}
@@ -184,8 +211,19 @@ deployJob:
 	}
 	labels, _, _ := unstructured.NestedStringMap(m.monitor.Object, "metadata", "labels")
 	eps, _, _ := unstructured.NestedSlice(m.monitor.Object, "spec", "endpoints")
-	if labels["release"] != "prometheus" || len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" {
+	if labels["release"] != "prometheus" || len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" || eps[0].(map[string]any)["port"] != "metrics" {
 		t.Errorf("ServiceMonitor %v", m.monitor.Object)
+	}
+	// The metrics port, named as the ServiceMonitor names it, on the pod and the Service.
+	var servicePort, podPort bool
+	for _, p := range m.service.Spec.Ports {
+		servicePort = servicePort || p.Name == "metrics" && p.Port == 19001 && p.TargetPort.String() == "metrics"
+	}
+	for _, p := range m.deployment.Spec.Template.Spec.Containers[0].Ports {
+		podPort = podPort || p.Name == "metrics" && p.ContainerPort == 19001
+	}
+	if !servicePort || !podPort {
+		t.Errorf("metrics port: Service %v, pod %v", m.service.Spec.Ports, m.deployment.Spec.Template.Spec.Containers[0].Ports)
 	}
 }
 

@@ -1,0 +1,116 @@
+package helm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// binaries builds rlfn-rls and rlfn from the repository once per test binary, for the test
+// that gives them the chart's arguments.
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		binaries.dir, binaries.err = os.MkdirTemp("", "rlfn-chart-")
+		if binaries.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binaries.dir, "./cmd/rlfn-rls", "./cmd/rlfn")
+		// The main module, two directories up: not this module's go.mod.
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+		binaries.out, binaries.err = cmd.CombinedOutput()
+	})
+	if binaries.err != nil {
+		t.Fatalf("go build: %v\n%s", binaries.err, binaries.out)
+	}
+	return binaries.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+// accepts runs bin with args and --help: the real binary parses every argument with its own
+// flags (a flag it lacks, or a value its flag cannot take, is an error) and, the help asked,
+// stops before connecting or reading anything. The environment is empty, so that no
+// variable of the test's stands in for an argument. Only the help shown says all parsed: a
+// refused flag prints its error alone (rlfn then exits 0 all the same).
+func accepts(bin string, args []string) error {
+	cmd := exec.Command(bin, append(append([]string{}, args...), "--help")...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "USAGE:") || strings.HasPrefix(string(out), filepath.Base(bin)+":") {
+		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// checkContainer checks c's arguments and variables against bin, the binary of its image.
+func checkContainer(t *testing.T, bin string, c corev1.Container) {
+	t.Helper()
+	if len(c.Command) > 0 {
+		t.Fatalf("%s: a command %v replaces the image's entrypoint: this test knows only the entrypoints", c.Name, c.Command)
+	}
+	for _, e := range c.Env {
+		if !strings.HasPrefix(e.Name, "RLFN_") {
+			t.Errorf("%s: $%s is no variable of rlfn's", c.Name, e.Name)
+		}
+	}
+	if err := accepts(bin, c.Args); err != nil {
+		t.Error(err)
+	}
+}
+
+// Every argument the chart gives a container, with its defaults and with every option, is
+// one the binary in that container's image accepts: rlfn-rls for the Deployment, rlfn for
+// the deploy Job (both built here from the repository, their flag sets the real ones).
+func TestChartArgsAccepted(t *testing.T) {
+	dir := buildBinaries(t)
+	for name, values := range map[string]string{"defaults": "", "every option": everyOption} {
+		t.Run(name, func(t *testing.T) {
+			m, err := render(t, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range m.deployment.Spec.Template.Spec.Containers {
+				checkContainer(t, filepath.Join(dir, "rlfn-rls"), c)
+			}
+			for _, c := range m.job.Spec.Template.Spec.Containers {
+				checkContainer(t, filepath.Join(dir, "rlfn"), c)
+			}
+		})
+	}
+	// What the binaries refuse fails it.
+	for _, bad := range []struct {
+		bin  string
+		args []string
+	}{
+		{"rlfn", []string{"deploy", "--yes", "--acept-warning=lua-security"}},
+		{"rlfn", []string{"deploy", "--yes", "--parallel=four"}},
+		{"rlfn-rls", []string{"--deadline=100"}},
+		{"rlfn-rls", []string{"--reconcile=maybe"}},
+		{"rlfn-rls", []string{"--metric=:19001"}},
+	} {
+		if err := accepts(filepath.Join(dir, bad.bin), bad.args); err == nil {
+			t.Errorf("%s %v: accepted", bad.bin, bad.args)
+		}
+	}
+}
