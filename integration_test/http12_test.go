@@ -16,8 +16,9 @@ import (
 	"github.com/rlfn/rlfn/versions"
 )
 
-// client/httplimit on library 1.2.0 (the working copy, which every target loads): routes
-// whose limits have a Penalty, blocks set by hand, and calendar quotas, over real HTTP.
+// client/httplimit on what library 1.2.0 brought (every target loads the working copy, a
+// later release): routes whose limits have a Penalty, blocks set by hand, and calendar quotas,
+// over real HTTP.
 
 // blockedBody is the part of a 429's JSON body these tests read.
 type blockedBody struct {

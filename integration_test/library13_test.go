@@ -688,15 +688,10 @@ func TestRollbackTo12KeepsHolds(t *testing.T) {
 	}
 }
 
-// sourceOf13 is release 1.3.0's code: the working copy until it is released.
+// sourceOf13 is release 1.3.0's code, as versions/ pins it.
 func sourceOf13(t *testing.T) string {
-	for _, r := range lineage(t) {
-		if r.Version == "1.3.0" {
-			return r.Code
-		}
-	}
-	t.Fatal("no release 1.3.0")
-	return ""
+	t.Helper()
+	return release(t, "1.3.0").Code
 }
 
 // holdKeyState is a hold key as read in one script: its marker, its holds' records and its

@@ -19,8 +19,7 @@ import (
 	"github.com/rlfn/rlfn/versions"
 )
 
-// loadCode loads code as the ratelimit library on s: the working copy (1.2.0), which is not
-// released yet, or a release's.
+// loadCode loads code as the ratelimit library on s: the working copy, or a release's.
 func loadCode(t *testing.T, s *harness.Server, code string) valkey.Client {
 	t.Helper()
 	vk := s.Client(t)

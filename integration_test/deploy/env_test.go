@@ -14,7 +14,6 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/rlfn/rlfn/deployer"
-	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/versions"
 )
@@ -95,14 +94,9 @@ func isReplica(t testing.TB, c valkey.Client) bool {
 // a major version change that no release makes yet.
 var (
 	releases = func() versions.Set {
-		set := slices.Clip(versions.Embedded())
-		// The working copy, when it declares a version no release has yet: the candidate the
-		// next release will pin, deployed as the deployer will deploy it then.
-		if v, err := versions.Declared(functions.Source); err == nil {
-			if _, ok := set.Find(v); !ok {
-				set = append(set, versions.Release{Version: v, Code: functions.Source})
-			}
-		}
+		// Only released code: what rlfn deploys is what these tests deploy. The working copy
+		// is checked against the newest release by versions' tests.
+		set := versions.Embedded()
 		latest := set.Latest()
 		major := strings.Replace(latest.Code, "local VERSION = '"+latest.Version+"'", "local VERSION = '2.0.0'", 1)
 		if major == latest.Code || versions.Major(latest.Version) != "1" {
