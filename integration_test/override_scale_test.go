@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,10 @@ import (
 //     (INFO latencystats) are logged.
 //
 //     go test ./integration_test -run '^$' -bench OverrideScale -benchtime 60x -timeout 60m
+//
+// RLFN_OVERRIDES_PIN=1 gives the servers the first core and this process, its workers and the
+// CLI (which inherit it) the others (taskset), so that a server's command is not measured
+// with the time the host's scheduler gave a worker: what a server of its own would log.
 //
 // RLFN_OVERRIDES_REDIS=1 runs it on Redis 7.0 too.
 func BenchmarkOverrideScale(b *testing.B) {
@@ -170,6 +175,9 @@ func (w *worker) next(b *testing.B, want string, timeout time.Duration) workerEv
 
 func overrideScale(b *testing.B, tg *target, n int, idle time.Duration, bin string) {
 	prefix := keyFor(b) + ":"
+	if os.Getenv("RLFN_OVERRIDES_PIN") == "1" {
+		pinServers(b)
+	}
 	nodes := tg.c.Nodes()
 	addrs := strings.Join(slices.Sorted(maps.Keys(nodes)), ",")
 	// room for every decision the loaded host holds past 1 ms too
@@ -415,7 +423,9 @@ func overrideScale(b *testing.B, tg *target, n int, idle time.Duration, bin stri
 			slowest = max(slowest, us)
 			if us >= 1000 {
 				slow++
-				b.Errorf("SLOWLOG %s: %d µs: %.80s", addr, us, strings.Join(args, " "))
+				if slow <= 20 { // the count and the slowest are in the summary below
+					b.Errorf("SLOWLOG %s: %d µs: %.80s", addr, us, strings.Join(args, " "))
+				}
 			}
 		}
 	}
@@ -448,9 +458,32 @@ func overrideScale(b *testing.B, tg *target, n int, idle time.Duration, bin stri
 	b.ReportMetric(float64(slowest), "slowest-us")
 	b.ReportMetric(float64(slowFcall), "slow-fcall")
 	b.ReportMetric(float64(fcallSlowest), "fcall-slowest-us")
+	// The figures again, for a run that failed (a failed benchmark prints no metrics).
 	b.Logf("%d overrides, %d changes (%d after %s idle), %d decisions, %d store reads while changing; starts %v",
 		n, len(took), idleChanges, idle, dec, readsAfter-readsBefore, starts)
+	b.Logf("busy p50/p99/max %.1f/%.1f/%.1f ms, bad busy %d; idle stale %d, after a minute %d; fallback %d of %d (control %d of %d); "+
+		"%.0f B/override; SLOWLOG at 1 ms: %d of the override path (slowest %d µs), %d FCALL (slowest %d µs)",
+		ms(took[len(took)/2]), ms(took[len(took)*99/100]), ms(took[len(took)-1]), badBusy, stale, idleStale,
+		fallback, dec, controlFallback, controlDec, heapSum/float64(len(heap)), slow, slowest, slowFcall, fcallSlowest)
 	for _, w := range append(workers, control) {
 		w.send(b, "stop")
 	}
+}
+
+// pinServers puts every Valkey and Redis server of the host on CPU 0 and this process (and so
+// every process it starts) on the others.
+func pinServers(b *testing.B) {
+	out, err := exec.Command("pgrep", "-f", "valkey-server|redis-server").Output()
+	if err != nil {
+		b.Fatalf("pgrep: %v", err)
+	}
+	pin := func(cpus, pid string) {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, pid).CombinedOutput(); err != nil {
+			b.Fatalf("taskset %s %s: %v\n%s", cpus, pid, err, out)
+		}
+	}
+	for _, pid := range strings.Fields(string(out)) {
+		pin("0", pid)
+	}
+	pin(fmt.Sprintf("1-%d", runtime.NumCPU()-1), strconv.Itoa(os.Getpid()))
 }
