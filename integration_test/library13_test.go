@@ -468,26 +468,7 @@ func TestHoldBudgetUnderConcurrency(t *testing.T) {
 			return group(limiter{fn: "rl_fixed_window", args: windowArgs(window)}, budget, cost, 0)
 		}
 		var settled, cut, calls atomic.Int64
-		stop := make(chan struct{})
-		var samples, worst atomic.Int64
-		var sampler sync.WaitGroup
-		sampler.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				charged, held := sample(t, tg.c, keys)
-				samples.Add(1)
-				if charged > budget || held > charged {
-					t.Errorf("sampled: %d charged, %d held, budget %d", charged, held, budget)
-				}
-				if charged > worst.Load() {
-					worst.Store(charged)
-				}
-			}
-		})
+		stopSampling := sampleBudget(t, tg.c, keys, budget)
 		var wg sync.WaitGroup
 		errs := make(chan error, holders)
 		for w := range holders {
@@ -537,15 +518,14 @@ func TestHoldBudgetUnderConcurrency(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		close(stop)
-		sampler.Wait()
+		samples, worst := stopSampling()
 		close(errs)
 		for err := range errs {
 			t.Fatal(err)
 		}
 		charged, held := sample(t, tg.c, keys)
 		t.Logf("%d holders, %d calls: %d units settled, %d charged, %d held at the end, %d streams cut, %d samples, at most %d charged",
-			holders, calls.Load(), settled.Load(), charged, held, cut.Load(), samples.Load(), worst.Load())
+			holders, calls.Load(), settled.Load(), charged, held, cut.Load(), samples, worst)
 		if held != 0 || charged != settled.Load() || charged > budget {
 			t.Fatalf("in the end: %d charged, %d held, %d settled; budget %d", charged, held, settled.Load(), budget)
 		}
@@ -553,6 +533,35 @@ func TestHoldBudgetUnderConcurrency(t *testing.T) {
 			t.Fatalf("the holders stopped with %d of %d charged", charged, budget)
 		}
 	})
+}
+
+// sampleBudget samples a budget's keys (sample) again and again until the returned stop is
+// called, and fails the test on any sample with more charged than the budget or more held than
+// charged; stop says how many samples it took and the most it saw charged.
+func sampleBudget(t testing.TB, c valkey.Client, keys []string, budget int64) (stop func() (samples, worst int64)) {
+	done := make(chan struct{})
+	var samples, worst int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			charged, held := sample(t, c, keys)
+			samples++
+			if charged > budget || held > charged {
+				t.Errorf("sampled: %d charged, %d held, budget %d", charged, held, budget)
+			}
+			worst = max(worst, charged)
+		}
+	})
+	return func() (int64, int64) {
+		close(done)
+		wg.Wait()
+		return samples, worst
+	}
 }
 
 // sample reads, atomically (one script), a fixed window's count and the units its holds hold.

@@ -29,26 +29,7 @@ func TestClientMetersShareABudget(t *testing.T) {
 		// a window of 10^11 ms: the budget never resets during the test
 		tokens := client.FixedWindow{Limit: budget, Window: 100_000_000_000 * time.Millisecond}
 		keys := []string{lim.Key(key, tokens), holdKeyOf(lim, key, tokens)}
-		stop := make(chan struct{})
-		var samples, worst atomic.Int64
-		var sampler sync.WaitGroup
-		sampler.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				charged, held := sample(t, tg.c, keys)
-				samples.Add(1)
-				if charged > budget || held > charged {
-					t.Errorf("sampled: %d charged, %d held, budget %d", charged, held, budget)
-				}
-				if charged > worst.Load() {
-					worst.Store(charged)
-				}
-			}
-		})
+		stopSampling := sampleBudget(t, tg.c, keys, budget)
 		var settled, cut, denied atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, streams)
@@ -90,15 +71,14 @@ func TestClientMetersShareABudget(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		close(stop)
-		sampler.Wait()
+		samples, worst := stopSampling()
 		close(errs)
 		for err := range errs {
 			t.Fatal(err)
 		}
 		charged, held := sample(t, tg.c, keys)
 		t.Logf("%d streams: %d tokens settled, %d charged (%d short of the budget), %d held at the end, %d cut, %d refused, %d samples, at most %d charged",
-			streams, settled.Load(), charged, budget-charged, held, cut.Load(), denied.Load(), samples.Load(), worst.Load())
+			streams, settled.Load(), charged, budget-charged, held, cut.Load(), denied.Load(), samples, worst)
 		if held != 0 || charged != settled.Load() || charged > budget {
 			t.Fatalf("in the end: %d charged, %d held, %d settled; budget %d", charged, held, settled.Load(), budget)
 		}
