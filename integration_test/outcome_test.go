@@ -431,7 +431,9 @@ func TestOutcomeHTTPCostPerLimit(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("request 3: %d %q", r.status, r.body)
 		}
-		if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_710 {
+		// The bucket refills 2.5 tokens a ms: up to 100 ms between the settle and this peek is
+		// 250 more; a settle that kept the estimate leaves 10,000, one that gave back all 50,000.
+		if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_950 {
 			t.Errorf("%d tokens left, want 49700 (and what refilled since)", got)
 		}
 		if got := remaining(t, lim, "requests", key, requests); got != 58 {
