@@ -89,36 +89,77 @@ func (s *gatewayService) ask(req *pb.RateLimitRequest) (*pb.RateLimitResponse, e
 	return s.rls.ShouldRateLimit(ctx, req)
 }
 
-// startGatewayService runs bin with env (and the test's own environment under it), stopped
+// startGatewayService runs bin with env() (and the test's own environment under it), stopped
 // when the test ends, and returns a client of its gRPC listener speaking TLS as Envoy does
-// under Envoy Gateway: trusting the CA, presenting the same certificate.
-func startGatewayService(t *testing.T, name, bin string, env map[string]string, clientTLS *tls.Config) *gatewayService {
+// under Envoy Gateway: trusting the CA, presenting the same certificate. env picks its ports
+// free a moment before the process binds them, so another process on the machine (a test
+// package running beside this one) can take one first: a start that ends with "address
+// already in use" is tried again on fresh ports, up to three times.
+func startGatewayService(t *testing.T, name, bin string, env func() map[string]string, clientTLS *tls.Config) *gatewayService {
 	t.Helper()
-	cmd := exec.Command(bin)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	for try := 1; ; try++ {
+		e := env()
+		s := &gatewayService{name: name, out: &harness.Buffer{}, metrics: "http://" + e["PROMETHEUS_ADDR"] + "/metrics", exited: make(chan struct{})}
+		cmd := exec.Command(bin)
+		cmd.Env = os.Environ()
+		for k, v := range e {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		cmd.Stdout, cmd.Stderr = s.out, s.out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = cmd.Wait()
+			close(s.exited)
+		}()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-s.exited
+		})
+		grpcAddr := e["GRPC_HOST"] + ":" + e["GRPC_PORT"]
+		if !listening(s, grpcAddr) {
+			if try < 3 && strings.Contains(s.out.String(), "address already in use") {
+				t.Logf("%s: a port was taken before it could listen; again on fresh ports:\n%s", name, tail(s.out.String()))
+				continue
+			}
+			t.Fatalf("%s ended before it listened on %s:\n%s", name, grpcAddr, tail(s.out.String()))
+		}
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		s.rls = pb.NewRateLimitServiceClient(conn)
+		return s
 	}
-	s := &gatewayService{name: name, out: &harness.Buffer{}, metrics: "http://" + env["PROMETHEUS_ADDR"] + "/metrics", exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+}
+
+// listening waits until addr takes a TCP connection, and says false if s ends first (or
+// has not listened in a minute).
+func listening(s *gatewayService, addr string) bool {
+	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-s.exited:
+			return false
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return true
+		}
 	}
-	go func() {
-		_ = cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-s.exited
-	})
-	conn, err := grpc.NewClient(env["GRPC_HOST"]+":"+env["GRPC_PORT"], grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
-	if err != nil {
-		t.Fatal(err)
+	return false
+}
+
+// tail is the end of a process's output, where the reason it stopped is: its start logs
+// one line per variable of Envoy Gateway's environment, several thousand bytes.
+func tail(out string) string {
+	const max = 6000
+	if len(out) > max {
+		return "..." + out[len(out)-max:]
 	}
-	t.Cleanup(func() { conn.Close() })
-	s.rls = pb.NewRateLimitServiceClient(conn)
-	return s
+	return out
 }
 
 // waitGatewayLimit asks s with fresh users until rule 0's limit is n, and says how long it
@@ -133,11 +174,11 @@ func waitGatewayLimit(t *testing.T, s *gatewayService, n uint32) time.Duration {
 		}
 		select {
 		case <-s.exited:
-			t.Fatalf("%s ended:\n%.4000s", s.name, s.out.String())
+			t.Fatalf("%s ended:\n%s", s.name, tail(s.out.String()))
 		default:
 		}
 		if time.Since(start) > 60*time.Second {
-			t.Fatalf("%s: the limit never became %d: %v %v\n%.4000s", s.name, n, resp, err, s.out.String())
+			t.Fatalf("%s: the limit never became %d: %v %v\n%s", s.name, n, resp, err, tail(s.out.String()))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -231,18 +272,21 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 	}
 	var services []*gatewayService
 	for _, s := range []struct{ name, bin string }{{"reference", refBin}, {"rlfn-rls", ours}} {
-		env := envoyGatewayEnv(srv.Addr, xds.Addr, certs, loopbackPorts(t, 3))
-		// redis-tls-settings.yaml: a Redis TLS certificateRef.
-		env["REDIS_TLS"] = "true"
-		env["REDIS_TLS_CLIENT_CERT"] = filepath.Join(redisCerts, "tls.crt")
-		env["REDIS_TLS_CLIENT_KEY"] = filepath.Join(redisCerts, "tls.key")
-		env["SSL_CERT_FILE"] = filepath.Join(certs, "ca.crt")
-		if s.name == "reference" {
-			env["DEBUG_HOST"], env["DEBUG_PORT"] = "127.0.0.1", fmt.Sprint(loopbackPorts(t, 1)[0])
-		} else {
-			// The reference waits up to REDIS_TIMEOUT, 10 s, for Redis; rlfn-rls's 100ms
-			// default is for a quiet network, not a test machine shared by many.
-			env["RLFN_RLS_DEADLINE"] = "2s"
+		env := func() map[string]string {
+			env := envoyGatewayEnv(srv.Addr, xds.Addr, certs, loopbackPorts(t, 3))
+			// redis-tls-settings.yaml: a Redis TLS certificateRef.
+			env["REDIS_TLS"] = "true"
+			env["REDIS_TLS_CLIENT_CERT"] = filepath.Join(redisCerts, "tls.crt")
+			env["REDIS_TLS_CLIENT_KEY"] = filepath.Join(redisCerts, "tls.key")
+			env["SSL_CERT_FILE"] = filepath.Join(certs, "ca.crt")
+			if s.name == "reference" {
+				env["DEBUG_HOST"], env["DEBUG_PORT"] = "127.0.0.1", fmt.Sprint(loopbackPorts(t, 1)[0])
+			} else {
+				// The reference waits up to REDIS_TIMEOUT, 10 s, for Redis; rlfn-rls's 100ms
+				// default is for a quiet network, not a test machine shared by many.
+				env["RLFN_RLS_DEADLINE"] = "2s"
+			}
+			return env
 		}
 		services = append(services, startGatewayService(t, s.name, s.bin, env, mutual()))
 	}
@@ -260,11 +304,11 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 		for i, req := range reqs {
 			want, err := ref.ask(req)
 			if err != nil {
-				t.Fatalf("reference, request %d %v: %v\n%.4000s", i, req, err, ref.out.String())
+				t.Fatalf("reference, request %d %v: %v\n%s", i, req, err, tail(ref.out.String()))
 			}
 			got, err := rlfn.ask(req)
 			if err != nil {
-				t.Fatalf("rlfn-rls, request %d %v: %v\n%.4000s", i, req, err, rlfn.out.String())
+				t.Fatalf("rlfn-rls, request %d %v: %v\n%s", i, req, err, tail(rlfn.out.String()))
 			}
 			if diff := gatewayDiff(want, got); diff != "" {
 				t.Fatalf("request %d %v:\n%s", i, req, diff)
