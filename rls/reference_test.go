@@ -454,6 +454,42 @@ descriptors:
 	}
 }
 
+// Envoy AI Gateway's flow (a check of hits 0 on the request path, the response's tokens
+// charged when the stream is done) under ChargeWhatFits answers as the reference, field by
+// field, but where the budget is spent to the unit: the reference's count is then at its
+// limit and admits a check, rlfn's refuses it, as it does a count the reference has taken
+// past its limit (rlfn's never goes past).
+func TestReferenceResponseCost(t *testing.T) {
+	b := backends(t)[0]
+	cfg := `
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+	ref := referenceService(t, b, cfg)
+	ours := newRig(t, b, cfg, client.Options{}, rls.ServerOptions{}, rls.Options{ChargeWhatFits: true})
+	check := request("llm", hits(desc("user", "a"), 0))
+	done := func(tokens uint64) *pb.RateLimitRequest { return request("llm", hits(desc("user", "a"), tokens)) }
+	compare(t, ref, ours, []step{
+		{check, 1}, {done(40), 1}, {check, 1}, {done(50), 1}, {check, 1},
+		// 30 tokens with 10 left: the reference counts 130, rlfn 100; both refuse the checks.
+		{done(30), 1}, {check, 2}, {done(5), 1}, {check, 1},
+	})
+	// Spent to the unit: 100 of 100.
+	exact := func(tokens uint64) *pb.RateLimitRequest { return request("llm", hits(desc("user", "b"), tokens)) }
+	compare(t, ref, ours, []step{{exact(60), 1}, {exact(40), 1}})
+	spent := request("llm", hits(desc("user", "b"), 0))
+	want, err := ref.ShouldRateLimit(context.Background(), spent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ours.ask(t, spent)
+	if want.OverallCode != pb.RateLimitResponse_OK || got.OverallCode != pb.RateLimitResponse_OVER_LIMIT || got.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("a check of a budget spent to the unit: reference %v, rlfn %v", want, got)
+	}
+}
+
 // The HTTP/JSON endpoint answers as the reference's /json: the same status codes, the same
 // responses.
 func TestReferenceJSON(t *testing.T) {

@@ -77,6 +77,7 @@ type Service struct {
 	metrics         *Metrics
 	now             func() time.Time
 	prefix          string
+	fill            bool // Options.ChargeWhatFits
 	bounds          *bounds
 	undone          *throttledLog // the refunds of undo that failed
 }
@@ -108,6 +109,17 @@ type Options struct {
 	// DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxValueBytes. The client's
 	// Options.MaxRules must allow RulesFor(MaxDescriptors).
 	MaxDescriptors, MaxEntries, MaxValueBytes int
+	// ChargeWhatFits decides each limit of a request's enforced descriptors on its own, and
+	// charges it as much of its hits as it has room for, instead of all or nothing: a
+	// descriptor whose hits did not all fit is OVER_LIMIT, and keeps what it was charged. A
+	// descriptor with hits 0 is refused once its limit has nothing left (without it, hits 0
+	// on a spent limit is OK). This is the accounting of a cost known only after the request
+	// (Envoy AI Gateway's response cost, apply_on_stream_done): the tokens of a response
+	// larger than what is left spend the budget, so the next check is refused, as the
+	// reference's count past its limit refuses it, where all or nothing would charge them
+	// nothing. A limit never counts past its limit. Descriptors with a concurrency limit,
+	// and quota-mode and shadow-mode descriptors, are decided as without it.
+	ChargeWhatFits bool
 	// Log receives a line, at warn and at most once per 10 seconds of each kind (with the
 	// count of those not said), when requests are refused for their size, and when the refunds
 	// of a request refused after its limits admitted (quota mode, a lease refused) fail.
@@ -117,7 +129,7 @@ type Options struct {
 
 // NewService returns a Service deciding with limiter's Limiters, starting with cfg.
 func NewService(limiter LimiterFor, cfg *envoyconf.Config, o Options) *Service {
-	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, dynamicMetadata: o.DynamicMetadata, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix}
+	s := &Service{limiter: limiter, headers: o.Headers, shadow: o.ShadowMode, dynamicMetadata: o.DynamicMetadata, metrics: o.Metrics, now: o.Now, prefix: o.KeyPrefix, fill: o.ChargeWhatFits}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -225,7 +237,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 			enforced = append(enforced, d)
 		}
 	}
-	admitted, err := s.decide(ctx, lim, enforced, false)
+	admitted, err := s.decide(ctx, lim, enforced, false, s.fill)
 	if err != nil {
 		return nil, nil, backendError(err)
 	}
@@ -234,7 +246,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 		// over: each is decided alone, and the request stands if any admits.
 		some := false
 		for _, d := range quota {
-			ok, err := s.decide(ctx, lim, []*descriptor{d}, false)
+			ok, err := s.decide(ctx, lim, []*descriptor{d}, false, false)
 			if err != nil {
 				s.undo(lim, append(enforced, quota...))
 				return nil, nil, backendError(err)
@@ -246,14 +258,14 @@ func (s *Service) shouldRateLimit(ctx context.Context, cfg *envoyconf.Config, re
 			s.undo(lim, enforced)
 		}
 	} else if len(quota) > 0 {
-		if _, err := s.decide(ctx, lim, quota, true); err != nil {
+		if _, err := s.decide(ctx, lim, quota, true, false); err != nil {
 			return nil, nil, backendError(err)
 		}
 	}
 	for _, d := range shadow {
 		// A shadow descriptor never refuses: it takes its hits when the request is admitted,
 		// and is only looked at when it is not (a refused request takes nothing).
-		if _, err := s.decide(ctx, lim, []*descriptor{d}, !admitted); err != nil {
+		if _, err := s.decide(ctx, lim, []*descriptor{d}, !admitted, false); err != nil {
 			if admitted {
 				s.undo(lim, append(enforced, quota...))
 			}
@@ -357,9 +369,10 @@ var escaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
 // another's part early.
 func escape(s string) string { return escaper.Replace(s) }
 
-// decide runs one all-or-nothing decision over ds's limits (peek: without taking), and
-// sets each descriptor's status. It reports whether every limit admitted.
-func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descriptor, peek bool) (bool, error) {
+// decide runs one all-or-nothing decision over ds's limits (peek: without taking; fill:
+// each limit charged what fits, Options.ChargeWhatFits), and sets each descriptor's status.
+// It reports whether every limit admitted.
+func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descriptor, peek, fill bool) (bool, error) {
 	var rules []client.Rule
 	var owners [][]int // the descriptors of each rule
 	var limits []envoyconf.Limit
@@ -393,21 +406,37 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 	}
 	each := make([]client.Result, len(rules))
 	admitted := true
-	// A limit of 0 refuses every hit, with no call: the others are then only looked at.
 	for _, d := range ds {
 		for _, l := range d.rl.Limits {
-			if l.Zero {
-				if d.hits > 0 {
-					admitted = false
-				}
+			if l.Zero && d.hits > 0 {
+				// A limit of 0 refuses every hit, with no call: the others are then only
+				// looked at (charged what fits, with fill).
+				admitted = false
+			}
+			if l.Slots != nil {
+				// A lease is all or nothing: so is the decision it is part of.
+				fill = false
 			}
 		}
 	}
-	if !admitted {
+	if !admitted && !fill {
 		peek = true
 	}
 	if len(rules) > 0 {
-		if peek {
+		if fill && !peek {
+			taken, all, err := fillRules(ctx, lim, rules, each)
+			for j, r := range rules {
+				if taken[j] > 0 {
+					r.Cost = taken[j]
+					d := ds[owners[j][0]]
+					d.took = append(d.took, took{r, each[j]})
+				}
+			}
+			if err != nil {
+				return false, err
+			}
+			admitted = admitted && all
+		} else if peek {
 			// A refused request looks at the other descriptors without taking: one peek
 			// each, for their own status.
 			for i, r := range rules {
@@ -487,6 +516,75 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 		d.status = s.status(d.rl, theirs, mine)
 	}
 	return admitted, nil
+}
+
+// fillRules decides each rule on its own and charges it as much of its Cost as it has room
+// for (Options.ChargeWhatFits), setting each's result: refused unless the whole Cost was
+// charged. A rule of Cost 0 is a check, refused once nothing is left (a peek of 1 unit).
+// The rules that fit are charged by one all-or-nothing call, the common case; when it
+// refuses, each rule with a Cost is asked again for what its reply left, up to 3 times (the
+// others take units between the calls). It returns what each rule was charged, and whether
+// every rule had its whole Cost.
+func fillRules(ctx context.Context, lim *client.Limiter, rules []client.Rule, each []client.Result) ([]int64, bool, error) {
+	taken := make([]int64, len(rules))
+	var costly []client.Rule
+	var at []int // the index in rules of each of costly
+	all := true
+	for j, r := range rules {
+		if r.Cost > 0 {
+			costly, at = append(costly, r), append(at, j)
+			continue
+		}
+		res, err := lim.PeekN(ctx, r.Key, r.Limit, 1)
+		if err != nil {
+			return taken, false, err
+		}
+		each[j] = res // a peek's remaining is what is left, its unit not taken
+		all = all && res.Allowed
+	}
+	if len(costly) == 0 {
+		return taken, all, nil
+	}
+	res, e, err := lim.AllowAllEach(ctx, costly, 0)
+	if err != nil {
+		return taken, false, err
+	}
+	for k, j := range at {
+		each[j] = e[k]
+		if res.Allowed {
+			taken[j] = rules[j].Cost
+		}
+	}
+	if res.Allowed {
+		return taken, all, nil
+	}
+	for _, j := range at {
+		r := rules[j]
+		for try := 0; try < 3; try++ {
+			want := min(r.Cost, each[j].Remaining)
+			if want <= 0 {
+				break
+			}
+			got, err := lim.AllowN(ctx, r.Key, r.Limit, want)
+			if err != nil {
+				return taken, false, err
+			}
+			each[j] = got
+			if got.Allowed {
+				taken[j] = want
+				break
+			}
+		}
+		if taken[j] < r.Cost {
+			all = false
+			if each[j].Allowed {
+				// Charged part of its hits: the rest is refused, until the limit has room
+				// again (its reset bounds that wait).
+				each[j].Allowed, each[j].RetryAfter = false, each[j].ResetAfter
+			}
+		}
+	}
+	return taken, all, nil
 }
 
 func slotsOf(rl *envoyconf.RateLimit) envoyconf.Limit {

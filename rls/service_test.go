@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,6 +203,90 @@ func TestAllOrNothing(t *testing.T) {
 		}
 		if resp := r.ask(t, request("edge", desc("big", "u"))); resp.Statuses[0].LimitRemaining != 1 {
 			t.Fatalf("big took the request a limit of 0 refused: %v", resp)
+		}
+	})
+}
+
+// ChargeWhatFits: a cost known after the response (Envoy AI Gateway's tokens, charged when
+// the stream is done) spends what is left of a budget instead of being refused whole, and a
+// check of hits 0 is refused once the budget is spent.
+func TestChargeWhatFits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{ChargeWhatFits: true})
+		check := func(key, value string, want pb.RateLimitResponse_Code, left uint32) {
+			t.Helper()
+			resp := r.ask(t, request("edge", hits(desc(key, value), 0)))
+			if resp.OverallCode != want || resp.Statuses[0].LimitRemaining != left {
+				t.Fatalf("check of %s=%s: %v, want %v with %d left", key, value, resp, want, left)
+			}
+		}
+		check("big", "u", pb.RateLimitResponse_OK, 5)
+		if resp := r.ask(t, request("edge", hits(desc("big", "u"), 3))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+			t.Fatalf("3 of 5: %v", resp)
+		}
+		check("big", "u", pb.RateLimitResponse_OK, 2)
+		// 4 more than the 2 left: the 2 are charged, the rest refused.
+		resp := r.ask(t, request("edge", hits(desc("big", "u"), 4)))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT ||
+			resp.Statuses[0].LimitRemaining != 0 || resp.Statuses[0].DurationUntilReset.GetSeconds() < 1 {
+			t.Fatalf("4 of the 2 left: %v", resp)
+		}
+		check("big", "u", pb.RateLimitResponse_OVER_LIMIT, 0)
+		if resp := r.ask(t, request("edge", desc("big", "u"))); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("spent: %v", resp)
+		}
+
+		// Descriptors each on their own: key2 (20) charged 20 of 30, big (5) its 3.
+		resp = r.ask(t, request("edge", hits(desc("key2", "v"), 30), hits(desc("big", "v"), 3)))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT ||
+			resp.Statuses[1].Code != pb.RateLimitResponse_OK || resp.Statuses[1].LimitRemaining != 2 {
+			t.Fatalf("30 of 20 beside 3 of 5: %v", resp)
+		}
+		check("key2", "v", pb.RateLimitResponse_OVER_LIMIT, 0)
+		check("big", "v", pb.RateLimitResponse_OK, 2)
+
+		// The limits of one descriptor each on their own: 5 hits on a token bucket of 3 and
+		// a sliding window of 4 charge the bucket its 3 and the window its 4.
+		resp = r.ask(t, request("edge", hits(desc("tb", "w"), 5)))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("5 of a bucket of 3 and a window of 4: %v", resp)
+		}
+		check("tb", "w", pb.RateLimitResponse_OVER_LIMIT, 0)
+
+		// A limit of 0 refuses its descriptor; the other is still charged.
+		resp = r.ask(t, request("edge", hits(desc("big", "z"), 2), desc("closed", "z")))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OK ||
+			resp.Statuses[0].LimitRemaining != 3 || resp.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("beside a limit of 0: %v", resp)
+		}
+
+		// Charges at once never take more than the limit, and fill it: 20 charges of 3 on a
+		// limit of 20 are 6 admitted whole and one charged the 2 left.
+		var wg sync.WaitGroup
+		var ok atomic.Int32
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if resp := r.ask(t, request("edge", hits(desc("key2", "c"), 3))); resp.OverallCode == pb.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if ok.Load() != 6 {
+			t.Fatalf("%d of 20 charges of 3 on a limit of 20 admitted, want 6", ok.Load())
+		}
+		check("key2", "c", pb.RateLimitResponse_OVER_LIMIT, 0)
+
+		// Without it, all or nothing: 4 of the 2 left take nothing, and hits 0 is OK.
+		plain := newRig(t, b, config, client.Options{}, rls.ServerOptions{}, rls.Options{})
+		plain.ask(t, request("edge", hits(desc("big", "u"), 3)))
+		if resp := plain.ask(t, request("edge", hits(desc("big", "u"), 4))); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("all or nothing: %v", resp)
+		}
+		if resp := plain.ask(t, request("edge", hits(desc("big", "u"), 0))); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+			t.Fatalf("all or nothing, then a check: %v", resp)
 		}
 	})
 }

@@ -71,6 +71,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "policy", EnvVars: []string{"RLFN_RLS_POLICY"}, Usage: "a domain's own deadline and fallback: domain:fallback=fail_open,deadline=50ms; repeat for more (in the environment, separated by ;)"},
 			&cli.IntFlag{Name: "instances", Value: 1, EnvVars: []string{"RLFN_RLS_INSTANCES"}, Usage: "replicas sharing the limits, for the local fallback's share"},
 			&cli.StringFlag{Name: "headers", Value: "none", EnvVars: []string{"RLFN_RLS_HEADERS"}, Usage: "rate limit headers for Envoy to add: none, reference (the reference's RateLimit-Limit, -Remaining, -Reset), draft (RateLimit, RateLimit-Policy)"},
+			&cli.BoolFlag{Name: "charge-what-fits", EnvVars: []string{"RLFN_RLS_CHARGE_WHAT_FITS"}, Usage: "charge each limit as many of a request's hits as it has room for, not all or nothing, and refuse hits 0 on a spent limit: for costs known after the response (Envoy AI Gateway's token costs)"},
 			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"RLFN_RLS_SHADOW_MODE"}, Usage: "answer every request OK overall, its statuses still saying which descriptors are over (the reference's SHADOW_MODE)"},
 			&cli.BoolFlag{Name: "dynamic-metadata", EnvVars: []string{"RLFN_RLS_DYNAMIC_METADATA"}, Usage: "add the response's dynamic metadata: the request, and the metadata of the descriptors within their limits (the reference's RESPONSE_DYNAMIC_METADATA)"},
 			&cli.IntFlag{Name: "denial-cache", EnvVars: []string{"RLFN_RLS_DENIAL_CACHE"}, Usage: "answer repeated denials from memory until their retry time, for up to this many keys (the reference's local cache); 0: off"},
@@ -182,7 +183,7 @@ func serve(c *cli.Context) error {
 	}
 	// Close stops the denial caches once the last request is answered.
 	defer func() { _ = limiters.Close(context.Background()) }()
-	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics,
+	svc := rls.NewService(limiters.For, cfg, rls.Options{Headers: headers, ShadowMode: c.Bool("shadow-mode"), ChargeWhatFits: c.Bool("charge-what-fits"), DynamicMetadata: c.Bool("dynamic-metadata"), Metrics: metrics,
 		MaxDescriptors: c.Int("max-descriptors"), MaxEntries: c.Int("max-entries"), MaxValueBytes: c.Int("max-value-bytes"), Log: log})
 	promHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	srv := rls.NewServer(svc, rls.ServerOptions{
