@@ -94,7 +94,7 @@ func serve(c *cli.Context) error {
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
 	logReferenceEnv(c, log)
-	xds, err := xdsSource(c)
+	xds, err := xdsSource(c, log)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -38,7 +39,7 @@ var xdsFlags = []cli.Flag{
 }
 
 // xdsSource is the xDS client the flags describe, or nil without --xds-server.
-func xdsSource(c *cli.Context) (*rls.XDS, error) {
+func xdsSource(c *cli.Context, log *slog.Logger) (*rls.XDS, error) {
 	server := c.String("xds-server")
 	if server == "" {
 		for _, name := range []string{"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name", "xds-headers", "xds-node-metadata"} {
@@ -82,7 +83,7 @@ func xdsSource(c *cli.Context) (*rls.XDS, error) {
 			x.Headers[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	creds, err := xdsCredentials(c)
+	creds, err := xdsCredentials(c, log)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func splitList(s string) []string {
 
 // xdsCredentials are the connection's to the xDS server: TLS (mutual with a certificate)
 // when any TLS flag is given, else plain.
-func xdsCredentials(c *cli.Context) (grpc.DialOption, error) {
+func xdsCredentials(c *cli.Context, log *slog.Logger) (grpc.DialOption, error) {
 	ca, cert, key := c.String("xds-tls-ca"), c.String("xds-tls-cert"), c.String("xds-tls-key")
 	if !c.Bool("xds-tls") && ca == "" && cert == "" && key == "" {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
@@ -127,14 +128,18 @@ func xdsCredentials(c *cli.Context) (grpc.DialOption, error) {
 		return nil, fmt.Errorf("--xds-tls-cert and --xds-tls-key go together")
 	}
 	if cert != "" {
-		// Read on each handshake, so that a rotated certificate (a Kubernetes secret) is used
-		// by the next connection.
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+		// Read again for the next connection once a file has changed (a Kubernetes secret's
+		// rotation); a pair that does not load then leaves the last good one presented.
+		p := &keyPair{cert: cert, key: key}
+		if _, err := p.get(); err != nil {
 			return nil, fmt.Errorf("--xds-tls-cert, --xds-tls-key: %w", err)
 		}
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			c, err := tls.LoadX509KeyPair(cert, key)
-			return &c, err
+			pair, err := p.get()
+			if err != nil {
+				log.Error("the rotated xDS client certificate does not load; the previous one is presented", "err", err)
+			}
+			return pair, nil
 		}
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
