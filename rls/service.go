@@ -117,8 +117,9 @@ type Options struct {
 	// (Envoy AI Gateway's response cost, apply_on_stream_done): the tokens of a response
 	// larger than what is left spend the budget, so the next check is refused, as the
 	// reference's count past its limit refuses it, where all or nothing would charge them
-	// nothing. A limit never counts past its limit. Descriptors with a concurrency limit,
-	// and quota-mode and shadow-mode descriptors, are decided as without it.
+	// nothing. A limit never counts past its limit. Quota-mode and shadow-mode descriptors,
+	// and a request with a concurrency limit among its descriptors (a lease is all or
+	// nothing), are decided as without it.
 	ChargeWhatFits bool
 	// Log receives a line, at warn and at most once per 10 seconds of each kind (with the
 	// count of those not said), when requests are refused for their size, and when the refunds
