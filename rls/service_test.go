@@ -260,6 +260,13 @@ func TestChargeWhatFits(t *testing.T) {
 			t.Fatalf("beside a limit of 0: %v", resp)
 		}
 
+		// A request with a concurrency limit is all or nothing: 9 of big's 5 take nothing.
+		resp = r.ask(t, request("edge", hits(desc("big", "q"), 9), desc("conn", "q", "request_id", "r1")))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("beside a concurrency limit: %v", resp)
+		}
+		check("big", "q", pb.RateLimitResponse_OK, 5)
+
 		// Charges at once never take more than the limit, and fill it: 20 charges of 3 on a
 		// limit of 20 are 6 admitted whole and one charged the 2 left.
 		var wg sync.WaitGroup
