@@ -330,6 +330,30 @@ func TestGRPCMeterSettlesWhatWasSent(t *testing.T) {
 	})
 }
 
+// A policy of calls and tokens on one key (AlsoLimit.SameKey) meters the tokens alone, the
+// limit with a Cost: the call holds 1 call and its estimate, one rl_multi, and is charged 1
+// call and the tokens it sent.
+func TestGRPCMeterCallsAndTokens(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		calls, tokens := never(100), never(100_000)
+		tokens.Name = "tokens"
+		c := meterPair(t, lim, grpclimit.ServerOptions{Default: grpclimit.Policy{Name: "calls", Limit: calls,
+			Also:  []grpclimit.AlsoLimit{{Name: "tokens", Limit: tokens, Cost: estimateOf, SameKey: true}},
+			Meter: &grpclimit.StreamMeter{Units: payloadUnits}}})
+		key := keyFor(t)
+		srvKey := grpclimit.LimiterKey("calls", key)
+		if err := stream(c, meterCtx(ctx5s(t), key, 500), streamOf(30, 5, 0, "")); err != nil {
+			t.Fatal(err)
+		}
+		nc, hc := sample(t, tg.c, []string{lim.Key(srvKey, calls), holdKeyOf(lim, srvKey, calls)})
+		nt, ht := sample(t, tg.c, []string{lim.Key(srvKey, tokens), holdKeyOf(lim, srvKey, tokens)})
+		if nc != 1 || nt != 150 || hc+ht != 0 {
+			t.Errorf("calls %d (held %d), tokens %d (held %d); want 1 and 150, nothing held", nc, hc, nt, ht)
+		}
+	})
+}
+
 // stream runs a StreamingOutputCall to its end and returns its status.
 func stream(c testgrpc.TestServiceClient, ctx context.Context, req *testgrpc.StreamingOutputCallRequest) error {
 	s, err := c.StreamingOutputCall(ctx, req)
