@@ -42,7 +42,7 @@ var required = map[string][]string{
 		"docs_test.go:ExampleLimiter_Meter",
 	},
 	"docs/overrides.md": {"docs_test.go:ExampleOptions_overrides"},
-	"docs/tokens.md":    {"llmlimit/example_test.go:Example"},
+	"docs/tokens.md":    {"llmlimit/example_test.go:Example", "grpclimit/example_test.go:Example_streamMeter"},
 	"docs/http.md": {
 		"httplimit/example_test.go:Example",
 		"httplimit/example_test.go:Example_concurrency",

@@ -34,6 +34,23 @@
 // (Critical), a concurrency lease held for the whole call, a stream's whole life
 // (Concurrency), and counting by outcome (Outcome).
 //
+// # Metered streams
+//
+// A policy's Meter (StreamMeter, library 1.3.0's holds, the model of llmlimit) holds the
+// call's estimate rather than taking it (each limit with a Cost holds that Cost and is
+// metered; every limit when none has one), then takes each message the handler sends from the
+// hold as it goes: StreamMeter.Units(msg) units (the tokens of a chunk), within the hold
+// without a server call, beyond it in growing batches, so a stream of 4,000 units with an
+// estimate of 500 costs 5 calls. When a batch does not fit, the meter takes what the limits
+// have left and cuts the stream: the message it has no room for is not sent, and SendMsg
+// returns codes.ResourceExhausted ("grpclimit: budget of policy <limit> ran out: the stream is
+// cut", with a refusal's RetryInfo and QuotaFailure, and the ratelimit values in the
+// trailers), which the call ends with whatever the handler returns. However the call ends
+// (OK, an error, cancelled, a panic), the hold is settled at what it sent (or at an Outcome's
+// CostTrailer, unless cut; nothing when its Count does not count the call); a failed settle goes
+// to OnError as an *UnsettledError. A unary response is sent whole and settled at its units.
+// A limit's charged and held units are never above it.
+//
 // # Client
 //
 // NewClient's interceptors pace outgoing calls through a limit shared by every instance

@@ -260,3 +260,51 @@ func Example_tokens() {
 	// Output:
 	// 1.1.0 calls:org-7
 }
+
+// An LLM service whose Generate method streams chunks of tokens, with "60 calls and 150,000
+// tokens a minute" per organisation: each call holds one call and its estimate of tokens
+// (its max_tokens, in the "x-max-tokens" metadata) before its handler runs; each chunk the
+// handler sends draws its tokens from the hold first (in batches beyond it); a stream whose
+// budget runs out is cut ResourceExhausted; the call is charged the tokens it sent.
+func Example_streamMeter() {
+	estimate := func(ctx context.Context, _ string, _ any) int64 {
+		v := metadata.ValueFromIncomingContext(ctx, "x-max-tokens")
+		if len(v) == 0 {
+			return 4096
+		}
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil {
+			return -1 // the caller's fault: refused InvalidArgument
+		}
+		return n
+	}
+	// The tokens of a message the handler sends: here any message with a GetTokens method, as
+	// the service's own chunk message has.
+	tokens := func(msg any) int64 {
+		if c, ok := msg.(interface{ GetTokens() int64 }); ok {
+			return c.GetTokens()
+		}
+		return 0
+	}
+	generate := grpclimit.Policy{
+		Name:  "calls",
+		Limit: client.SlidingWindow{Limit: 60, Window: time.Minute},
+		// the limit with a Cost is the one metered; the calls' limit holds 1, and keeps it
+		Also: []grpclimit.AlsoLimit{{Name: "tokens", Unit: "tokens", Cost: estimate, SameKey: true,
+			Limit: client.TokenBucket{Capacity: 150_000, Rate: 150_000, Period: time.Minute}}},
+		Meter: &grpclimit.StreamMeter{Units: tokens},
+	}
+	// With a *client.Limiter lim (see Example):
+	//	grpclimit.NewServer(lim, grpclimit.ServerOptions{Key: grpclimit.Metadata("x-org"),
+	//		Methods: map[string]grpclimit.Policy{"/llm.v1.Model/Generate": generate}})
+	// In the handler, a Send that returns an error ends the stream; the cut's is
+	// ResourceExhausted "grpclimit: budget of policy tokens ran out: the stream is cut":
+	//	if err := stream.Send(chunk); err != nil {
+	//		return err
+	//	}
+
+	// Holds need library 1.3.0 on every node (Server.Check tells).
+	fmt.Println(grpclimit.Needs(generate))
+	// Output:
+	// 1.3.0
+}

@@ -111,6 +111,11 @@ type Policy struct {
 	// Outcome, when not nil, settles the call by how it ended (see Outcome). Default (nil):
 	// the decision before the call is final.
 	Outcome *Outcome
+	// Meter, when not nil, holds the call's estimate rather than taking it, meters the
+	// messages its handler sends as they go, cuts a stream whose budget runs out, and settles
+	// the call at what it sent (see StreamMeter; library 1.3.0). Default (nil): the call is
+	// decided once, before its handler.
+	Meter *StreamMeter
 	// NearLimit, from 0 to 1, is the soft limit that warns before the limit refuses: a call
 	// admitted with at least this share of its deciding limit used (1 - remaining / limit)
 	// gets the header metadata ratelimit-near naming the policy ("api"), and is counted in

@@ -173,6 +173,11 @@ func (s *Server) compile(p Policy) (*Policy, error) {
 	if _, ok := s.lim.(MultiDecider); !ok && (decide.Several(spec(p)) || p.Cost != nil) {
 		return nil, ErrNoMultiDecider
 	}
+	if p.Meter != nil {
+		if err := checkMeter(s.lim, &p); err != nil {
+			return nil, err
+		}
+	}
 	if p.Outcome != nil {
 		if _, ok := s.lim.(Settler); !ok {
 			return nil, ErrNoSettler
@@ -209,7 +214,7 @@ func checkPolicy(p *Policy) error {
 // spec is p as the decision's checks see it.
 func spec(p Policy) decide.Spec {
 	s := decide.Spec{Limit: p.Limit, Concurrency: p.Concurrency != nil, Shadow: p.Shadow, EnforcePercent: p.EnforcePercent,
-		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst}
+		Refunds: p.Outcome != nil && !p.Outcome.CheckFirst, Holds: p.Meter != nil}
 	for _, rule := range p.Also {
 		s.Also = append(s.Also, rule.named())
 	}
@@ -271,6 +276,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	defer c.recover(ctx)
 	resp, err = handler(ctx, req)
+	if c.mt != nil {
+		c.mt.unaryResponse(resp, err)
+	}
 	c.end(ctx, status.Code(err))
 	return resp, err
 }
@@ -295,11 +303,17 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		}
 		ss = &costServerStream{ServerStream: ss, ctx: ctx, cost: c.cost}
 	}
+	if c.mt != nil {
+		ss = &meteredStream{ServerStream: ss, c: &c}
+	}
 	defer c.recover(ctx)
 	// A stream's handler returns however the stream ends: its client cancels or its deadline
 	// passes (the context ends, and a handler that reads or sends gets the error), it fails,
 	// or it finishes. The lease is released then, on every one of these paths.
 	err = handler(srv, ss)
+	if c.mt != nil && c.mt.cut != nil {
+		err = c.mt.cut // cut by its meter: whatever the handler made of it, the call ends so
+	}
 	c.end(ctx, status.Code(err))
 	return err
 }
@@ -315,6 +329,7 @@ type call struct {
 	// whether each rule had a Cost function: its cost was an estimate
 	measured []bool
 	cost     *costStream // the cost trailer, with Outcome.CostTrailer
+	mt       *metering   // the call's meter, with a Meter
 }
 
 // recover settles a call whose handler panicked as failed (Internal), then panics on: a
@@ -340,6 +355,10 @@ func (c *call) end(ctx context.Context, code codes.Code) {
 		if _, err := c.lease.Release(ctx); err != nil {
 			c.s.report(ctx, c.method, decide.Unreleased, p.Name, err)
 		}
+	}
+	if c.mt != nil {
+		c.settle(ctx, p, code)
+		return
 	}
 	o := p.Outcome
 	if o == nil || len(c.rules) == 0 {
@@ -392,7 +411,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 	var set decide.Set
 	c := call{s: s, p: p, method: method}
 	switch {
-	case len(p.Also) == 0 && !shadow && p.Outcome == nil && p.Cost == nil:
+	case len(p.Also) == 0 && !shadow && p.Outcome == nil && p.Cost == nil && p.Meter == nil:
 		// the common policy, one limit: no rule slices
 		if p.Limit == nil {
 			return s.concurrent(ctx, dctx, method, p, key, call{})
@@ -408,6 +427,8 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			return call{}, nil // every limit in shadow: served
 		case len(set.Enforced) == 0:
 			return s.concurrent(ctx, dctx, method, p, key, call{})
+		case p.Meter != nil:
+			res, each, quotas, c.mt, err = s.openMeter(dctx, p, &set, c.measured)
 		case p.Outcome != nil && p.Outcome.CheckFirst:
 			res, err = decide.PeekAll(dctx, s.lim.(Settler), set.Enforced)
 			quotas = set.EnforcedQuotas
@@ -428,6 +449,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 	if res.Delay > s.opts.MaxDelay {
 		// The server has counted this call and it is refused all the same, as promised.
 		wait := decide.TooLongWait(res.Delay, s.opts.MaxDelay, quotas)
+		c.drop(ctx)
 		s.setMetadata(ctx, ss, cb, p.HideQuota, quotas, res, each, wait, true, false)
 		return call{}, s.refuse(p.HideQuota, false, quotas[0].Name, wait)
 	}
@@ -444,22 +466,23 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 	}
 	if res.Delay > 0 && !decide.Hold(ctx.Done(), res.Delay) {
 		// The call never ran: what the decision took stays taken, as for any refusal.
+		c.drop(ctx)
 		return call{}, status.FromContextError(ctx.Err()).Err()
 	}
 	if p.Concurrency != nil {
 		return s.concurrent(ctx, dctx, method, p, key, c)
 	}
-	if p.Outcome == nil {
+	if p.Outcome == nil && c.mt == nil {
 		return call{}, nil
 	}
 	return c, nil
 }
 
 // split puts p's limits for a call into set: the enforced ones and the shadow ones, whose
-// decision it starts beside the call. With an Outcome, it returns whether each enforced limit
-// has a Cost function.
+// decision it starts beside the call. With an Outcome or a Meter, it returns whether each
+// enforced limit has a Cost function.
 func (s *Server) split(ctx context.Context, method string, p *Policy, key string, req any, shadow bool, set *decide.Set) (measured []bool, err error) {
-	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil)
+	sp := decide.NewSplit(p.Name, key, shadow, p.Outcome != nil || p.Meter != nil)
 	if p.Limit != nil {
 		switch c := cost(ctx, p.Cost, method, req); {
 		case !decide.BadCost(c):
@@ -545,9 +568,11 @@ func (s *Server) concurrent(ctx, dctx context.Context, method string, p *Policy,
 	}
 	lease, res, err := decide.Acquire(dctx, acq, p.Name, key, *p.Concurrency)
 	if err != nil {
+		c.drop(ctx)
 		return call{}, s.limiterError(ctx, method, p.Name, err)
 	}
 	if !res.Allowed {
+		c.drop(ctx)
 		return call{}, s.refuse(p.HideQuota, false, p.Name, res.RetryAfter)
 	}
 	c.s, c.p, c.method, c.lease = s, p, method, lease
@@ -584,7 +609,7 @@ func (s *Server) failed(ctx context.Context, method, policy string, err error) e
 func classify(err error) decide.Failure {
 	return decide.Classify(err, ErrEmptyKey, func(err error) bool {
 		var pe *PolicyError
-		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer) || errors.Is(err, ErrNoSettler)
+		return errors.As(err, &pe) || errors.Is(err, ErrNoMultiDecider) || errors.Is(err, ErrNoAcquirer) || errors.Is(err, ErrNoSettler) || errors.Is(err, ErrNoMeterer)
 	})
 }
 

@@ -62,6 +62,7 @@ func TestNewServerRefuses(t *testing.T) {
 		{"trailer case", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Outcome: &Outcome{CostTrailer: "Cost"}}}, "Default"},
 		{"same key and a key", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true, Key: Peer}}}}, "Default"},
 		{"same key, one limiter", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Also: []AlsoLimit{{Name: "b", Limit: bucket, SameKey: true}}}}, "Default"},
+		{"no meterer", lim, ServerOptions{Key: key, Default: Policy{Limit: bucket, Meter: &StreamMeter{Units: func(any) int64 { return 1 }}}}, "Default"},
 		{"check first alone", lim, ServerOptions{Key: key, Default: Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}, Outcome: &Outcome{CheckFirst: true}}}, "Default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

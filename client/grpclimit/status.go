@@ -69,13 +69,32 @@ func (r *refusals) refuse(hide, blocked bool, policy string, wait time.Duration)
 // refusal is the path a flood takes, and marshalling two messages by reflection tripled its
 // cost. A client decodes them as any other (errdetails.RetryInfo, errdetails.QuotaFailure).
 func refusal(hide, blocked bool, policy string, wait time.Duration) *refusalParts {
+	return refusalAs(false, hide, blocked, policy, wait)
+}
+
+// cutStatus is the status of a stream cut because its budget ran out (Policy.Meter): a
+// refusal's, whose message says so, and whose RetryInfo is the wait the refused batch's reply
+// gave.
+func cutStatus(hide bool, policy string, wait time.Duration) error {
+	return refusalAs(true, hide, false, policy, wait).err
+}
+
+// refusalAs is refusal, or with cut the status of a stream cut by its meter.
+func refusalAs(cut, hide, blocked bool, policy string, wait time.Duration) *refusalParts {
 	a := &refusalParts{policy: policy, wait: wait, hide: hide, blocked: blocked}
 	buf := a.buf[:0]
-	buf = append(buf, "grpclimit: rate limited"...)
-	if !hide {
-		buf = append(append(buf, " by policy "...), policy...)
-		if blocked {
-			buf = append(buf, ": blocked by a penalty for exceeding the quota or by an operator"...)
+	switch {
+	case cut && hide:
+		buf = append(buf, "grpclimit: budget ran out: the stream is cut"...)
+	case cut:
+		buf = append(append(append(buf, "grpclimit: budget of policy "...), policy...), " ran out: the stream is cut"...)
+	default:
+		buf = append(buf, "grpclimit: rate limited"...)
+		if !hide {
+			buf = append(append(buf, " by policy "...), policy...)
+			if blocked {
+				buf = append(buf, ": blocked by a penalty for exceeding the quota or by an operator"...)
+			}
 		}
 	}
 	msg := buf
@@ -99,7 +118,10 @@ func refusal(hide, blocked bool, policy string, wait time.Duration) *refusalPart
 	}
 	if !hide {
 		desc := "rate limit exceeded"
-		if blocked {
+		switch {
+		case cut:
+			desc = "budget ran out"
+		case blocked:
 			desc = "blocked"
 		}
 		// QuotaFailure{violations: [Violation{subject: "policy:<policy>", description, quota_id: policy}]}

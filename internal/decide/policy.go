@@ -191,14 +191,19 @@ type Spec struct {
 	Also           []Named
 	// Refunds: the policy gives units back (counting by outcome, but for check first).
 	Refunds bool
+	// Holds: the policy holds its units and settles them (a metered stream).
+	Holds bool
 }
 
-// Needs is the library release the decisions of s need: "1.2.0" when a limit is a
-// client.Calendar or has a Penalty; else "1.1.0" when it has a Concurrency or Refunds, when several of
-// its limits are decided at once, or when a limit has a Reserve; else "1.0.0". Limits in
-// shadow count: they are decided too, all at once when the whole policy is in shadow for some
-// keys.
+// Needs is the library release the decisions of s need: "1.3.0" when it holds (Holds); else
+// "1.2.0" when a limit is a client.Calendar or has a Penalty; else "1.1.0" when it has a
+// Concurrency or Refunds, when several of its limits are decided at once, or when a limit has
+// a Reserve; else "1.0.0". Limits in shadow count: they are decided too, all at once when the
+// whole policy is in shadow for some keys.
 func Needs(s Spec) string {
+	if s.Holds {
+		return needs.V13
+	}
 	if s.Limit != nil && needsV12(s.Limit) {
 		return needs.V12
 	}
