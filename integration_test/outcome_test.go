@@ -476,7 +476,9 @@ func TestOutcomeGRPCCostPerLimit(t *testing.T) {
 	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 40_000, Payload: &testgrpc.Payload{Body: []byte("300")}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_710 {
+	// As the HTTP twin's: 2.5 tokens a ms refill, up to 100 ms between the settle and this
+	// peek; a settle that kept the estimate leaves 10,000, one that gave back all 50,000.
+	if got := remaining(t, lim, "tokens", key, tokens); got < 49_700 || got > 49_950 {
 		t.Errorf("%d tokens left, want 49700 (and what refilled since)", got)
 	}
 	if got := remaining(t, lim, "requests", key, requests); got != 58 {
