@@ -51,10 +51,15 @@ bench-throughput: images ## Allow from 64 goroutines against redis_rate and INCR
 	  $(GO) test ./bench -run '^$$' -bench 'Throughput$$|HotKey$$|SharedBucket$$|UnderAttack$$|ClientOnly$$' -count 1 -timeout 0 >> $$out || { cat $$out; exit 1; }; done; \
 	  cat $$out; echo "results in $$out (go run golang.org/x/perf/cmd/benchstat@latest $$out)"
 
-.PHONY: rls-image rls-bench
+.PHONY: rls-image rlfn-image chart-images rls-bench
 
 rls-image: ## the Envoy rate limit service's image, FROM scratch with the static binary (rlfn/rlfn-rls:dev)
-	bash scripts/build-rls-image.sh
+	bash scripts/build-cmd-image.sh rlfn-rls
+
+rlfn-image: ## the rlfn CLI's image, which the Helm chart's deploy Job runs, FROM scratch with the static binary (rlfn/rlfn:dev)
+	bash scripts/build-cmd-image.sh rlfn
+
+chart-images: rls-image rlfn-image ## both images the Helm chart runs, from one work tree: the release the Job deploys is the one the service embeds
 
 rls-bench: images ## rlfn's rate limit service beside envoyproxy/ratelimit (built from the module proxy) and the client in process: decisions/s, p50/p99/p99.9; 3 interleaved runs
 	@out=$$(mktemp); for i in 1 2 3; do \

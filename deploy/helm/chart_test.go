@@ -133,6 +133,9 @@ func TestChartDefaults(t *testing.T) {
 	if m.job.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade" || strings.Join(m.job.Spec.Template.Spec.Containers[0].Args, " ") != "deploy --yes" {
 		t.Errorf("job %v %v", m.job.Annotations, m.job.Spec.Template.Spec.Containers[0].Args)
 	}
+	if jc := m.job.Spec.Template.Spec.Containers[0]; len(jc.Env) != 1 || len(m.job.Spec.Template.Spec.Volumes) != 0 || jc.Image != "rlfn/rlfn:dev" {
+		t.Errorf("job without serverCA: env %+v, volumes %+v, image %s", jc.Env, m.job.Spec.Template.Spec.Volumes, jc.Image)
+	}
 	// The Job's pod is no pod of the service: its Service and budget do not count it.
 	selected := true
 	for k, v := range m.service.Spec.Selector {
@@ -208,6 +211,13 @@ func TestChartEveryOption(t *testing.T) {
 	job := m.job.Spec.Template.Spec.Containers[0]
 	if job.Env[0].ValueFrom.SecretKeyRef.Name != "deployer-user" || strings.Join(job.Args, " ") != "deploy --yes --accept-warning=lua-security" {
 		t.Errorf("job %+v %v", job.Env, job.Args)
+	}
+	// The Job's image has no CA bundle: it gets the servers' CA as the service does.
+	jobPod := m.job.Spec.Template.Spec
+	if len(job.Env) != 2 || job.Env[1].Name != "RLFN_TLS_CA" || job.Env[1].Value != "/etc/rlfn/server-ca/ca.crt" ||
+		len(job.VolumeMounts) != 1 || job.VolumeMounts[0].MountPath != "/etc/rlfn/server-ca" ||
+		len(jobPod.Volumes) != 1 || jobPod.Volumes[0].Name != job.VolumeMounts[0].Name || jobPod.Volumes[0].Secret.SecretName != "valkey-ca" {
+		t.Errorf("the Job's CA: env %+v, mounts %+v, volumes %+v", job.Env, job.VolumeMounts, jobPod.Volumes)
 	}
 	labels, _, _ := unstructured.NestedStringMap(m.monitor.Object, "metadata", "labels")
 	eps, _, _ := unstructured.NestedSlice(m.monitor.Object, "spec", "endpoints")
