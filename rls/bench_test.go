@@ -103,11 +103,14 @@ func rlfnProcessCmd(b *testing.B, be *backend, config string, flags ...string) (
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	addr := fmt.Sprint("127.0.0.1:", freePorts(b, 1)[0])
-	cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
-		"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
-	cmd.Args = append(cmd.Args, flags...)
-	return startProcess(b, "rlfn-rls", cmd, addr), cmd
+	c, cmd, _ := startOnFreePorts(b, "rlfn-rls", 1, func(ports []int) (*exec.Cmd, string) {
+		addr := fmt.Sprint("127.0.0.1:", ports[0])
+		cmd := exec.Command(rlfnBin.path, "--url", "redis://"+be.addrs[0], "--config", cfg, "--grpc", addr, "--http", "",
+			"--prefix", fmt.Sprintf("rlsbench:%d:", time.Now().UnixNano()), "--max-in-flight", "10000", "--log-level", "error")
+		cmd.Args = append(cmd.Args, flags...)
+		return cmd, addr
+	})
+	return c, cmd
 }
 
 // drive runs b.N decisions from loadWorkers goroutines and reports the figures.

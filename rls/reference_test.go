@@ -27,6 +27,7 @@ import (
 
 	"github.com/rlfn/rlfn/client"
 	"github.com/rlfn/rlfn/internal/envoyconf/reference"
+	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/rls"
 )
 
@@ -111,37 +112,74 @@ func referenceWithEnv(t testing.TB, b *backend, config string, extra ...string) 
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
 	redisType := "SINGLE"
 	if b.name == "cluster" {
 		redisType = "CLUSTER"
 	}
-	cmd := exec.Command(filepath.Join(bin, "service_cmd"))
-	cmd.Env = append(os.Environ(),
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		fmt.Sprint("PORT=", ports[0]), fmt.Sprint("GRPC_PORT=", ports[1]), fmt.Sprint("DEBUG_PORT=", ports[2]),
-		"USE_STATSD=false", "LOG_LEVEL=error",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE="+redisType, "REDIS_URL="+strings.Join(b.addrs, ","),
-		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
-		"EXPIRATION_JITTER_MAX_SECONDS=0",
-	)
-	cmd.Env = append(cmd.Env, extra...)
-	return startProcess(t, "the reference", cmd, fmt.Sprint("127.0.0.1:", ports[1])), fmt.Sprint("http://127.0.0.1:", ports[0])
+	c, _, ports := startOnFreePorts(t, "the reference", 3, func(ports []int) (*exec.Cmd, string) {
+		cmd := exec.Command(filepath.Join(bin, "service_cmd"))
+		cmd.Env = append(os.Environ(),
+			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+			fmt.Sprint("PORT=", ports[0]), fmt.Sprint("GRPC_PORT=", ports[1]), fmt.Sprint("DEBUG_PORT=", ports[2]),
+			"USE_STATSD=false", "LOG_LEVEL=error",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE="+redisType, "REDIS_URL="+strings.Join(b.addrs, ","),
+			"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+			fmt.Sprintf("CACHE_KEY_PREFIX=ref%d:", time.Now().UnixNano()),
+			"EXPIRATION_JITTER_MAX_SECONDS=0",
+		)
+		cmd.Env = append(cmd.Env, extra...)
+		return cmd, fmt.Sprint("127.0.0.1:", ports[1])
+	})
+	return c, fmt.Sprint("http://127.0.0.1:", ports[0])
 }
 
-// startProcess starts cmd, a rate limit service listening for gRPC on addr, stops it when
-// the test ends, and returns a client of it once it answers.
-func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) pb.RateLimitServiceClient {
+// startOnFreePorts starts the command build makes for n ports free a moment ago, a rate
+// limit service listening for gRPC on the address build returns, and returns a client of it
+// once it answers, the command, and the ports. Another process can take a port between its
+// pick and the service's bind: a service that stops saying so is started again on fresh
+// ports, up to three times.
+func startOnFreePorts(t testing.TB, what string, n int, build func(ports []int) (*exec.Cmd, string)) (pb.RateLimitServiceClient, *exec.Cmd, []int) {
 	t.Helper()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	for try := 1; ; try++ {
+		ports := freePorts(t, n)
+		cmd, addr := build(ports)
+		c, out := startProcess(t, what, cmd, addr)
+		if c != nil {
+			return c, cmd, ports
+		}
+		if try == 3 || !strings.Contains(out, "address already in use") {
+			t.Fatalf("%s stopped before it answered:\n%s", what, tail(out))
+		}
+		t.Logf("%s: a port was taken before it could listen; again on fresh ports", what)
+	}
+}
+
+// tail is the end of a process's output, where the reason it stopped is.
+func tail(out string) string {
+	if len(out) > 4000 {
+		return "..." + out[len(out)-4000:]
+	}
+	return out
+}
+
+// startProcess starts cmd, a rate limit service listening for gRPC on addr, stopped when the
+// test ends, and returns a client of it once it answers; or nil and its output when it
+// stops first.
+func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) (pb.RateLimitServiceClient, string) {
+	t.Helper()
+	out := &harness.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -155,10 +193,15 @@ func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) pb.Rate
 		_, err := c.ShouldRateLimit(ctx, request("nowhere", desc("k", "v")))
 		cancel()
 		if err == nil {
-			return c
+			return c, ""
+		}
+		select {
+		case <-exited:
+			return nil, out.String()
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never answered: %v\n%.2000s", what, err, out.String())
+			t.Fatalf("%s never answered: %v\n%s", what, err, tail(out.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
