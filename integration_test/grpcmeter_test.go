@@ -354,6 +354,92 @@ func TestGRPCMeterCallsAndTokens(t *testing.T) {
 	})
 }
 
+// An Outcome whose Count leaves out ResourceExhausted (Successes) does not make a cut stream
+// free: the cut is the budget's, and the stream is charged what it sent, so a second stream
+// finds the budget spent.
+func TestGRPCMeterCutCountsWhatItSent(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		limit := never(1000)
+		p := tokensPolicy(limit)
+		p.Outcome = &grpclimit.Outcome{Count: grpclimit.Successes}
+		c := meterPair(t, lim, grpclimit.ServerOptions{Default: p})
+		key := keyFor(t)
+		srvKey := grpclimit.LimiterKey("tokens", key)
+		keys := []string{lim.Key(srvKey, limit), holdKeyOf(lim, srvKey, limit)}
+		s, err := c.StreamingOutputCall(meterCtx(ctx5s(t), key, 100), streamOf(100, 30, 0, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, _, err := receive(s)
+		if status.Code(err) != codes.ResourceExhausted || msgs != 33 {
+			t.Fatalf("%d messages, %v; want 33 and the cut", msgs, err)
+		}
+		if charged, held := sample(t, tg.c, keys); charged != 990 || held != 0 {
+			t.Fatalf("the cut stream: %d charged, %d held; want 990, 0", charged, held)
+		}
+		s, err = c.StreamingOutputCall(meterCtx(ctx5s(t), key, 100), streamOf(100, 30, 0, ""))
+		if err == nil {
+			msgs, _, err = receive(s)
+		}
+		if status.Code(err) != codes.ResourceExhausted || msgs > 0 {
+			t.Fatalf("the next stream: %d messages, %v; want none and ResourceExhausted", msgs, err)
+		}
+	})
+}
+
+// A calls-and-tokens policy whose tokens limit is in shadow (being rolled out) meters
+// nothing: the calls limit is charged 1 a call, not metered per token in the tokens' place.
+func TestGRPCMeterShadowTokens(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		lim := harness.NewLimiter(t, tg.c, slowMachine)
+		calls, tokens := never(100), never(100_000)
+		tokens.Name = "tokens"
+		c := meterPair(t, lim, grpclimit.ServerOptions{Default: grpclimit.Policy{Name: "calls", Limit: calls,
+			Also:  []grpclimit.AlsoLimit{{Name: "tokens", Limit: tokens, Cost: estimateOf, SameKey: true, Shadow: true}},
+			Meter: &grpclimit.StreamMeter{Units: payloadUnits}}})
+		key := keyFor(t)
+		srvKey := grpclimit.LimiterKey("calls", key)
+		if err := stream(c, meterCtx(ctx5s(t), key, 500), streamOf(30, 5, 0, "")); err != nil {
+			t.Fatalf("a stream of 150 tokens under 100 calls: %v", err)
+		}
+		if nc, hc := sample(t, tg.c, []string{lim.Key(srvKey, calls), holdKeyOf(lim, srvKey, calls)}); nc != 1 || hc != 0 {
+			t.Errorf("calls charged %d (held %d), want 1", nc, hc)
+		}
+	})
+}
+
+// A unary response whose Units is negative is a misconfiguration: reported to OnError, and
+// charged as nothing sent.
+func TestGRPCMeterNegativeUnary(t *testing.T) {
+	tg := servers(t)[0]
+	lim := harness.NewLimiter(t, tg.c, slowMachine)
+	limit := never(1000)
+	var mu sync.Mutex
+	var reported []error
+	c := meterPair(t, lim, grpclimit.ServerOptions{
+		Default: grpclimit.Policy{Name: "tokens", Limit: limit, Cost: estimateOf, Meter: &grpclimit.StreamMeter{Units: func(any) int64 { return -1 }}},
+		OnError: func(_ context.Context, _ string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, err)
+		}})
+	key := keyFor(t)
+	if _, err := c.UnaryCall(meterCtx(ctx5s(t), key, 500), &testgrpc.SimpleRequest{ResponseSize: 70}); err != nil {
+		t.Fatal(err)
+	}
+	srvKey := grpclimit.LimiterKey("tokens", key)
+	if charged, held := sample(t, tg.c, []string{lim.Key(srvKey, limit), holdKeyOf(lim, srvKey, limit)}); charged != 0 || held != 0 {
+		t.Errorf("%d charged, %d held; want 0, 0", charged, held)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var pe *grpclimit.PolicyError
+	if len(reported) != 1 || !errors.As(reported[0], &pe) {
+		t.Errorf("reported %v, want one *PolicyError", reported)
+	}
+}
+
 // stream runs a StreamingOutputCall to its end and returns its status.
 func stream(c testgrpc.TestServiceClient, ctx context.Context, req *testgrpc.StreamingOutputCallRequest) error {
 	s, err := c.StreamingOutputCall(ctx, req)
@@ -419,6 +505,8 @@ func TestGRPCMeterRefused(t *testing.T) {
 		{"sliding log", lim, grpclimit.Policy{Limit: client.SlidingLog{Limit: 10, Window: time.Second}, Meter: units}, nil},
 		{"check first", lim, grpclimit.Policy{Limit: never(10), Meter: units, Outcome: &grpclimit.Outcome{CheckFirst: true}}, nil},
 		{"no limit", lim, grpclimit.Policy{Concurrency: &client.Concurrency{Limit: 1, Lease: time.Second}, Meter: units}, nil},
+		{"a meter alone", lim, grpclimit.Policy{Meter: units}, nil},
+		{"a meter alone without units", lim, grpclimit.Policy{Meter: &grpclimit.StreamMeter{}}, nil},
 		{"ttl", lim, grpclimit.Policy{Limit: never(10), Meter: &grpclimit.StreamMeter{Units: payloadUnits, TTL: time.Microsecond}}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

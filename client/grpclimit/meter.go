@@ -28,7 +28,9 @@ import (
 //
 // The call holds its estimate before its handler runs: each enforced limit with a Cost
 // function holds that Cost (a stream's Cost sees no request: it reads the call's metadata),
-// every enforced limit when none has one; these are the metered limits. The others (the
+// every enforced limit when no limit of the policy has one; these are the metered limits.
+// When the limits with a Cost are all in shadow, no limit is metered: the call is decided
+// as without a Meter. The others (the
 // calls of "60 calls and 150,000 tokens a minute") hold their cost, 1, and are charged it.
 // A limit without room for its estimate refuses the call as any decision does.
 //
@@ -52,13 +54,15 @@ import (
 // is charged the extra only as far as the limit has room: never above it). With an Outcome,
 // a call that Count says does not count is charged nothing, and a CostTrailer the handler
 // set replaces the units sent, unless the stream was cut (the client received only what
-// was sent). A settlement that fails goes to ServerOptions.OnError as an *UnsettledError
+// was sent); a cut stream is charged what it sent whatever Count says of its code (the cut
+// is the budget's, not the call's failure). A settlement that fails goes to ServerOptions.OnError as an *UnsettledError
 // and is counted in MetricUnsettled. A process that dies mid-stream leaves its hold to
 // expire after TTL, charged at what it held (client.HoldOptions.Keep).
 //
 // A unary method's response is its one message: it is sent whole (a reply cannot be cut),
 // and the call is settled at Units(resp), as llmlimit settles a JSON response; a call that
-// failed sent nothing. A client stream's one response (SendAndClose) is metered as a
+// failed sent nothing (nor did a response whose Units is negative: that goes to OnError as
+// a misconfiguration). A client stream's one response (SendAndClose) is metered as a
 // stream's message. Messages received are not metered.
 //
 // A Policy with a Meter needs a Limit (or an Also), a Limiter that implements Meterer (a
@@ -141,14 +145,34 @@ type metering struct {
 	cut  error // the status the call ends with, once the meter cut it
 }
 
+// costed reports whether any of p's limits, shadow ones included, has a Cost function: then
+// those alone are metered, else every limit is.
+func costed(p *Policy) bool {
+	if p.Cost != nil {
+		return true
+	}
+	for _, a := range p.Also {
+		if a.Cost != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// metersAny reports whether a call of p meters any of its enforced limits, measured saying
+// which have a Cost function.
+func metersAny(p *Policy, measured []bool) bool {
+	return !costed(p) || slices.Contains(measured, true)
+}
+
 // openMeter holds the estimate of set's enforced limits, measured saying which have a Cost
 // function, and returns the decision as DecideEnforced does, with the meter when admitted.
 func (s *Server) openMeter(ctx context.Context, p *Policy, set *decide.Set, measured []bool) (client.Result, []client.Result, []decide.Quota, *metering, error) {
 	rules := set.Enforced
-	anyMeasured := slices.Contains(measured, true)
+	all := !costed(p)
 	per, base := make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
-		if !anyMeasured || measured[i] {
+		if all || measured[i] {
 			per[i] = 1
 		} else {
 			base[i] = max(r.Cost, 1)
@@ -231,23 +255,32 @@ func (s *Server) cutStream(ss grpc.ServerStream, mt *metering) error {
 }
 
 // unaryResponse meters a unary call's response, its one message: sent whole, settled at its
-// units.
-func (mt *metering) unaryResponse(resp any, err error) {
-	if err == nil && resp != nil {
-		mt.sent = min(max(mt.units(resp), 0), maxUnits)
+// units. A negative count is a misconfiguration, reported, and settled as nothing sent.
+func (mt *metering) unaryResponse(ctx context.Context, c *call, resp any, err error) {
+	if err != nil || resp == nil {
+		return
 	}
+	n := mt.units(resp)
+	if n < 0 {
+		c.s.report(ctx, c.method, decide.Misconfigured, c.p.Name, &PolicyError{Name: c.p.Name, Reason: fmt.Sprintf("Meter: Units returned %d for a response", n)})
+		return
+	}
+	mt.sent = min(n, maxUnits)
 }
 
 // settle ends a metered call that ended with code: each metered limit charged what was sent
 // (or the cost trailer's value), each other its cost; nothing when the Outcome does not count
-// the call.
+// the call, unless the meter cut it.
 func (c *call) settle(ctx context.Context, p *Policy, code codes.Code) {
 	mt := c.mt
 	used := mt.sent
 	if c.cost != nil && c.cost.set && mt.cut == nil {
 		used = c.cost.cost
 	}
-	counts := p.Outcome == nil || p.Outcome.Count == nil || p.Outcome.Count(code)
+	// A cut stream counts whatever Count says of its code: its messages were sent, and the
+	// cut is the budget's doing, not the call's failure (else a spent budget would serve
+	// every stream up to the cut for free).
+	counts := mt.cut != nil || p.Outcome == nil || p.Outcome.Count == nil || p.Outcome.Count(code)
 	actual := make([]int64, len(mt.per))
 	if counts {
 		for i := range actual {

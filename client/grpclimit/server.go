@@ -132,8 +132,11 @@ var logMessages = [...]string{
 	decide.Unsettled:     "settlement by outcome failed, not retried",
 }
 
-// limits reports whether p limits anything.
-func limits(p *Policy) bool { return p.Limit != nil || p.Concurrency != nil || len(p.Also) > 0 }
+// limits reports whether p limits anything; a Meter is checked, so that a Meter without a
+// Limit is refused rather than the method served unmetered.
+func limits(p *Policy) bool {
+	return p.Limit != nil || p.Concurrency != nil || len(p.Also) > 0 || p.Meter != nil
+}
 
 // splitMethod splits "/package.Service/Method" into its service and method.
 func splitMethod(name string) (service, method string, ok bool) {
@@ -277,7 +280,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	defer c.recover(ctx)
 	resp, err = handler(ctx, req)
 	if c.mt != nil {
-		c.mt.unaryResponse(resp, err)
+		c.mt.unaryResponse(ctx, &c, resp, err)
 	}
 	c.end(ctx, status.Code(err))
 	return resp, err
@@ -427,8 +430,12 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			return call{}, nil // every limit in shadow: served
 		case len(set.Enforced) == 0:
 			return s.concurrent(ctx, dctx, method, p, key, call{})
-		case p.Meter != nil:
+		case p.Meter != nil && metersAny(p, c.measured):
 			res, each, quotas, c.mt, err = s.openMeter(dctx, p, &set, c.measured)
+		case p.Meter != nil:
+			// The limits with a Cost are all in shadow: nothing to meter, and the calls'
+			// limit is decided as without a Meter (not metered per unit in their place).
+			res, each, quotas, err = decide.DecideEnforced(dctx, s.lim, &set, p.HideQuota, ErrNoMultiDecider)
 		case p.Outcome != nil && p.Outcome.CheckFirst:
 			res, err = decide.PeekAll(dctx, s.lim.(Settler), set.Enforced)
 			quotas = set.EnforcedQuotas
