@@ -409,14 +409,19 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 	admitted := true
 	for _, d := range ds {
 		for _, l := range d.rl.Limits {
-			if l.Zero && d.hits > 0 {
-				// A limit of 0 refuses every hit, with no call: the others are then only
-				// looked at (charged what fits, with fill).
-				admitted = false
-			}
 			if l.Slots != nil {
 				// A lease is all or nothing: so is the decision it is part of.
 				fill = false
+			}
+		}
+	}
+	for _, d := range ds {
+		for _, l := range d.rl.Limits {
+			if l.Zero && (d.hits > 0 || fill) {
+				// A limit of 0 refuses every hit, with no call (and, with fill, a check of
+				// hits 0: it has nothing left): the others are then only looked at
+				// (charged what fits, with fill).
+				admitted = false
 			}
 		}
 	}
@@ -425,6 +430,9 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 	}
 	if len(rules) > 0 {
 		if fill && !peek {
+			// A failure midway keeps what was charged before it: a cost known after the
+			// response was spent (the request's error reaches Envoy, which ignores a
+			// stream-done call's answer), and a refund could fail the same way.
 			taken, all, err := fillRules(ctx, lim, rules, each)
 			for j, r := range rules {
 				if taken[j] > 0 {
@@ -510,7 +518,7 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 		for _, l := range d.rl.Limits {
 			if l.Zero {
 				// Over it with any hit; the time until reset is the window's end.
-				mine = append(mine, client.Result{Allowed: d.hits == 0})
+				mine = append(mine, client.Result{Allowed: d.hits == 0 && !fill})
 				theirs = append(theirs, l)
 			}
 		}

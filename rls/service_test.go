@@ -259,6 +259,10 @@ func TestChargeWhatFits(t *testing.T) {
 			resp.Statuses[0].LimitRemaining != 3 || resp.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("beside a limit of 0: %v", resp)
 		}
+		// A budget of 0 has nothing left: its check is refused too.
+		if resp := r.ask(t, request("edge", hits(desc("closed", "z"), 0))); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("a check of a limit of 0: %v", resp)
+		}
 
 		// A request with a concurrency limit is all or nothing: 9 of big's 5 take nothing.
 		resp = r.ask(t, request("edge", hits(desc("big", "q"), 9), desc("conn", "q", "request_id", "r1")))
