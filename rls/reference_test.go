@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -133,33 +132,24 @@ func referenceWithEnv(t testing.TB, b *backend, config string, extra ...string) 
 	return c, fmt.Sprint("http://127.0.0.1:", ports[0])
 }
 
-// startOnFreePorts starts the command build makes for n ports free a moment ago, a rate
-// limit service listening for gRPC on the address build returns, and returns a client of it
-// once it answers, the command, and the ports. Another process can take a port between its
-// pick and the service's bind: a service that stops saying so is started again on fresh
-// ports, up to three times.
+// startOnFreePorts starts the command build makes for n free ports, a rate limit service
+// listening for gRPC on the address build returns, and returns a client of it once it
+// answers, the command, and the ports (harness.RetryTakenPort: again on fresh ports when
+// one was taken before the service bound it).
 func startOnFreePorts(t testing.TB, what string, n int, build func(ports []int) (*exec.Cmd, string)) (pb.RateLimitServiceClient, *exec.Cmd, []int) {
 	t.Helper()
-	for try := 1; ; try++ {
-		ports := freePorts(t, n)
-		cmd, addr := build(ports)
-		c, out := startProcess(t, what, cmd, addr)
-		if c != nil {
-			return c, cmd, ports
-		}
-		if try == 3 || !strings.Contains(out, "address already in use") {
-			t.Fatalf("%s stopped before it answered:\n%s", what, tail(out))
-		}
-		t.Logf("%s: a port was taken before it could listen; again on fresh ports", what)
-	}
-}
-
-// tail is the end of a process's output, where the reason it stopped is.
-func tail(out string) string {
-	if len(out) > 4000 {
-		return "..." + out[len(out)-4000:]
-	}
-	return out
+	var c pb.RateLimitServiceClient
+	var cmd *exec.Cmd
+	var ports []int
+	harness.RetryTakenPort(t, what, func() (bool, string) {
+		ports = harness.FreePorts(t, n)
+		var addr string
+		cmd, addr = build(ports)
+		var out string
+		c, out = startProcess(t, what, cmd, addr)
+		return c != nil, out
+	})
+	return c, cmd, ports
 }
 
 // startProcess starts cmd, a rate limit service listening for gRPC on addr, stopped when the
@@ -201,27 +191,10 @@ func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) (pb.Rat
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never answered: %v\n%s", what, err, tail(out.String()))
+			t.Fatalf("%s never answered: %v\n%s", what, err, out.Tail(4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freePorts(t testing.TB, n int) []int {
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
 
 // step is one request of a sequence, sent times times.

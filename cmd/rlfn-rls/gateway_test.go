@@ -92,14 +92,15 @@ func (s *gatewayService) ask(req *pb.RateLimitRequest) (*pb.RateLimitResponse, e
 // startGatewayService runs bin with env() (and the test's own environment under it), stopped
 // when the test ends, and returns a client of its gRPC listener speaking TLS as Envoy does
 // under Envoy Gateway: trusting the CA, presenting the same certificate. env picks its ports
-// free a moment before the process binds them, so another process on the machine (a test
-// package running beside this one) can take one first: a start that ends with "address
-// already in use" is tried again on fresh ports, up to three times.
+// with harness.FreePorts, and a start whose port was taken before the process bound it is
+// made again on fresh ones (harness.RetryTakenPort).
 func startGatewayService(t *testing.T, name, bin string, env func() map[string]string, clientTLS *tls.Config) *gatewayService {
 	t.Helper()
-	for try := 1; ; try++ {
+	var s *gatewayService
+	var grpcAddr string
+	harness.RetryTakenPort(t, name, func() (bool, string) {
 		e := env()
-		s := &gatewayService{name: name, out: &harness.Buffer{}, metrics: "http://" + e["PROMETHEUS_ADDR"] + "/metrics", exited: make(chan struct{})}
+		s = &gatewayService{name: name, out: &harness.Buffer{}, metrics: "http://" + e["PROMETHEUS_ADDR"] + "/metrics", exited: make(chan struct{})}
 		cmd := exec.Command(bin)
 		cmd.Env = os.Environ()
 		for k, v := range e {
@@ -109,30 +110,25 @@ func startGatewayService(t *testing.T, name, bin string, env func() map[string]s
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		exited := s.exited
 		go func() {
 			_ = cmd.Wait()
-			close(s.exited)
+			close(exited)
 		}()
 		t.Cleanup(func() {
 			_ = cmd.Process.Kill()
-			<-s.exited
+			<-exited
 		})
-		grpcAddr := e["GRPC_HOST"] + ":" + e["GRPC_PORT"]
-		if !listening(s, grpcAddr) {
-			if try < 3 && strings.Contains(s.out.String(), "address already in use") {
-				t.Logf("%s: a port was taken before it could listen; again on fresh ports:\n%s", name, tail(s.out.String()))
-				continue
-			}
-			t.Fatalf("%s ended before it listened on %s:\n%s", name, grpcAddr, tail(s.out.String()))
-		}
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		s.rls = pb.NewRateLimitServiceClient(conn)
-		return s
+		grpcAddr = e["GRPC_HOST"] + ":" + e["GRPC_PORT"]
+		return listening(s, grpcAddr), s.out.String()
+	})
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
+	s.rls = pb.NewRateLimitServiceClient(conn)
+	return s
 }
 
 // listening waits until addr takes a TCP connection, and says false if s ends first (or
@@ -152,15 +148,10 @@ func listening(s *gatewayService, addr string) bool {
 	return false
 }
 
-// tail is the end of a process's output, where the reason it stopped is: its start logs
-// one line per variable of Envoy Gateway's environment, several thousand bytes.
-func tail(out string) string {
-	const max = 6000
-	if len(out) > max {
-		return "..." + out[len(out)-max:]
-	}
-	return out
-}
+// outTail is how much of a service's output a failure shows, from its end (where it says why
+// it stopped): its start logs a line per variable of Envoy Gateway's environment, several
+// thousand bytes.
+const outTail = 6000
 
 // waitGatewayLimit asks s with fresh users until rule 0's limit is n, and says how long it
 // took.
@@ -174,11 +165,11 @@ func waitGatewayLimit(t *testing.T, s *gatewayService, n uint32) time.Duration {
 		}
 		select {
 		case <-s.exited:
-			t.Fatalf("%s ended:\n%s", s.name, tail(s.out.String()))
+			t.Fatalf("%s ended:\n%s", s.name, s.out.Tail(outTail))
 		default:
 		}
 		if time.Since(start) > 60*time.Second {
-			t.Fatalf("%s: the limit never became %d: %v %v\n%s", s.name, n, resp, err, tail(s.out.String()))
+			t.Fatalf("%s: the limit never became %d: %v %v\n%s", s.name, n, resp, err, s.out.Tail(outTail))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -273,14 +264,14 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 	var services []*gatewayService
 	for _, s := range []struct{ name, bin string }{{"reference", refBin}, {"rlfn-rls", ours}} {
 		env := func() map[string]string {
-			env := envoyGatewayEnv(srv.Addr, xds.Addr, certs, loopbackPorts(t, 3))
+			env := envoyGatewayEnv(srv.Addr, xds.Addr, certs, harness.FreePorts(t, 3))
 			// redis-tls-settings.yaml: a Redis TLS certificateRef.
 			env["REDIS_TLS"] = "true"
 			env["REDIS_TLS_CLIENT_CERT"] = filepath.Join(redisCerts, "tls.crt")
 			env["REDIS_TLS_CLIENT_KEY"] = filepath.Join(redisCerts, "tls.key")
 			env["SSL_CERT_FILE"] = filepath.Join(certs, "ca.crt")
 			if s.name == "reference" {
-				env["DEBUG_HOST"], env["DEBUG_PORT"] = "127.0.0.1", fmt.Sprint(loopbackPorts(t, 1)[0])
+				env["DEBUG_HOST"], env["DEBUG_PORT"] = "127.0.0.1", fmt.Sprint(harness.FreePorts(t, 1)[0])
 			} else {
 				// The reference waits up to REDIS_TIMEOUT, 10 s, for Redis; rlfn-rls's 100ms
 				// default is for a quiet network, not a test machine shared by many.
@@ -304,11 +295,11 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 		for i, req := range reqs {
 			want, err := ref.ask(req)
 			if err != nil {
-				t.Fatalf("reference, request %d %v: %v\n%s", i, req, err, tail(ref.out.String()))
+				t.Fatalf("reference, request %d %v: %v\n%s", i, req, err, ref.out.Tail(outTail))
 			}
 			got, err := rlfn.ask(req)
 			if err != nil {
-				t.Fatalf("rlfn-rls, request %d %v: %v\n%s", i, req, err, tail(rlfn.out.String()))
+				t.Fatalf("rlfn-rls, request %d %v: %v\n%s", i, req, err, rlfn.out.Tail(outTail))
 			}
 			if diff := gatewayDiff(want, got); diff != "" {
 				t.Fatalf("request %d %v:\n%s", i, req, diff)
@@ -353,19 +344,4 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 	if _, body := get(rlfn.metrics); !strings.Contains(body, `rlfn_rls_requests_total{`) {
 		t.Errorf("rlfn-rls's metrics at PROMETHEUS_ADDR lack its requests:\n%.2000s", body)
 	}
-}
-
-// loopbackPorts returns n ports free on 127.0.0.1 a moment ago, for a process to listen on.
-func loopbackPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
