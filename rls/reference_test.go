@@ -157,20 +157,7 @@ func startOnFreePorts(t testing.TB, what string, n int, build func(ports []int) 
 // stops first.
 func startProcess(t testing.TB, what string, cmd *exec.Cmd, addr string) (pb.RateLimitServiceClient, string) {
 	t.Helper()
-	out := &harness.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	out, exited := harness.StartProcess(t, cmd)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

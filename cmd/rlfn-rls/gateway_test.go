@@ -80,7 +80,7 @@ type gatewayService struct {
 	rls     pb.RateLimitServiceClient
 	metrics string // PROMETHEUS_ADDR's URL
 	out     *harness.Buffer
-	exited  chan struct{} // closed when the process has ended
+	exited  <-chan struct{} // closed when the process has ended
 }
 
 func (s *gatewayService) ask(req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
@@ -100,25 +100,13 @@ func startGatewayService(t *testing.T, name, bin string, env func() map[string]s
 	var grpcAddr string
 	harness.RetryTakenPort(t, name, func() (bool, string) {
 		e := env()
-		s = &gatewayService{name: name, out: &harness.Buffer{}, metrics: "http://" + e["PROMETHEUS_ADDR"] + "/metrics", exited: make(chan struct{})}
 		cmd := exec.Command(bin)
 		cmd.Env = os.Environ()
 		for k, v := range e {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		cmd.Stdout, cmd.Stderr = s.out, s.out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := s.exited
-		go func() {
-			_ = cmd.Wait()
-			close(exited)
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
+		s = &gatewayService{name: name, metrics: "http://" + e["PROMETHEUS_ADDR"] + "/metrics"}
+		s.out, s.exited = harness.StartProcess(t, cmd)
 		grpcAddr = e["GRPC_HOST"] + ":" + e["GRPC_PORT"]
 		return listening(s, grpcAddr), s.out.String()
 	})

@@ -1,9 +1,32 @@
 package harness
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 )
+
+// StartProcess starts cmd with its output (stdout and stderr) in a Buffer, and returns that
+// and a channel closed once the process has ended; the process is killed, and waited for,
+// when the test ends.
+func StartProcess(t testing.TB, cmd *exec.Cmd) (*Buffer, <-chan struct{}) {
+	t.Helper()
+	out := &Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return out, exited
+}
 
 // FreePorts returns n ports of 127.0.0.1 that are free now and were never handed out before
 // by this process (as the servers' are), for a process the test starts to listen on. Another
