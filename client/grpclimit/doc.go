@@ -38,7 +38,7 @@
 //
 // A policy's Meter (StreamMeter, library 1.3.0's holds, the model of llmlimit) holds the
 // call's estimate rather than taking it (each limit with a Cost holds that Cost and is
-// metered; every limit when none has one), then takes each message the handler sends from the
+// metered; every limit when none of the policy's, in shadow or not, has one), then takes each message the handler sends from the
 // hold as it goes: StreamMeter.Units(msg) units (the tokens of a chunk), within the hold
 // without a server call, beyond it in growing batches, so a stream of 4,000 units with an
 // estimate of 500 costs 5 calls. When a batch does not fit, the meter takes what the limits

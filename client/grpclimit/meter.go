@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,10 +27,10 @@ import (
 //
 // The call holds its estimate before its handler runs: each enforced limit with a Cost
 // function holds that Cost (a stream's Cost sees no request: it reads the call's metadata),
-// every enforced limit when no limit of the policy has one; these are the metered limits.
-// When the limits with a Cost are all in shadow, no limit is metered: the call is decided
-// as without a Meter. The others (the
-// calls of "60 calls and 150,000 tokens a minute") hold their cost, 1, and are charged it.
+// every enforced limit when no limit of the policy has one (decide.Split.Metered); these are
+// the metered limits. The others (the calls of "60 calls and 150,000 tokens a minute") hold
+// their cost, 1, and are charged it. When the limits with a Cost are all in shadow, no limit
+// is metered: the call is decided as without a Meter.
 // A limit without room for its estimate refuses the call as any decision does.
 //
 // Each message the handler sends (ServerStream.SendMsg, a stream's Send) uses Units(msg)
@@ -145,34 +144,14 @@ type metering struct {
 	cut  error // the status the call ends with, once the meter cut it
 }
 
-// costed reports whether any of p's limits, shadow ones included, has a Cost function: then
-// those alone are metered, else every limit is.
-func costed(p *Policy) bool {
-	if p.Cost != nil {
-		return true
-	}
-	for _, a := range p.Also {
-		if a.Cost != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// metersAny reports whether a call of p meters any of its enforced limits, measured saying
-// which have a Cost function.
-func metersAny(p *Policy, measured []bool) bool {
-	return !costed(p) || slices.Contains(measured, true)
-}
-
-// openMeter holds the estimate of set's enforced limits, measured saying which have a Cost
-// function, and returns the decision as DecideEnforced does, with the meter when admitted.
+// openMeter holds the estimate of set's enforced limits, measured saying which are metered
+// (decide.Split.Metered), and returns the decision as DecideEnforced does, with the meter
+// when admitted.
 func (s *Server) openMeter(ctx context.Context, p *Policy, set *decide.Set, measured []bool) (client.Result, []client.Result, []decide.Quota, *metering, error) {
 	rules := set.Enforced
-	all := !costed(p)
 	per, base := make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
-		if all || measured[i] {
+		if measured[i] {
 			per[i] = 1
 		} else {
 			base[i] = max(r.Cost, 1)

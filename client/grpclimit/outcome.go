@@ -27,7 +27,7 @@ type Outcome struct {
 	// CostTrailer names a trailer (grpc.SetTrailer, lower case) in which the handler reports
 	// the call's cost in units once it knows it (an LLM's tokens): a decimal integer. A call
 	// that counts costs it, instead of its estimate, of every limit with a Cost function (of
-	// every limit when none has one); one without it, or with a value that is no such number,
+	// every limit when none of the policy's, in shadow or not, has one); one without it, or with a value that is no such number,
 	// costs what the decision took. Default (empty): every call that counts costs what the
 	// decision took.
 	CostTrailer string

@@ -430,7 +430,7 @@ func (s *Server) admit(ctx context.Context, method string, p *Policy, req any, s
 			return call{}, nil // every limit in shadow: served
 		case len(set.Enforced) == 0:
 			return s.concurrent(ctx, dctx, method, p, key, call{})
-		case p.Meter != nil && metersAny(p, c.measured):
+		case p.Meter != nil && slices.Contains(c.measured, true):
 			res, each, quotas, c.mt, err = s.openMeter(dctx, p, &set, c.measured)
 		case p.Meter != nil:
 			// The limits with a Cost are all in shadow: nothing to meter, and the calls'
@@ -529,7 +529,7 @@ func (s *Server) split(ctx context.Context, method string, p *Policy, key string
 		s.shadows.Add(1)
 		go s.shadow(context.WithoutCancel(ctx), method, set.Shadow, set.ShadowQuotas)
 	}
-	return sp.Measured, nil
+	return sp.Metered(), nil
 }
 
 // errBadCost refuses a call whose Cost function computed a cost no limit takes from what the

@@ -590,7 +590,7 @@ func (m *Middleware) several(ctx context.Context, w http.ResponseWriter, r *http
 		}
 		sp.Add(a.named(), k, c)
 	}
-	set, measured := &sp.Set, sp.Measured // with an Outcome, whether each enforced limit has a Cost
+	set, measured := &sp.Set, sp.Metered() // with an Outcome, whether each enforced limit is settled at the reported cost
 	if len(set.Shadow) > 0 {
 		// The shadow decision runs beside the enforced one and the handler, and the response
 		// does not wait for it: a roll-out must not add a round trip to the route's latency,

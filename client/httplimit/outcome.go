@@ -39,9 +39,9 @@ type Outcome struct {
 	// declared in the Trailer header), in which the handler reports the request's cost in
 	// units once it knows it (an LLM's tokens): a decimal integer. A request that counts
 	// costs it, instead of its estimate, of every limit with a Cost function (of every limit
-	// when none has one); one without it, or with a value that is no such number, costs what
-	// the decision took. The header is sent to the client as any other. Default (empty):
-	// every request that counts costs what the decision took.
+	// when none of the policy's, in shadow or not, has one); one without it, or with a value
+	// that is no such number, costs what the decision took. The header is sent to the client
+	// as any other. Default (empty): every request that counts costs what the decision took.
 	CostHeader string
 	// CheckFirst takes nothing before the handler: every limit is only peeked, so a request
 	// is refused once the limit is spent, and the units are taken after, when the request

@@ -48,15 +48,10 @@ func PeekAll(ctx context.Context, lim Settler, rules []client.Rule) (client.Resu
 
 // Owed is what each rule of a decision costs by the call's outcome: nothing when the call does
 // not count; when it does, the cost reported after the fact (reported true) for the rules
-// whose cost was an estimate (measured: they had a Cost of their own), or for every rule when
-// none had; else what each took. checkFirst says the decision took nothing (it peeked).
-// It returns taken and owed, per rule.
+// whose cost it is (measured: Split.Metered); else what each took. checkFirst says the
+// decision took nothing (it peeked). It returns taken and owed, per rule.
 func Owed(rules []client.Rule, measured []bool, checkFirst, counts bool, reported int64, ok bool) (taken, owed []int64) {
 	taken, owed = make([]int64, len(rules)), make([]int64, len(rules))
-	anyMeasured := false
-	for _, m := range measured {
-		anyMeasured = anyMeasured || m
-	}
 	for i, r := range rules {
 		cost := max(r.Cost, 1)
 		if !checkFirst {
@@ -64,7 +59,7 @@ func Owed(rules []client.Rule, measured []bool, checkFirst, counts bool, reporte
 		}
 		switch {
 		case !counts:
-		case ok && (!anyMeasured || measured[i]):
+		case ok && measured[i]:
 			owed[i] = reported
 		default:
 			owed[i] = cost

@@ -28,7 +28,7 @@ func TestOwed(t *testing.T) {
 		{"does not count", []client.Rule{r(0)}, []bool{false}, false, false, 0, false, "[1]", "[0]"},
 		{"check first, counts", []client.Rule{r(0)}, []bool{false}, true, true, 0, false, "[0]", "[1]"},
 		{"check first, does not", []client.Rule{r(0)}, []bool{false}, true, false, 0, false, "[0]", "[0]"},
-		{"reported, none measured: every limit", []client.Rule{r(0), r(0)}, []bool{false, false}, false, true, 7, true, "[1 1]", "[7 7]"},
+		{"reported, every limit measured (none has a Cost: Split.Metered)", []client.Rule{r(0), r(0)}, []bool{true, true}, false, true, 7, true, "[1 1]", "[7 7]"},
 		{"reported, one measured: that one", []client.Rule{r(0), r(500)}, []bool{false, true}, false, true, 30, true, "[1 500]", "[1 30]"},
 		{"reported, not counted", []client.Rule{r(0), r(500)}, []bool{false, true}, false, false, 30, true, "[1 500]", "[0 0]"},
 		{"estimate stands without a report", []client.Rule{r(0), r(500)}, []bool{false, true}, false, true, 0, false, "[1 500]", "[1 500]"},

@@ -119,3 +119,35 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// Metered: the limits with a Cost are settled at the measured cost, every limit when the
+// policy has none; a Cost on a shadow limit alone, or on a limit left out for its key, leaves
+// the enforced ones their own.
+func TestSplitMetered(t *testing.T) {
+	fw := client.FixedWindow{Limit: 5, Window: time.Minute}
+	for _, tt := range []struct {
+		name    string
+		ownCost bool
+		also    []Named
+		want    string
+	}{
+		{"no cost", false, []Named{{Name: "a", Limit: fw}}, "[true true]"},
+		{"the own cost", true, []Named{{Name: "a", Limit: fw}}, "[true false]"},
+		{"a further cost", false, []Named{{Name: "a", Limit: fw, HasCost: true}}, "[false true]"},
+		{"a shadow cost", false, []Named{{Name: "a", Limit: fw, HasCost: true, Shadow: true}}, "[false]"},
+		{"a cost left out", false, []Named{{Name: "a", Limit: fw, HasCost: true, Shadow: true, OwnKey: true}}, "[false]"},
+	} {
+		sp := NewSplit("p", "p:alice", false, true)
+		sp.Own(fw, 1, "", tt.ownCost)
+		for _, rule := range tt.also {
+			k, skip, err := sp.Key(rule, "", nil, errors.New("no key"))
+			if err != nil || skip != nil {
+				continue
+			}
+			sp.Add(rule, k, 1)
+		}
+		if got := fmt.Sprint(sp.Metered()); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}

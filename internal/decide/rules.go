@@ -60,6 +60,7 @@ func AlsoKey(name, also, key string) string { return also + key[len(name):] }
 type Split struct {
 	Set      Set
 	Measured []bool
+	costed   bool   // a limit of the policy, in shadow or not, has a Cost function
 	name     string // the policy's
 	key      string // the call's key of the policy, "name:principal"
 	shadow   bool   // the whole policy is in shadow for this key
@@ -76,6 +77,7 @@ func NewSplit(name, key string, shadow, outcome bool) Split {
 // the cost came from a Cost function.
 func (sp *Split) Own(l client.Limit, cost int64, unit string, hasCost bool) {
 	sp.Set.Add(sp.name, sp.key, l, cost, unit, sp.shadow)
+	sp.costed = sp.costed || hasCost
 	if sp.outcome && !sp.shadow {
 		sp.Measured = append(sp.Measured, hasCost)
 	}
@@ -86,6 +88,7 @@ func (sp *Split) Own(l client.Limit, cost int64, unit string, hasCost bool) {
 // policy's key itself. A Key error (or an empty principal, emptyKey) refuses the call (err)
 // unless only shadow limits see it: then skip is that error, and the limit is left out.
 func (sp *Split) Key(rule Named, principal string, keyErr, emptyKey error) (key string, skip, err error) {
+	sp.costed = sp.costed || rule.HasCost // a limit left out for its key is the policy's all the same
 	switch {
 	case rule.OwnKey:
 		if keyErr == nil && principal == "" {
@@ -110,6 +113,23 @@ func (sp *Split) Add(rule Named, key string, cost int64) {
 	if sp.outcome && !sp.shadow && !rule.Shadow {
 		sp.Measured = append(sp.Measured, rule.HasCost)
 	}
+}
+
+// Metered says, for each enforced limit in Set.Enforced's order, whether its cost is the one
+// measured during or after the call (an outcome's reported cost, a meter's units): the
+// limits with a Cost function, or every limit when none of the policy's has one. A policy's
+// limits in shadow count: a Cost on a shadow limit alone (the tokens of "calls and tokens"
+// being rolled out) leaves every enforced limit its own cost, rather than making the calls'
+// limit count the tokens in its place.
+func (sp *Split) Metered() []bool {
+	if sp.costed {
+		return sp.Measured
+	}
+	all := make([]bool, len(sp.Measured))
+	for i := range all {
+		all[i] = true
+	}
+	return all
 }
 
 // Decide decides rules, all or nothing, each taking its own Cost; noMulti is the error when
