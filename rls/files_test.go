@@ -2,8 +2,11 @@ package rls_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,9 +77,9 @@ func watch(t *testing.T, files rls.Files) *rls.Service {
 	return svc
 }
 
-// A directory holds more than the configuration: a change to a file Load does not read
-// (a neighbour of a file given by name, an editor's swap file, a README) reloads nothing; a
-// change to one it reads does.
+// A change to a file Load does not read (a neighbour of a file given by name, an editor's
+// swap file, a file in a dot directory) reloads nothing; a change to one it reads (in a
+// directory given, any file but a dot one) does.
 func TestWatchIgnoresOtherFiles(t *testing.T) {
 	fileDir, dir := t.TempDir(), t.TempDir()
 	write := func(path, s string) {
@@ -93,8 +96,11 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	c := svc.Config()
 	for _, p := range []string{
 		filepath.Join(fileDir, "other.yaml"), filepath.Join(fileDir, "notes.txt"),
-		filepath.Join(dir, ".a.yaml.swp"), filepath.Join(dir, "README.md"),
+		filepath.Join(dir, ".a.yaml.swp"), filepath.Join(dir, ".cache", "a.yaml"),
 	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		write(p, "not a configuration")
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -106,4 +112,124 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	c = svc.Config()
 	write(file, cfg+"  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
 	eventually(t, func() bool { return svc.Config() != c })
+}
+
+// writeTree writes each file (a path under dir, with its directories) with its content.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func domains(c *envoyconf.Config) []string {
+	d := c.Domains()
+	slices.Sort(d)
+	return d
+}
+
+// A directory is read as the reference's runtime loader reads it: every file, whatever its
+// name, as YAML, in subdirectories too; but never a dot entry (a file, or a directory and
+// everything in it).
+func TestFilesReadsEveryFile(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a.yaml":            "domain: a\n",
+		"limits.conf":       "domain: conf\n",
+		"noext":             "domain: noext\n",
+		"nested/b.yml":      "domain: b\n",
+		"nested/deep/c.txt": "domain: c\n",
+		".hidden.yaml":      "not: a configuration\n",
+		".git/config":       "[core]\n",
+		"nested/.d/d.yaml":  "domain: d\n",
+	})
+	c, err := rls.Files{Paths: []string{dir}}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := domains(c), []string{"a", "b", "c", "conf", "noext"}; !slices.Equal(got, want) {
+		t.Fatalf("domains %v, want %v", got, want)
+	}
+	// A file of any name is parsed as YAML: a bad one is an error naming it.
+	writeTree(t, dir, map[string]string{"nested/README.md": "# notes\n"})
+	_, err = rls.Files{Paths: []string{dir}}.Load()
+	var e *envoyconf.Error
+	if !errors.As(err, &e) || e.File != filepath.Join(dir, "nested", "README.md") {
+		t.Fatalf("a README in the directory: %v, want an error naming it", err)
+	}
+}
+
+// Files are read in a stable order: a directory's entries in name order, a subdirectory's
+// files where its name sorts; the second file of a domain (without Merge) is the one named.
+func TestFilesOrder(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a.yaml":   "domain: d\n",
+		"b/c.yaml": "domain: d\n",
+		"b.yaml":   "domain: d\n",
+	})
+	for range 5 {
+		_, err := rls.Files{Paths: []string{dir}}.Load()
+		var e *envoyconf.Error
+		if !errors.As(err, &e) || e.File != filepath.Join(dir, "b", "c.yaml") {
+			t.Fatalf("%v, want the duplicate domain in b/c.yaml", err)
+		}
+	}
+}
+
+// configMap lays out dir as a Kubernetes ConfigMap volume does (the atomic writer): the
+// files in a dot directory, ..data a link to it, and at the top a link through ..data for
+// each item's first path element (a file, or a directory for an item with a path in one).
+func configMap(t *testing.T, dir, version string, files map[string]string) {
+	t.Helper()
+	writeTree(t, filepath.Join(dir, version), files)
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		top := strings.Split(name, "/")[0]
+		if err := os.Symlink(filepath.Join("..data", top), filepath.Join(dir, top)); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A ConfigMap volume's files are read once each (not again through ..data or the dot
+// directory), those of items in a subdirectory too (a link to a directory is followed).
+func TestFilesConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	configMap(t, dir, "..2024_01_02_03_04_05.000000001", map[string]string{
+		"a.yaml":        "domain: a\n",
+		"sub/b.yaml":    "domain: b\n",
+		"sub/deep/c.md": "domain: c\n",
+	})
+	c, err := rls.Files{Paths: []string{dir}}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := domains(c), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("domains %v, want %v", got, want)
+	}
+}
+
+// A link to a directory above it would read its files forever: an error.
+func TestFilesLinkLoop(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"sub/a.yaml": "domain: a\n"})
+	if err := os.Symlink("..", filepath.Join(dir, "sub", "up")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (rls.Files{Paths: []string{dir}}).Load(); err == nil || !strings.Contains(err.Error(), "loop") {
+		t.Fatalf("%v, want an error for the loop", err)
+	}
 }
