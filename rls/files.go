@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -112,42 +113,37 @@ func (t *tree) walk(dir string, above []string, fail func(error) error) error {
 }
 
 // Watch reloads svc's configuration whenever a file under f's paths changes, until ctx is
-// done. A file that does not load leaves the configuration in use as it was: the error is
-// logged (a nil log logs nothing) and counted (rlfn.rls.config.loads{result=error}). Changes are gathered for
-// settle, so that an editor's or Kubernetes' several writes make one reload.
+// done: a file Load reads, in a subdirectory too (one created since included), or a
+// ConfigMap's ..data link. A file that does not load leaves the configuration in use as it
+// was: the error is logged (a nil log logs nothing) and counted
+// (rlfn.rls.config.loads{result=error}). Changes are gathered for settle, so that an
+// editor's or Kubernetes' several writes make one reload.
 func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Logger, settle time.Duration) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w, err := fsnotify.NewWatcher()
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	files := map[string]bool{} // paths given as files
-	dirs := map[string]bool{}  // paths given as directories
+	defer fw.Close()
+	w := &watcher{Watcher: fw, log: log, files: map[string]bool{}, given: map[string]bool{},
+		fixed: map[string]bool{}, real: map[string]string{}}
 	for _, p := range f.Paths {
 		dir := filepath.Clean(p)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			// A file replaced by a rename is seen through its directory.
-			files[dir] = true
+			w.files[dir] = true
 			dir = filepath.Dir(dir)
 		} else {
-			dirs[dir] = true
+			w.given[dir] = true
 		}
-		if err := w.Add(dir); err != nil {
+		if err := w.add(dir, map[string]bool{}); err != nil {
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
+		w.fixed[dir] = true
 	}
-	// A directory holds more than the configuration (a file's neighbours, editors' swap
-	// files): only a change that Load would read, or a ConfigMap's ..data swap, reloads.
-	relevant := func(name string) bool {
-		name = filepath.Clean(name)
-		base := filepath.Base(name)
-		ext := filepath.Ext(base)
-		return base == "..data" || files[name] ||
-			dirs[filepath.Dir(name)] && !strings.HasPrefix(base, ".") && (ext == ".yaml" || ext == ".yml")
-	}
+	w.sync(f)
 	var timer <-chan time.Time
 	for {
 		select {
@@ -157,7 +153,15 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 			if !ok {
 				return errors.New("rls: the file watcher stopped")
 			}
-			if ev.Op != fsnotify.Chmod && timer == nil && relevant(ev.Name) {
+			if ev.Op == fsnotify.Chmod || !w.relevant(ev.Name) {
+				continue
+			}
+			if ev.Has(fsnotify.Create) && isDir(ev.Name) {
+				// A new directory (or ..data leading to a new version): watched before its
+				// files are read, so that none written meanwhile is missed.
+				w.sync(f)
+			}
+			if timer == nil {
 				timer = time.After(settle)
 			}
 		case err, ok := <-w.Errors:
@@ -167,6 +171,7 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 			log.Error("watching the configuration", "err", err)
 		case <-timer:
 			timer = nil
+			w.sync(f)
 			cfg, err := f.Load()
 			m.ConfigLoaded(err)
 			if err != nil {
@@ -177,4 +182,82 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 			log.Info("configuration reloaded", "domains", len(cfg.Domains()))
 		}
 	}
+}
+
+// watcher watches the directories Files reads from, and those of the files it names.
+type watcher struct {
+	*fsnotify.Watcher
+	log   *slog.Logger
+	files map[string]bool   // the paths given as files
+	given map[string]bool   // the paths given as directories
+	fixed map[string]bool   // the directories watched from the start: given, or a file's
+	tree  map[string]bool   // the directories whose files Load reads: given, and their subdirectories
+	real  map[string]string // each directory watched: its real path then
+}
+
+// relevant tells whether a change to name is one to the configuration: a directory holds
+// more (a file's neighbours, editors' swap files, Kubernetes' dot entries).
+func (w *watcher) relevant(name string) bool {
+	name = filepath.Clean(name)
+	base := filepath.Base(name)
+	return base == "..data" || w.files[name] || w.tree[filepath.Dir(name)] && !strings.HasPrefix(base, ".")
+}
+
+// sync watches the directories Load now reads files from (new subdirectories, a link now
+// leading elsewhere), and no longer those it does not.
+func (w *watcher) sync(f Files) {
+	var t tree
+	for _, p := range f.Paths {
+		_ = t.add(p, func(error) error { return nil }) // Load says what is wrong
+	}
+	w.tree = map[string]bool{}
+	for d := range w.given {
+		w.tree[d] = true
+	}
+	for _, d := range t.dirs {
+		w.tree[d] = true
+	}
+	watched := map[string]bool{}
+	for _, d := range w.WatchList() {
+		watched[d] = true
+	}
+	for _, dirs := range []map[string]bool{w.fixed, w.tree} {
+		for d := range dirs {
+			if err := w.add(d, watched); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				w.log.Warn("watching the configuration", "dir", d, "err", err)
+			}
+		}
+	}
+	for d := range watched {
+		if !w.tree[d] && !w.fixed[d] {
+			_ = w.Remove(d) // an error: fsnotify dropped it already, with the directory
+			delete(w.real, d)
+		}
+	}
+}
+
+// add watches dir unless watched, where it still leads: again if a link now leads it
+// elsewhere (a ConfigMap's update), or after fsnotify dropped it (it was removed).
+func (w *watcher) add(dir string, watched map[string]bool) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	if watched[dir] {
+		if w.real[dir] == real {
+			return nil
+		}
+		_ = w.Remove(dir)
+	}
+	if err := w.Add(dir); err != nil {
+		return err
+	}
+	watched[dir] = true
+	w.real[dir] = real
+	return nil
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }

@@ -109,6 +109,8 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	}
 	write(filepath.Join(dir, "b.yml"), "domain: b\n")
 	eventually(t, func() bool { return len(svc.Config().Domains()) == 3 })
+	write(filepath.Join(dir, "c.conf"), "domain: c\n")
+	eventually(t, func() bool { return len(svc.Config().Domains()) == 4 })
 	c = svc.Config()
 	write(file, cfg+"  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
 	eventually(t, func() bool { return svc.Config() != c })
@@ -232,4 +234,55 @@ func TestFilesLinkLoop(t *testing.T) {
 	if _, err := (rls.Files{Paths: []string{dir}}).Load(); err == nil || !strings.Contains(err.Error(), "loop") {
 		t.Fatalf("%v, want an error for the loop", err)
 	}
+}
+
+// A change in a subdirectory reloads, in one created after the watch started too, however
+// deep.
+func TestWatchSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a.yaml": "domain: a\n", "sub/b.yaml": "domain: b\n"})
+	svc := watch(t, rls.Files{Paths: []string{dir}})
+	has := func(want ...string) func() bool {
+		return func() bool { return slices.Equal(domains(svc.Config()), want) }
+	}
+	writeTree(t, dir, map[string]string{"sub/b.yaml": "domain: b2\n"})
+	eventually(t, has("a", "b2"))
+	writeTree(t, dir, map[string]string{"new/c.conf": "domain: c\n"})
+	eventually(t, has("a", "b2", "c"))
+	writeTree(t, dir, map[string]string{"new/c.conf": "domain: c2\n"})
+	eventually(t, has("a", "b2", "c2"))
+	writeTree(t, dir, map[string]string{"new/x/y/z/d.yaml": "domain: d\n"})
+	eventually(t, has("a", "b2", "c2", "d"))
+	writeTree(t, dir, map[string]string{"new/x/y/z/d.yaml": "domain: d2\n"})
+	eventually(t, has("a", "b2", "c2", "d2"))
+	if err := os.RemoveAll(filepath.Join(dir, "new")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, has("a", "b2"))
+	// A directory created again where one was removed is watched again.
+	writeTree(t, dir, map[string]string{"new/e.yaml": "domain: e\n"})
+	eventually(t, has("a", "b2", "e"))
+	writeTree(t, dir, map[string]string{"new/e.yaml": "domain: e2\n"})
+	eventually(t, has("a", "b2", "e2"))
+}
+
+// An update of a ConfigMap with items in a subdirectory: its link at the top (sub ->
+// ..data/sub) now leads to the new version, whose later changes are seen too.
+func TestWatchConfigMapSubdirectory(t *testing.T) {
+	dir := t.TempDir()
+	configMap(t, dir, "..v1", map[string]string{"a.yaml": "domain: a\n", "sub/b.yaml": "domain: b\n"})
+	svc := watch(t, rls.Files{Paths: []string{dir}})
+	has := func(want ...string) func() bool {
+		return func() bool { return slices.Equal(domains(svc.Config()), want) }
+	}
+	configMap(t, dir, "..v2", map[string]string{"a.yaml": "domain: a\n", "sub/b.yaml": "domain: b2\n"})
+	eventually(t, has("a", "b2"))
+	// Not what Kubernetes does, but what a watch of the old version would miss.
+	writeTree(t, filepath.Join(dir, "..v2"), map[string]string{"sub/b.yaml": "domain: b3\n"})
+	eventually(t, has("a", "b3"))
+	if err := os.RemoveAll(filepath.Join(dir, "..v1")); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, filepath.Join(dir, "..v2"), map[string]string{"sub/b.yaml": "domain: b4\n"})
+	eventually(t, has("a", "b4"))
 }
