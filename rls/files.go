@@ -113,8 +113,8 @@ func (t *tree) walk(dir string, above []string, fail func(error) error) error {
 }
 
 // Watch reloads svc's configuration whenever a file under f's paths changes, until ctx is
-// done: a file Load reads, in a subdirectory too (one created since included), or a
-// ConfigMap's ..data link. A file that does not load leaves the configuration in use as it
+// done: a file Load reads, in a subdirectory too (one created since included), a
+// ConfigMap's ..data link, or a link on the way to a path given (swapped to deploy). A file that does not load leaves the configuration in use as it
 // was: the error is logged (a nil log logs nothing) and counted
 // (rlfn.rls.config.loads{result=error}). Changes are gathered for settle, so that an
 // editor's or Kubernetes' several writes make one reload.
@@ -128,7 +128,7 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 	}
 	defer fw.Close()
 	w := &watcher{Watcher: fw, log: log, files: map[string]bool{}, given: map[string]bool{},
-		fixed: map[string]bool{}, real: map[string]string{}}
+		fixed: map[string]bool{}, links: map[string]bool{}, real: map[string]string{}}
 	for _, p := range f.Paths {
 		dir := filepath.Clean(p)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
@@ -142,6 +142,22 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
 		w.fixed[dir] = true
+		// A link on the way to dir, swapped to deploy a new version (the reference's
+		// RUNTIME_ROOT, /srv/runtime_data/current), is seen in its own directory.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		for a := abs; filepath.Dir(a) != a; a = filepath.Dir(a) {
+			if st, err := os.Lstat(a); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+				continue
+			}
+			if err := w.add(filepath.Dir(a), map[string]bool{}); err != nil {
+				return fmt.Errorf("watching %s: %w", filepath.Dir(a), err)
+			}
+			w.fixed[filepath.Dir(a)] = true
+			w.links[a] = true
+		}
 	}
 	w.sync(f)
 	var timer <-chan time.Time
@@ -157,8 +173,8 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 				continue
 			}
 			if ev.Has(fsnotify.Create) && isDir(ev.Name) {
-				// A new directory (or ..data leading to a new version): watched before its
-				// files are read, so that none written meanwhile is missed.
+				// A new directory (or a link, ..data, leading to a new version): watched
+				// before its files are read, so that none written meanwhile is missed.
 				w.sync(f)
 			}
 			if timer == nil {
@@ -192,6 +208,7 @@ type watcher struct {
 	given map[string]bool   // the paths given as directories
 	fixed map[string]bool   // the directories watched from the start: given, or a file's
 	tree  map[string]bool   // the directories whose files Load reads: given, and their subdirectories
+	links map[string]bool   // the links on the way to a directory of fixed
 	real  map[string]string // each directory watched: its real path then
 }
 
@@ -200,7 +217,8 @@ type watcher struct {
 func (w *watcher) relevant(name string) bool {
 	name = filepath.Clean(name)
 	base := filepath.Base(name)
-	return base == "..data" || w.files[name] || w.tree[filepath.Dir(name)] && !strings.HasPrefix(base, ".")
+	return base == "..data" || w.files[name] || w.links[name] ||
+		w.tree[filepath.Dir(name)] && !strings.HasPrefix(base, ".")
 }
 
 // sync watches the directories Load now reads files from (new subdirectories, a link now

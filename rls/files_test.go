@@ -286,3 +286,38 @@ func TestWatchConfigMapSubdirectory(t *testing.T) {
 	writeTree(t, filepath.Join(dir, "..v2"), map[string]string{"sub/b.yaml": "domain: b4\n"})
 	eventually(t, has("a", "b4"))
 }
+
+// The reference's own way to deploy a version (RUNTIME_WATCH_ROOT, its default): swap the
+// link RUNTIME_ROOT (/srv/runtime_data/current) to another directory. The swap reloads, and
+// the new version's directory is the one watched then.
+func TestWatchRootLinkSwap(t *testing.T) {
+	root := t.TempDir()
+	for v, d := range map[string]string{"v1": "a", "v2": "b"} {
+		writeTree(t, filepath.Join(root, v), map[string]string{"ratelimit/config/rl.yaml": "domain: " + d + "\n"})
+	}
+	current := filepath.Join(root, "current")
+	swap := func(v string) {
+		t.Helper()
+		tmp := filepath.Join(root, "tmp")
+		if err := os.Symlink(v, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, current); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap("v1")
+	svc := watch(t, rls.Files{Paths: []string{filepath.Join(current, "ratelimit", "config")}})
+	has := func(want ...string) func() bool {
+		return func() bool { return slices.Equal(domains(svc.Config()), want) }
+	}
+	swap("v2")
+	eventually(t, has("b"))
+	writeTree(t, filepath.Join(root, "v2"), map[string]string{"ratelimit/config/rl.yaml": "domain: b2\n"})
+	eventually(t, has("b2"))
+	writeTree(t, filepath.Join(root, "v1"), map[string]string{"ratelimit/config/rl.yaml": "domain: a2\n"})
+	time.Sleep(200 * time.Millisecond)
+	if got := domains(svc.Config()); !slices.Equal(got, []string{"b2"}) {
+		t.Fatalf("domains %v after a change to the version no more in use", got)
+	}
+}
