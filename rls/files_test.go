@@ -321,3 +321,51 @@ func TestWatchRootLinkSwap(t *testing.T) {
 		t.Fatalf("domains %v after a change to the version no more in use", got)
 	}
 }
+
+// The reference's runtime loader, given a directory with RUNTIME_IGNOREDOTFILES=true, reads
+// what Load reads: a file of another name, one in a subdirectory, no dot file. A link to a
+// directory it skips (with a warning), where Load follows it (difference 11 of
+// docs/envoy.md).
+func TestReferenceReadsADirectoryAsFiles(t *testing.T) {
+	b := backends(t)[0]
+	root := t.TempDir()
+	cfg := func(domain string) string {
+		return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"
+	}
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	writeTree(t, cfgDir, map[string]string{
+		"a.yaml":           cfg("a"),
+		"limits.conf":      cfg("conf"),
+		"nested/b.yaml":    cfg("b"),
+		"nested/deep/c.md": cfg("c"),
+		".hidden.yaml":     cfg("hidden"),
+		".dot/d.yaml":      cfg("dot"),
+	})
+	writeTree(t, root, map[string]string{"elsewhere/e.yaml": cfg("linked")})
+	if err := os.Symlink(filepath.Join(root, "elsewhere"), filepath.Join(cfgDir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := referenceWithEnv(t, b, "", "RUNTIME_ROOT="+root, "RUNTIME_IGNOREDOTFILES=true")
+	ours, err := rls.Files{Paths: []string{cfgDir}}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for domain, want := range map[string]bool{"a": true, "conf": true, "b": true, "c": true, "hidden": false, "dot": false} {
+		resp, err := ref.ShouldRateLimit(context.Background(), request(domain, hits(desc("k", "v"), 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refHas := resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 7
+		ourHas := ours.Match(domain, []envoyconf.Entry{{Key: "k", Value: "v"}}).Limit != nil
+		if refHas != want || ourHas != want {
+			t.Errorf("domain %s: the reference has it %v, rlfn-rls %v, want %v", domain, refHas, ourHas, want)
+		}
+	}
+	resp, err := ref.ShouldRateLimit(context.Background(), request("linked", hits(desc("k", "v"), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Statuses[0].GetCurrentLimit() != nil || ours.Match("linked", []envoyconf.Entry{{Key: "k", Value: "v"}}).Limit == nil {
+		t.Errorf("a link to a directory: the reference reads it (%v), or rlfn-rls does not", resp.Statuses[0].GetCurrentLimit())
+	}
+}
