@@ -113,6 +113,10 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
+	escapes := &throttledLog{log: o.Log}
+	opts = append(opts, grpc.ForceServerCodecV2(newEscapingCodec(func() {
+		escapes.say(context.Background(), "a request's strings are not valid UTF-8: decided with the invalid bytes escaped as \\xHH")
+	})))
 	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -181,6 +181,8 @@ type descriptor struct {
 	// after all (quota mode, a lease denied).
 	took   []took
 	leases []*client.Lease
+	// granted: what each lease of leases answered, for the status of an admitted request.
+	granted []client.Result
 	// shadowed: a shadow_mode descriptor that would have refused.
 	shadowed bool
 }
@@ -496,6 +498,7 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 					break leases
 				}
 				d.leases = append(d.leases, le)
+				d.granted = append(d.granted, res)
 			}
 		}
 		if !admitted {
@@ -514,6 +517,13 @@ func (s *Service) decide(ctx context.Context, lim *client.Limiter, ds []*descrip
 		if d == refusedLease {
 			mine = append(mine, leaseRes)
 			theirs = append(theirs, slotsOf(d.rl))
+		} else if admitted {
+			// A lease granted is a limit of the status as one refused is: its current_limit
+			// and what is left, not an OK that looks like no limit matched.
+			for _, r := range d.granted {
+				mine = append(mine, r)
+				theirs = append(theirs, slotsOf(d.rl))
+			}
 		}
 		for _, l := range d.rl.Limits {
 			if l.Zero {

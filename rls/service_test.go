@@ -520,9 +520,14 @@ func TestExtensions(t *testing.T) {
 			t.Fatalf("penalised: %v", resp)
 		}
 		// Concurrency: two holders at once; the third waits for a release.
-		for _, id := range []string{"r1", "r2"} {
-			if resp := r.ask(t, request("edge", desc("conn", "c", "request_id", id))); resp.OverallCode != pb.RateLimitResponse_OK {
+		for i, id := range []string{"r1", "r2"} {
+			resp := r.ask(t, request("edge", desc("conn", "c", "request_id", id)))
+			if resp.OverallCode != pb.RateLimitResponse_OK {
 				t.Fatalf("acquire %s: %v", id, resp)
+			}
+			// A granted lease says its limit and what is left, as a refused one does.
+			if st := resp.Statuses[0]; st.CurrentLimit.GetRequestsPerUnit() != 2 || st.LimitRemaining != uint32(1-i) {
+				t.Fatalf("acquire %s: status %v", id, st)
 			}
 		}
 		if resp := r.ask(t, request("edge", desc("conn", "c", "request_id", "r3"))); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {

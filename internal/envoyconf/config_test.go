@@ -550,3 +550,33 @@ func TestNeeds(t *testing.T) {
 		}
 	}
 }
+
+// A request's limit override is refused when its period does not fit, as a configuration's
+// unit_multiplier is: 3,335,999,724 days wrapped around to a window of 31 minutes.
+func TestOverridePeriod(t *testing.T) {
+	for _, tc := range []struct {
+		unit       Unit
+		multiplier int64
+		ok         bool
+	}{
+		{Day, 3335999724, false},
+		{Year, 4294967295, false},
+		{Day, 365, true},
+		{Minute, 0, true}, // 0 is Envoy's unset multiplier: 1
+	} {
+		rl, err := Override("edge", []Entry{{Key: "k", Value: "v"}}, 2, tc.unit, tc.multiplier)
+		if tc.ok != (err == nil) {
+			t.Errorf("%d × %s: %v", tc.multiplier, tc.unit, err)
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "is too long") {
+				t.Errorf("%d × %s: %v", tc.multiplier, tc.unit, err)
+			}
+			continue
+		}
+		if m := max(tc.multiplier, 1); rl.Limits[0].Period() != tc.unit.Length()*time.Duration(m) {
+			t.Errorf("%d × %s: period %v", tc.multiplier, tc.unit, rl.Limits[0].Period())
+		}
+	}
+}

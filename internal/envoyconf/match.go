@@ -3,6 +3,7 @@ package envoyconf
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -105,6 +106,11 @@ func Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit,
 		multiplier = 1
 	}
 	l := Limit{Algorithm: FixedWindow, RequestsPerUnit: requestsPerUnit, Unit: unit, Multiplier: multiplier}
+	if l.Period()/unit.Length() != time.Duration(multiplier) {
+		// The period wrapped around (a window of minutes for billions of days), as a
+		// configuration's unit_multiplier is refused.
+		return nil, fmt.Errorf("limit override: unit_multiplier %d times a %s is too long", multiplier, unit)
+	}
 	if requestsPerUnit == 0 {
 		// As a configuration's limit of 0, which the reference takes for both.
 		l.Zero = true
