@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -52,7 +53,11 @@ type ServerOptions struct {
 	MaxRequestBytes int
 	// Metrics is served at /metrics on the HTTP listener when set (a Prometheus handler).
 	Metrics http.Handler
-	Log     *slog.Logger
+	// StatsHandler, when set, sees every gRPC call (grpc.StatsHandler): OpenTelemetry's
+	// otelgrpc.NewServerHandler makes a span of each, in the trace of the caller's metadata.
+	// It sees a call refused by MaxInFlight or MaxRequestBytes too. Default (nil): none.
+	StatsHandler stats.Handler
+	Log          *slog.Logger
 }
 
 // Server serves a Service: ShouldRateLimit and gRPC health on one listener, and on
@@ -117,6 +122,9 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	opts = append(opts, grpc.ForceServerCodecV2(newEscapingCodec(func() {
 		escapes.say(context.Background(), "a request's strings are not valid UTF-8: decided with the invalid bytes escaped as \\xHH")
 	})))
+	if o.StatsHandler != nil {
+		opts = append(opts, grpc.StatsHandler(o.StatsHandler))
+	}
 	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

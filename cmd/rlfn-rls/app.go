@@ -82,7 +82,7 @@ func newApp(stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "reconcile", EnvVars: []string{"RLFN_RLS_RECONCILE"}, Usage: "keep the newest library release this binary embeds on every primary, as rlfn reconcile does, every second (its user needs deployer.ReconcileACLRules)"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: rls.DefaultNearLimitRatio, EnvVars: []string{"RLFN_RLS_NEAR_LIMIT_RATIO"}, Usage: "share of a limit past which admitted hits count in rlfn_rls_near_limit_total (the reference's NEAR_LIMIT_RATIO), above 0 and at most 1"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RLFN_RLS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-		}, extraFlags()...),
+		}, append(extraFlags(), tracingFlags...)...),
 		Action: serve,
 	}
 }
@@ -153,6 +153,12 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	tr, err := startTracing(c, log)
+	if err != nil {
+		return err
+	}
+	// After the requests are drained and the limiters closed: their last spans are sent.
+	defer tr.close(log)
 	vk, err := valkey.NewClient(opt)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", serverurl.Redact(c.String("url")), err)
@@ -177,7 +183,7 @@ func serve(c *cli.Context) error {
 
 	limiters, err := rls.NewLimiters(vk, client.Options{Prefix: c.String("prefix"), Deadline: c.Duration("deadline"), Fallback: base,
 		Instances: c.Int("instances"), DenialCache: c.Int("denial-cache"), MeterProvider: mp,
-		MaxRules: rls.RulesFor(c.Int("max-descriptors")), Logger: log}, policies)
+		MaxRules: rls.RulesFor(c.Int("max-descriptors")), Logger: log, TracerProvider: tr.provider}, policies)
 	if err != nil {
 		return err
 	}
@@ -194,6 +200,7 @@ func serve(c *cli.Context) error {
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promHandler,
 		TLS:              grpcTLS,
+		StatsHandler:     tr.stats,
 		Log:              log,
 	})
 	m, err := metricsListener(c, promHandler)

@@ -189,8 +189,7 @@ func (r *envReader) listeners() {
 		}
 	}
 	r.refusedUnless("rlfn-rls logs JSON lines only", []string{"json", "text"}, "LOG_FORMAT")
-	r.refusedUnless("rlfn-rls has no tracing yet (its spans would be missing)", []string{"false"}, "TRACING_ENABLED")
-	r.noted("unused: TRACING_ENABLED is refused when true", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+	r.tracing() // tracing.go
 }
 
 func (r *envReader) config() {
