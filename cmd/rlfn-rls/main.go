@@ -6,6 +6,10 @@ package main
 
 import (
 	"os"
+	// Go's copy of the public CAs, used when the system has none (a FROM scratch image): a
+	// rediss:// server with a public certificate is verified without REDIS_TLS_CACERT or
+	// --tls-ca, which Envoy Gateway never sets.
+	_ "golang.org/x/crypto/x509roots/fallback"
 	// Go's copy of the zone database: a calendar's time_zone loads in a FROM scratch image.
 	_ "time/tzdata"
 )
