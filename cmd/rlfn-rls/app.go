@@ -196,7 +196,7 @@ func serve(c *cli.Context) error {
 		MaxInFlight:      c.Int("max-in-flight"),
 		MaxRequestBytes:  c.Int("max-request-bytes"),
 		MaxConnectionAge: c.Duration("max-connection-age"),
-		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc) },
+		Check:            func(ctx context.Context) error { return check(ctx, limiters, svc, c.Bool("healthy-without-config")) },
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promHandler,
 		TLS:              grpcTLS,

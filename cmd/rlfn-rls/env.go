@@ -261,7 +261,37 @@ func (r *envReader) xds() {
 		}
 	}
 	r.noted("reconnections wait XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling to XDS_CLIENT_BACKOFF_MAX_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
-	r.noted("rlfn-rls always starts without a configuration, NOT_SERVING until the first one arrives over xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	r.health()
+}
+
+// health maps the reference's start without a configuration. The reference with
+// FORCE_START_WITHOUT_INITIAL_CONFIG serves at once, healthy unless
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, and answers a request before the first
+// configuration with the error "no rate limit configuration loaded"; without it, it does not
+// listen until the first configuration arrives.
+func (r *envReader) health() {
+	const force, healthy = "FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"
+	forced := r.bool(force, false)
+	needsOne := r.bool(healthy, false)
+	fv, _ := r.get(force)
+	hv, healthySet := r.get(healthy)
+	switch {
+	case forced && !needsOne:
+		r.flag(force, fv, "healthy-without-config", "true")
+		if healthySet {
+			r.note(healthy, hv, "healthy before the first configuration (--healthy-without-config), as the reference")
+		}
+	case forced:
+		r.note(force, fv, "with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, NOT_SERVING until the first configuration arrives, as rlfn-rls does by default")
+		r.note(healthy, hv, "NOT_SERVING until the first configuration arrives, as rlfn-rls does by default")
+	default:
+		if v, ok := r.get(force); ok {
+			r.note(force, v, "rlfn-rls listens at once, NOT_SERVING until the first configuration arrives (the reference does not listen until then)")
+		}
+		if healthySet {
+			r.note(healthy, hv, "NOT_SERVING until the first configuration arrives, as rlfn-rls does by default")
+		}
+	}
 }
 
 func (r *envReader) files() {

@@ -18,7 +18,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/rlfn/rlfn/internal/harness"
 )
@@ -112,6 +114,16 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
 		},
 		{
+			// Envoy Gateway's: healthy before its control plane serves any configuration.
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
+			flags: map[string]string{"xds-server": "localhost:18000", "healthy-without-config": "true"},
+		},
+		{
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"},
+			flags: map[string]string{"xds-server": "localhost:18000"},
+			notes: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
+		},
+		{
 			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "NEAR_LIMIT_RATIO": "1.5", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
 			err: strings.Join([]string{
 				`$GRPC_UDS="/tmp/s": rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT`,
@@ -201,8 +213,11 @@ func envoyGatewayEnv(redisURL, xds, certs string, ports []int) map[string]string
 
 // Started with nothing but the environment Envoy Gateway gives the reference's Deployment
 // (certificates, Redis, listeners on loopback here), rlfn-rls takes its configuration from an
-// xDS server over mutual TLS, as Envoy Gateway's control plane serves it, is NOT_SERVING
-// until the first arrives, then serves Envoy over TLS with that configuration; its log says
+// xDS server over mutual TLS, as Envoy Gateway's control plane serves it. Before the first
+// configuration (Envoy Gateway's serves none until some listener has a global limit) it is
+// healthy, as the reference with FORCE_START_WITHOUT_INITIAL_CONFIG, so that Envoy Gateway's
+// startupProbe passes, and answers a request with the reference's "no rate limit
+// configuration loaded"; then it serves Envoy over TLS with that configuration; its log says
 // what each variable did.
 func TestEnvoyGatewayEnv(t *testing.T) {
 	url, _, _ := startStalled(t)
@@ -271,19 +286,8 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 			}
 		}
 	}
-	// Serving HTTP, and the backend answering, but no configuration yet.
-	waitHealth(http.StatusServiceUnavailable)
-	time.Sleep(300 * time.Millisecond)
-	if code := health(); code != http.StatusServiceUnavailable {
-		t.Fatalf("health %d before any configuration", code)
-	}
-	xds.Set(t, &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
-		Key: "first-route", Value: "first-route",
-		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 5, Unit: rlsconfv3.RateLimitUnit_HOUR}}},
-	}}})
+	// Serving, and the backend answering, but no configuration yet: healthy.
 	waitHealth(http.StatusOK)
-
-	// Envoy, as Envoy Gateway configures it, speaks TLS to the service.
 	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +295,20 @@ func TestEnvoyGatewayEnv(t *testing.T) {
 	defer conn.Close()
 	req := &pb.RateLimitRequest{Domain: "first-listener", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{
 		{Key: "first-route", Value: "first-route"}, {Key: "rule-0-match-0", Value: "user-1"}}}}}
-	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+	if _, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
+		t.Fatalf("before any configuration: %v", err)
+	}
+	xds.Set(t, &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+		Key: "first-route", Value: "first-route",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 5, Unit: rlsconfv3.RateLimitUnit_HOUR}}},
+	}}})
+	// Envoy, as Envoy Gateway configures it, speaks TLS to the service.
+	var resp *pb.RateLimitResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err = pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
 		t.Fatalf("%v %v", resp, err)
 	}
@@ -356,5 +373,70 @@ func TestDocsReferenceEnv(t *testing.T) {
 		if !strings.Contains(section, "`"+name+"`") && (prefix == "" || !strings.Contains(section, "`"+prefix+"*`")) {
 			t.Errorf("envoy.md's table lacks $%s", name)
 		}
+	}
+}
+
+// An xDS server that holds no configuration (Envoy Gateway's, before any listener has a global
+// limit) never answers. With FORCE_START_WITHOUT_INITIAL_CONFIG alone, rlfn-rls is healthy
+// meanwhile, as the reference is; with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED too, or without
+// either, it is not.
+func TestReferenceEnvForceStart(t *testing.T) {
+	url, _, _ := startStalled(t)
+	xds := harness.StartXDS(t, "envoy-ratelimit", nil)
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, http.StatusOK},
+		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "false"}, http.StatusOK},
+		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, http.StatusServiceUnavailable},
+		{map[string]string{}, http.StatusServiceUnavailable},
+	} {
+		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
+			ports := harness.FreePorts(t, 2)
+			env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": xds.Addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": strings.TrimPrefix(url, "redis://"),
+				"HOST": "127.0.0.1", "PORT": fmt.Sprint(ports[0]), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": fmt.Sprint(ports[1])}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var out harness.Buffer
+			done := make(chan error, 1)
+			go func() {
+				done <- newApp(&out).RunContext(ctx, []string{"rlfn-rls", "--check-every", "100ms", "--deadline", "5s"})
+			}()
+			// Health is checked every 100ms: a second of answers is ten checks.
+			var codes []int
+			for deadline := time.Now().Add(20 * time.Second); len(codes) < 10; time.Sleep(100 * time.Millisecond) {
+				select {
+				case err := <-done:
+					t.Fatalf("the app ended: %v\n%s", err, out.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("health answered %v\n%s", codes, out.String())
+				}
+				resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
+				if err != nil {
+					continue
+				}
+				resp.Body.Close()
+				if codes = append(codes, resp.StatusCode); resp.StatusCode == http.StatusOK && tc.want != http.StatusOK {
+					t.Fatalf("healthy without a configuration\n%s", out.String())
+				}
+			}
+			if codes[len(codes)-1] != tc.want {
+				t.Fatalf("health answered %v, want %d at the end\n%s", codes, tc.want, out.String())
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("serve: %v\n%s", err, out.String())
+			}
+		})
 	}
 }

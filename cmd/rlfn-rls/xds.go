@@ -35,6 +35,7 @@ var xdsFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "xds-backoff-initial", Value: 10e9, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_INITIAL"}, Usage: "first wait before reconnecting to the xDS server; it doubles to --xds-backoff-max"},
 	&cli.DurationFlag{Name: "xds-backoff-max", Value: 60e9, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_MAX"}, Usage: "longest wait before reconnecting to the xDS server"},
 	&cli.Float64Flag{Name: "xds-backoff-random", Value: 0.5, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_RANDOM"}, Usage: "each wait is randomised by up to this fraction, more or less (0: none)"},
+	&cli.BoolFlag{Name: "healthy-without-config", EnvVars: []string{"RLFN_RLS_HEALTHY_WITHOUT_CONFIG"}, Usage: "healthy (the backend still checked) before the first configuration arrives over xDS, requests answered UNAVAILABLE \"no rate limit configuration loaded\" until then (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, NOT_SERVING until then"},
 	&cli.IntFlag{Name: "xds-max-message", EnvVars: []string{"RLFN_RLS_XDS_MAX_MESSAGE"}, Usage: "largest xDS response taken, in bytes (default: gRPC's 4 MiB)"},
 }
 
@@ -42,7 +43,7 @@ var xdsFlags = []cli.Flag{
 func xdsSource(c *cli.Context, log *slog.Logger) (*rls.XDS, error) {
 	server := c.String("xds-server")
 	if server == "" {
-		for _, name := range []string{"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name", "xds-headers", "xds-node-metadata"} {
+		for _, name := range []string{"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name", "xds-headers", "xds-node-metadata", "healthy-without-config"} {
 			if c.IsSet(name) {
 				return nil, fmt.Errorf("--%s needs --xds-server", name)
 			}
@@ -147,10 +148,15 @@ func xdsCredentials(c *cli.Context, log *slog.Logger) (grpc.DialOption, error) {
 
 // check is health's: the backend runs a library release the configuration in use needs,
 // and there is a configuration (over xDS, none until the first arrives: the reference's
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, always).
-func check(ctx context.Context, limiters *rls.Limiters, svc *rls.Service) error {
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) unless withoutConfig (the reference's
+// FORCE_START_WITHOUT_INITIAL_CONFIG, where Envoy Gateway sets it: its control plane serves
+// nothing until some listener has a global limit), when the backend alone is checked.
+func check(ctx context.Context, limiters *rls.Limiters, svc *rls.Service, withoutConfig bool) error {
 	cfg := svc.Config()
 	if cfg == nil {
+		if withoutConfig {
+			return limiters.Check(ctx, "")
+		}
 		return errors.New("no configuration received over xDS yet")
 	}
 	return limiters.Check(ctx, cfg.Needs())
