@@ -16,5 +16,11 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/$cmd" "./cmd/$cmd"
 cp "cmd/$cmd/Dockerfile" "$ctx/"
+if [ "$cmd" = rlfn-rls ]; then
+	# The reference's path too, a link to the binary: Envoy Gateway's Deployment runs
+	# command: [/bin/ratelimit], which replaces the image's entrypoint.
+	mkdir "$ctx/bin"
+	ln -s /rlfn-rls "$ctx/bin/ratelimit"
+fi
 docker build -q -t "$tag" "$ctx" >/dev/null
 echo "built $tag ($(du -h "$ctx/$cmd" | cut -f1) binary)"

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +17,9 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlfn/rlfn/functions"
@@ -114,5 +118,95 @@ func TestImage(t *testing.T) {
 	}
 	if l := logs(); !strings.Contains(l, `"msg":"shutting down"`) {
 		t.Errorf("no graceful shutdown in the logs:\n%s", l)
+	}
+
+	imageAsEnvoyGateway(t, tag, srv.Addr)
+}
+
+// imageAsEnvoyGateway runs the image as Envoy Gateway's rate limit Deployment does: its
+// command, /bin/ratelimit (the reference's binary), replacing the entrypoint with no
+// arguments; its environment alone (envoyGatewayEnv: the xDS server over mutual TLS, Redis,
+// the certificates mounted read-only at /certs); as nobody. Before any configuration it is
+// healthy (Envoy Gateway's startupProbe on /healthcheck), then serves the configuration the
+// xDS server pushes to Envoy over TLS, and stops cleanly.
+func imageAsEnvoyGateway(t *testing.T, tag, redisAddr string) {
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := t.TempDir()
+	if err := os.Chmod(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A Secret's files as Kubernetes mounts them: readable by all.
+	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CAPEM)
+	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+
+	ports := harness.FreePorts(t, 3)
+	name := strings.NewReplacer("/", "-", ":", "-").Replace(tag) + "-gateway"
+	args := []string{"run", "-d", "--name", name, "--network", "host", "--user", "65534:65534", "--read-only",
+		"-v", certs + ":/certs:ro", "--entrypoint", "/bin/ratelimit"}
+	for k, v := range envoyGatewayEnv(redisAddr, xds.Addr, "/certs", ports) {
+		args = append(args, "-e", k+"="+v)
+	}
+	if out, err := exec.Command("docker", append(args, tag)...).CombinedOutput(); err != nil {
+		t.Fatalf("docker run: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	logs := func() string {
+		out, _ := exec.Command("docker", "logs", name).CombinedOutput()
+		return string(out)
+	}
+	health := func() int {
+		resp, err := http.Get(fmt.Sprint("http://127.0.0.1:", ports[0], "/healthcheck"))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for deadline := time.Now().Add(30 * time.Second); health() != http.StatusOK; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Envoy Gateway's startupProbe would never pass: health %d\n%s", health(), logs())
+		}
+	}
+	xds.Set(t, &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+		Key: "first-route", Value: "first-route",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 5, Unit: rlsconfv3.RateLimitUnit_HOUR}}},
+	}}})
+	conn, err := grpc.NewClient(fmt.Sprint("127.0.0.1:", ports[1]), grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &pb.RateLimitRequest{Domain: "first-listener", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{
+		{Key: "first-route", Value: "first-route"}, {Key: "rule-0-match-0", Value: fmt.Sprint("user-", time.Now().UnixNano())}}}}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+		cancel()
+		if err == nil && resp.OverallCode == pb.RateLimitResponse_OK && resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pushed configuration was never served: %v %v\n%s", resp, err, logs())
+		}
+	}
+	if out, err := exec.Command("docker", "stop", "-t", "10", name).CombinedOutput(); err != nil {
+		t.Fatalf("docker stop: %v\n%s", err, out)
+	}
+	code, err := exec.Command("docker", "inspect", "-f", "{{.State.ExitCode}}", name).Output()
+	if err != nil || strings.TrimSpace(string(code)) != "0" {
+		t.Fatalf("exit code %q after SIGTERM (%v)\n%s", code, err, logs())
 	}
 }
