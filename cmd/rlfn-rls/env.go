@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,11 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/rlfn/rlfn/internal/serverurl"
 )
 
 // envEffect is what one of the reference's environment variables does to rlfn-rls: set a
@@ -75,7 +79,32 @@ func shown(name, v string) string {
 	if secrets[name] {
 		return "xxxxx"
 	}
+	if name == "REDIS_URL" || name == "REDIS_PERSECOND_URL" {
+		return redactRedisURL(v)
+	}
 	return v
+}
+
+// redactRedisURL is REDIS_URL with each node's password hidden: a redis:// node may hold one,
+// in its user information or its query.
+func redactRedisURL(v string) string {
+	parts := strings.Split(v, ",")
+	for i, p := range parts {
+		if !strings.Contains(p, "://") && !strings.Contains(p, "@") {
+			continue
+		}
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.Fragment != "" || (u.User == nil && strings.Contains(p, "@")) {
+			parts[i] = "xxxxx" // a password that does not parse may be anywhere in it
+			continue
+		}
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		parts[i] = u.Redacted()
+	}
+	return strings.Join(parts, ",")
 }
 
 func (r *envReader) flag(name, v, flag, value string) {
@@ -351,42 +380,84 @@ func (r *envReader) redis() {
 		return
 	}
 	typ, _ := r.get("REDIS_TYPE")
-	nodes := strings.Split(addrs, ",")
-	var sentinelQuery url.Values
+	parts := strings.Split(addrs, ",")
+	sentinel := false
 	switch strings.ToUpper(typ) {
 	case "", "SINGLE":
-		if len(nodes) > 1 {
+		if len(parts) > 1 {
 			r.refuse("REDIS_URL", addrs, "REDIS_TYPE single takes one host:port")
 			return
 		}
 	case "CLUSTER":
-		// valkey-go finds the whole cluster from one node: the others are spares at start.
+		// Every node given is a seed: valkey-go starts from the first that answers, and
+		// finds the whole cluster from it.
 	case "SENTINEL":
 		// The reference's form: the set's name, then the Sentinels.
-		if len(nodes) < 2 {
+		if len(parts) < 2 {
 			r.refuse("REDIS_URL", addrs, "REDIS_TYPE sentinel takes the set's name then the Sentinels: mymaster,host:port,...")
 			return
 		}
-		set := nodes[0]
-		nodes = nodes[1:]
-		q := url.Values{"master_set": {set}}
-		for _, n := range nodes[1:] {
-			q.Add("addr", strings.TrimSpace(n))
-		}
-		sentinelQuery = q
+		sentinel = true
 	default:
 		r.refuse("REDIS_TYPE", typ, "not single, sentinel or cluster")
 		return
 	}
-	if sentinelQuery == nil {
+	var masterSet string
+	if sentinel {
+		masterSet, parts = strings.TrimSpace(parts[0]), parts[1:]
+	} else {
 		r.noted("unused without REDIS_TYPE sentinel", "REDIS_SENTINEL_AUTH")
 	}
-	host := strings.TrimSpace(nodes[0])
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		r.refuse("REDIS_URL", addrs, "not host:port")
-		return
+	nodes := make([]redisNode, len(parts))
+	for i, p := range parts {
+		n, why := parseRedisNode(strings.TrimSpace(p))
+		if why != "" {
+			r.refuse("REDIS_URL", addrs, why)
+			return
+		}
+		nodes[i] = n
 	}
-	u := url.URL{Scheme: "redis", Host: host}
+	// radix dials each node of REDIS_URL with its own URL's user, password and database;
+	// valkey-go takes one of each for all.
+	first := nodes[0]
+	for _, n := range nodes[1:] {
+		if n.user != first.user || n.pass != first.pass || n.db != first.db {
+			r.refuse("REDIS_URL", addrs, "its nodes give different users, passwords or databases: rlfn-rls takes one for all")
+			return
+		}
+	}
+	var ignored []string
+	for _, n := range nodes {
+		for _, k := range n.ignored {
+			if !slices.Contains(ignored, k) {
+				ignored = append(ignored, k)
+			}
+		}
+	}
+	if len(ignored) > 0 {
+		r.note("REDIS_URL", addrs, "its parameters "+strings.Join(ignored, ", ")+" are not the reference's (radix reads username, password and db): unused, as by the reference")
+	}
+	if first.db != "" && first.db != "0" {
+		switch {
+		case sentinel:
+			r.refuse("REDIS_URL", addrs, "a Sentinel's URL takes no database (the reference would SELECT it on the Sentinel)")
+			return
+		case strings.EqualFold(typ, "cluster"):
+			r.refuse("REDIS_URL", addrs, "a cluster has database 0 only")
+			return
+		}
+	}
+	// REDIS_AUTH's user and password win over the URL's, each, as radix's dialer does with
+	// its own; a Sentinel's URL gives the Sentinels' (REDIS_SENTINEL_AUTH's win over them),
+	// the primary is reached with REDIS_AUTH alone.
+	user, pass := splitAuth(r.get("REDIS_AUTH"))
+	sentinelUser, sentinelPass := splitAuth(r.get("REDIS_SENTINEL_AUTH"))
+	if sentinel {
+		sentinelUser, sentinelPass = cmp.Or(sentinelUser, first.user), cmp.Or(sentinelPass, first.pass)
+	} else {
+		user, pass = cmp.Or(user, first.user), cmp.Or(pass, first.pass)
+	}
+	u := url.URL{Scheme: "redis", Host: first.host}
 	if r.bool("REDIS_TLS", false) {
 		u.Scheme = "rediss"
 		for v, flag := range map[string]string{"REDIS_TLS_CACERT": "tls-ca", "REDIS_TLS_CLIENT_CERT": "tls-cert", "REDIS_TLS_CLIENT_KEY": "tls-key"} {
@@ -397,26 +468,85 @@ func (r *envReader) redis() {
 	} else {
 		r.noted("unused without REDIS_TLS (as by the reference)", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY")
 	}
-	redacted := u.String()
-	if auth, ok := r.get("REDIS_AUTH"); ok && auth != "" {
-		// The reference takes "password" or "user:password".
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			u.User = url.UserPassword(user, pass)
-		} else {
-			u.User = url.UserPassword("", auth)
-		}
-		redacted = u.Redacted()
+	if user != "" || pass != "" {
+		u.User = url.UserPassword(user, pass)
 	}
-	if sentinelQuery != nil {
-		u.RawQuery = sentinelQuery.Encode()
-		redacted = u.Redacted()
-		if auth, ok := r.get("REDIS_SENTINEL_AUTH"); ok && auth != "" {
-			sentinelQuery.Set("sentinel_password", auth)
-			u.RawQuery = sentinelQuery.Encode()
-			redacted += "&sentinel_password=xxxxx"
+	if first.db != "" && first.db != "0" {
+		u.Path = "/" + first.db
+	}
+	q := url.Values{}
+	if sentinel {
+		q.Set("master_set", masterSet)
+		if sentinelUser != "" {
+			q.Set("sentinel_user", sentinelUser)
+		}
+		if sentinelPass != "" {
+			q.Set("sentinel_password", sentinelPass)
 		}
 	}
-	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: redacted})
+	for _, n := range nodes[1:] {
+		q.Add("addr", n.host)
+	}
+	u.RawQuery = q.Encode()
+	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_SENTINEL_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: serverurl.Redact(u.String())})
+}
+
+// splitAuth reads REDIS_AUTH as the reference does: "user:password", or a password alone.
+func splitAuth(auth string, _ bool) (user, pass string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
+// redisNode is one node of REDIS_URL: host:port, or a redis:// URL as radix dials it, with
+// its user, password and database.
+type redisNode struct {
+	host, user, pass, db string
+	ignored              []string // its query's parameters radix does not read
+}
+
+// parseRedisNode reads one node of REDIS_URL, or says why not (never quoting it: it may hold
+// a password).
+func parseRedisNode(s string) (redisNode, string) {
+	if !strings.Contains(s, "://") {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return redisNode{}, "not host:port, nor redis://[user:password@]host:port[/db]"
+		}
+		return redisNode{host: s}, ""
+	}
+	if !strings.HasPrefix(s, "redis://") {
+		// radix reads redis:// alone; any other is dialled as an address, and fails.
+		return redisNode{}, "the reference takes host:port or redis://host:port only (TLS is REDIS_TLS=true)"
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Fragment != "" || u.Opaque != "" {
+		return redisNode{}, "not a valid URL (a password with # / ? or % must be URL-encoded, e.g. # as %23)"
+	}
+	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
+		return redisNode{}, "a redis:// URL without host:port"
+	}
+	q := u.Query()
+	n := redisNode{host: u.Host, user: q.Get("username"), pass: q.Get("password"), db: q.Get("db")}
+	if name := u.User.Username(); name != "" {
+		n.user = name
+	}
+	if p, ok := u.User.Password(); ok {
+		n.pass = p
+	}
+	if u.Path != "" && u.Path != "/" {
+		n.db = u.Path[1:]
+	}
+	if d, err := strconv.Atoi(n.db); n.db != "" && (err != nil || d < 0) {
+		return redisNode{}, "its database is not a number"
+	}
+	for k := range q {
+		if k != "username" && k != "password" && k != "db" {
+			n.ignored = append(n.ignored, k)
+		}
+	}
+	slices.Sort(n.ignored)
+	return n, ""
 }
 
 func (r *envReader) behaviour() {

@@ -22,7 +22,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
+	"github.com/rlfn/rlfn/internal/serverurl"
 )
 
 func lookupIn(env map[string]string) func(string) (string, bool) {
@@ -52,7 +54,61 @@ func TestReferenceEnv(t *testing.T) {
 		{
 			env: map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "user:pw", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem",
 				"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY": "/redis-certs/tls.key"},
-			flags: map[string]string{"url": "rediss://user:pw@a:7000", "tls-ca": "/ca.pem", "tls-cert": "/redis-certs/tls.crt", "tls-key": "/redis-certs/tls.key"},
+			flags: map[string]string{"url": "rediss://user:pw@a:7000?addr=b%3A7001", "tls-ca": "/ca.pem", "tls-cert": "/redis-certs/tls.crt", "tls-key": "/redis-certs/tls.key"},
+		},
+		{
+			// REDIS_URL as radix takes it: a redis:// URL, its user, password and database.
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://127.0.0.1:6390"},
+			flags: map[string]string{"url": "redis://127.0.0.1:6390"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://:secret@redis:6379/0"},
+			flags: map[string]string{"url": "redis://:secret@redis:6379"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://app:secret@redis:6379?db=2"},
+			flags: map[string]string{"url": "redis://app:secret@redis:6379/2"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://redis:6379/3?username=app&password=secret&timeout=1s"},
+			flags: map[string]string{"url": "redis://app:secret@redis:6379/3"},
+			notes: []string{"REDIS_URL=redis://redis:6379/3?password=xxxxx&timeout=1s&username=app"},
+		},
+		{
+			// REDIS_AUTH's user and password win over the URL's, each.
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://app:url-pw@redis:6379", "REDIS_AUTH": "p#ss"},
+			flags: map[string]string{"url": "redis://app:p%23ss@redis:6379"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://app:url-pw@redis:6379", "REDIS_AUTH": "admin:pw"},
+			flags: map[string]string{"url": "redis://admin:pw@redis:6379"},
+		},
+		{
+			// A cluster starts from every node given.
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "redis://:secret@a:7000,redis://:secret@b:7001,c:7002"},
+			err: `$REDIS_URL="redis://:xxxxx@a:7000,redis://:xxxxx@b:7001,c:7002": its nodes give different users, passwords or databases: rlfn-rls takes one for all`,
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000, b:7001,c:7002", "REDIS_AUTH": "pw"},
+			flags: map[string]string{"url": "redis://:pw@a:7000?addr=b%3A7001&addr=c%3A7002"},
+		},
+		{
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "rediss://:secret@redis:6379"},
+			err: `$REDIS_URL="rediss://:xxxxx@redis:6379": the reference takes host:port or redis://host:port only (TLS is REDIS_TLS=true)`,
+		},
+		{
+			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://:se#cret@redis:6379"},
+			err: `$REDIS_URL="xxxxx": not a valid URL (a password with # / ? or % must be URL-encoded, e.g. # as %23)`,
+		},
+		{
+			// REDIS_SENTINEL_AUTH splits as REDIS_AUTH does; a Sentinel's URL gives the
+			// Sentinels' credentials.
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH": "watch:secret"},
+			flags: map[string]string{"url": "redis://s1:26379?addr=s2%3A26379&master_set=mymaster&sentinel_password=secret&sentinel_user=watch"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,redis://watch:secret@s1:26379,redis://watch:secret@s2:26379", "REDIS_AUTH": "pw"},
+			flags: map[string]string{"url": "redis://:pw@s1:26379?addr=s2%3A26379&master_set=mymaster&sentinel_password=secret&sentinel_user=watch"},
 		},
 		{
 			// The reference reads a client certificate only with REDIS_TLS.
@@ -163,6 +219,9 @@ func TestReferenceEnv(t *testing.T) {
 			}
 			if strings.Contains(e.Var+e.Note, "secret") {
 				t.Errorf("%v: the password in %+v", tc.env, e)
+			}
+			if _, err := serverurl.Parse(e.Value); e.Flag == "url" && err != nil {
+				t.Errorf("%v: --url %s: %v", tc.env, e.Note, err)
 			}
 		}
 		if fmt.Sprint(flags) != fmt.Sprint(tc.flags) && !(len(flags) == 0 && len(tc.flags) == 0) {
@@ -395,7 +454,7 @@ func TestReferenceEnvForceStart(t *testing.T) {
 		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
 			ports := harness.FreePorts(t, 2)
 			env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": xds.Addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
-				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": strings.TrimPrefix(url, "redis://"),
+				"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": url, // the reference takes a redis:// URL too
 				"HOST": "127.0.0.1", "PORT": fmt.Sprint(ports[0]), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": fmt.Sprint(ports[1])}
 			for k, v := range tc.env {
 				env[k] = v
@@ -438,5 +497,39 @@ func TestReferenceEnvForceStart(t *testing.T) {
 				t.Fatalf("serve: %v\n%s", err, out.String())
 			}
 		})
+	}
+}
+
+// REDIS_TYPE=cluster with several nodes in REDIS_URL starts from any of them, as the reference
+// does: the first node given is down, rlfn-rls starts from the second and serves.
+func TestReferenceEnvClusterSeeds(t *testing.T) {
+	c := harness.StartCluster(t, 1, 0)
+	vk := c.Client(t, false)
+	for _, r := range vk.DoMulti(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "config")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(fmt.Sprintf(policyConfig, "edge")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	down := harness.FreePorts(t, 1)[0] // nothing listens there
+	for k, v := range map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": fmt.Sprintf("127.0.0.1:%d,%s", down, c.Addrs()[0]),
+		"RUNTIME_ROOT": filepath.Dir(dir)} {
+		t.Setenv(k, v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startApp(t, ctx, "--deadline", "5s")
+	if resp, err := ask(ctx, a.rls, "edge"); err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("%v %v\n%s", resp, err, a.stderr.String())
+	}
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
 }

@@ -35,8 +35,9 @@ func knownOpaque(raw string) bool {
 
 // Params are the query parameters of valkey-go's URLs that are passed on, and Sentinel's:
 // master_set (valkey-go's: the host is then a Sentinel, and the primary is the one it names
-// for that set), addr (more Sentinels, with master_set), and sentinel_user and
-// sentinel_password (the Sentinels' own credentials, when they differ from the primary's).
+// for that set), addr (more Sentinels with master_set; without it, more nodes of a cluster to
+// start from, when the first does not answer), and sentinel_user and sentinel_password (the
+// Sentinels' own credentials, when they differ from the primary's).
 var Params = []string{"db", "dial_timeout", "write_timeout", "skip_verify", "protocol", "client_cache", "max_retries", "client_name",
 	"master_set", "addr", "sentinel_user", "sentinel_password"}
 
@@ -49,8 +50,9 @@ const sentinelRefresh = 5 * time.Second
 // node; a cluster is found from there (by deployer.Discover, or by valkey.NewClient).
 // Client-side caching is disabled: the deployer, the CLI and the rate limit service read the
 // server's answers, and tracking would need more ACL permissions. valkey-go's query
-// parameters (dial_timeout, skip_verify, ...) are passed through, but not Sentinel's
-// master_set nor more seeds (addr), and an unknown one is an error. Errors never repeat the
+// parameters (dial_timeout, skip_verify, addr for more seeds, ...) are passed through, and an
+// unknown one is an error. A standalone server takes one address: with more, valkey-go
+// connects to a cluster only. Errors never repeat the
 // password, nor any part of a URL that may hold one.
 func Parse(raw string) (valkey.ClientOption, error) {
 	// A password is always followed by '@': without one, the URL holds none and the
@@ -97,10 +99,9 @@ func Parse(raw string) (valkey.ClientOption, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "addr", "sentinel_user", "sentinel_password":
+		case "sentinel_user", "sentinel_password":
 			if !q.Has("master_set") {
-				// More seeds: any one node of a cluster finds every other.
-				return valkey.ClientOption{}, fmt.Errorf("URL %q: %s= names more Sentinels, or their credentials: it needs master_set= (the URL of any one node of a cluster finds the others itself)", safe, k)
+				return valkey.ClientOption{}, fmt.Errorf("URL %q: %s= is the Sentinels' credentials: it needs master_set=", safe, k)
 			}
 		}
 		if !slices.Contains(Params, k) {

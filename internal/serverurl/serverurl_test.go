@@ -44,8 +44,9 @@ func TestParseURL(t *testing.T) {
 		// Sentinel: the host is a Sentinel (valkey-go's master_set).
 		{give: "redis://127.0.0.1:26379?master_set=mymaster", wantAddr: "127.0.0.1:26379"},
 		{give: "redis://127.0.0.1:26379?master_set=", wantErr: "master_set= is empty"},
-		{give: "redis://127.0.0.1:7001?addr=127.0.0.1:7002", wantErr: "addr= names more Sentinels, or their credentials: it needs master_set="},
-		{give: "redis://127.0.0.1:7001?sentinel_password=hunter2", wantErr: "sentinel_password= names more Sentinels"},
+		// More nodes of a cluster to start from.
+		{give: "redis://u:p@127.0.0.1:7001?addr=127.0.0.1:7002&addr=127.0.0.1:7003", wantAddr: "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", wantUser: "u", wantPass: "p"},
+		{give: "redis://127.0.0.1:7001?sentinel_password=hunter2", wantErr: "sentinel_password= is the Sentinels' credentials: it needs master_set="},
 		{give: "redis://u:hunter2@h:1?master_set=m&sentinel_password=hunter2&bogus=1", wantErr: `unknown parameter "bogus"`},
 		{give: "redis://u:p@127.0.0.1:6379/", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "p"},
 		{give: "redis://u:s3cr%23et@127.0.0.1:6379", wantAddr: "127.0.0.1:6379", wantUser: "u", wantPass: "s3cr#et"},
@@ -78,7 +79,7 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(opt.InitAddress) != 1 || opt.InitAddress[0] != tt.wantAddr {
+			if strings.Join(opt.InitAddress, ",") != tt.wantAddr {
 				t.Errorf("addresses %v, want [%s]", opt.InitAddress, tt.wantAddr)
 			}
 			if opt.Username != tt.wantUser || opt.Password != tt.wantPass || opt.SelectDB != tt.wantDB {
