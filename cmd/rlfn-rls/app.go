@@ -34,7 +34,11 @@ import (
 func run(args []string, stderr io.Writer) int {
 	app := newApp(stderr)
 	if err := app.Run(args); err != nil {
-		fmt.Fprintln(stderr, "rlfn-rls:", err)
+		// One line per reason (the reference's environment refuses several at once), each
+		// saying whose it is.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "rlfn-rls:", line)
+		}
 		return 1
 	}
 	return 0
@@ -93,7 +97,9 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
-	logReferenceEnv(c, log)
+	// What each of the reference's variables did is said whatever the level (the reference's
+	// LOG_LEVEL is warn by default): a variable must never be ignored without a word.
+	logReferenceEnv(c, slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	xds, err := xdsSource(c, log)
 	if err != nil {
 		return err

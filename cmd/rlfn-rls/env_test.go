@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -532,4 +533,41 @@ func TestReferenceEnvClusterSeeds(t *testing.T) {
 	if err := <-a.done; err != nil {
 		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
 	}
+}
+
+// What each variable did reaches the log whatever LOG_LEVEL says (warn is the reference's
+// default), and every refusal is a line of its own saying whose it is.
+func TestReferenceEnvLines(t *testing.T) {
+	t.Run("LOG_LEVEL=warn", func(t *testing.T) {
+		for k, v := range map[string]string{"LOG_LEVEL": "warn", "DEBUG_PORT": "6070", "REDIS_POOL_SIZE": "10", "SHADOW_MODE": "true"} {
+			t.Setenv(k, v)
+		}
+		var out bytes.Buffer
+		if code := run([]string{"rlfn-rls", "--config", filepath.Join(t.TempDir(), "none")}, &out); code != 1 {
+			t.Fatalf("exit %d\n%s", code, &out)
+		}
+		for _, want := range []string{`"var":"DEBUG_PORT=6070","effect":"none"`, `"var":"REDIS_POOL_SIZE=10","effect":"none"`, `"var":"SHADOW_MODE=true","flag":"--shadow-mode"`} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("no %s in\n%s", want, &out)
+			}
+		}
+	})
+	t.Run("refusals", func(t *testing.T) {
+		for k, v := range map[string]string{"GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "BACKEND_TYPE": "memcache"} {
+			t.Setenv(k, v)
+		}
+		var out bytes.Buffer
+		if code := run([]string{"rlfn-rls"}, &out); code != 1 {
+			t.Fatalf("exit %d\n%s", code, &out)
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("%d lines, want one for each of 3 refusals:\n%s", len(lines), &out)
+		}
+		for _, l := range lines {
+			if !strings.HasPrefix(l, "rlfn-rls: $") {
+				t.Errorf("line %q is not rlfn-rls's", l)
+			}
+		}
+	})
 }
