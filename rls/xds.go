@@ -37,10 +37,23 @@ type XDS struct {
 	// Merge lets several resources add to one domain (MERGE_DOMAIN_CONFIG).
 	Merge bool
 	// Backoff between reconnections, reset by each configuration received: from Initial,
-	// doubling to Max, each wait randomised by ±RandomFactor (the reference's
-	// XDS_CLIENT_BACKOFF_*: 10s, 60s, 0.5).
+	// each wait Factor times the one before (0: 2; 1: every wait is Initial) up to Max, and
+	// randomised by ±RandomFactor.
 	Initial, Max time.Duration
+	Factor       float64
 	RandomFactor float64
+}
+
+// backOff is the waits between reconnections the fields describe.
+func (x XDS) backOff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.Multiplier = x.Initial, x.Max, x.RandomFactor, x.Factor
+	if b.Multiplier == 0 {
+		b.Multiplier = 2
+	}
+	b.MaxElapsedTime = 0 // for ever
+	b.Reset()
+	return b
 }
 
 // Run receives configurations and applies them to svc until ctx is done, reconnecting after
@@ -49,10 +62,7 @@ func (x XDS) Run(ctx context.Context, svc *Service, m *Metrics, log *slog.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.Multiplier = x.Initial, x.Max, x.RandomFactor, 2
-	b.MaxElapsedTime = 0 // for ever
-	b.Reset()
+	b := x.backOff()
 	for {
 		received, err := x.stream(ctx, svc, m, log)
 		if ctx.Err() != nil {

@@ -256,25 +256,7 @@ func (r *envReader) xds() {
 			r.effects = append(r.effects, envEffect{Var: v + "=" + shown(v, value), Flag: flag, Value: value})
 		}
 	}
-	for v, flag := range map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "xds-backoff-initial", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "xds-backoff-max"} {
-		if value, ok := r.get(v); ok {
-			if d, err := time.ParseDuration(value); err != nil || d <= 0 {
-				r.refuse(v, value, "not a positive duration")
-			} else {
-				r.flag(v, value, flag, value)
-			}
-		}
-	}
-	random, set := r.get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
-	if !r.bool("XDS_CLIENT_BACKOFF_JITTER", true) {
-		r.flag("XDS_CLIENT_BACKOFF_JITTER", "false", "xds-backoff-random", "0")
-	} else if set {
-		if f, err := strconv.ParseFloat(random, 64); err != nil || f < 0 || f >= 1 {
-			r.refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "not a fraction from 0 up to 1")
-		} else {
-			r.flag("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", random, "xds-backoff-random", random)
-		}
-	}
+	r.backoff()
 	tlsVars := map[string]string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "xds-tls-cert", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "xds-tls-key",
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "xds-tls-ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds-tls-server-name"}
 	if r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
@@ -291,6 +273,63 @@ func (r *envReader) xds() {
 	}
 	r.noted("reconnections wait XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling to XDS_CLIENT_BACKOFF_MAX_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
 	r.health()
+}
+
+// backoff maps the reference's waits between reconnections to the xDS server: jpillora/backoff's
+// Min, Max, Factor (XDS_CLIENT_BACKOFF_RANDOM_FACTOR, the growth of each wait despite its name:
+// at or below 1 every wait is Min, as with the reference's default 0.5) and Jitter, with its
+// defaults for a zero or negative Min (100ms), Max (10s) or Factor (2), and Max for every wait
+// when Min is above it.
+func (r *envReader) backoff() {
+	const initialVar, maxVar, factorVar, jitterVar = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"
+	duration := func(name string, def, zero time.Duration) (time.Duration, string, bool) {
+		v, ok := r.get(name)
+		if !ok {
+			return def, "", false
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			r.refuse(name, v, "not a duration")
+			return def, v, false
+		}
+		if d <= 0 {
+			d = zero
+		}
+		return d, v, true
+	}
+	// rlfn-rls's defaults are the reference's for these two.
+	initial, iv, initialSet := duration(initialVar, 10*time.Second, 100*time.Millisecond)
+	maxWait, mv, maxSet := duration(maxVar, 60*time.Second, 10*time.Second)
+	if maxSet {
+		r.flag(maxVar, mv, "xds-backoff-max", maxWait.String())
+	}
+	switch {
+	case initial > maxWait:
+		r.effects = append(r.effects, envEffect{Var: initialVar + "," + maxVar + "=" + initial.String() + "," + maxWait.String(), Flag: "xds-backoff-initial", Value: maxWait.String(),
+			Note: "above the longest wait: every wait is the longest, as the reference's"})
+	case initialSet:
+		r.flag(initialVar, iv, "xds-backoff-initial", initial.String())
+	}
+	if v, ok := r.get(factorVar); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err != nil:
+			r.refuse(factorVar, v, "not a number")
+		case f <= 0:
+			r.effects = append(r.effects, envEffect{Var: factorVar + "=" + v, Flag: "xds-backoff-factor", Value: "2", Note: "the growth of each wait; 0 or less is jpillora/backoff's default, 2"})
+		case f <= 1:
+			r.effects = append(r.effects, envEffect{Var: factorVar + "=" + v, Flag: "xds-backoff-factor", Value: "1", Note: "the growth of each wait; at or below 1 every wait is XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, as the reference's"})
+		default:
+			r.effects = append(r.effects, envEffect{Var: factorVar + "=" + v, Flag: "xds-backoff-factor", Value: v, Note: "the growth of each wait, as the reference's"})
+		}
+	}
+	if v, ok := r.get(jitterVar); ok {
+		if r.bool(jitterVar, true) {
+			r.note(jitterVar, v, "each wait is randomised by ±--xds-backoff-random (0.5) where the reference draws it between the initial wait and the grown one")
+		} else {
+			r.flag(jitterVar, v, "xds-backoff-random", "0")
+		}
+	}
 }
 
 // health maps the reference's start without a configuration. The reference with
@@ -653,6 +692,8 @@ func logReferenceEnv(c *cli.Context, log *slog.Logger) {
 		switch {
 		case e.Flag == "url":
 			log.Info("the reference's environment", "var", e.Var, "flag", "--url", "value", e.Note)
+		case e.Flag != "" && e.Note != "":
+			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value, "why", e.Note)
 		case e.Flag != "":
 			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value)
 		default:

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -26,6 +28,7 @@ import (
 	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
 	"github.com/rlfn/rlfn/internal/serverurl"
+	"github.com/rlfn/rlfn/rls"
 )
 
 func lookupIn(env map[string]string) func(string) (string, bool) {
@@ -169,6 +172,30 @@ func TestReferenceEnv(t *testing.T) {
 				"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "RUNTIME_ROOT": "/data"},
 			flags: map[string]string{"xds-server": "localhost:18000", "xds-node-metadata": "zone=a", "xds-backoff-random": "0", "xds-backoff-initial": "1s"},
 			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
+		},
+		{
+			// XDS_CLIENT_BACKOFF_RANDOM_FACTOR is jpillora/backoff's Factor, the growth of
+			// each wait: at or below 1 (the reference's 0.5) every wait is the first.
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.5", "XDS_CLIENT_BACKOFF_JITTER": "true"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1"},
+			notes: []string{"XDS_CLIENT_BACKOFF_JITTER=true"},
+		},
+		{
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1.5"},
+		},
+		{
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "0s"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "2", "xds-backoff-initial": "100ms"},
+		},
+		{
+			// A first wait above the longest: every wait is the longest, as jpillora/backoff's.
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-initial": "1m0s", "xds-backoff-max": "1m0s"},
+		},
+		{
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-initial": "5s", "xds-backoff-max": "5s"},
 		},
 		{
 			// Envoy Gateway's: healthy before its control plane serves any configuration.
@@ -570,4 +597,24 @@ func TestReferenceEnvLines(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The reference's back-off reaches the xDS client as it means it: a growth factor of 1.5, and
+// a first wait above the longest clamped to it rather than refused.
+func TestReferenceEnvBackoff(t *testing.T) {
+	for k, v := range map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"} {
+		t.Setenv(k, v)
+	}
+	app := newApp(io.Discard)
+	var x *rls.XDS
+	app.Action = func(c *cli.Context) (err error) {
+		x, err = xdsSource(c, slog.New(slog.DiscardHandler))
+		return err
+	}
+	if err := app.Run([]string{"rlfn-rls"}); err != nil {
+		t.Fatal(err)
+	}
+	if x.Initial != time.Minute || x.Max != time.Minute || x.Factor != 1.5 || x.RandomFactor != 0.5 {
+		t.Errorf("initial %s, max %s, factor %g, random %g", x.Initial, x.Max, x.Factor, x.RandomFactor)
+	}
 }

@@ -32,8 +32,9 @@ var xdsFlags = []cli.Flag{
 	&cli.StringFlag{Name: "xds-tls-key", EnvVars: []string{"RLFN_RLS_XDS_TLS_KEY"}, Usage: "PEM key of --xds-tls-cert"},
 	&cli.StringFlag{Name: "xds-tls-server-name", EnvVars: []string{"RLFN_RLS_XDS_TLS_SERVER_NAME"}, Usage: "the name the xDS server's certificate must have (default: --xds-server's host)"},
 	&cli.BoolFlag{Name: "xds-tls", EnvVars: []string{"RLFN_RLS_XDS_TLS"}, Usage: "TLS to the xDS server, trusting the system's roots unless --xds-tls-ca"},
-	&cli.DurationFlag{Name: "xds-backoff-initial", Value: 10e9, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_INITIAL"}, Usage: "first wait before reconnecting to the xDS server; it doubles to --xds-backoff-max"},
+	&cli.DurationFlag{Name: "xds-backoff-initial", Value: 10e9, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_INITIAL"}, Usage: "first wait before reconnecting to the xDS server; each next is --xds-backoff-factor times longer, up to --xds-backoff-max"},
 	&cli.DurationFlag{Name: "xds-backoff-max", Value: 60e9, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_MAX"}, Usage: "longest wait before reconnecting to the xDS server"},
+	&cli.Float64Flag{Name: "xds-backoff-factor", Value: 2, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_FACTOR"}, Usage: "each wait before reconnecting to the xDS server is the one before times this, up to --xds-backoff-max (1: every wait is --xds-backoff-initial)"},
 	&cli.Float64Flag{Name: "xds-backoff-random", Value: 0.5, EnvVars: []string{"RLFN_RLS_XDS_BACKOFF_RANDOM"}, Usage: "each wait is randomised by up to this fraction, more or less (0: none)"},
 	&cli.BoolFlag{Name: "healthy-without-config", EnvVars: []string{"RLFN_RLS_HEALTHY_WITHOUT_CONFIG"}, Usage: "healthy (the backend still checked) before the first configuration arrives over xDS, requests answered UNAVAILABLE \"no rate limit configuration loaded\" until then (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, NOT_SERVING until then"},
 	&cli.IntFlag{Name: "xds-max-message", EnvVars: []string{"RLFN_RLS_XDS_MAX_MESSAGE"}, Usage: "largest xDS response taken, in bytes (default: gRPC's 4 MiB)"},
@@ -54,9 +55,12 @@ func xdsSource(c *cli.Context, log *slog.Logger) (*rls.XDS, error) {
 		return nil, fmt.Errorf("--config and --xds-server: the configuration comes from one or the other")
 	}
 	x := &rls.XDS{Server: server, Merge: c.Bool("merge-domains"),
-		Initial: c.Duration("xds-backoff-initial"), Max: c.Duration("xds-backoff-max"), RandomFactor: c.Float64("xds-backoff-random")}
+		Initial: c.Duration("xds-backoff-initial"), Max: c.Duration("xds-backoff-max"), Factor: c.Float64("xds-backoff-factor"), RandomFactor: c.Float64("xds-backoff-random")}
 	if x.Initial <= 0 || x.Max < x.Initial {
 		return nil, fmt.Errorf("--xds-backoff-initial %s, --xds-backoff-max %s: want 0 < initial <= max", x.Initial, x.Max)
+	}
+	if x.Factor < 1 {
+		return nil, fmt.Errorf("--xds-backoff-factor %g: want 1 or more", x.Factor)
 	}
 	if x.RandomFactor < 0 || x.RandomFactor >= 1 {
 		return nil, fmt.Errorf("--xds-backoff-random %g: want 0 or more, less than 1", x.RandomFactor)
