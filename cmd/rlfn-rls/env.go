@@ -22,10 +22,11 @@ import (
 // envEffect is what one of the reference's environment variables does to rlfn-rls: set a
 // flag, or nothing, for a reason said in the log.
 type envEffect struct {
-	Var   string // the reference's variable, as set
-	Flag  string // the flag it sets; "" for none
-	Value string // the flag's value
-	Note  string // why it sets none, or how it was read
+	Var    string // the reference's variable, as set
+	Flag   string // the flag it sets; "" for none
+	Value  string // the flag's value
+	Note   string // why it sets none, or how it was read
+	Unless string // a flag that, given, leaves Flag unset too
 }
 
 // referenceEnv reads envoyproxy/ratelimit's environment (settings.go), so that rlfn-rls
@@ -42,17 +43,31 @@ func referenceEnv(lookup func(string) (string, bool)) ([]envEffect, error) {
 	r.redis()
 	r.behaviour()
 	r.stats()
+	if r.defaultDir && r.used {
+		// The reference's environment is in use, and names no directory: the reference
+		// reads its default one. A start with none of its variables stays rlfn-rls's own
+		// (--config is required).
+		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT,RUNTIME_APPDIRECTORY (unset)", Flag: "config", Value: referenceConfigDir,
+			Note: "the reference's default directory", Unless: "xds-server"})
+	}
 	return r.effects, errors.Join(r.errs...)
 }
 
+// referenceConfigDir is where the reference reads its configuration without RUNTIME_*: its
+// RUNTIME_ROOT and RUNTIME_APPDIRECTORY defaults.
+const referenceConfigDir = "/srv/runtime_data/current/config"
+
 type envReader struct {
-	lookup  func(string) (string, bool)
-	effects []envEffect
-	errs    []error
+	lookup     func(string) (string, bool)
+	effects    []envEffect
+	errs       []error
+	used       bool // some variable looked at is set
+	defaultDir bool // the configuration is files, and no RUNTIME_* names their directory
 }
 
 func (r *envReader) get(name string) (string, bool) {
 	v, ok := r.lookup(name)
+	r.used = r.used || ok
 	return v, ok
 }
 
@@ -376,6 +391,8 @@ func (r *envReader) files() {
 		}
 		dir := filepath.Join(root, sub, app)
 		r.flag("RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY", dir, "config", dir)
+	} else {
+		r.defaultDir = true
 	}
 	r.noted("rlfn-rls never reads dot files, and watches the directory it reads (a ConfigMap's ..data swap included)", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT")
 }
@@ -669,6 +686,11 @@ func applyReferenceEnv(c *cli.Context) error {
 		}
 		if c.IsSet(e.Flag) {
 			effects[i].Note = "--" + e.Flag + " given, which wins"
+			effects[i].Flag = ""
+			continue
+		}
+		if e.Unless != "" && c.IsSet(e.Unless) {
+			effects[i].Note = "--" + e.Unless + " given: no --" + e.Flag
 			effects[i].Flag = ""
 			continue
 		}

@@ -46,6 +46,24 @@ func TestReferenceEnv(t *testing.T) {
 	}{
 		{env: map[string]string{}},
 		{
+			// Files, with no RUNTIME_*: the reference's default directory once any of its
+			// variables is given, as the reference reads it.
+			env:   map[string]string{"CONFIG_TYPE": "FILE"},
+			flags: map[string]string{"config": "/srv/runtime_data/current/config"},
+		},
+		{
+			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"},
+			flags: map[string]string{"config": "/srv/runtime_data/current/config", "url": "redis://redis:6379"},
+		},
+		{
+			env:   map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit"},
+			flags: map[string]string{"config": "/srv/runtime_data/current/ratelimit/config"},
+		},
+		{
+			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+			flags: map[string]string{"xds-server": "localhost:18000"},
+		},
+		{
 			env:   map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "DEBUG_PORT": "6070"},
 			flags: map[string]string{"http": "127.0.0.1:9080", "grpc": "0.0.0.0:9081"},
 			notes: []string{"DEBUG_PORT=6070"},
@@ -240,6 +258,12 @@ func TestReferenceEnv(t *testing.T) {
 		flags := map[string]string{}
 		var notes []string
 		for _, e := range effects {
+			if e.Flag == "config" && tc.env["CONFIG_TYPE"] == "GRPC_XDS_SOTW" {
+				t.Errorf("%v: a configuration directory beside xDS: %+v", tc.env, e)
+			}
+			if _, asked := tc.flags["config"]; e.Flag == "config" && e.Value == referenceConfigDir && !asked {
+				continue // the reference's default directory: asked for by the cases below
+			}
 			if e.Flag != "" {
 				flags[e.Flag] = e.Value
 			} else {
@@ -616,5 +640,43 @@ func TestReferenceEnvBackoff(t *testing.T) {
 	}
 	if x.Initial != time.Minute || x.Max != time.Minute || x.Factor != 1.5 || x.RandomFactor != 0.5 {
 		t.Errorf("initial %s, max %s, factor %g, random %g", x.Initial, x.Max, x.Factor, x.RandomFactor)
+	}
+}
+
+// Without RUNTIME_* nor --config, the reference reads /srv/runtime_data/current/config: so does
+// rlfn-rls once any of the reference's variables is given; --config, or --xds-server, given
+// instead wins; with none of them, --config is required as ever.
+func TestReferenceEnvConfigDir(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"CONFIG_TYPE": "FILE"}, nil, "[" + referenceConfigDir + "]"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, nil, "[" + referenceConfigDir + "]"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, []string{"--config", "/etc/rl"}, "[/etc/rl]"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, []string{"--xds-server", "127.0.0.1:18000"}, "[]"},
+		{map[string]string{}, nil, "[]"},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		app := newApp(io.Discard)
+		var got []string
+		app.Action = func(c *cli.Context) error {
+			got = c.StringSlice("config")
+			return nil
+		}
+		if err := app.Run(append([]string{"rlfn-rls"}, tc.args...)); err != nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("%v %v: --config %v %v, want %s", tc.env, tc.args, got, err, tc.want)
+		}
+		for k := range tc.env {
+			os.Unsetenv(k)
+		}
+	}
+	var out bytes.Buffer
+	t.Setenv("CONFIG_TYPE", "FILE")
+	if code := run([]string{"rlfn-rls"}, &out); code != 1 || !strings.Contains(out.String(), referenceConfigDir) {
+		t.Errorf("exit %d\n%s", code, &out)
 	}
 }
