@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -36,13 +37,16 @@ type envEffect struct {
 // line each, naming the variable and why. Variables not set are not looked at: the
 // reference's defaults are rlfn-rls's own flags' (its ports, no headers, no shadow mode),
 // or need a variable to mean anything (REDIS_URL's default is a Unix socket).
-func referenceEnv(lookup func(string) (string, bool)) ([]envEffect, error) {
-	r := envReader{lookup: lookup}
+//
+// names are the variables set (os.Environ's), for those the reference reads by a prefix.
+func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEffect, error) {
+	r := envReader{lookup: lookup, names: names, set: map[string]string{}}
 	r.listeners()
 	r.config()
 	r.redis()
 	r.behaviour()
 	r.stats()
+	r.unsaid()
 	if r.defaultDir && r.used {
 		// The reference's environment is in use, and names no directory: the reference
 		// reads its default one. A start with none of its variables stays rlfn-rls's own
@@ -59,16 +63,39 @@ const referenceConfigDir = "/srv/runtime_data/current/config"
 
 type envReader struct {
 	lookup     func(string) (string, bool)
+	names      []string
 	effects    []envEffect
 	errs       []error
-	used       bool // some variable looked at is set
-	defaultDir bool // the configuration is files, and no RUNTIME_* names their directory
+	refused    map[string]bool
+	set        map[string]string // every variable looked at that is set
+	used       bool              // some variable looked at is set
+	defaultDir bool              // the configuration is files, and no RUNTIME_* names their directory
 }
 
 func (r *envReader) get(name string) (string, bool) {
 	v, ok := r.lookup(name)
-	r.used = r.used || ok
+	if ok {
+		r.used = true
+		r.set[name] = v
+	}
 	return v, ok
+}
+
+// unsaid gives a line to each variable set that has none yet: one set to what changes nothing
+// (the reference's default, which is rlfn-rls's, or empty), which is said too.
+func (r *envReader) unsaid() {
+	said := map[string]bool{}
+	for _, e := range r.effects {
+		names, _, _ := strings.Cut(e.Var, "=")
+		for _, n := range strings.Split(names, ",") {
+			said[n] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(r.set)) {
+		if !said[n] && !r.refused[n] {
+			r.note(n, r.set[n], "nothing to change at this value: as rlfn-rls does")
+		}
+	}
 }
 
 // bool reads a boolean variable as the reference does (strconv.ParseBool); a bad value is
@@ -132,6 +159,10 @@ func (r *envReader) note(name, v, why string) {
 
 func (r *envReader) refuse(name, v, why string) {
 	r.errs = append(r.errs, fmt.Errorf("$%s=%q: %s", name, shown(name, v), why))
+	if r.refused == nil {
+		r.refused = map[string]bool{}
+	}
+	r.refused[name] = true
 }
 
 // noted gives each of names that is set the note why.
@@ -232,7 +263,14 @@ func (r *envReader) listeners() {
 			r.flag("LOG_LEVEL", v, "log-level", level)
 		}
 	}
-	r.refusedUnless("rlfn-rls logs JSON lines only", []string{"json", "text"}, "LOG_FORMAT")
+	if v, ok := r.get("LOG_FORMAT"); ok {
+		// The reference logs JSON for json, and logrus's text for any other value.
+		if strings.EqualFold(v, "json") {
+			r.note("LOG_FORMAT", v, "rlfn-rls logs JSON lines, with slog's keys (time, level, msg), not the reference's @timestamp and @message")
+		} else {
+			r.note("LOG_FORMAT", v, "rlfn-rls logs JSON lines only, where the reference logs logrus's text lines")
+		}
+	}
 	r.tracing() // tracing.go
 }
 
@@ -246,6 +284,9 @@ func (r *envReader) config() {
 	runtimeVars := []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}
 	switch strings.ToUpper(typ) {
 	case "", "FILE":
+		if typ != "" {
+			r.note("CONFIG_TYPE", typ, "configuration files, read as --config reads them")
+		}
 		r.noted("unused with CONFIG_TYPE FILE (as by the reference)", xdsVars...)
 		r.files()
 	case "GRPC_XDS_SOTW":
@@ -615,16 +656,21 @@ func (r *envReader) behaviour() {
 	if r.bool("RESPONSE_DYNAMIC_METADATA", false) {
 		r.flag("RESPONSE_DYNAMIC_METADATA", "true", "dynamic-metadata", "true")
 	}
-	if r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+	headers := r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+	if headers {
 		r.flag("LIMIT_RESPONSE_HEADERS_ENABLED", "true", "headers", "reference")
 	}
-	for n, def := range map[string]string{"LIMIT_LIMIT_HEADER": "RateLimit-Limit", "LIMIT_REMAINING_HEADER": "RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset"} {
-		if v, ok := r.get(n); ok {
-			if v == def {
-				r.note(n, v, "as rlfn-rls does")
-			} else {
-				r.refuse(n, v, "rlfn-rls sends the reference's default header names only ("+def+")")
-			}
+	for _, h := range [][2]string{{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"}, {"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"}, {"LIMIT_RESET_HEADER", "RateLimit-Reset"}} {
+		n, def := h[0], h[1]
+		v, ok := r.get(n)
+		switch {
+		case !ok:
+		case !headers:
+			r.note(n, v, "unused without LIMIT_RESPONSE_HEADERS_ENABLED (as by the reference)")
+		case v == def:
+			r.note(n, v, "as rlfn-rls does")
+		default:
+			r.refuse(n, v, "rlfn-rls sends the reference's default header names only ("+def+")")
 		}
 	}
 	if v, ok := r.get("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
@@ -640,6 +686,8 @@ func (r *envReader) behaviour() {
 	}
 	if v, ok := r.get("CACHE_KEY_PREFIX"); ok && v != "" {
 		r.flag("CACHE_KEY_PREFIX", v, "prefix", v)
+	} else if ok {
+		r.note("CACHE_KEY_PREFIX", v, "rlfn-rls's keys start with its own prefix, rl: (--prefix), and never meet the reference's")
 	}
 	r.noted("rlfn-rls never counts a refused request (see Differences)", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	r.noted("rlfn's keys expire when their limiter is back to its initial state", "EXPIRATION_JITTER_MAX_SECONDS")
@@ -654,8 +702,18 @@ func (r *envReader) behaviour() {
 
 func (r *envReader) stats() {
 	r.noted("rlfn-rls sends no statsd: its metrics are Prometheus's, at /metrics on HOST:PORT", "USE_STATSD", "USE_DOG_STATSD",
-		"USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS")
-	if disabled := r.bool("DISABLE_STATS", false); r.bool("USE_PROMETHEUS", false) && !disabled {
+		"USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL")
+	// The reference's dogstatsd mogrifiers, DOG_STATSD_MOGRIFIER_<NAME>_PATTERN and the like.
+	for _, n := range r.names {
+		if strings.HasPrefix(n, "DOG_STATSD_MOGRIFIER_") {
+			r.noted("rlfn-rls sends no statsd (a dogstatsd mogrifier of the reference's)", n)
+		}
+	}
+	disabled := r.bool("DISABLE_STATS", false)
+	if v, ok := r.get("DISABLE_STATS"); ok && disabled {
+		r.note("DISABLE_STATS", v, "no PROMETHEUS_ADDR listener, as the reference sends no stats; /metrics on HOST:PORT stays")
+	}
+	if r.bool("USE_PROMETHEUS", false) && !disabled {
 		// The reference's listener of its own, with its defaults; the metrics stay on
 		// HOST:PORT too. The reference refuses USE_PROMETHEUS beside USE_STATSD (true by
 		// default) as two sinks; rlfn-rls sends no statsd, so there is only one.
@@ -676,7 +734,12 @@ func (r *envReader) stats() {
 // applyReferenceEnv is the app's Before: it sets the flags the reference's environment maps
 // to, unless given on the command line or by rlfn-rls's own variables, which win.
 func applyReferenceEnv(c *cli.Context) error {
-	effects, err := referenceEnv(os.LookupEnv)
+	var names []string
+	for _, kv := range os.Environ() {
+		n, _, _ := strings.Cut(kv, "=")
+		names = append(names, n)
+	}
+	effects, err := referenceEnv(os.LookupEnv, names...)
 	if err != nil {
 		return err
 	}

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +218,23 @@ func TestReferenceEnv(t *testing.T) {
 			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-initial": "5s", "xds-backoff-max": "5s"},
 		},
 		{
+			// Custom header names are refused where they would be sent, noted where not.
+			env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-Limit", "LIMIT_RESET_HEADER": "RateLimit-Reset"},
+			err: `$LIMIT_LIMIT_HEADER="X-Limit": rlfn-rls sends the reference's default header names only (RateLimit-Limit)`,
+		},
+		{
+			env:   map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "false", "LIMIT_LIMIT_HEADER": "X-Limit", "LIMIT_RESET_HEADER": "X-Reset"},
+			notes: []string{"LIMIT_RESPONSE_HEADERS_ENABLED=false", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_RESET_HEADER=X-Reset"},
+		},
+		{
+			env:   map[string]string{"LIMIT_REMAINING_HEADER": "X-Remaining"},
+			notes: []string{"LIMIT_REMAINING_HEADER=X-Remaining"},
+		},
+		{
+			env:   map[string]string{"LOG_FORMAT": "text", "DISABLE_STATS": "false", "CACHE_KEY_PREFIX": "", "SHADOW_MODE": "false"},
+			notes: []string{"LOG_FORMAT=text", "DISABLE_STATS=false", "CACHE_KEY_PREFIX=", "SHADOW_MODE=false"},
+		},
+		{
 			// Envoy Gateway's: healthy before its control plane serves any configuration.
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
 			flags: map[string]string{"xds-server": "localhost:18000", "healthy-without-config": "true"},
@@ -226,7 +245,7 @@ func TestReferenceEnv(t *testing.T) {
 			notes: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 		},
 		{
-			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "LIMIT_LIMIT_HEADER": "X-Limit", "NEAR_LIMIT_RATIO": "1.5", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
+			env: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "GRPC_UDS": "/tmp/s", "QUOTA_MODE": "true", "SHADOW_MODE": "maybe", "NEAR_LIMIT_RATIO": "1.5", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"},
 			err: strings.Join([]string{
 				`$GRPC_UDS="/tmp/s": rlfn-rls does not listen on a Unix socket: use GRPC_HOST and GRPC_PORT`,
 				`$BACKEND_TYPE="memcache": rlfn-rls decides in Valkey or Redis only`,
@@ -234,7 +253,6 @@ func TestReferenceEnv(t *testing.T) {
 				`$REDIS_URL="/var/run/nutcracker/ratelimit.sock": REDIS_SOCKET_TYPE is unix: rlfn-rls reaches Valkey or Redis over TCP only (set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port)`,
 				`$SHADOW_MODE="maybe": not true or false`,
 				`$QUOTA_MODE="true": rlfn-rls has quota_mode per descriptor, not for every descriptor at once`,
-				`$LIMIT_LIMIT_HEADER="X-Limit": rlfn-rls sends the reference's default header names only (RateLimit-Limit)`,
 				`$NEAR_LIMIT_RATIO="1.5": not a fraction above 0, at most 1`,
 			}, "\n"),
 		},
@@ -485,6 +503,9 @@ func TestDocsReferenceEnv(t *testing.T) {
 			t.Errorf("envoy.md's table lacks $%s", name)
 		}
 	}
+	if !strings.Contains(section, "`DOG_STATSD_MOGRIFIER_*`") {
+		t.Error("envoy.md's table lacks the dogstatsd mogrifiers, DOG_STATSD_MOGRIFIER_*")
+	}
 }
 
 // An xDS server that holds no configuration (Envoy Gateway's, before any listener has a global
@@ -678,5 +699,36 @@ func TestReferenceEnvConfigDir(t *testing.T) {
 	t.Setenv("CONFIG_TYPE", "FILE")
 	if code := run([]string{"rlfn-rls"}, &out); code != 1 || !strings.Contains(out.String(), referenceConfigDir) {
 		t.Errorf("exit %d\n%s", code, &out)
+	}
+}
+
+// referenceDefaults are the defaults of the reference's settings (src/settings/settings.go).
+var referenceDefaults = map[string]string{"HOST": "0.0.0.0", "PORT": "8080", "DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "6070", "GRPC_UDS": "", "GRPC_HOST": "0.0.0.0", "GRPC_PORT": "8081", "GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h", "GRPC_SERVER_USE_TLS": "false", "GRPC_SERVER_TLS_CERT": "", "GRPC_SERVER_TLS_KEY": "", "GRPC_CLIENT_TLS_CACERT": "", "GRPC_CLIENT_TLS_SAN": "", "LOG_LEVEL": "WARN", "LOG_FORMAT": "text", "CONFIG_TYPE": "FILE", "FORCE_START_WITHOUT_INITIAL_CONFIG": "false", "CONFIG_GRPC_XDS_NODE_ID": "default", "CONFIG_GRPC_XDS_NODE_METADATA": "", "CONFIG_GRPC_XDS_SERVER_URL": "localhost:18000", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3s", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "false", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "10s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "60s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.5", "XDS_CLIENT_BACKOFF_JITTER": "true", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "", "USE_DOG_STATSD": "false", "USE_DOG_STATSD_MOGRIFIERS": "", "USE_STATSD": "true", "STATSD_HOST": "localhost", "STATSD_PORT": "8125", "EXTRA_TAGS": "", "STATS_FLUSH_INTERVAL": "10s", "DISABLE_STATS": "false", "USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9090", "PROMETHEUS_PATH": "/metrics", "PROMETHEUS_MAPPER_YAML": "", "RUNTIME_ROOT": "/srv/runtime_data/current", "RUNTIME_SUBDIRECTORY": "", "RUNTIME_APPDIRECTORY": "config", "RUNTIME_IGNOREDOTFILES": "false", "RUNTIME_WATCH_ROOT": "true", "EXPIRATION_JITTER_MAX_SECONDS": "300", "LOCAL_CACHE_SIZE_IN_BYTES": "0", "NEAR_LIMIT_RATIO": "0.8", "CACHE_KEY_PREFIX": "", "BACKEND_TYPE": "redis", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false", "LIMIT_RESPONSE_HEADERS_ENABLED": "false", "LIMIT_LIMIT_HEADER": "RateLimit-Limit", "LIMIT_REMAINING_HEADER": "RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "false", "REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "SINGLE", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "REDIS_POOL_SIZE": "10", "REDIS_AUTH": "", "REDIS_TLS": "false", "REDIS_TLS_CLIENT_CERT": "", "REDIS_TLS_CLIENT_KEY": "", "REDIS_TLS_CACERT": "", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "REDIS_PIPELINE_WINDOW": "0", "REDIS_PIPELINE_LIMIT": "0", "REDIS_PERSECOND": "false", "REDIS_PERSECOND_SOCKET_TYPE": "unix", "REDIS_PERSECOND_TYPE": "SINGLE", "REDIS_PERSECOND_URL": "/var/run/nutcracker/ratelimitpersecond.sock", "REDIS_PERSECOND_POOL_SIZE": "10", "REDIS_PERSECOND_AUTH": "", "REDIS_PERSECOND_TLS": "false", "REDIS_SENTINEL_AUTH": "", "REDIS_PERSECOND_SENTINEL_AUTH": "", "REDIS_PERSECOND_PIPELINE_WINDOW": "0", "REDIS_PERSECOND_PIPELINE_LIMIT": "0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false", "REDIS_TIMEOUT": "10s", "REDIS_PERSECOND_TIMEOUT": "10s", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "WAIT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "WAIT", "MEMCACHE_HOST_PORT": "", "MEMCACHE_MAX_IDLE_CONNS": "2", "MEMCACHE_SRV": "", "MEMCACHE_SRV_REFRESH": "0", "MEMCACHE_TLS": "false", "MEMCACHE_TLS_CLIENT_CERT": "", "MEMCACHE_TLS_CLIENT_KEY": "", "MEMCACHE_TLS_CACERT": "", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "SHADOW_MODE": "false", "QUOTA_MODE": "false", "RESPONSE_DYNAMIC_METADATA": "false", "MERGE_DOMAIN_CONFIG": "false", "TRACING_ENABLED": "false", "TRACING_SERVICE_NAME": "RateLimit", "TRACING_SERVICE_NAMESPACE": "", "TRACING_SERVICE_INSTANCE_ID": "", "TRACING_EXPORTER_PROTOCOL": "http", "TRACING_SAMPLING_RATE": "1"}
+
+// A variable set to the reference's default (or empty) is said too, not skipped as changing
+// nothing: alone, and beside CONFIG_TYPE=GRPC_XDS_SOTW, where the xDS variables are read. The
+// reference's dogstatsd mogrifiers, read by their prefix, are said as well.
+func TestReferenceEnvDefaults(t *testing.T) {
+	for _, name := range referenceVars {
+		for _, env := range []map[string]string{{name: referenceDefaults[name]}, {"CONFIG_TYPE": "GRPC_XDS_SOTW", name: referenceDefaults[name]}} {
+			effects, err := referenceEnv(lookupIn(env))
+			said := err != nil && strings.Contains(err.Error(), "$"+name+"=")
+			for _, e := range effects {
+				n, _, _ := strings.Cut(e.Var, "=")
+				said = said || slices.Contains(strings.Split(n, ","), name)
+			}
+			if !said {
+				t.Errorf("%v: nothing said of $%s (%+v, %v)", env, name, effects, err)
+			}
+		}
+	}
+	env := map[string]string{"USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "TAG", "DOG_STATSD_MOGRIFIER_TAG_PATTERN": "^ratelimit\\.(.*)$"}
+	effects, err := referenceEnv(lookupIn(env), slices.Collect(maps.Keys(env))...)
+	var vars []string
+	for _, e := range effects {
+		vars = append(vars, e.Var)
+	}
+	if err != nil || !slices.Contains(vars, "DOG_STATSD_MOGRIFIER_TAG_PATTERN=^ratelimit\\.(.*)$") {
+		t.Errorf("the mogrifier is not said: %v %v", vars, err)
 	}
 }
