@@ -34,9 +34,12 @@ type envEffect struct {
 // started where the reference was, with its Deployment's variables (Envoy Gateway's,
 // WSO2 APK's), serves the same. Every variable of the reference that is set either maps to
 // a flag, has no effect for a reason (said in the log at start), or is refused: one error
-// line each, naming the variable and why. Variables not set are not looked at: the
-// reference's defaults are rlfn-rls's own flags' (its ports, no headers, no shadow mode),
-// or need a variable to mean anything (REDIS_URL's default is a Unix socket).
+// line each, naming the variable and why; one set to its default value too. Variables not
+// set are mostly not looked at: the reference's defaults are rlfn-rls's own flags' (its
+// ports, no headers, no shadow mode), or need a variable to mean anything (REDIS_URL's
+// default is a Unix socket). The exceptions: its default configuration directory, read when
+// any of its variables is set and none names one; and its xDS back-off, whose defaults
+// (a factor of 0.5: 10s every time) are not rlfn-rls's (10s doubling to 60s).
 //
 // names are the variables set (os.Environ's), for those the reference reads by a prefix.
 func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEffect, error) {

@@ -108,11 +108,12 @@ func TestReferenceEnv(t *testing.T) {
 			flags: map[string]string{"url": "redis://admin:pw@redis:6379"},
 		},
 		{
-			// A cluster starts from every node given.
+			// radix dials each node with its own URL's credentials: valkey-go takes one for all.
 			env: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "redis://:secret@a:7000,redis://:secret@b:7001,c:7002"},
 			err: `$REDIS_URL="redis://:xxxxx@a:7000,redis://:xxxxx@b:7001,c:7002": its nodes give different users, passwords or databases: rlfn-rls takes one for all`,
 		},
 		{
+			// A cluster starts from every node given.
 			env:   map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000, b:7001,c:7002", "REDIS_AUTH": "pw"},
 			flags: map[string]string{"url": "redis://:pw@a:7000?addr=b%3A7001&addr=c%3A7002"},
 		},
