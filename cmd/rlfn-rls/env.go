@@ -78,7 +78,9 @@ type envReader struct {
 func (r *envReader) get(name string) (string, bool) {
 	v, ok := r.lookup(name)
 	if ok {
-		r.used = true
+		// OTEL_* are OpenTelemetry's, set in a pod by others (an operator's injection): they
+		// are not the reference's environment in use.
+		r.used = r.used || !strings.HasPrefix(name, "OTEL_")
 		r.set[name] = v
 	}
 	return v, ok

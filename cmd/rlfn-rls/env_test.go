@@ -679,6 +679,7 @@ func TestReferenceEnvConfigDir(t *testing.T) {
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, []string{"--config", "/etc/rl"}, "[/etc/rl]"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, []string{"--xds-server", "127.0.0.1:18000"}, "[]"},
 		{map[string]string{}, nil, "[]"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, nil, "[]"},
 	} {
 		for k, v := range tc.env {
 			t.Setenv(k, v)

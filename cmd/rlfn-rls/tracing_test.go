@@ -322,6 +322,9 @@ func TestReferenceEnvTracing(t *testing.T) {
 		flags := map[string]string{}
 		var notes []string
 		for _, e := range effects {
+			if e.Flag == "config" && e.Value == referenceConfigDir {
+				continue // the reference's default directory (TestReferenceEnvConfigDir)
+			}
 			if e.Flag != "" {
 				flags[e.Flag] = e.Value
 			} else {
