@@ -159,10 +159,11 @@ func imageAsEnvoyGateway(t *testing.T, tag, redisAddr string) {
 	for k, v := range envoyGatewayEnv(redisAddr, xds.Addr, "/certs", ports) {
 		args = append(args, "-e", k+"="+v)
 	}
+	// Removed even when it was created but did not start (no /bin/ratelimit).
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	if out, err := exec.Command("docker", append(args, tag)...).CombinedOutput(); err != nil {
 		t.Fatalf("docker run: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	logs := func() string {
 		out, _ := exec.Command("docker", "logs", name).CombinedOutput()
 		return string(out)
