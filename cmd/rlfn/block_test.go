@@ -108,7 +108,12 @@ func TestPenaltyCall(t *testing.T) {
 	loadCode(t, s, functions.Source)
 	// The window is shorter than the penalty: a denial replies the longest wait of the limit
 	// and the block, so a block shorter than the window's rest would not show.
-	fw := []string{"fixed_window", "p", "--limit", "1", "--window", "1s", "--penalty", "1m"}
+	fw := []string{"fixed_window", "p", "--limit", "1", "--window", "10s", "--penalty", "1m"}
+	// Windows start at multiples of their length: the three calls must fall in one (a 1s window
+	// was crossed between two calls on a loaded machine).
+	if rest := 10*time.Second - time.Duration(time.Now().UnixNano())%(10*time.Second); rest < 3*time.Second {
+		time.Sleep(rest)
+	}
 	got := calls(t, s.Addr, append(fw, "--repeat", "3")...)
 	wantCalls(t, "--penalty 1m", got, [3]int64{1, 0, 0}, [3]int64{0, 0, 0}, [3]int64{0, 0, 0})
 	// The denial sets the block, which denies it too, for longer than the window: the block
