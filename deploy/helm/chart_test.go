@@ -15,7 +15,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,7 +26,7 @@ type manifests struct {
 	configMap  *corev1.ConfigMap
 	pdb        *policyv1.PodDisruptionBudget
 	job        *batchv1.Job
-	monitor    *unstructured.Unstructured
+	monitor    *monitoringv1.ServiceMonitor
 }
 
 // parseValues reads values as helm install's --values file.
@@ -38,6 +38,12 @@ func parseValues(values string) (map[string]any, error) {
 
 func render(t *testing.T, values string) (*manifests, error) {
 	t.Helper()
+	return renderRelease(t, "edge", values)
+}
+
+// renderRelease renders the chart as helm install RELEASE does in the namespace rl.
+func renderRelease(t *testing.T, release, values string) (*manifests, error) {
+	t.Helper()
 	chrt, err := loader.Load("rlfn-rls")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +52,7 @@ func render(t *testing.T, values string) (*manifests, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: "edge", Namespace: "rl", IsInstall: true}, chartutil.DefaultCapabilities)
+	rv, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: release, Namespace: "rl", IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +87,8 @@ func render(t *testing.T, values string) (*manifests, error) {
 			m.job = &batchv1.Job{}
 			into = m.job
 		case "ServiceMonitor":
-			m.monitor = &unstructured.Unstructured{}
-			into = &m.monitor.Object
+			m.monitor = &monitoringv1.ServiceMonitor{}
+			into = m.monitor
 		default:
 			t.Fatalf("%s: unexpected kind %q", name, head.Kind)
 		}
@@ -219,10 +225,14 @@ func TestChartEveryOption(t *testing.T) {
 		len(jobPod.Volumes) != 1 || jobPod.Volumes[0].Name != job.VolumeMounts[0].Name || jobPod.Volumes[0].Secret.SecretName != "valkey-ca" {
 		t.Errorf("the Job's CA: env %+v, mounts %+v, volumes %+v", job.Env, job.VolumeMounts, jobPod.Volumes)
 	}
-	labels, _, _ := unstructured.NestedStringMap(m.monitor.Object, "metadata", "labels")
-	eps, _, _ := unstructured.NestedSlice(m.monitor.Object, "spec", "endpoints")
-	if labels["release"] != "prometheus" || len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" || eps[0].(map[string]any)["port"] != "metrics" {
-		t.Errorf("ServiceMonitor %v", m.monitor.Object)
+	eps := m.monitor.Spec.Endpoints
+	if m.monitor.Labels["release"] != "prometheus" || len(eps) != 1 || eps[0].Path != "/metrics" || eps[0].Port != "metrics" || eps[0].Interval != "15s" {
+		t.Errorf("ServiceMonitor %+v", m.monitor)
+	}
+	for k, v := range m.monitor.Spec.Selector.MatchLabels {
+		if m.service.Labels[k] != v {
+			t.Errorf("the ServiceMonitor's selector %s=%s does not select the Service %v", k, v, m.service.Labels)
+		}
 	}
 	// The metrics port, named as the ServiceMonitor names it, on the pod and the Service.
 	var servicePort, podPort bool
