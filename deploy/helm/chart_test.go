@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -15,7 +16,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -257,6 +257,35 @@ func TestChartRefuses(t *testing.T) {
 	} {
 		if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", values, err, want)
+		}
+	}
+}
+
+// Readiness follows the fallback: /healthcheck (the backend's health) only with return_error,
+// where Envoy's failure_mode_deny is the fallback; with one of the service's own, a replica
+// whose backend is down must stay in the Service to apply it, so /metrics (it answers).
+// readinessPath overrides either, for a --policy in extraArgs.
+func TestChartReadinessFollowsFallback(t *testing.T) {
+	for values, want := range map[string]string{
+		"":                       "/healthcheck",
+		"fallback: return_error": "/healthcheck",
+		"fallback: local":        "/metrics",
+		"fallback: fail_open":    "/metrics",
+		"fallback: fail_closed":  "/metrics",
+		"fallback: local\nreadinessPath: /healthcheck":                                                       "/healthcheck",
+		"extraArgs: [--policy=edge:fallback=fail_open]\nreadinessPath: /metrics":                             "/metrics",
+		"fallback: fail_open\nextraArgs: [--policy=edge:fallback=return_error]\nreadinessPath: /healthcheck": "/healthcheck",
+	} {
+		m, err := render(t, values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		c := m.deployment.Spec.Template.Spec.Containers[0]
+		if p := c.ReadinessProbe.HTTPGet; p.Path != want || p.Port.String() != "http" {
+			t.Errorf("%q: readiness %s on %s, want %s", values, p.Path, p.Port.String(), want)
+		}
+		if c.LivenessProbe.HTTPGet.Path != "/metrics" {
+			t.Errorf("%q: liveness %s", values, c.LivenessProbe.HTTPGet.Path)
 		}
 	}
 }

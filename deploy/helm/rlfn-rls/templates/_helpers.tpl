@@ -24,3 +24,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ required "url or urlSecret.name is required" .url | quote }}
 {{- end }}
 {{- end -}}
+
+{{- /* The readiness probe's path: readinessPath, else /healthcheck with fallback return_error
+(the backend's health decides), else /metrics (the fallback decides). */ -}}
+{{- define "rlfn-rls.readinessPath" -}}
+{{- if .Values.readinessPath -}}
+{{- .Values.readinessPath -}}
+{{- else if eq .Values.fallback "return_error" -}}
+/healthcheck
+{{- else -}}
+/metrics
+{{- end -}}
+{{- end -}}
