@@ -103,10 +103,23 @@ func args(d *appsv1.Deployment) string {
 	return strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
 }
 
+// minimal is what an install must give besides the defaults: the limits (the chart has
+// none of its own).
+const minimal = `
+config:
+  configMap:
+    files:
+      ratelimit.yaml: |
+        domain: edge
+        descriptors:
+          - key: remote_address
+            rate_limit: {unit: minute, requests_per_unit: 100}
+`
+
 // The defaults: the service from a ConfigMap, its Service, a PodDisruptionBudget, the
 // deploy Job as a pre-install and pre-upgrade hook, no ServiceMonitor.
 func TestChartDefaults(t *testing.T) {
-	m, err := render(t, "")
+	m, err := render(t, minimal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +131,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("deployment: replicas %d, args %s", *d.Spec.Replicas, args(d))
 	}
 	pod := d.Spec.Template.Spec
-	if pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != m.configMap.Name || m.configMap.Data["ratelimit.yaml"] == "" {
+	if pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != m.configMap.Name || len(m.configMap.Data) != 1 || !strings.Contains(m.configMap.Data["ratelimit.yaml"], "requests_per_unit: 100") {
 		t.Errorf("the configuration volume %+v, ConfigMap %s %v", pod.Volumes, m.configMap.Name, m.configMap.Data)
 	}
 	c := pod.Containers[0]
@@ -250,10 +263,14 @@ func TestChartEveryOption(t *testing.T) {
 // Values that cannot work are refused at rendering, saying which.
 func TestChartRefuses(t *testing.T) {
 	for values, want := range map[string]string{
-		"config: {source: consul}":               "config.source is configMap or xds",
-		"config: {source: xds}":                  "config.xds.server is required",
-		`url: ""`:                                "url or urlSecret.name is required",
-		"deployJob: {enabled: false}\nurl: \"\"": "url or urlSecret.name is required",
+		"config: {source: consul}": "config.source is configMap or xds",
+		"config: {source: xds}":    "config.xds.server is required",
+		// No limits of the chart's own: the user's are required.
+		"":                                 "config.source configMap needs config.configMap.files",
+		"config: {configMap: {files: {}}}": "config.source configMap needs config.configMap.files",
+		"config: {configMap: {existing: limits, files: {a.yaml: 'domain: a'}}}": "existing and files both set",
+		minimal + `url: ""`: "url or urlSecret.name is required",
+		minimal + "deployJob: {enabled: false}\nurl: \"\"": "url or urlSecret.name is required",
 	} {
 		if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", values, err, want)
@@ -276,7 +293,7 @@ func TestChartReadinessFollowsFallback(t *testing.T) {
 		"extraArgs: [--policy=edge:fallback=fail_open]\nreadinessPath: /metrics":                             "/metrics",
 		"fallback: fail_open\nextraArgs: [--policy=edge:fallback=return_error]\nreadinessPath: /healthcheck": "/healthcheck",
 	} {
-		m, err := render(t, values)
+		m, err := render(t, minimal+values)
 		if err != nil {
 			t.Fatalf("%s: %v", values, err)
 		}
@@ -287,5 +304,28 @@ func TestChartReadinessFollowsFallback(t *testing.T) {
 		if c.LivenessProbe.HTTPGet.Path != "/metrics" {
 			t.Errorf("%q: liveness %s", values, c.LivenessProbe.HTTPGet.Path)
 		}
+	}
+}
+
+// The user's files are the ConfigMap's only files: the chart's defaults hold none that Helm's
+// merge of maps would keep beside them (a second domain edge, or a limit nobody asked for).
+func TestChartConfigMapFiles(t *testing.T) {
+	m, err := render(t, `
+config:
+  configMap:
+    files:
+      limits.yaml: |
+        domain: api
+        descriptors:
+          - key: user
+            rate_limit: {unit: second, requests_per_unit: 5}
+      more.yaml: "domain: web\n"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := m.configMap.Data
+	if len(data) != 2 || !strings.Contains(data["limits.yaml"], "domain: api") || data["more.yaml"] != "domain: web\n" {
+		t.Errorf("ConfigMap data %v, want limits.yaml and more.yaml alone", data)
 	}
 }

@@ -84,7 +84,7 @@ func checkContainer(t *testing.T, bin string, c corev1.Container) {
 // the deploy Job (both built here from the repository, their flag sets the real ones).
 func TestChartArgsAccepted(t *testing.T) {
 	dir := buildBinaries(t)
-	for name, values := range map[string]string{"defaults": "", "every option": everyOption} {
+	for name, values := range map[string]string{"defaults": minimal, "every option": everyOption} {
 		t.Run(name, func(t *testing.T) {
 			m, err := render(t, values)
 			if err != nil {
