@@ -44,11 +44,17 @@ func render(t *testing.T, values string) (*manifests, error) {
 // renderRelease renders the chart as helm install RELEASE does in the namespace rl.
 func renderRelease(t *testing.T, release, values string) (*manifests, error) {
 	t.Helper()
-	chrt, err := loader.Load("rlfn-rls")
+	vals, err := parseValues(values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals, err := parseValues(values)
+	return renderValues(t, release, vals)
+}
+
+// renderValues renders the chart with vals, as helm install RELEASE does in the namespace rl.
+func renderValues(t *testing.T, release string, vals map[string]any) (*manifests, error) {
+	t.Helper()
+	chrt, err := loader.Load("rlfn-rls")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,12 +275,19 @@ func TestChartRefuses(t *testing.T) {
 		"":                                 "config.source configMap needs config.configMap.files",
 		"config: {configMap: {files: {}}}": "config.source configMap needs config.configMap.files",
 		"config: {configMap: {existing: limits, files: {a.yaml: 'domain: a'}}}": "existing and files both set",
-		minimal + `url: ""`: "url or urlSecret.name is required",
+		// The Job would use url, the default, while the service's URL sits in a Secret.
+		minimal + "urlSecret: {name: rls-user}":            "deployJob.urlSecret.name is not",
+		minimal + `url: ""`:                                "url or urlSecret.name is required",
 		minimal + "deployJob: {enabled: false}\nurl: \"\"": "url or urlSecret.name is required",
 	} {
 		if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", values, err, want)
 		}
+	}
+	// Without the Job, the service's Secret alone is enough.
+	m, err := render(t, minimal+"urlSecret: {name: rls-user}\ndeployJob: {enabled: false}")
+	if err != nil || m.job != nil || m.deployment.Spec.Template.Spec.Containers[0].Env[0].ValueFrom.SecretKeyRef.Name != "rls-user" {
+		t.Errorf("urlSecret without the Job: %v, %+v", err, m)
 	}
 }
 
