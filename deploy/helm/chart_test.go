@@ -342,3 +342,28 @@ config:
 		t.Errorf("ConfigMap data %v, want limits.yaml and more.yaml alone", data)
 	}
 }
+
+// The images' tags follow each other: the Job's is the service's unless given, and the
+// service's the chart's appVersion (dev) unless given, so that setting image.tag alone deploys
+// the release the service embeds.
+func TestChartImageTags(t *testing.T) {
+	for values, want := range map[string][2]string{
+		"":                    {"rlfn/rlfn-rls:dev", "rlfn/rlfn:dev"},
+		"image: {tag: 1.3.0}": {"rlfn/rlfn-rls:1.3.0", "rlfn/rlfn:1.3.0"},
+		"image: {tag: 1.3.0}\ndeployJob: {image: {tag: 1.3.1}}": {"rlfn/rlfn-rls:1.3.0", "rlfn/rlfn:1.3.1"},
+		"deployJob: {image: {tag: 1.3.1}}":                      {"rlfn/rlfn-rls:dev", "rlfn/rlfn:1.3.1"},
+	} {
+		m, err := render(t, minimal+values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		svc, job := m.deployment.Spec.Template.Spec.Containers[0].Image, m.job.Spec.Template.Spec.Containers[0].Image
+		if svc != want[0] || job != want[1] {
+			t.Errorf("%q: images %s and %s, want %s and %s", values, svc, job, want[0], want[1])
+		}
+		tag := want[0][strings.LastIndex(want[0], ":")+1:]
+		if v := m.deployment.Spec.Template.Labels["app.kubernetes.io/version"]; v != tag {
+			t.Errorf("%q: the pods' version label %s, the image's tag %s", values, v, tag)
+		}
+	}
+}

@@ -5,7 +5,7 @@
 {{- define "rlfn-rls.labels" -}}
 app.kubernetes.io/name: rlfn-rls
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "rlfn-rls.tag" . | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
 {{- end -}}
 
 {{- define "rlfn-rls.selector" -}}
@@ -35,4 +35,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else -}}
 /metrics
 {{- end -}}
+{{- end -}}
+
+{{- /* The service's image tag, and the deploy Job's, which follows it: the release the Job
+deploys is the one the service embeds. */ -}}
+{{- define "rlfn-rls.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion -}}
+{{- end -}}
+{{- define "rlfn-rls.jobTag" -}}
+{{- .Values.deployJob.image.tag | default (include "rlfn-rls.tag" .) -}}
 {{- end -}}
