@@ -367,3 +367,54 @@ func TestChartImageTags(t *testing.T) {
 		}
 	}
 }
+
+// servicePorts are a Service's ports by name.
+func servicePorts(s *corev1.Service) map[string]corev1.ServicePort {
+	ports := map[string]corev1.ServicePort{}
+	for _, p := range s.Spec.Ports {
+		ports[p.Name] = p
+	}
+	return ports
+}
+
+// Mutual TLS on gRPC leaves the http port off the Service: its POST /json decides with no
+// client certificate. The pods keep it for the probes, and a ServiceMonitor then scrapes the
+// metrics port (without one it would scrape a port the Service lacks: refused).
+func TestChartClientAuthClosesHTTP(t *testing.T) {
+	m, err := render(t, minimal+"grpcTLS: {secret: rls-tls, clientAuth: true}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := servicePorts(m.service)
+	if _, ok := ports["http"]; ok || len(ports) != 1 || ports["grpc"].Port != 8081 {
+		t.Errorf("Service ports %v, want grpc alone", m.service.Spec.Ports)
+	}
+	c := m.deployment.Spec.Template.Spec.Containers[0]
+	if c.ReadinessProbe.HTTPGet.Port.String() != "http" || len(c.Ports) != 2 || c.Ports[1].Name != "http" {
+		t.Errorf("the pod's ports %v, probe %v", c.Ports, c.ReadinessProbe.HTTPGet)
+	}
+	m, err = render(t, minimal+"grpcTLS: {secret: rls-tls, clientAuth: true}\nmetricsPort: 19001\nserviceMonitor: {enabled: true}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports = servicePorts(m.service)
+	if _, ok := ports["http"]; ok || ports["metrics"].Port != 19001 || m.monitor.Spec.Endpoints[0].Port != "metrics" {
+		t.Errorf("Service ports %v, ServiceMonitor %+v", m.service.Spec.Ports, m.monitor.Spec.Endpoints)
+	}
+	// TLS without client certificates keeps the http port: nothing there is bypassed.
+	m, err = render(t, minimal+"grpcTLS: {secret: rls-tls}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ports := servicePorts(m.service); ports["http"].Port != 8080 {
+		t.Errorf("Service ports %v with TLS alone", m.service.Spec.Ports)
+	}
+	for values, want := range map[string]string{
+		"grpcTLS: {secret: rls-tls, clientAuth: true}\nserviceMonitor: {enabled: true}": "serviceMonitor with grpcTLS.clientAuth needs metricsPort",
+		"grpcTLS: {clientAuth: true}": "grpcTLS.clientAuth needs grpcTLS.secret",
+	} {
+		if _, err := render(t, minimal+values); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", values, err, want)
+		}
+	}
+}
