@@ -114,3 +114,26 @@ func TestChartArgsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// Kubernetes' service links set $<SERVICE>_PORT=tcp://IP:PORT for every Service in the
+// namespace: a Service named grpc gives GRPC_PORT, the reference's variable, which rlfn-rls
+// refuses at start. Both pods turn the links off.
+func TestChartNoServiceLinks(t *testing.T) {
+	m, err := render(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pod := range map[string]*corev1.PodSpec{"service": &m.deployment.Spec.Template.Spec, "job": &m.job.Spec.Template.Spec} {
+		if pod.EnableServiceLinks == nil || *pod.EnableServiceLinks {
+			t.Errorf("%s: enableServiceLinks %v", name, pod.EnableServiceLinks)
+		}
+	}
+	// Why: the variable a Service named grpc injects stops rlfn-rls.
+	dir := buildBinaries(t)
+	cmd := exec.Command(filepath.Join(dir, "rlfn-rls"), "--config", t.TempDir())
+	cmd.Env = []string{"GRPC_PORT=tcp://10.96.0.12:8081"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "GRPC_PORT") {
+		t.Errorf("rlfn-rls with a service link's GRPC_PORT: %v\n%s", err, out)
+	}
+}
