@@ -27,6 +27,7 @@ type manifests struct {
 	pdb        *policyv1.PodDisruptionBudget
 	job        *batchv1.Job
 	monitor    *monitoringv1.ServiceMonitor
+	account    *corev1.ServiceAccount
 }
 
 // parseValues reads values as helm install's --values file.
@@ -92,6 +93,9 @@ func renderValues(t *testing.T, release string, vals map[string]any) (*manifests
 		case "Job":
 			m.job = &batchv1.Job{}
 			into = m.job
+		case "ServiceAccount":
+			m.account = &corev1.ServiceAccount{}
+			into = m.account
 		case "ServiceMonitor":
 			m.monitor = &monitoringv1.ServiceMonitor{}
 			into = m.monitor
@@ -416,5 +420,121 @@ func TestChartClientAuthClosesHTTP(t *testing.T) {
 		if _, err := render(t, minimal+values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", values, err, want)
 		}
+	}
+}
+
+// production sets the values a production cluster asks for: scheduling, a private registry,
+// pod annotations and labels, a ServiceAccount, a priority, a strategy.
+const production = `
+imagePullSecrets: [{name: registry-credentials}]
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector: {matchLabels: {app.kubernetes.io/name: rlfn-rls}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector: {matchLabels: {app.kubernetes.io/name: rlfn-rls}}
+nodeSelector: {kubernetes.io/os: linux, pool: edge}
+tolerations: [{key: dedicated, operator: Equal, value: edge, effect: NoSchedule}]
+priorityClassName: edge-critical
+podAnnotations: {sidecar.istio.io/inject: "false", rlfn.dev/config: mine}
+podLabels: {team: edge, app.kubernetes.io/name: mine}
+serviceAccount: {create: true}
+strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 0, maxSurge: 1}}
+deployJob:
+  resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 64Mi}}
+`
+
+// The production values reach the pods they are for: scheduling, the registry's Secret and
+// the priority both pods (the Job's too must be pulled and placed); affinity, spread and the
+// strategy the service's; annotations and labels both, the chart's own labels and checksum
+// winning; no ServiceAccount token in either; the Job's resources.
+func TestChartProduction(t *testing.T) {
+	m, err := render(t, minimal+production)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, job := m.deployment.Spec.Template, m.job.Spec.Template
+	for name, p := range map[string]corev1.PodSpec{"service": pod.Spec, "job": job.Spec} {
+		if len(p.ImagePullSecrets) != 1 || p.ImagePullSecrets[0].Name != "registry-credentials" || p.PriorityClassName != "edge-critical" ||
+			p.NodeSelector["pool"] != "edge" || p.NodeSelector["kubernetes.io/os"] != "linux" ||
+			len(p.Tolerations) != 1 || p.Tolerations[0].Key != "dedicated" || p.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+			t.Errorf("%s: pull secrets %v, priority %q, node selector %v, tolerations %v", name, p.ImagePullSecrets, p.PriorityClassName, p.NodeSelector, p.Tolerations)
+		}
+		if p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
+			t.Errorf("%s: automountServiceAccountToken %v", name, p.AutomountServiceAccountToken)
+		}
+	}
+	ps := pod.Spec
+	if ps.Affinity == nil || ps.Affinity.PodAntiAffinity == nil || len(ps.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		len(ps.TopologySpreadConstraints) != 1 || ps.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" {
+		t.Errorf("affinity %+v, spread %+v", ps.Affinity, ps.TopologySpreadConstraints)
+	}
+	if job.Spec.Affinity != nil || len(job.Spec.TopologySpreadConstraints) != 0 {
+		t.Errorf("the Job's pod has the service's affinity %+v or spread %+v", job.Spec.Affinity, job.Spec.TopologySpreadConstraints)
+	}
+	s := m.deployment.Spec.Strategy
+	if s.Type != "RollingUpdate" || s.RollingUpdate.MaxUnavailable.IntValue() != 0 || s.RollingUpdate.MaxSurge.IntValue() != 1 {
+		t.Errorf("strategy %+v", s)
+	}
+	// The chart's labels and checksum win over the user's: the selectors still select.
+	if pod.Labels["team"] != "edge" || pod.Labels["app.kubernetes.io/name"] != "rlfn-rls" || job.Labels["team"] != "edge" || job.Labels["app.kubernetes.io/name"] != "rlfn" {
+		t.Errorf("labels: service %v, job %v", pod.Labels, job.Labels)
+	}
+	if pod.Annotations["sidecar.istio.io/inject"] != "false" || job.Annotations["sidecar.istio.io/inject"] != "false" || pod.Annotations["rlfn.dev/config"] == "mine" || job.Annotations["rlfn.dev/config"] != "mine" {
+		t.Errorf("annotations: service %v, job %v", pod.Annotations, job.Annotations)
+	}
+	for k, v := range m.deployment.Spec.Selector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("the Deployment's selector %s=%s does not select its pods %v", k, v, pod.Labels)
+		}
+	}
+	// The ServiceAccount created, without a token; the Job, before it exists, keeps the default.
+	if m.account == nil || ps.ServiceAccountName != m.account.Name || m.account.AutomountServiceAccountToken == nil || *m.account.AutomountServiceAccountToken || job.Spec.ServiceAccountName != "" {
+		t.Errorf("ServiceAccount %+v, service's %q, Job's %q", m.account, ps.ServiceAccountName, job.Spec.ServiceAccountName)
+	}
+	r := m.job.Spec.Template.Spec.Containers[0].Resources
+	if r.Requests.Cpu().String() != "20m" || r.Requests.Memory().String() != "32Mi" || r.Limits.Memory().String() != "64Mi" {
+		t.Errorf("the Job's resources %+v", r)
+	}
+}
+
+// An existing ServiceAccount is both pods'; none given, the namespace's default (no name),
+// and neither mounts a token; the Job has requests by default, for a ResourceQuota.
+func TestChartServiceAccountAndJobResources(t *testing.T) {
+	m, err := render(t, minimal+"serviceAccount: {name: edge-rls}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.account != nil || m.deployment.Spec.Template.Spec.ServiceAccountName != "edge-rls" || m.job.Spec.Template.Spec.ServiceAccountName != "edge-rls" {
+		t.Errorf("an existing account: created %v, service's %q, Job's %q", m.account, m.deployment.Spec.Template.Spec.ServiceAccountName, m.job.Spec.Template.Spec.ServiceAccountName)
+	}
+	m, err = render(t, minimal+"serviceAccount: {create: true, name: edge-rls}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.account == nil || m.account.Name != "edge-rls" || m.deployment.Spec.Template.Spec.ServiceAccountName != "edge-rls" || m.job.Spec.Template.Spec.ServiceAccountName != "" {
+		t.Errorf("a named account created: %v, service's %q, Job's %q", m.account, m.deployment.Spec.Template.Spec.ServiceAccountName, m.job.Spec.Template.Spec.ServiceAccountName)
+	}
+	m, err = render(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]corev1.PodSpec{"service": m.deployment.Spec.Template.Spec, "job": m.job.Spec.Template.Spec} {
+		if p.ServiceAccountName != "" || p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
+			t.Errorf("%s: account %q, token %v", name, p.ServiceAccountName, p.AutomountServiceAccountToken)
+		}
+	}
+	if m.account != nil || m.deployment.Spec.Strategy.Type != "" {
+		t.Errorf("defaults: account %v, strategy %+v", m.account, m.deployment.Spec.Strategy)
+	}
+	r := m.job.Spec.Template.Spec.Containers[0].Resources
+	if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+		t.Errorf("the Job's default resources %+v", r)
 	}
 }

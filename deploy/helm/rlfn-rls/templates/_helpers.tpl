@@ -4,13 +4,13 @@
 
 {{- define "rlfn-rls.labels" -}}
 app.kubernetes.io/name: rlfn-rls
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ include "rlfn-rls.tag" . | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
 {{- end -}}
 
 {{- define "rlfn-rls.selector" -}}
 app.kubernetes.io/name: rlfn-rls
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{- define "rlfn-rls.urlEnv" -}}
@@ -44,4 +44,42 @@ deploys is the one the service embeds. */ -}}
 {{- end -}}
 {{- define "rlfn-rls.jobTag" -}}
 {{- .Values.deployJob.image.tag | default (include "rlfn-rls.tag" .) -}}
+{{- end -}}
+
+{{- /* The service's ServiceAccount: the one created (name, default the release's), or an
+existing one by name, or "" (the namespace's default). */ -}}
+{{- define "rlfn-rls.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "rlfn-rls.name" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* A pod's account: .name when set; never a token (rlfn-rls and rlfn read no Kubernetes
+API). */ -}}
+{{- define "rlfn-rls.serviceAccount" -}}
+{{- with .name }}
+serviceAccountName: {{ . }}
+{{- end }}
+automountServiceAccountToken: false
+{{- end -}}
+
+{{- /* What both pods take of the scheduling values. */ -}}
+{{- define "rlfn-rls.podScheduling" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
