@@ -538,3 +538,31 @@ func TestChartServiceAccountAndJobResources(t *testing.T) {
 		t.Errorf("the Job's default resources %+v", r)
 	}
 }
+
+// The PodDisruptionBudget only where it lets a pod go: not over one replica, whose budget
+// of 1 would block every node drain, and not disabled; a minAvailable of every replica is
+// refused for the same reason; a percentage is taken as it is.
+func TestChartDisruptionBudget(t *testing.T) {
+	for values, want := range map[string]string{
+		"":                                      "1",
+		"replicas: 1":                           "",
+		"podDisruptionBudget: {enabled: false}": "",
+		"replicas: 3\npodDisruptionBudget: {minAvailable: 2}": "2",
+		"podDisruptionBudget: {minAvailable: 50%}":            "50%",
+		"replicas: 1\npodDisruptionBudget: {minAvailable: 1}": "",
+	} {
+		m, err := render(t, minimal+values)
+		if err != nil {
+			t.Fatalf("%q: %v", values, err)
+		}
+		switch {
+		case want == "" && m.pdb != nil:
+			t.Errorf("%q: a budget %+v", values, m.pdb.Spec)
+		case want != "" && (m.pdb == nil || m.pdb.Spec.MinAvailable.String() != want):
+			t.Errorf("%q: budget %+v, want minAvailable %s", values, m.pdb, want)
+		}
+	}
+	if _, err := render(t, minimal+"podDisruptionBudget: {minAvailable: 2}"); err == nil || !strings.Contains(err.Error(), "no pod could ever be evicted") {
+		t.Errorf("minAvailable 2 of 2 replicas: %v", err)
+	}
+}
