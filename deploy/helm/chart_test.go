@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -28,6 +29,13 @@ type manifests struct {
 	job        *batchv1.Job
 	monitor    *monitoringv1.ServiceMonitor
 	account    *corev1.ServiceAccount
+	// objects are every manifest's kind and metadata, in no order.
+	objects []object
+}
+
+type object struct {
+	Kind     string
+	Metadata metav1.ObjectMeta
 }
 
 // parseValues reads values as helm install's --values file.
@@ -72,10 +80,11 @@ func renderValues(t *testing.T, release string, vals map[string]any) (*manifests
 		if !strings.HasSuffix(name, ".yaml") || strings.TrimSpace(text) == "" {
 			continue
 		}
-		var head struct{ Kind string }
+		var head object
 		if err := yaml.Unmarshal([]byte(text), &head); err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, text)
 		}
+		m.objects = append(m.objects, head)
 		var into any
 		switch head.Kind {
 		case "Deployment":

@@ -1,5 +1,17 @@
+{{- /* The objects' name, RELEASE-rlfn-rls: a DNS-1035 label (the Service's name is one), so a
+release name that starts with a digit or holds a dot is refused here, not by the API server. */ -}}
 {{- define "rlfn-rls.name" -}}
-{{- printf "%s-rlfn-rls" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- $name := printf "%s-rlfn-rls" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "release name %q: the objects' name %s must start with a letter and hold only a-z, 0-9 and -" .Release.Name $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- /* The deploy Job's name, RELEASE-rlfn-rls-deploy cut to 63 characters (its pods' job-name
+label holds it). */ -}}
+{{- define "rlfn-rls.jobName" -}}
+{{- printf "%s-deploy" (include "rlfn-rls.name" . | trunc 56 | trimSuffix "-") -}}
 {{- end -}}
 
 {{- define "rlfn-rls.labels" -}}
