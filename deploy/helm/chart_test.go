@@ -575,3 +575,27 @@ func TestChartDisruptionBudget(t *testing.T) {
 		t.Errorf("minAvailable 2 of 2 replicas: %v", err)
 	}
 }
+
+// Both pods run as nobody, group nogroup (65534, as the images' USER 65534:65534), not root,
+// with no privilege, no capability and a read-only root file system.
+func TestChartSecurityContext(t *testing.T) {
+	m, err := render(t, everyOption)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pod := range map[string]corev1.PodSpec{"service": m.deployment.Spec.Template.Spec, "job": m.job.Spec.Template.Spec} {
+		sc := pod.SecurityContext
+		if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65534 || sc.RunAsGroup == nil || *sc.RunAsGroup != 65534 ||
+			sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod security context %+v", name, sc)
+			continue
+		}
+		for _, c := range pod.Containers {
+			cs := c.SecurityContext
+			if cs == nil || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem ||
+				cs.Capabilities == nil || len(cs.Capabilities.Drop) != 1 || cs.Capabilities.Drop[0] != "ALL" || len(cs.Capabilities.Add) != 0 {
+				t.Errorf("%s: container %s security context %+v", name, c.Name, cs)
+			}
+		}
+	}
+}
