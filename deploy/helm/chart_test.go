@@ -599,3 +599,36 @@ func TestChartSecurityContext(t *testing.T) {
 		}
 	}
 }
+
+// The pods' rlfn.dev/config annotation is the checksum of the chart's files: another file
+// rolls the pods at helm upgrade. With an existing ConfigMap (reloaded in place) or xDS there
+// are no files of the chart's, and no annotation.
+func TestChartConfigChecksum(t *testing.T) {
+	sum := func(values string) (string, bool) {
+		t.Helper()
+		m, err := render(t, values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		v, ok := m.deployment.Spec.Template.Annotations["rlfn.dev/config"]
+		return v, ok
+	}
+	a, ok := sum(minimal)
+	b, _ := sum(minimal + "podAnnotations: {team: edge}")
+	c, _ := sum("config: {configMap: {files: {ratelimit.yaml: 'domain: edge'}}}")
+	if !ok || len(a) != 16 || a != b || a == c {
+		t.Errorf("checksums %q (%v), %q with an annotation, %q with other files", a, ok, b, c)
+	}
+	for _, values := range []string{"config: {configMap: {existing: limits}}", everyOption} {
+		if v, ok := sum(values); ok {
+			t.Errorf("%s: rlfn.dev/config %q", values, v)
+		}
+	}
+	m, err := render(t, "config: {configMap: {existing: limits}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.configMap != nil || m.deployment.Spec.Template.Spec.Volumes[0].ConfigMap.Name != "limits" {
+		t.Errorf("existing: ConfigMap %v, volume %+v", m.configMap, m.deployment.Spec.Template.Spec.Volumes[0])
+	}
+}
