@@ -224,7 +224,7 @@ func TestChartEveryOption(t *testing.T) {
 	}
 	a := args(m.deployment)
 	for _, want := range []string{"--xds-server=envoy-gateway:18001", "--xds-node=envoy-ratelimit", "--xds-tls-cert=/etc/rlfn-rls/xds-tls/tls.crt",
-		"--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt", "--grpc-tls-client-ca=/etc/rlfn-rls/grpc-tls/ca.crt", "--tls-ca=/etc/rlfn-rls/server-ca/ca.crt",
+		"--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt", "--grpc-tls-client-ca=/etc/rlfn-rls/grpc-tls/ca.crt",
 		"--fallback=local", "--instances=3", "--denial-cache=10000", "--metrics=:19001", "--reconcile", "--deadline=50ms", "--headers=draft"} {
 		if !strings.Contains(a, want) {
 			t.Errorf("args %s lack %s", a, want)
@@ -242,9 +242,12 @@ func TestChartEveryOption(t *testing.T) {
 	if secrets["xds-tls"] != "envoy-rate-limit" || secrets["grpc-tls"] != "rls-tls" || secrets["server-ca"] != "valkey-ca" {
 		t.Errorf("secret volumes %v", secrets)
 	}
-	env := m.deployment.Spec.Template.Spec.Containers[0].Env[0]
-	if env.ValueFrom.SecretKeyRef.Name != "rls-user" {
-		t.Errorf("the service's URL %+v", env)
+	env := m.deployment.Spec.Template.Spec.Containers[0].Env
+	if len(env) != 2 || env[0].ValueFrom.SecretKeyRef.Name != "rls-user" || env[1].Name != "RLFN_TLS_CA" || env[1].Value != "/etc/rlfn-rls/server-ca/ca.crt" {
+		t.Errorf("the service's variables %+v", env)
+	}
+	if strings.Contains(a, "--tls-ca") {
+		t.Errorf("args %s: --tls-ca, which a plain URL refuses", a)
 	}
 	job := m.job.Spec.Template.Spec.Containers[0]
 	if job.Env[0].ValueFrom.SecretKeyRef.Name != "deployer-user" || strings.Join(job.Args, " ") != "deploy --yes --accept-warning=lua-security" {
