@@ -635,3 +635,43 @@ func TestChartConfigChecksum(t *testing.T) {
 		t.Errorf("existing: ConfigMap %v, volume %+v", m.configMap, m.deployment.Spec.Template.Spec.Volumes[0])
 	}
 }
+
+// Shutdown: the pod sleeps (the kubelet's sleep action: the image has no sleep) before its
+// SIGTERM closes the listeners, so that the endpoints drop it first; the grace period covers
+// the sleep and the drain; the chart asks for the Kubernetes that has the action.
+func TestChartShutdown(t *testing.T) {
+	m, err := render(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := m.deployment.Spec.Template.Spec
+	l := pod.Containers[0].Lifecycle
+	if l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds != 5 || l.PreStop.Exec != nil || *pod.TerminationGracePeriodSeconds != 25 {
+		t.Errorf("lifecycle %+v, grace %d", l, *pod.TerminationGracePeriodSeconds)
+	}
+	m, err = render(t, minimal+"preStopSleepSeconds: 10\nterminationGracePeriodSeconds: 40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod = m.deployment.Spec.Template.Spec
+	if l := pod.Containers[0].Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds != 10 || *pod.TerminationGracePeriodSeconds != 40 {
+		t.Errorf("lifecycle %+v, grace %d", pod.Containers[0].Lifecycle, *pod.TerminationGracePeriodSeconds)
+	}
+	m, err = render(t, minimal+"preStopSleepSeconds: 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := m.deployment.Spec.Template.Spec.Containers[0].Lifecycle; l != nil {
+		t.Errorf("preStopSleepSeconds 0: lifecycle %+v", l)
+	}
+	if _, err := render(t, minimal+"preStopSleepSeconds: 30"); err == nil || !strings.Contains(err.Error(), "must exceed preStopSleepSeconds") {
+		t.Errorf("a sleep as long as the grace period: %v", err)
+	}
+	chrt, err := loader.Load("rlfn-rls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !chartutil.IsCompatibleRange(chrt.Metadata.KubeVersion, "v1.30.0") || chartutil.IsCompatibleRange(chrt.Metadata.KubeVersion, "v1.29.9") {
+		t.Errorf("kubeVersion %s: 1.30 has the sleep action, 1.29 has it off", chrt.Metadata.KubeVersion)
+	}
+}
