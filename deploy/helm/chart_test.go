@@ -675,3 +675,29 @@ func TestChartShutdown(t *testing.T) {
 		t.Errorf("kubeVersion %s: 1.30 has the sleep action, 1.29 has it off", chrt.Metadata.KubeVersion)
 	}
 }
+
+// rlfn deploy's exit 4 (deployed, with a warning not accepted) fails the Job at once: a
+// retry would only say it again, three times over. A disruption is not counted; other
+// failures (a server unreachable a moment) are retried.
+func TestChartJobFailurePolicy(t *testing.T) {
+	m, err := render(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.job.Spec.PodFailurePolicy
+	if p == nil || len(p.Rules) != 2 || *m.job.Spec.BackoffLimit != 3 {
+		t.Fatalf("podFailurePolicy %+v, backoffLimit %d", p, *m.job.Spec.BackoffLimit)
+	}
+	exit, disrupted := p.Rules[0], p.Rules[1]
+	if exit.Action != batchv1.PodFailurePolicyActionFailJob || exit.OnExitCodes == nil || *exit.OnExitCodes.ContainerName != m.job.Spec.Template.Spec.Containers[0].Name ||
+		exit.OnExitCodes.Operator != batchv1.PodFailurePolicyOnExitCodesOpIn || len(exit.OnExitCodes.Values) != 1 || exit.OnExitCodes.Values[0] != 4 {
+		t.Errorf("exit codes rule %+v", exit)
+	}
+	if disrupted.Action != batchv1.PodFailurePolicyActionIgnore || len(disrupted.OnPodConditions) != 1 || disrupted.OnPodConditions[0].Type != corev1.DisruptionTarget {
+		t.Errorf("disruption rule %+v", disrupted)
+	}
+	// The Job controller takes a podFailurePolicy only with restartPolicy Never.
+	if m.job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restartPolicy %s", m.job.Spec.Template.Spec.RestartPolicy)
+	}
+}
