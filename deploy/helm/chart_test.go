@@ -285,7 +285,7 @@ func TestChartEveryOption(t *testing.T) {
 // Values that cannot work are refused at rendering, saying which.
 func TestChartRefuses(t *testing.T) {
 	for values, want := range map[string]string{
-		"config: {source: consul}": "config.source is configMap or xds",
+		"config: {source: consul}": "at '/config/source': value must be one of 'configMap', 'xds'",
 		"config: {source: xds}":    "config.xds.server is required",
 		// No limits of the chart's own: the user's are required.
 		"":                                 "config.source configMap needs config.configMap.files",
