@@ -75,6 +75,7 @@ func renderValues(t *testing.T, release string, vals map[string]any) (*manifests
 	if err != nil {
 		return nil, err
 	}
+	recordRendered(vals)
 	m := &manifests{}
 	for name, text := range files {
 		if !strings.HasSuffix(name, ".yaml") || strings.TrimSpace(text) == "" {
@@ -190,14 +191,16 @@ func TestChartDefaults(t *testing.T) {
 // everyOption sets every documented value.
 const everyOption = `
 replicas: 3
-urlSecret: {name: rls-user, key: url}
-serverCA: {secret: valkey-ca, key: ca.crt}
+urlSecret: {name: rls-user, key: address}
+serverCA: {secret: valkey-ca, key: ca.pem}
 config:
   source: xds
-  xds: {server: envoy-gateway:18001, node: envoy-ratelimit, tlsSecret: envoy-rate-limit}
+  xds: {server: envoy-gateway:18001, node: edge-gateway, tlsSecret: envoy-rate-limit}
 grpcTLS: {secret: rls-tls, clientAuth: true}
 image: {repository: registry.example/rlfn/rlfn-rls, tag: 1.3.0, pullPolicy: Always}
 fallback: local
+readinessPath: /healthcheck
+resources: {requests: {cpu: 250m, memory: 128Mi}, limits: {memory: 512Mi}}
 deadline: 50ms
 headers: draft
 extraArgs: [--denial-cache=10000]
@@ -206,8 +209,8 @@ reconcile: true
 podDisruptionBudget: {enabled: true, minAvailable: 2}
 serviceMonitor: {enabled: true, interval: 15s, labels: {release: prometheus}}
 deployJob:
-  image: {repository: registry.example/rlfn/rlfn, tag: 1.3.0, pullPolicy: Always}
-  urlSecret: {name: deployer-user, key: url}
+  image: {repository: registry.example/rlfn/rlfn, tag: 1.3.1, pullPolicy: Never}
+  urlSecret: {name: deployer-user, key: deployer-url}
   acceptWarnings: [lua-security]
 `
 
@@ -223,7 +226,8 @@ func TestChartEveryOption(t *testing.T) {
 		t.Fatalf("ConfigMap %v, ServiceMonitor %v", m.configMap, m.monitor)
 	}
 	a := args(m.deployment)
-	for _, want := range []string{"--xds-server=envoy-gateway:18001", "--xds-node=envoy-ratelimit", "--xds-tls-cert=/etc/rlfn-rls/xds-tls/tls.crt",
+	for _, want := range []string{"--xds-server=envoy-gateway:18001", "--xds-node=edge-gateway", "--xds-tls-cert=/etc/rlfn-rls/xds-tls/tls.crt",
+		"--xds-tls-key=/etc/rlfn-rls/xds-tls/tls.key", "--xds-tls-ca=/etc/rlfn-rls/xds-tls/ca.crt", "--grpc-tls-key=/etc/rlfn-rls/grpc-tls/tls.key",
 		"--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt", "--grpc-tls-client-ca=/etc/rlfn-rls/grpc-tls/ca.crt",
 		"--fallback=local", "--instances=3", "--denial-cache=10000", "--metrics=:19001", "--reconcile", "--deadline=50ms", "--headers=draft"} {
 		if !strings.Contains(a, want) {
@@ -242,20 +246,34 @@ func TestChartEveryOption(t *testing.T) {
 	if secrets["xds-tls"] != "envoy-rate-limit" || secrets["grpc-tls"] != "rls-tls" || secrets["server-ca"] != "valkey-ca" {
 		t.Errorf("secret volumes %v", secrets)
 	}
-	env := m.deployment.Spec.Template.Spec.Containers[0].Env
-	if len(env) != 2 || env[0].ValueFrom.SecretKeyRef.Name != "rls-user" || env[1].Name != "RLFN_TLS_CA" || env[1].Value != "/etc/rlfn-rls/server-ca/ca.crt" {
+	c := m.deployment.Spec.Template.Spec.Containers[0]
+	env := c.Env
+	if len(env) != 2 || env[0].ValueFrom.SecretKeyRef.Name != "rls-user" || env[0].ValueFrom.SecretKeyRef.Key != "address" ||
+		env[1].Name != "RLFN_TLS_CA" || env[1].Value != "/etc/rlfn-rls/server-ca/ca.pem" {
 		t.Errorf("the service's variables %+v", env)
+	}
+	if *m.deployment.Spec.Replicas != 3 || c.Image != "registry.example/rlfn/rlfn-rls:1.3.0" || c.ImagePullPolicy != corev1.PullAlways ||
+		c.ReadinessProbe.HTTPGet.Path != "/healthcheck" ||
+		c.Resources.Requests.Cpu().String() != "250m" || c.Resources.Requests.Memory().String() != "128Mi" || c.Resources.Limits.Memory().String() != "512Mi" {
+		t.Errorf("replicas %d, image %s (%s), readiness %s, resources %+v", *m.deployment.Spec.Replicas, c.Image, c.ImagePullPolicy, c.ReadinessProbe.HTTPGet.Path, c.Resources)
+	}
+	if m.pdb == nil || m.pdb.Spec.MinAvailable.IntValue() != 2 {
+		t.Errorf("pdb %+v", m.pdb)
 	}
 	if strings.Contains(a, "--tls-ca") {
 		t.Errorf("args %s: --tls-ca, which a plain URL refuses", a)
 	}
 	job := m.job.Spec.Template.Spec.Containers[0]
-	if job.Env[0].ValueFrom.SecretKeyRef.Name != "deployer-user" || strings.Join(job.Args, " ") != "deploy --yes --accept-warning=lua-security" {
+	if job.Env[0].ValueFrom.SecretKeyRef.Name != "deployer-user" || job.Env[0].ValueFrom.SecretKeyRef.Key != "deployer-url" ||
+		strings.Join(job.Args, " ") != "deploy --yes --accept-warning=lua-security" {
 		t.Errorf("job %+v %v", job.Env, job.Args)
+	}
+	if job.Image != "registry.example/rlfn/rlfn:1.3.1" || job.ImagePullPolicy != corev1.PullNever {
+		t.Errorf("the Job's image %s (%s)", job.Image, job.ImagePullPolicy)
 	}
 	// The Job's image has no CA bundle: it gets the servers' CA as the service does.
 	jobPod := m.job.Spec.Template.Spec
-	if len(job.Env) != 2 || job.Env[1].Name != "RLFN_TLS_CA" || job.Env[1].Value != "/etc/rlfn/server-ca/ca.crt" ||
+	if len(job.Env) != 2 || job.Env[1].Name != "RLFN_TLS_CA" || job.Env[1].Value != "/etc/rlfn/server-ca/ca.pem" ||
 		len(job.VolumeMounts) != 1 || job.VolumeMounts[0].MountPath != "/etc/rlfn/server-ca" ||
 		len(jobPod.Volumes) != 1 || jobPod.Volumes[0].Name != job.VolumeMounts[0].Name || jobPod.Volumes[0].Secret.SecretName != "valkey-ca" {
 		t.Errorf("the Job's CA: env %+v, mounts %+v, volumes %+v", job.Env, job.VolumeMounts, jobPod.Volumes)
@@ -424,6 +442,9 @@ func TestChartClientAuthClosesHTTP(t *testing.T) {
 	}
 	if ports := servicePorts(m.service); ports["http"].Port != 8080 {
 		t.Errorf("Service ports %v with TLS alone", m.service.Spec.Ports)
+	}
+	if a := args(m.deployment); !strings.Contains(a, "--grpc-tls-cert=/etc/rlfn-rls/grpc-tls/tls.crt") || !strings.Contains(a, "--grpc-tls-key=/etc/rlfn-rls/grpc-tls/tls.key") || strings.Contains(a, "--grpc-tls-client-ca") {
+		t.Errorf("TLS alone: args %s", a)
 	}
 	for values, want := range map[string]string{
 		"grpcTLS: {secret: rls-tls, clientAuth: true}\nserviceMonitor: {enabled: true}": "serviceMonitor with grpcTLS.clientAuth needs metricsPort",
@@ -699,5 +720,18 @@ func TestChartJobFailurePolicy(t *testing.T) {
 	// The Job controller takes a podFailurePolicy only with restartPolicy Never.
 	if m.job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("restartPolicy %s", m.job.Spec.Template.Spec.RestartPolicy)
+	}
+}
+
+// The URL in the values, when given there (a server without a password), is both pods'.
+func TestChartURL(t *testing.T) {
+	m, err := render(t, minimal+"url: rediss://valkey.cache.svc:6380")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]corev1.Container{"service": m.deployment.Spec.Template.Spec.Containers[0], "job": m.job.Spec.Template.Spec.Containers[0]} {
+		if len(c.Env) != 1 || c.Env[0].Name != "RLFN_URL" || c.Env[0].Value != "rediss://valkey.cache.svc:6380" || c.Env[0].ValueFrom != nil {
+			t.Errorf("%s: env %+v", name, c.Env)
+		}
 	}
 }

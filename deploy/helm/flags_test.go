@@ -43,7 +43,7 @@ func buildBinaries(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := checkEveryValueTried(m.Run())
 	if binaries.dir != "" {
 		os.RemoveAll(binaries.dir)
 	}
