@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -41,7 +43,7 @@ func buildBinaries(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := checkEveryValueTried(m.Run())
 	if binaries.dir != "" {
 		os.RemoveAll(binaries.dir)
 	}
@@ -84,7 +86,7 @@ func checkContainer(t *testing.T, bin string, c corev1.Container) {
 // the deploy Job (both built here from the repository, their flag sets the real ones).
 func TestChartArgsAccepted(t *testing.T) {
 	dir := buildBinaries(t)
-	for name, values := range map[string]string{"defaults": "", "every option": everyOption} {
+	for name, values := range map[string]string{"defaults": minimal, "every option": everyOption} {
 		t.Run(name, func(t *testing.T) {
 			m, err := render(t, values)
 			if err != nil {
@@ -112,5 +114,86 @@ func TestChartArgsAccepted(t *testing.T) {
 		if err := accepts(filepath.Join(dir, bad.bin), bad.args); err == nil {
 			t.Errorf("%s %v: accepted", bad.bin, bad.args)
 		}
+	}
+}
+
+// Kubernetes' service links set $<SERVICE>_PORT=tcp://IP:PORT for every Service in the
+// namespace: a Service named grpc gives GRPC_PORT, the reference's variable, which rlfn-rls
+// refuses at start. Both pods turn the links off.
+func TestChartNoServiceLinks(t *testing.T) {
+	m, err := render(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pod := range map[string]*corev1.PodSpec{"service": &m.deployment.Spec.Template.Spec, "job": &m.job.Spec.Template.Spec} {
+		if pod.EnableServiceLinks == nil || *pod.EnableServiceLinks {
+			t.Errorf("%s: enableServiceLinks %v", name, pod.EnableServiceLinks)
+		}
+	}
+	// Why: the variable a Service named grpc injects stops rlfn-rls.
+	dir := buildBinaries(t)
+	cmd := exec.Command(filepath.Join(dir, "rlfn-rls"), "--config", t.TempDir())
+	cmd.Env = []string{"GRPC_PORT=tcp://10.96.0.12:8081"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "GRPC_PORT") {
+		t.Errorf("rlfn-rls with a service link's GRPC_PORT: %v\n%s", err, out)
+	}
+}
+
+// startService runs bin as the pod would run c: its arguments (the configuration directory
+// the ConfigMap's data, the listeners on loopback) and its literal variables, $RLFN_URL url;
+// and returns what it printed when it exited. Nothing listens on url's port, so it exits at
+// start: the point is which check stops it.
+func startService(t *testing.T, bin string, c corev1.Container, data map[string]string, url string) (string, error) {
+	t.Helper()
+	config := t.TempDir()
+	for name, text := range data {
+		if err := os.WriteFile(filepath.Join(config, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var args []string
+	for _, a := range c.Args {
+		switch {
+		case strings.HasPrefix(a, "--config="):
+			a = "--config=" + config
+		case strings.HasPrefix(a, "--grpc="), strings.HasPrefix(a, "--http="):
+			a = a[:strings.Index(a, "=")] + "=127.0.0.1:0"
+		}
+		args = append(args, a)
+	}
+	env := []string{"RLFN_URL=" + url}
+	for _, e := range c.Env {
+		if e.Name != "RLFN_URL" && e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The servers' CA reaches the service as the deploy Job's does, $RLFN_TLS_CA, which rlfn-rls
+// takes with a TLS URL and ignores with a plain one: --tls-ca, which it refuses with a plain
+// URL, stopped every pod whose URL (in a Secret the chart cannot read) was redis://.
+func TestChartServerCA(t *testing.T) {
+	bin := filepath.Join(buildBinaries(t), "rlfn-rls")
+	m, err := render(t, minimal+"serverCA: {secret: valkey-ca, key: ca.pem}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.deployment.Spec.Template.Spec.Containers[0]
+	// A plain URL: past the CA, to the connection (refused: nothing listens there).
+	out, err := startService(t, bin, c, m.configMap.Data, "redis://127.0.0.1:1")
+	if err == nil || strings.Contains(out, "tls-ca") || !strings.Contains(out, "127.0.0.1:1") {
+		t.Errorf("a plain URL with the chart's CA: %v\n%s", err, out)
+	}
+	// A TLS URL: the CA is the file the chart mounts (not there here, which says so).
+	out, err = startService(t, bin, c, m.configMap.Data, "rediss://127.0.0.1:1")
+	if err == nil || !strings.Contains(out, "/etc/rlfn-rls/server-ca/ca.pem") {
+		t.Errorf("a TLS URL with the chart's CA: %v\n%s", err, out)
 	}
 }

@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite testdata/deploy-job.json from t
 // jobValues are the values testdata/deploy-job.json is rendered with: a server that needs the
 // lua-security warning accepted (the test images' Valkey 8.0.1 does) and the servers' CA from a
 // Secret, as a TLS deployment gives it.
-const jobValues = `
+const jobValues = minimal + `
 serverCA: {secret: valkey-ca, key: ca.crt}
 deployJob: {acceptWarnings: [lua-security]}
 `

@@ -17,7 +17,7 @@ import (
 // helm lint's checks, by Helm's own code (no helm binary here): Chart.yaml, the values and
 // the templates, with the defaults and with every option; nothing said but INFO.
 func TestChartLint(t *testing.T) {
-	for name, values := range map[string]string{"defaults": "", "every option": everyOption} {
+	for name, values := range map[string]string{"defaults": minimal, "every option": everyOption} {
 		m, err := parseValues(values)
 		if err != nil {
 			t.Fatal(err)
