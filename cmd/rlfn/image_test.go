@@ -40,7 +40,7 @@ type jobPod struct {
 			Capabilities             struct{ Drop []string }
 		}
 	}
-	SecurityContext struct{ RunAsUser int64 }
+	SecurityContext struct{ RunAsUser, RunAsGroup int64 }
 }
 
 // The rlfn image is built from the repository (FROM scratch, the static binary) and run as the
@@ -76,8 +76,8 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := strings.TrimSpace(string(user)); u != fmt.Sprintf("%d:%d", pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsUser) {
-		t.Fatalf("the image runs as %q, the Job as user %d", u, pod.SecurityContext.RunAsUser)
+	if u := strings.TrimSpace(string(user)); u != fmt.Sprintf("%d:%d", pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup) {
+		t.Fatalf("the image runs as %q, the Job as user %d, group %d", u, pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup)
 	}
 
 	ca, err := harness.NewTLS()
