@@ -37,7 +37,7 @@ type XDS struct {
 	// Merge lets several resources add to one domain (MERGE_DOMAIN_CONFIG).
 	Merge bool
 	// Backoff between reconnections, reset by each configuration received: from Initial,
-	// each wait Factor times the one before (0: 2; 1: every wait is Initial) up to Max, and
+	// each wait Factor times the one before (0: 2; 1 or less: every wait is Initial) up to Max, and
 	// randomised by ±RandomFactor.
 	Initial, Max time.Duration
 	Factor       float64
@@ -48,8 +48,13 @@ type XDS struct {
 func (x XDS) backOff() *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.Multiplier = x.Initial, x.Max, x.RandomFactor, x.Factor
-	if b.Multiplier == 0 {
+	switch {
+	case b.Multiplier == 0:
 		b.Multiplier = 2
+	case b.Multiplier < 1:
+		// As the reference's back-off takes a factor below 1 (its default, 0.5): every wait
+		// the initial one. Shrinking waits would reach 0 and call the server in a loop.
+		b.Multiplier = 1
 	}
 	b.MaxElapsedTime = 0 // for ever
 	b.Reset()
