@@ -18,8 +18,9 @@ import (
 // (obs-text): proto3 refuses such a string, gRPC answers INTERNAL before the service sees the
 // request, and Envoy's default failure_mode_deny: false admits it. A client could so escape
 // its limit with one byte in a header (envoyproxy/ratelimit is open to it the same way).
-// Each invalid byte becomes the four characters \xHH: distinct values stay distinct, so no
-// two principals share a limit they did not share in bytes.
+// Each invalid byte becomes the four characters \xHH, so that values differing in such bytes
+// keep limits of their own (a value of the text \xe9 shares the byte 0xE9's: no escape can
+// keep every value apart without changing valid ones).
 type escapingCodec struct {
 	encoding.CodecV2
 	escaped func() // called once per request escaped

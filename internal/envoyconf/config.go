@@ -111,6 +111,10 @@ type Limit struct {
 // Period is the limit's period: Unit.Length times Multiplier.
 func (l Limit) Period() time.Duration { return l.Unit.Length() * time.Duration(l.Multiplier) }
 
+// periodFits says whether Period is the unit times the multiplier: a multiplier large enough
+// wraps the product around (3,335,999,724 days to 31 minutes).
+func (l Limit) periodFits() bool { return l.Period()/l.Unit.Length() == time.Duration(l.Multiplier) }
+
 // RateLimit is what a descriptor of the configuration holds: the reference's rate_limit
 // (one fixed window, or unlimited) or rlfn's list of limits.
 type RateLimit struct {
@@ -538,7 +542,7 @@ func extend(y yamlLimit, unit Unit, name string) (Limit, error) {
 	}
 	n := int64(y.RequestsPerUnit)
 	period := l.Period()
-	if period/l.Unit.Length() != time.Duration(l.Multiplier) {
+	if !l.periodFits() {
 		return l, fmt.Errorf("unit_multiplier %d times a %s is too long", l.Multiplier, l.Unit)
 	}
 	penalty, err := duration("penalty", y.Penalty)

@@ -3,7 +3,6 @@ package envoyconf
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/rlfn/rlfn/client"
 )
@@ -106,9 +105,8 @@ func Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit,
 		multiplier = 1
 	}
 	l := Limit{Algorithm: FixedWindow, RequestsPerUnit: requestsPerUnit, Unit: unit, Multiplier: multiplier}
-	if l.Period()/unit.Length() != time.Duration(multiplier) {
-		// The period wrapped around (a window of minutes for billions of days), as a
-		// configuration's unit_multiplier is refused.
+	if !l.periodFits() {
+		// As a configuration's unit_multiplier is refused.
 		return nil, fmt.Errorf("limit override: unit_multiplier %d times a %s is too long", multiplier, unit)
 	}
 	if requestsPerUnit == 0 {
