@@ -17,7 +17,8 @@ import (
 	"github.com/rlfn/rlfn/internal/envoyconf"
 )
 
-// Files names the configuration: files, and directories whose every file is read, as the
+// Files names the configuration: files, and directories of files. A directory's *.yaml and
+// *.yml files are read, not its subdirectories'; with EveryFile, its every file, as the
 // reference's runtime loader reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY:
 // whatever its name, as YAML, and in subdirectories too. Links are followed, to a file or to
 // a directory (a Kubernetes ConfigMap item with a path in a subdirectory is a link to one);
@@ -30,11 +31,15 @@ type Files struct {
 	Paths []string
 	// Merge lets several files add to one domain (the reference's MERGE_DOMAIN_CONFIG).
 	Merge bool
+	// EveryFile reads a directory as the reference does (the RUNTIME_* variables): every
+	// file, subdirectories too. Without it, an editor's leftovers (ratelimit.yaml~,
+	// #ratelimit.yaml#) and a README beside the YAML stay unread.
+	EveryFile bool
 }
 
 // Load reads and parses the files: a *envoyconf.Error for a bad one.
 func (f Files) Load() (*envoyconf.Config, error) {
-	var t tree
+	t := tree{every: f.EveryFile}
 	for _, p := range f.Paths {
 		if err := t.add(p, func(err error) error { return err }); err != nil {
 			return nil, err
@@ -56,6 +61,7 @@ func (f Files) Load() (*envoyconf.Config, error) {
 
 // tree is what Files reads: the files, and the directories they are read from.
 type tree struct {
+	every bool // Files.EveryFile
 	files []string
 	dirs  []string // each directory given and its subdirectories, Load's order
 }
@@ -95,7 +101,11 @@ func (t *tree) walk(dir string, above []string, fail func(error) error) error {
 		}
 		p := filepath.Join(dir, e.Name())
 		st, err := os.Stat(p) // through a link
-		switch {
+		switch ext := filepath.Ext(e.Name()); {
+		case !t.every && (err != nil || st.IsDir() || ext != ".yaml" && ext != ".yml"):
+			// A directory's *.yaml files alone, as rlfn-rls read them before EveryFile (a
+			// subdirectory's too would read an old/ copy of a domain).
+			continue
 		case err != nil:
 			err = fail(err)
 		case st.IsDir():
@@ -127,7 +137,7 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 		return err
 	}
 	defer fw.Close()
-	w := &watcher{Watcher: fw, log: log, files: map[string]bool{}, given: map[string]bool{},
+	w := &watcher{Watcher: fw, log: log, every: f.EveryFile, files: map[string]bool{}, given: map[string]bool{},
 		fixed: map[string]bool{}, links: map[string]bool{}, real: map[string]string{}}
 	for _, p := range f.Paths {
 		dir := filepath.Clean(p)
@@ -204,6 +214,7 @@ func Watch(ctx context.Context, f Files, svc *Service, m *Metrics, log *slog.Log
 type watcher struct {
 	*fsnotify.Watcher
 	log   *slog.Logger
+	every bool              // Files.EveryFile
 	files map[string]bool   // the paths given as files
 	given map[string]bool   // the paths given as directories
 	fixed map[string]bool   // the directories watched from the start: given, or a file's
@@ -217,14 +228,15 @@ type watcher struct {
 func (w *watcher) relevant(name string) bool {
 	name = filepath.Clean(name)
 	base := filepath.Base(name)
+	ext := filepath.Ext(base)
 	return base == "..data" || w.files[name] || w.links[name] ||
-		w.tree[filepath.Dir(name)] && !strings.HasPrefix(base, ".")
+		w.tree[filepath.Dir(name)] && !strings.HasPrefix(base, ".") && (w.every || ext == ".yaml" || ext == ".yml")
 }
 
 // sync watches the directories Load now reads files from (new subdirectories, a link now
 // leading elsewhere), and no longer those it does not.
 func (w *watcher) sync(f Files) {
-	var t tree
+	t := tree{every: f.EveryFile}
 	for _, p := range f.Paths {
 		_ = t.add(p, func(error) error { return nil }) // Load says what is wrong
 	}

@@ -109,9 +109,13 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	}
 	write(filepath.Join(dir, "b.yml"), "domain: b\n")
 	eventually(t, func() bool { return len(svc.Config().Domains()) == 3 })
-	write(filepath.Join(dir, "c.conf"), "domain: c\n")
-	eventually(t, func() bool { return len(svc.Config().Domains()) == 4 })
+	// A directory's *.yaml files alone (without EveryFile): a new c.conf is not read.
 	c = svc.Config()
+	write(filepath.Join(dir, "c.conf"), "domain: c\n")
+	time.Sleep(200 * time.Millisecond)
+	if svc.Config() != c {
+		t.Fatal("a file Load does not read (c.conf) reloaded the configuration")
+	}
 	write(file, cfg+"  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
 	eventually(t, func() bool { return svc.Config() != c })
 }
@@ -151,7 +155,7 @@ func TestFilesReadsEveryFile(t *testing.T) {
 		".git/config":       "[core]\n",
 		"nested/.d/d.yaml":  "domain: d\n",
 	})
-	c, err := rls.Files{Paths: []string{dir}}.Load()
+	c, err := rls.Files{Paths: []string{dir}, EveryFile: true}.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +164,33 @@ func TestFilesReadsEveryFile(t *testing.T) {
 	}
 	// A file of any name is parsed as YAML: a bad one is an error naming it.
 	writeTree(t, dir, map[string]string{"nested/README.md": "# notes\n"})
-	_, err = rls.Files{Paths: []string{dir}}.Load()
+	_, err = rls.Files{Paths: []string{dir}, EveryFile: true}.Load()
 	var e *envoyconf.Error
 	if !errors.As(err, &e) || e.File != filepath.Join(dir, "nested", "README.md") {
 		t.Fatalf("a README in the directory: %v, want an error naming it", err)
+	}
+}
+
+// Without EveryFile (--config), a directory's *.yaml and *.yml files alone are read, as
+// rlfn-rls read them before: not an editor's leftovers, a README, nor a subdirectory's.
+func TestFilesReadsYAMLAlone(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a.yaml":              "domain: a\n",
+		"b.yml":               "domain: b\n",
+		"a.yaml~":             "domain: a\n",
+		"#a.yaml#":            "domain: a\n",
+		"README.md":           "# notes\n",
+		"old/a.yaml":          "domain: a\n",
+		"limits.conf":         "domain: conf\n",
+		"dir.yaml/inner.yaml": "domain: inner\n",
+	})
+	c, err := rls.Files{Paths: []string{dir}}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := domains(c), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Fatalf("domains %v, want %v", got, want)
 	}
 }
 
@@ -177,7 +204,7 @@ func TestFilesOrder(t *testing.T) {
 		"b.yaml":   "domain: d\n",
 	})
 	for range 5 {
-		_, err := rls.Files{Paths: []string{dir}}.Load()
+		_, err := rls.Files{Paths: []string{dir}, EveryFile: true}.Load()
 		var e *envoyconf.Error
 		if !errors.As(err, &e) || e.File != filepath.Join(dir, "b", "c.yaml") {
 			t.Fatalf("%v, want the duplicate domain in b/c.yaml", err)
@@ -215,7 +242,7 @@ func TestFilesConfigMap(t *testing.T) {
 		"sub/b.yaml":    "domain: b\n",
 		"sub/deep/c.md": "domain: c\n",
 	})
-	c, err := rls.Files{Paths: []string{dir}}.Load()
+	c, err := rls.Files{Paths: []string{dir}, EveryFile: true}.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +258,7 @@ func TestFilesLinkLoop(t *testing.T) {
 	if err := os.Symlink("..", filepath.Join(dir, "sub", "up")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (rls.Files{Paths: []string{dir}}).Load(); err == nil || !strings.Contains(err.Error(), "loop") {
+	if _, err := (rls.Files{Paths: []string{dir}, EveryFile: true}).Load(); err == nil || !strings.Contains(err.Error(), "loop") {
 		t.Fatalf("%v, want an error for the loop", err)
 	}
 }
@@ -241,7 +268,7 @@ func TestFilesLinkLoop(t *testing.T) {
 func TestWatchSubdirectories(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a.yaml": "domain: a\n", "sub/b.yaml": "domain: b\n"})
-	svc := watch(t, rls.Files{Paths: []string{dir}})
+	svc := watch(t, rls.Files{Paths: []string{dir}, EveryFile: true})
 	has := func(want ...string) func() bool {
 		return func() bool { return slices.Equal(domains(svc.Config()), want) }
 	}
@@ -271,7 +298,7 @@ func TestWatchSubdirectories(t *testing.T) {
 func TestWatchConfigMapSubdirectory(t *testing.T) {
 	dir := t.TempDir()
 	configMap(t, dir, "..v1", map[string]string{"a.yaml": "domain: a\n", "sub/b.yaml": "domain: b\n"})
-	svc := watch(t, rls.Files{Paths: []string{dir}})
+	svc := watch(t, rls.Files{Paths: []string{dir}, EveryFile: true})
 	has := func(want ...string) func() bool {
 		return func() bool { return slices.Equal(domains(svc.Config()), want) }
 	}
@@ -307,7 +334,7 @@ func TestWatchRootLinkSwap(t *testing.T) {
 		}
 	}
 	swap("v1")
-	svc := watch(t, rls.Files{Paths: []string{filepath.Join(current, "ratelimit", "config")}})
+	svc := watch(t, rls.Files{Paths: []string{filepath.Join(current, "ratelimit", "config")}, EveryFile: true})
 	has := func(want ...string) func() bool {
 		return func() bool { return slices.Equal(domains(svc.Config()), want) }
 	}
@@ -346,7 +373,7 @@ func TestReferenceReadsADirectoryAsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref, _ := referenceWithEnv(t, b, "", "RUNTIME_ROOT="+root, "RUNTIME_IGNOREDOTFILES=true")
-	ours, err := rls.Files{Paths: []string{cfgDir}}.Load()
+	ours, err := rls.Files{Paths: []string{cfgDir}, EveryFile: true}.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestReferenceLoadErrors(t *testing.T) {
 					t.Fatal(err)
 				}
 				out, refErr := exec.Command(filepath.Join(bin, "config_check_cmd"), "-config_dir", cfgDir).CombinedOutput()
-				_, ourErr := rls.Files{Paths: []string{cfgDir}}.Load()
+				_, ourErr := rls.Files{Paths: []string{cfgDir}, EveryFile: true}.Load()
 				switch {
 				case dir == "rlfn":
 					if refErr == nil || !bytes.Contains(out, []byte("config error, unknown key")) {
