@@ -36,7 +36,8 @@ type dialed struct {
 // maxHops bounds following replicas of replicas in a standalone setup.
 const maxHops = 8
 
-// Discover finds every node of the deployment the seed node belongs to. A cluster node
+// Discover finds every node of the deployment the first seed node that answers belongs to
+// (opt.InitAddress, in order; the errors of all when none does). A cluster node
 // gives every node in its CLUSTER NODES view, primaries owning no slots included, and
 // nodes flagged fail, pfail, handshake or noaddr too (with Node.Down saying so): a node
 // the cluster knows of is never left out. A standalone server gives its primary (found
@@ -47,14 +48,23 @@ func Discover(ctx context.Context, opt valkey.ClientOption) (*Target, error) {
 	if len(opt.InitAddress) == 0 {
 		return nil, errors.New("deployer: no address to discover from")
 	}
-	t := &Target{opt: opt, seed: opt.InitAddress[0]}
-	topo, err := t.discover(ctx)
-	if err != nil {
+	// Each seed in turn, as a cluster client starts from the first that answers: a cluster's
+	// URL names several (?addr=, REDIS_TYPE=cluster) so that one node down does not stop it.
+	var errs []error
+	for _, seed := range opt.InitAddress {
+		t := &Target{opt: opt, seed: seed}
+		topo, err := t.discover(ctx)
+		if err == nil {
+			t.topo = topo
+			return t, nil
+		}
 		t.Close()
-		return nil, err
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	t.topo = topo
-	return t, nil
+	return nil, errors.Join(errs...)
 }
 
 // Close closes every node's connection, after any dial in flight.

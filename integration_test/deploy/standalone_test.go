@@ -449,3 +449,26 @@ func TestUnsupported(t *testing.T) {
 		t.Errorf("Redis 7.0: %+v, want supported with a security warning", in)
 	}
 }
+
+// Discover starts from the first seed that answers: a URL naming a node that is down first
+// (?addr=, REDIS_TYPE=cluster's several nodes) still finds the deployment, and one whose
+// every seed is down names each.
+func TestDiscoverSeeds(t *testing.T) {
+	p := harness.StartValkey(t)
+	dead := fmt.Sprint("127.0.0.1:", harness.FreePorts(t, 1)[0])
+	opt := valkey.ClientOption{InitAddress: []string{dead, p.Addr}}
+	opt.Dialer.Timeout = time.Second
+	tg, err := deployer.Discover(t.Context(), opt)
+	if err != nil {
+		t.Fatalf("a dead first seed: %v", err)
+	}
+	defer tg.Close()
+	if nodes := tg.Topology().Nodes; len(nodes) != 1 || nodes[0].Addr != p.Addr {
+		t.Fatalf("nodes %+v, want %s alone", nodes, p.Addr)
+	}
+	dead2 := fmt.Sprint("127.0.0.1:", harness.FreePorts(t, 1)[0])
+	opt.InitAddress = []string{dead, dead2}
+	if _, err := deployer.Discover(t.Context(), opt); err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), dead2) {
+		t.Fatalf("every seed dead: %v, want an error naming both", err)
+	}
+}
