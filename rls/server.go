@@ -2,6 +2,7 @@ package rls
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -45,6 +46,11 @@ type ServerOptions struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// TLS, when set, is the gRPC listener's (see ServerTLS); the HTTP listener stays plain.
 	TLS *tls.Config
+	// NoJSON leaves POST /json out of the HTTP listener (/healthcheck and /metrics stay): a
+	// request to it is answered 404 with NoJSONReason. A gRPC listener that requires client
+	// certificates guards nothing while the same decisions are served without one over HTTP.
+	NoJSON       bool
+	NoJSONReason string
 	// MaxRequestBytes bounds one request's encoded bytes: a gRPC message larger is refused by
 	// gRPC from its length, before it is read or decoded (RESOURCE_EXHAUSTED, "received message
 	// larger than max (N vs. M)"), and a /json body larger with HTTP 413. Decoding is the work
@@ -62,7 +68,8 @@ type ServerOptions struct {
 
 // Server serves a Service: ShouldRateLimit and gRPC health on one listener, and on
 // another HTTP: POST /json (the reference's JSON endpoint: a RateLimitRequest in protobuf
-// JSON, the response in it, 429 when over the limit), /healthcheck and /metrics.
+// JSON, the response in it, 429 when over the limit; none with NoJSON), /healthcheck and
+// /metrics.
 type Server struct {
 	svc    *Service
 	o      ServerOptions
@@ -133,7 +140,13 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	reflection.Register(s.grpc)
 	s.setServing(false)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", s.serveJSON)
+	if o.NoJSON {
+		mux.HandleFunc("/json", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, cmp.Or(o.NoJSONReason, "/json is not served"), http.StatusNotFound)
+		})
+	} else {
+		mux.HandleFunc("POST /json", s.serveJSON)
+	}
 	mux.HandleFunc("GET /healthcheck", s.serveHealth)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)

@@ -208,6 +208,8 @@ func serve(c *cli.Context) error {
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promHandler,
 		TLS:              grpcTLS,
+		NoJSON:           noJSON(c) != "",
+		NoJSONReason:     noJSON(c),
 		StatsHandler:     tr.stats,
 		Log:              log,
 	})
@@ -268,6 +270,9 @@ func serve(c *cli.Context) error {
 		}()
 	}
 	log.Info("serving", attrs...)
+	if why := noJSON(c); why != "" {
+		log.Warn(why)
+	}
 	go func() { served <- srv.Serve(g, h) }()
 	select {
 	case err := <-served:

@@ -22,6 +22,16 @@ var tlsFlags = []cli.Flag{
 	&cli.StringFlag{Name: "grpc-tls-key", EnvVars: []string{"RLFN_RLS_GRPC_TLS_KEY"}, Usage: "PEM key of --grpc-tls-cert"},
 	&cli.StringFlag{Name: "grpc-tls-client-ca", EnvVars: []string{"RLFN_RLS_GRPC_TLS_CLIENT_CA"}, Usage: "PEM file of the CA that signs the clients' certificates: mutual TLS, a client without one refused"},
 	&cli.StringFlag{Name: "grpc-tls-client-san", EnvVars: []string{"RLFN_RLS_GRPC_TLS_CLIENT_SAN"}, Usage: "a name (DNS, URI or IP) every client's certificate must have"},
+	&cli.BoolFlag{Name: "json-without-client-auth", EnvVars: []string{"RLFN_RLS_JSON_WITHOUT_CLIENT_AUTH"}, Usage: "serve POST /json on --http although --grpc-tls-client-ca requires client certificates on gRPC (by default /json is then off: it checks none, and anyone reaching --http could spend the limits)"},
+}
+
+// noJSON says why POST /json is not served, or "" when it is: with mutual TLS on the gRPC
+// listener, the same decisions over plain HTTP would be open to anyone reaching --http.
+func noJSON(c *cli.Context) string {
+	if c.String("grpc-tls-client-ca") == "" || c.Bool("json-without-client-auth") || c.String("http") == "" {
+		return ""
+	}
+	return "POST /json is off: the gRPC listener requires client certificates (--grpc-tls-client-ca), which /json cannot check; --json-without-client-auth serves it without"
 }
 
 // serverCertFlags present a client certificate to Valkey or Redis (a server with

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlfn/rlfn/functions"
+	"github.com/rlfn/rlfn/internal/harness"
+)
+
+// freeAddr is a loopback address free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// httpApp is the command running in-process with its HTTP listener, until its context ends.
+type httpApp struct {
+	grpc, http string
+	log        *harness.Buffer
+	done       chan error
+}
+
+// startHTTPApp runs the command with args on loopback listeners of its own, and returns once
+// GET /healthcheck answers OK.
+func startHTTPApp(t *testing.T, ctx context.Context, args ...string) *httpApp {
+	t.Helper()
+	a := &httpApp{grpc: freeAddr(t), http: freeAddr(t), log: &harness.Buffer{}, done: make(chan error, 1)}
+	go func() {
+		a.done <- newApp(a.log).RunContext(ctx, append([]string{"rlfn-rls", "--grpc", a.grpc, "--http", a.http, "--check-every", "100ms"}, args...))
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if code, _ := a.get(t, "/healthcheck"); code == http.StatusOK {
+			return a
+		}
+		select {
+		case err := <-a.done:
+			t.Fatalf("the app ended: %v\n%s", err, a.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never healthy\n%s", a.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (a *httpApp) get(t *testing.T, path string) (int, string) {
+	return a.do(t, http.MethodGet, path, "")
+}
+
+func (a *httpApp) do(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+a.http+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// mtlsFiles writes a CA and a certificate it signed (for 127.0.0.1, server and client use),
+// and returns the args of a gRPC listener with mutual TLS.
+func mtlsFiles(t *testing.T) (*harness.TLS, []string) {
+	t.Helper()
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return ca, []string{"--grpc-tls-cert", write("tls.crt", ca.CertPEM), "--grpc-tls-key", write("tls.key", ca.KeyPEM), "--grpc-tls-client-ca", write("ca.crt", ca.CAPEM)}
+}
+
+// startLibraryValkey is a Valkey with the library, and a configuration directory with the
+// domain d.
+func startLibraryValkey(t *testing.T) (url, dir string) {
+	t.Helper()
+	harness.Require(t, harness.ValkeyImage())
+	srv := harness.StartValkey(t)
+	vk := srv.Client(t)
+	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "redis://" + srv.Addr, dir
+}
+
+const jsonRequest = `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`
+
+// With mutual TLS on the gRPC listener, POST /json (which checks no certificate) is off unless
+// --json-without-client-auth: anyone reaching --http would otherwise spend the limits the
+// gRPC listener guards. /healthcheck and /metrics stay; the log says why /json is off.
+func TestJSONOffWithMutualTLS(t *testing.T) {
+	url, dir := startLibraryValkey(t)
+	_, tlsArgs := mtlsFiles(t)
+	run := func(extra ...string) (*httpApp, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		return startHTTPApp(t, ctx, append(append([]string{"--url", url, "--config", dir}, tlsArgs...), extra...)...), cancel
+	}
+	stop := func(a *httpApp, cancel context.CancelFunc) {
+		t.Helper()
+		cancel()
+		if err := <-a.done; err != nil {
+			t.Fatalf("serve: %v\n%s", err, a.log.String())
+		}
+	}
+
+	a, cancel := run()
+	if code, body := a.do(t, http.MethodPost, "/json", jsonRequest); code != http.StatusNotFound || !strings.Contains(body, "--json-without-client-auth") {
+		t.Errorf("POST /json with mutual TLS: %d %q, want 404 saying why", code, body)
+	}
+	if code, _ := a.get(t, "/metrics"); code != http.StatusOK {
+		t.Errorf("GET /metrics: %d", code)
+	}
+	stop(a, cancel)
+	if n := strings.Count(a.log.String(), `"msg":"POST /json is off: the gRPC listener requires client certificates`); n != 1 {
+		t.Errorf("the log says %d times that /json is off, want once:\n%s", n, a.log.String())
+	}
+
+	a, cancel = run("--json-without-client-auth")
+	if code, body := a.do(t, http.MethodPost, "/json", jsonRequest); code != http.StatusOK || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Errorf("POST /json with --json-without-client-auth: %d %q, want 200 OK", code, body)
+	}
+	stop(a, cancel)
+	if strings.Contains(a.log.String(), "/json is off") {
+		t.Errorf("the log says /json is off with --json-without-client-auth:\n%s", a.log.String())
+	}
+}
