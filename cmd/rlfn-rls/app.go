@@ -131,11 +131,17 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--fallback: %w", err)
 	}
 	policies := map[string]rls.Policy{}
+	given := map[string]string{} // each domain's --policy, as given
 	for _, p := range c.StringSlice("policy") {
 		domain, pol, err := parsePolicy(p)
 		if err != nil {
 			return fmt.Errorf("--policy %q: %w", p, err)
 		}
+		if first, ok := given[domain]; ok {
+			// The last would win silently: a fail_closed meant could become fail_open.
+			return fmt.Errorf("--policy %q: the domain %q has a policy already, %q: give each domain one", p, domain, first)
+		}
+		given[domain] = p
 		if cfg != nil && !cfg.HasDomain(domain) {
 			// A misspelt domain would leave the one meant on --fallback, silently.
 			return fmt.Errorf("--policy %q: no configuration has the domain %q (it has %s)", p, domain, strings.Join(slices.Sorted(slices.Values(cfg.Domains())), ", "))

@@ -77,6 +77,8 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--deadline", "100"}, `--deadline "100": missing unit in duration "100"; write a duration with its unit`},
 		{[]string{"--config", good, "--max-in-flight", "x"}, `--max-in-flight "x": not a whole number`},
 		{[]string{"--config", good, "--shadow-mode=maybe"}, `--shadow-mode="maybe": not true or false`},
+		// Two policies for one domain: neither wins silently.
+		{[]string{"--config", good, "--policy", "d:fallback=fail_closed", "--policy", "d:fallback=fail_open"}, `--policy "d:fallback=fail_open": the domain "d" has a policy already, "d:fallback=fail_closed": give each domain one`},
 		// A policy for a domain no file has (a misspelling) would leave the domain meant on
 		// --fallback.
 		{[]string{"--config", good, "--policy", "e:fallback=fail_closed"}, `--policy "e:fallback=fail_closed": no configuration has the domain "e" (it has d)`},
