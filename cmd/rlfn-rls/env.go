@@ -49,6 +49,7 @@ func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEff
 	r.redis()
 	r.behaviour()
 	r.stats()
+	r.types()
 	r.unsaid()
 	if r.defaultDir && r.used {
 		// The reference's environment is in use, and names no directory: the reference
@@ -99,6 +100,70 @@ func (r *envReader) unsaid() {
 	for _, n := range slices.Sorted(maps.Keys(r.set)) {
 		if !said[n] && !r.refused[n] {
 			r.note(n, r.set[n], "nothing to change at this value: as rlfn-rls does")
+		}
+	}
+}
+
+// referenceTypes are the kinds of the reference's variables that are not strings, as its
+// settings.go declares them ([]string ones take any value).
+var referenceTypes = map[string]string{
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "map", "EXTRA_TAGS": "map",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "duration", "GRPC_MAX_CONNECTION_AGE": "duration", "GRPC_MAX_CONNECTION_AGE_GRACE": "duration",
+	"MEMCACHE_SRV_REFRESH": "duration", "REDIS_PERSECOND_PIPELINE_WINDOW": "duration", "REDIS_PERSECOND_TIMEOUT": "duration", "REDIS_PIPELINE_WINDOW": "duration",
+	"REDIS_STARTUP_INITIAL_INTERVAL": "duration", "REDIS_STARTUP_MAX_ELAPSED_TIME": "duration", "REDIS_STARTUP_MAX_INTERVAL": "duration", "REDIS_TIMEOUT": "duration",
+	"STATS_FLUSH_INTERVAL": "duration", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "duration", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "duration",
+	"DEBUG_PORT": "int", "EXPIRATION_JITTER_MAX_SECONDS": "int", "GRPC_PORT": "int", "LOCAL_CACHE_SIZE_IN_BYTES": "int", "MEMCACHE_MAX_IDLE_CONNS": "int",
+	"PORT": "int", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "int", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "int", "REDIS_PERSECOND_PIPELINE_LIMIT": "int",
+	"REDIS_PERSECOND_POOL_SIZE": "int", "REDIS_PIPELINE_LIMIT": "int", "REDIS_POOL_SIZE": "int", "STATSD_PORT": "int", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "int",
+	"NEAR_LIMIT_RATIO": "float32", "TRACING_SAMPLING_RATE": "float64", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "float64",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS": "bool", "DISABLE_STATS": "bool", "FORCE_START_WITHOUT_INITIAL_CONFIG": "bool", "GRPC_SERVER_USE_TLS": "bool",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "bool", "LIMIT_RESPONSE_HEADERS_ENABLED": "bool", "MEMCACHE_TLS": "bool", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "bool",
+	"MERGE_DOMAIN_CONFIG": "bool", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "bool", "QUOTA_MODE": "bool", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "bool",
+	"REDIS_PERSECOND": "bool", "REDIS_PERSECOND_TLS": "bool", "REDIS_TLS": "bool", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "bool", "RESPONSE_DYNAMIC_METADATA": "bool",
+	"RUNTIME_IGNOREDOTFILES": "bool", "RUNTIME_WATCH_ROOT": "bool", "SHADOW_MODE": "bool", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "bool", "TRACING_ENABLED": "bool",
+	"USE_DOG_STATSD": "bool", "USE_PROMETHEUS": "bool", "USE_STATSD": "bool", "XDS_CLIENT_BACKOFF_JITTER": "bool",
+}
+
+// types refuses a variable set to a value of the wrong kind, as the reference's envconfig
+// does at start, even where the variable has no effect here (USE_STATSD=maybe,
+// STATSD_PORT=abc): the Deployment is wrong, and would not start the reference either. A
+// variable refused already keeps its own reason.
+func (r *envReader) types() {
+	for _, name := range slices.Sorted(maps.Keys(referenceTypes)) {
+		v, ok := r.lookup(name)
+		if !ok || r.refused[name] {
+			continue
+		}
+		var err error
+		why := ""
+		switch referenceTypes[name] {
+		case "bool":
+			_, err = strconv.ParseBool(v)
+			why = "not true or false"
+		case "int":
+			_, err = strconv.ParseInt(v, 0, 64)
+			why = "not a whole number"
+		case "float32":
+			_, err = strconv.ParseFloat(v, 32)
+			why = "not a number"
+		case "float64":
+			_, err = strconv.ParseFloat(v, 64)
+			why = "not a number"
+		case "duration":
+			_, err = time.ParseDuration(v)
+			why = "not a duration with its unit (e.g. 10s)"
+		case "map":
+			if strings.TrimSpace(v) != "" {
+				for _, kv := range strings.Split(v, ",") {
+					if strings.Count(kv, ":") != 1 {
+						err = errors.New("not key:value")
+					}
+				}
+			}
+			why = "not key:value pairs separated by commas"
+		}
+		if err != nil {
+			r.refuse(name, v, why)
 		}
 	}
 }

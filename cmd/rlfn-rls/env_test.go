@@ -266,6 +266,29 @@ func TestReferenceEnv(t *testing.T) {
 				`$REDIS_URL="a:1,b:2": REDIS_TYPE single takes one host:port`,
 			}, "\n"),
 		},
+		{
+			// Variables with no effect here are still of the reference's kinds: a bad value
+			// is refused, as the reference's envconfig refuses it at start.
+			env: map[string]string{"USE_STATSD": "maybe", "USE_DOG_STATSD": "zz", "STATSD_PORT": "abc", "REDIS_POOL_SIZE": "abc", "STATS_FLUSH_INTERVAL": "10",
+				"EXTRA_TAGS": "a=b", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "soon", "XDS_CLIENT_BACKOFF_JITTER": "yes"},
+			err: strings.Join([]string{
+				`$CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="soon": not a duration with its unit (e.g. 10s)`,
+				`$EXTRA_TAGS="a=b": not key:value pairs separated by commas`,
+				`$REDIS_POOL_SIZE="abc": not a whole number`,
+				`$STATSD_PORT="abc": not a whole number`,
+				`$STATS_FLUSH_INTERVAL="10": not a duration with its unit (e.g. 10s)`,
+				`$USE_DOG_STATSD="zz": not true or false`,
+				`$USE_STATSD="maybe": not true or false`,
+				`$XDS_CLIENT_BACKOFF_JITTER="yes": not true or false`,
+			}, "\n"),
+		},
+		{
+			// Good values of those kinds, as the reference reads them (a base prefix, an
+			// empty map), noted.
+			env:   map[string]string{"USE_STATSD": "0", "STATSD_PORT": "0x1FBD", "REDIS_POOL_SIZE": "10", "STATS_FLUSH_INTERVAL": "10s", "EXTRA_TAGS": "a:b,c:d", "PROMETHEUS_MAPPER_YAML": ""},
+			flags: map[string]string{"config": "/srv/runtime_data/current/config"},
+			notes: []string{"USE_STATSD=0", "STATSD_PORT=0x1FBD", "REDIS_POOL_SIZE=10", "STATS_FLUSH_INTERVAL=10s", "EXTRA_TAGS=a:b,c:d"},
+		},
 	} {
 		effects, err := referenceEnv(lookupIn(tc.env))
 		if tc.err != "" || err != nil {
