@@ -23,11 +23,12 @@ import (
 // envEffect is what one of the reference's environment variables does to rlfn-rls: set a
 // flag, or nothing, for a reason said in the log.
 type envEffect struct {
-	Var    string // the reference's variable, as set
+	Var    string // the reference's variable, as set (NAME=value; several separated by spaces)
 	Flag   string // the flag it sets; "" for none
 	Value  string // the flag's value
 	Note   string // why it sets none, or how it was read
 	Unless string // a flag that, given, leaves Flag unset too
+	Effect string // with no Flag, what it does through flags set by others; "" for nothing
 }
 
 // referenceEnv reads envoyproxy/ratelimit's environment (settings.go), so that rlfn-rls
@@ -55,7 +56,7 @@ func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEff
 		// The reference's environment is in use, and names no directory: the reference
 		// reads its default one. A start with none of its variables stays rlfn-rls's own
 		// (--config is required).
-		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT,RUNTIME_APPDIRECTORY (unset)", Flag: "config", Value: referenceConfigDir,
+		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT and RUNTIME_APPDIRECTORY unset", Flag: "config", Value: referenceConfigDir,
 			Note: "the reference's default directory", Unless: "xds-server"})
 	}
 	return r.effects, errors.Join(r.errs...)
@@ -92,8 +93,7 @@ func (r *envReader) get(name string) (string, bool) {
 func (r *envReader) unsaid() {
 	said := map[string]bool{}
 	for _, e := range r.effects {
-		names, _, _ := strings.Cut(e.Var, "=")
-		for _, n := range strings.Split(names, ",") {
+		for _, n := range varNames(e.Var) {
 			said[n] = true
 		}
 	}
@@ -166,6 +166,32 @@ func (r *envReader) types() {
 			r.refuse(name, v, why)
 		}
 	}
+}
+
+// vars names several variables in one effect: each set one with its value (NAME=value, a
+// secret hidden), separated by spaces.
+func (r *envReader) vars(names ...string) string {
+	var parts []string
+	for _, n := range names {
+		if v, ok := r.lookup(n); ok {
+			parts = append(parts, n+"="+shown(n, v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// varNames are the variables an effect's Var names.
+func varNames(v string) []string {
+	var names []string
+	for _, f := range strings.Fields(v) {
+		if n, _, ok := strings.Cut(f, "="); ok {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		names = append(names, v)
+	}
+	return names
 }
 
 // bool reads a boolean variable as the reference does (strconv.ParseBool); a bad value is
@@ -280,7 +306,7 @@ func (r *envReader) address(hostVar, portVar, flag string) {
 		r.refuse(portVar, port, "not a port number")
 		return
 	}
-	r.flag(hostVar+","+portVar, host+":"+port, flag, net.JoinHostPort(host, port))
+	r.effects = append(r.effects, envEffect{Var: r.vars(hostVar, portVar), Flag: flag, Value: net.JoinHostPort(host, port)})
 }
 
 func (r *envReader) listeners() {
@@ -317,7 +343,8 @@ func (r *envReader) listeners() {
 		if cert == "" || key == "" {
 			r.refuse("GRPC_SERVER_USE_TLS", "true", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 		} else {
-			r.note("GRPC_SERVER_USE_TLS", "true", "TLS on the gRPC listener, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)")
+			r.effects = append(r.effects, envEffect{Var: "GRPC_SERVER_USE_TLS=true", Effect: "TLS on the gRPC listener",
+				Note: "with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)"})
 		}
 	} else {
 		r.noted("without GRPC_SERVER_USE_TLS, unused (as by the reference)", tlsVars...)
@@ -375,7 +402,7 @@ func (r *envReader) xds() {
 	if !ok {
 		server = "localhost:18000" // the reference's default
 	}
-	r.flag("CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL", "GRPC_XDS_SOTW,"+server, "xds-server", server)
+	r.effects = append(r.effects, envEffect{Var: r.vars("CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"), Flag: "xds-server", Value: server})
 	for v, flag := range map[string]string{"CONFIG_GRPC_XDS_NODE_ID": "xds-node", "CONFIG_GRPC_XDS_NODE_METADATA": "xds-node-metadata",
 		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds-headers", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds-max-message"} {
 		if value, ok := r.get(v); ok && value != "" {
@@ -431,7 +458,7 @@ func (r *envReader) backoff() {
 	}
 	switch {
 	case initial > maxWait:
-		r.effects = append(r.effects, envEffect{Var: initialVar + "," + maxVar + "=" + initial.String() + "," + maxWait.String(), Flag: "xds-backoff-initial", Value: maxWait.String(),
+		r.effects = append(r.effects, envEffect{Var: r.vars(initialVar, maxVar), Flag: "xds-backoff-initial", Value: maxWait.String(),
 			Note: "above the longest wait: every wait is the longest, as the reference's"})
 	case initialSet:
 		r.flag(initialVar, iv, "xds-backoff-initial", initial.String())
@@ -501,7 +528,7 @@ func (r *envReader) files() {
 			app = "config"
 		}
 		dir := filepath.Join(root, sub, app)
-		r.flag("RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY", dir, "config", dir)
+		r.effects = append(r.effects, envEffect{Var: r.vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), Flag: "config", Value: dir})
 	} else {
 		r.defaultDir = true
 	}
@@ -655,7 +682,7 @@ func (r *envReader) redis() {
 		q.Add("addr", n.host)
 	}
 	u.RawQuery = q.Encode()
-	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_SENTINEL_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: serverurl.Redact(u.String())})
+	r.effects = append(r.effects, envEffect{Var: r.vars("REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS"), Flag: "url", Value: u.String(), Note: serverurl.Redact(u.String())})
 }
 
 // splitAuth reads REDIS_AUTH as the reference does: "user:password", or a password alone.
@@ -791,7 +818,7 @@ func (r *envReader) stats() {
 		if !ok {
 			addr = ":9090"
 		}
-		r.flag("USE_PROMETHEUS,PROMETHEUS_ADDR", "true,"+addr, "metrics", addr)
+		r.effects = append(r.effects, envEffect{Var: r.vars("USE_PROMETHEUS", "PROMETHEUS_ADDR"), Flag: "metrics", Value: addr})
 		if path, ok := r.get("PROMETHEUS_PATH"); ok {
 			r.flag("PROMETHEUS_PATH", path, "metrics-path", path) // the default is the reference's, /metrics
 		}
@@ -851,6 +878,8 @@ func logReferenceEnv(c *cli.Context, log *slog.Logger) {
 			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value, "why", e.Note)
 		case e.Flag != "":
 			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value)
+		case e.Effect != "":
+			log.Info("the reference's environment", "var", e.Var, "effect", e.Effect, "why", e.Note)
 		default:
 			log.Info("the reference's environment", "var", e.Var, "effect", "none", "why", e.Note)
 		}

@@ -635,14 +635,21 @@ func TestReferenceEnvClusterSeeds(t *testing.T) {
 // default), and every refusal is a line of its own saying whose it is.
 func TestReferenceEnvLines(t *testing.T) {
 	t.Run("LOG_LEVEL=warn", func(t *testing.T) {
-		for k, v := range map[string]string{"LOG_LEVEL": "warn", "DEBUG_PORT": "6070", "REDIS_POOL_SIZE": "10", "SHADOW_MODE": "true"} {
+		for k, v := range map[string]string{"LOG_LEVEL": "warn", "DEBUG_PORT": "6070", "REDIS_POOL_SIZE": "10", "SHADOW_MODE": "true",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
+			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:28092", "HOST": "127.0.0.1", "PORT": "8080"} {
 			t.Setenv(k, v)
 		}
 		var out bytes.Buffer
 		if code := run([]string{"rlfn-rls", "--config", filepath.Join(t.TempDir(), "none")}, &out); code != 1 {
 			t.Fatalf("exit %d\n%s", code, &out)
 		}
-		for _, want := range []string{`"var":"DEBUG_PORT=6070","effect":"none"`, `"var":"REDIS_POOL_SIZE=10","effect":"none"`, `"var":"SHADOW_MODE=true","flag":"--shadow-mode"`} {
+		for _, want := range []string{`"var":"DEBUG_PORT=6070","effect":"none"`, `"var":"REDIS_POOL_SIZE=10","effect":"none"`, `"var":"SHADOW_MODE=true","flag":"--shadow-mode"`,
+			// What it does through the certificate's flags, not "none".
+			`"var":"GRPC_SERVER_USE_TLS=true","effect":"TLS on the gRPC listener"`,
+			// Several variables of one flag: each with its own value.
+			`"var":"USE_PROMETHEUS=true PROMETHEUS_ADDR=127.0.0.1:28092","flag":"--metrics","value":"127.0.0.1:28092"`,
+			`"var":"HOST=127.0.0.1 PORT=8080","flag":"--http","value":"127.0.0.1:8080"`} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("no %s in\n%s", want, &out)
 			}
@@ -739,8 +746,7 @@ func TestReferenceEnvDefaults(t *testing.T) {
 			effects, err := referenceEnv(lookupIn(env))
 			said := err != nil && strings.Contains(err.Error(), "$"+name+"=")
 			for _, e := range effects {
-				n, _, _ := strings.Cut(e.Var, "=")
-				said = said || slices.Contains(strings.Split(n, ","), name)
+				said = said || slices.Contains(varNames(e.Var), name)
 			}
 			if !said {
 				t.Errorf("%v: nothing said of $%s (%+v, %v)", env, name, effects, err)
