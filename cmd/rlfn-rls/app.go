@@ -97,10 +97,10 @@ func serve(c *cli.Context) error {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	log := newLogger(c.App.ErrWriter, level)
 	// What each of the reference's variables did is said whatever the level (the reference's
 	// LOG_LEVEL is warn by default): a variable must never be ignored without a word.
-	logReferenceEnv(c, slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	logReferenceEnv(c, newLogger(c.App.ErrWriter, slog.LevelInfo))
 	xds, err := xdsSource(c, log)
 	if err != nil {
 		return err
@@ -300,6 +300,18 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	return nil
+}
+
+// newLogger writes JSON lines at level and above. A duration is written as Go writes it
+// ("1s", "6.939s"), not as slog's JSON writes it, a number of nanoseconds: the client's lines
+// too (its circuit breaker's cooldown), which go through this logger.
+func newLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}))
 }
 
 // checkNumbers refuses a number or duration the service cannot use, naming its flag: below

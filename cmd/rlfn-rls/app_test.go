@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -411,5 +412,19 @@ func TestMaxRequestBytes(t *testing.T) {
 	cancel()
 	if err := <-a.done; err != nil {
 		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
+	}
+}
+
+// Durations are logged as Go writes them, not as nanoseconds: rlfn-rls's own lines (the xDS
+// retry's wait) and the client's, which it hands this logger (the breaker's cooldown), in a
+// group too.
+func TestLogDurations(t *testing.T) {
+	var out bytes.Buffer
+	log := newLogger(&out, slog.LevelInfo)
+	log.Warn("x", "retry_in", 6939497758*time.Nanosecond, slog.Duration("cooldown", time.Second), slog.Group("g", slog.Duration("d", 50*time.Millisecond)), "n", 7)
+	for _, want := range []string{`"retry_in":"6.939497758s"`, `"cooldown":"1s"`, `"g":{"d":"50ms"}`, `"n":7`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %s in %s", want, &out)
+		}
 	}
 }
