@@ -82,7 +82,12 @@ type Server struct {
 	serving bool
 	stop    chan struct{}
 	once    sync.Once
+	checked string // the last check's error, "" for none: a state logged once
 }
+
+// ErrNoConfigYet is Check's error before the first configuration has arrived (over xDS):
+// NOT_SERVING, and logged as the wait it is, not as a backend failure.
+var ErrNoConfigYet = errors.New("no configuration received yet")
 
 // httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
 // MaxRequestBytes on any network a rate limit service sits on. A variable for the tests.
@@ -321,8 +326,20 @@ func (s *Server) check() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.CheckEvery)
 	defer cancel()
 	err := s.o.Check(ctx)
+	// Once per state, not once per check: a wait for the first configuration, or a backend
+	// down for an hour, is one line (and another when its reason changes).
+	state := ""
 	if err != nil {
-		s.o.Log.Warn("the backend cannot decide", "err", err)
+		state = err.Error()
+	}
+	if state != s.checked {
+		s.checked = state
+		switch {
+		case errors.Is(err, ErrNoConfigYet):
+			s.o.Log.Info("waiting for the first configuration: NOT_SERVING until it arrives")
+		case err != nil:
+			s.o.Log.Warn("the backend cannot decide", "err", err)
+		}
 	}
 	s.setServing(err == nil)
 }

@@ -153,3 +153,45 @@ func TestJSONOffWithMutualTLS(t *testing.T) {
 		t.Errorf("the log says /json is off with --json-without-client-auth:\n%s", a.log.String())
 	}
 }
+
+// Over xDS, before the first configuration: the log says the service waits for it, once, not
+// that the backend (which is fine) cannot decide at every check; and an xDS server not
+// reachable is said not to leave a configuration in use, there being none.
+func TestWaitingForFirstConfig(t *testing.T) {
+	url, _ := startLibraryValkey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := &harness.Buffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- newApp(log).RunContext(ctx, []string{"rlfn-rls", "--url", url, "--grpc", freeAddr(t), "--http", "", "--check-every", "100ms",
+			"--xds-server", freeAddr(t), "--xds-backoff-initial", "100ms", "--xds-backoff-max", "100ms"})
+	}()
+	// Fifteen checks, and as many attempts to reach the xDS server.
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond || !strings.Contains(log.String(), "xDS configuration server is not reachable"); {
+		select {
+		case err := <-done:
+			t.Fatalf("the app ended: %v\n%s", err, log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("never tried the xDS server:\n%s", log.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, log.String())
+	}
+	out := log.String()
+	if n := strings.Count(out, `"msg":"waiting for the first configuration: NOT_SERVING until it arrives"`); n != 1 {
+		t.Errorf("%d lines say the service waits for its first configuration, want 1:\n%s", n, out)
+	}
+	for _, wrong := range []string{"the backend cannot decide", "the configuration in use still applies"} {
+		if strings.Contains(out, wrong) {
+			t.Errorf("the log says %q before any configuration:\n%s", wrong, out)
+		}
+	}
+	if !strings.Contains(out, "not reachable; still waiting for the first configuration") {
+		t.Errorf("the unreachable xDS server's line does not say the service still waits:\n%s", out)
+	}
+}
