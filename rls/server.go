@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -128,7 +129,7 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		grpc.StaticStreamWindowSize(int32(min(max(o.MaxRequestBytes, 64<<10), 1<<30))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace})}
 	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+		opts = append(opts, grpc.Creds(refusalsLogged{credentials.NewTLS(o.TLS), &throttledLog{log: o.Log}}))
 	}
 	escapes := &throttledLog{log: o.Log}
 	opts = append(opts, grpc.ForceServerCodecV2(newEscapingCodec(func() {
@@ -160,6 +161,30 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	// goroutine for ever: --max-in-flight bounds only the requests read whole.
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout, IdleTimeout: 2 * time.Minute}
 	return s
+}
+
+// refusalsLogged are the gRPC listener's TLS credentials, which say in the log why a
+// client's handshake failed (no certificate, one another CA signed, not for
+// ServerTLS's clientSAN) and whose it was: gRPC itself says nothing of it. At most one line
+// per refusalsEvery, with the count of those not written.
+type refusalsLogged struct {
+	credentials.TransportCredentials
+	refusals *throttledLog
+}
+
+func (c refusalsLogged) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	// A connection closed before or during its handshake (a TCP probe, a client that gave
+	// up) was refused nothing.
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		c.refusals.say(context.Background(), "a client's TLS handshake on the gRPC listener was refused",
+			slog.String("remote", conn.RemoteAddr().String()), slog.String("err", err.Error()))
+	}
+	return out, info, err
+}
+
+func (c refusalsLogged) Clone() credentials.TransportCredentials {
+	return refusalsLogged{c.TransportCredentials.Clone(), c.refusals}
 }
 
 // bound refuses a request at once when MaxInFlight are being decided.

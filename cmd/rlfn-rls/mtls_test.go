@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -193,5 +195,68 @@ func TestWaitingForFirstConfig(t *testing.T) {
 	}
 	if !strings.Contains(out, "not reachable; still waiting for the first configuration") {
 		t.Errorf("the unreachable xDS server's line does not say the service still waits:\n%s", out)
+	}
+}
+
+// A client the gRPC listener's mutual TLS refuses is logged, at warn, with its address and
+// why: once per 10 s, the others counted. A connection closed without a handshake (a TCP
+// probe) is no refusal.
+func TestTLSRefusalsLogged(t *testing.T) {
+	url, dir := startLibraryValkey(t)
+	ca, tlsArgs := mtlsFiles(t)
+	other, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := startHTTPApp(t, ctx, append([]string{"--url", url, "--config", dir}, tlsArgs...)...)
+	probe, err := net.Dial("tcp", a.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Close()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CAPEM)
+	handshake := func(certs []tls.Certificate) string {
+		t.Helper()
+		raw, err := net.Dial("tcp", a.grpc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: certs, NextProtos: []string{"h2"}})
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.Handshake(); err == nil {
+			// TLS 1.3: the client's handshake ends before the server has checked its
+			// certificate; the server's refusal comes with the first read.
+			_, _ = c.Read(make([]byte, 1))
+		}
+		return raw.LocalAddr().String()
+	}
+	first := handshake(nil)
+	pair, err := tls.X509KeyPair(other.CertPEM, other.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake([]tls.Certificate{pair}) // within 10 s of the first: counted, not written
+	var out string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if out = a.log.String(); strings.Contains(out, "TLS handshake") || time.Now().After(deadline) {
+			break
+		}
+	}
+	cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, a.log.String())
+	}
+	out = a.log.String()
+	if n := strings.Count(out, `"level":"WARN","msg":"a client's TLS handshake on the gRPC listener was refused"`); n != 1 {
+		t.Fatalf("%d lines of refused handshakes, want 1 (the second within 10 s counted):\n%s", n, out)
+	}
+	for _, want := range []string{`"remote":"` + first + `"`, `certificate`, `"suppressed":0`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in the refusal's line:\n%s", want, out)
+		}
 	}
 }
