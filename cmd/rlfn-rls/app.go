@@ -113,7 +113,7 @@ func serve(c *cli.Context) error {
 	var cfg *envoyconf.Config // with xDS, none until the first arrives
 	if xds == nil {
 		if cfg, err = files.Load(); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", flagName(c, "config"), err)
 		}
 	}
 	if err := checkNumbers(c); err != nil {
@@ -226,14 +226,14 @@ func serve(c *cli.Context) error {
 	g, err := net.Listen("tcp", c.String("grpc"))
 	if err != nil {
 		m.close()
-		return err
+		return fmt.Errorf("%s: %w", flagName(c, "grpc"), err)
 	}
 	var h net.Listener
 	if addr := c.String("http"); addr != "" {
 		if h, err = net.Listen("tcp", addr); err != nil {
 			g.Close()
 			m.close()
-			return err
+			return fmt.Errorf("%s: %w", flagName(c, "http"), err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)

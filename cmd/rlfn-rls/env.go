@@ -867,6 +867,23 @@ func applyReferenceEnv(c *cli.Context) error {
 
 const envKey = "reference environment"
 
+// flagName is how an error names a flag: --name, and the reference's variables when they
+// set it (--grpc ($GRPC_HOST, $GRPC_PORT)), so that a user of the reference's environment
+// knows which of its variables to fix.
+func flagName(c *cli.Context, name string) string {
+	effects, _ := c.App.Metadata[envKey].([]envEffect)
+	for _, e := range effects {
+		if e.Flag != name {
+			continue
+		}
+		if !strings.Contains(e.Var, "=") {
+			return "--" + name + " (" + e.Var + ")" // the reference's default directory
+		}
+		return "--" + name + " ($" + strings.Join(varNames(e.Var), ", $") + ")"
+	}
+	return "--" + name
+}
+
 // logReferenceEnv says, once the logger is made, what each of the reference's variables did.
 func logReferenceEnv(c *cli.Context, log *slog.Logger) {
 	effects, _ := c.App.Metadata[envKey].([]envEffect)

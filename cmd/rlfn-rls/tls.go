@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/urfave/cli/v2"
@@ -59,9 +60,22 @@ func serverTLS(c *cli.Context, log *slog.Logger) (*tls.Config, error) {
 	if cert == "" || key == "" {
 		return nil, errors.New("--grpc-tls-cert and --grpc-tls-key go together")
 	}
-	return rls.ServerTLS(cert, key, c.String("grpc-tls-client-ca"), c.String("grpc-tls-client-san"), func(err error) {
+	ca, san := c.String("grpc-tls-client-ca"), c.String("grpc-tls-client-san")
+	if san != "" && ca == "" {
+		return nil, fmt.Errorf("%s needs --grpc-tls-client-ca: a client's name is checked in the certificate that CA signed", flagName(c, "grpc-tls-client-san"))
+	}
+	cfg, err := rls.ServerTLS(cert, key, ca, san, func(err error) {
 		log.Error("the rotated certificate does not load; the previous one still serves", "err", err)
 	})
+	if err != nil {
+		// Its error says which file (the certificate, the clients' CA): the flags say whose.
+		names := []string{flagName(c, "grpc-tls-cert"), flagName(c, "grpc-tls-key")}
+		if ca != "" {
+			names = append(names, flagName(c, "grpc-tls-client-ca"))
+		}
+		return nil, fmt.Errorf("%s: %w", strings.Join(names, ", "), err)
+	}
+	return cfg, nil
 }
 
 // clientCertificate makes opt's TLS present the pair --tls-cert and --tls-key name, read again
