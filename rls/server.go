@@ -2,6 +2,7 @@ package rls
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -45,6 +47,11 @@ type ServerOptions struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// TLS, when set, is the gRPC listener's (see ServerTLS); the HTTP listener stays plain.
 	TLS *tls.Config
+	// NoJSON leaves POST /json out of the HTTP listener (/healthcheck and /metrics stay): a
+	// request to it is answered 404 with NoJSONReason. A gRPC listener that requires client
+	// certificates guards nothing while the same decisions are served without one over HTTP.
+	NoJSON       bool
+	NoJSONReason string
 	// MaxRequestBytes bounds one request's encoded bytes: a gRPC message larger is refused by
 	// gRPC from its length, before it is read or decoded (RESOURCE_EXHAUSTED, "received message
 	// larger than max (N vs. M)"), and a /json body larger with HTTP 413. Decoding is the work
@@ -62,7 +69,8 @@ type ServerOptions struct {
 
 // Server serves a Service: ShouldRateLimit and gRPC health on one listener, and on
 // another HTTP: POST /json (the reference's JSON endpoint: a RateLimitRequest in protobuf
-// JSON, the response in it, 429 when over the limit), /healthcheck and /metrics.
+// JSON, the response in it, 429 when over the limit; none with NoJSON), /healthcheck and
+// /metrics.
 type Server struct {
 	svc    *Service
 	o      ServerOptions
@@ -75,7 +83,12 @@ type Server struct {
 	serving bool
 	stop    chan struct{}
 	once    sync.Once
+	checked string // the last check's error, "" for none: a state logged once
 }
+
+// ErrNoConfigYet is Check's error before the first configuration has arrived (over xDS):
+// NOT_SERVING, and logged as the wait it is, not as a backend failure.
+var ErrNoConfigYet = errors.New("no configuration received yet")
 
 // httpReadTimeout bounds the reading of an HTTP request, its body included: ample for
 // MaxRequestBytes on any network a rate limit service sits on. A variable for the tests.
@@ -116,7 +129,7 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		grpc.StaticStreamWindowSize(int32(min(max(o.MaxRequestBytes, 64<<10), 1<<30))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace})}
 	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+		opts = append(opts, grpc.Creds(refusalsLogged{credentials.NewTLS(o.TLS), &throttledLog{log: o.Log}}))
 	}
 	escapes := &throttledLog{log: o.Log}
 	opts = append(opts, grpc.ForceServerCodecV2(newEscapingCodec(func() {
@@ -133,7 +146,13 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	reflection.Register(s.grpc)
 	s.setServing(false)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", s.serveJSON)
+	if o.NoJSON {
+		mux.HandleFunc("/json", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, cmp.Or(o.NoJSONReason, "/json is not served"), http.StatusNotFound)
+		})
+	} else {
+		mux.HandleFunc("POST /json", s.serveJSON)
+	}
 	mux.HandleFunc("GET /healthcheck", s.serveHealth)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
@@ -142,6 +161,30 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	// goroutine for ever: --max-in-flight bounds only the requests read whole.
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout, IdleTimeout: 2 * time.Minute}
 	return s
+}
+
+// refusalsLogged are the gRPC listener's TLS credentials, which say in the log why a
+// client's handshake failed (no certificate, one another CA signed, not for
+// ServerTLS's clientSAN) and whose it was: gRPC itself says nothing of it. At most one line
+// per refusalsEvery, with the count of those not written.
+type refusalsLogged struct {
+	credentials.TransportCredentials
+	refusals *throttledLog
+}
+
+func (c refusalsLogged) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	// A connection closed before or during its handshake (a TCP probe, a client that gave
+	// up) was refused nothing.
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		c.refusals.say(context.Background(), "a client's TLS handshake on the gRPC listener was refused",
+			slog.String("remote", conn.RemoteAddr().String()), slog.String("err", err.Error()))
+	}
+	return out, info, err
+}
+
+func (c refusalsLogged) Clone() credentials.TransportCredentials {
+	return refusalsLogged{c.TransportCredentials.Clone(), c.refusals}
 }
 
 // bound refuses a request at once when MaxInFlight are being decided.
@@ -308,8 +351,20 @@ func (s *Server) check() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.CheckEvery)
 	defer cancel()
 	err := s.o.Check(ctx)
+	// Once per state, not once per check: a wait for the first configuration, or a backend
+	// down for an hour, is one line (and another when its reason changes).
+	state := ""
 	if err != nil {
-		s.o.Log.Warn("the backend cannot decide", "err", err)
+		state = err.Error()
+	}
+	if state != s.checked {
+		s.checked = state
+		switch {
+		case errors.Is(err, ErrNoConfigYet):
+			s.o.Log.Info("waiting for the first configuration: NOT_SERVING until it arrives")
+		case err != nil:
+			s.o.Log.Warn("the backend cannot decide", "err", err)
+		}
 	}
 	s.setServing(err == nil)
 }

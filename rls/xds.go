@@ -77,7 +77,11 @@ func (x XDS) Run(ctx context.Context, svc *Service, m *Metrics, log *slog.Logger
 			b.Reset()
 		}
 		wait := b.NextBackOff()
-		log.Warn("the xDS configuration server is not reachable; the configuration in use still applies", "server", x.Server, "err", err, "retry_in", wait)
+		msg := "the xDS configuration server is not reachable; the configuration in use still applies"
+		if svc.Config() == nil {
+			msg = "the xDS configuration server is not reachable; still waiting for the first configuration"
+		}
+		log.Warn(msg, "server", x.Server, "err", err, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -96,10 +97,10 @@ func serve(c *cli.Context) error {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	log := newLogger(c.App.ErrWriter, level)
 	// What each of the reference's variables did is said whatever the level (the reference's
 	// LOG_LEVEL is warn by default): a variable must never be ignored without a word.
-	logReferenceEnv(c, slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	logReferenceEnv(c, newLogger(c.App.ErrWriter, slog.LevelInfo))
 	xds, err := xdsSource(c, log)
 	if err != nil {
 		return err
@@ -112,7 +113,7 @@ func serve(c *cli.Context) error {
 	var cfg *envoyconf.Config // with xDS, none until the first arrives
 	if xds == nil {
 		if cfg, err = files.Load(); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", flagName(c, "config"), err)
 		}
 	}
 	if err := checkNumbers(c); err != nil {
@@ -130,11 +131,17 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--fallback: %w", err)
 	}
 	policies := map[string]rls.Policy{}
+	given := map[string]string{} // each domain's --policy, as given
 	for _, p := range c.StringSlice("policy") {
 		domain, pol, err := parsePolicy(p)
 		if err != nil {
 			return fmt.Errorf("--policy %q: %w", p, err)
 		}
+		if first, ok := given[domain]; ok {
+			// The last would win silently: a fail_closed meant could become fail_open.
+			return fmt.Errorf("--policy %q: the domain %q has a policy already, %q: give each domain one", p, domain, first)
+		}
+		given[domain] = p
 		if cfg != nil && !cfg.HasDomain(domain) {
 			// A misspelt domain would leave the one meant on --fallback, silently.
 			return fmt.Errorf("--policy %q: no configuration has the domain %q (it has %s)", p, domain, strings.Join(slices.Sorted(slices.Values(cfg.Domains())), ", "))
@@ -155,6 +162,7 @@ func serve(c *cli.Context) error {
 	if err := clientCertificate(c, &opt, log); err != nil {
 		return err
 	}
+	boundConnect(&opt, shortestDeadline(c.Duration("deadline"), policies))
 	grpcTLS, err := serverTLS(c, log)
 	if err != nil {
 		return err
@@ -206,6 +214,8 @@ func serve(c *cli.Context) error {
 		CheckEvery:       c.Duration("check-every"),
 		Metrics:          promHandler,
 		TLS:              grpcTLS,
+		NoJSON:           noJSON(c) != "",
+		NoJSONReason:     noJSON(c),
 		StatsHandler:     tr.stats,
 		Log:              log,
 	})
@@ -216,14 +226,14 @@ func serve(c *cli.Context) error {
 	g, err := net.Listen("tcp", c.String("grpc"))
 	if err != nil {
 		m.close()
-		return err
+		return fmt.Errorf("%s: %w", flagName(c, "grpc"), err)
 	}
 	var h net.Listener
 	if addr := c.String("http"); addr != "" {
 		if h, err = net.Listen("tcp", addr); err != nil {
 			g.Close()
 			m.close()
-			return err
+			return fmt.Errorf("%s: %w", flagName(c, "http"), err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, os.Interrupt)
@@ -266,6 +276,9 @@ func serve(c *cli.Context) error {
 		}()
 	}
 	log.Info("serving", attrs...)
+	if why := noJSON(c); why != "" {
+		log.Warn(why)
+	}
 	go func() { served <- srv.Serve(g, h) }()
 	select {
 	case err := <-served:
@@ -287,6 +300,18 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	return nil
+}
+
+// newLogger writes JSON lines at level and above. A duration is written as Go writes it
+// ("1s", "6.939s"), not as slog's JSON writes it, a number of nanoseconds: the client's lines
+// too (its circuit breaker's cooldown), which go through this logger.
+func newLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}))
 }
 
 // checkNumbers refuses a number or duration the service cannot use, naming its flag: below
@@ -362,6 +387,66 @@ func parsePolicy(s string) (string, rls.Policy, error) {
 		}
 	}
 	return domain, p, nil
+}
+
+// shortestDeadline is the shortest of --deadline and the policies' deadlines.
+func shortestDeadline(d time.Duration, policies map[string]rls.Policy) time.Duration {
+	for _, p := range policies {
+		if p.Deadline > 0 {
+			d = min(d, p.Deadline)
+		}
+	}
+	return d
+}
+
+// boundConnect makes d bound the opening of a connection (TCP, TLS, and valkey-go's HELLO
+// and the like) as it bounds each call. valkey-go opens a node's broken connection again
+// with whichever call comes next, and every call to the node waits for it, whatever its own
+// deadline: a background call's (the health check's, or none) or valkey-go's 5 s dial timeout
+// would otherwise hold every request for seconds once a node hangs, and Envoy's timeout,
+// not --fallback, would decide. A shorter dial_timeout the URL gave is kept. The Sentinels
+// are dialled alike. The price: a server more than d away (TCP and TLS round trips) never
+// connects, and says so at start.
+func boundConnect(opt *valkey.ClientOption, d time.Duration) {
+	for _, dialer := range []*net.Dialer{&opt.Dialer, &opt.Sentinel.Dialer} {
+		if dialer.Timeout <= 0 || dialer.Timeout > d {
+			dialer.Timeout = d
+		}
+	}
+	if opt.DialCtxFn == nil && opt.DialFn == nil {
+		opt.DialCtxFn = dial
+	}
+}
+
+// dial is valkey-go's own dial, TCP then TLS when tlsConfig is set, within the dialer's
+// timeout, that says which of the two did not complete: a TLS URL to a plain server (the
+// reference's REDIS_TLS=true on a server without TLS) gets no answer to its handshake, and
+// would fail with "context deadline exceeded" alone.
+func dial(ctx context.Context, dst string, dialer *net.Dialer, tlsConfig *tls.Config) (net.Conn, error) {
+	if dialer.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dialer.Timeout)
+		defer cancel()
+	}
+	conn, err := dialer.DialContext(ctx, "tcp", dst)
+	if err != nil || tlsConfig == nil {
+		return conn, err
+	}
+	if tlsConfig.ServerName == "" {
+		// As tls.Dialer does: the name checked is the host dialled.
+		host, _, _ := net.SplitHostPort(dst)
+		tlsConfig = tlsConfig.Clone()
+		tlsConfig.ServerName = host
+	}
+	tc := tls.Client(conn, tlsConfig)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("the TLS handshake with %s did not complete within %s (does the server speak TLS on that port?): %w", dst, dialer.Timeout, err)
+		}
+		return nil, fmt.Errorf("the TLS handshake with %s did not complete: %w", dst, err)
+	}
+	return tc, nil
 }
 
 // startReconciler runs, until ctx ends, the reconciler rlfn reconcile runs: the newest

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,7 +44,7 @@ func TestStartErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--config", bad}, bad + ": invalid rate limit unit 'fortnight'"},
-		{[]string{"--config", filepath.Join(dir, "none")}, "no such file"},
+		{[]string{"--config", filepath.Join(dir, "none")}, "--config: stat " + filepath.Join(dir, "none") + ": no such file or directory"},
 		{[]string{"--config", good, "--headers", "all"}, `--headers "all": one of none, reference, draft`},
 		{[]string{"--config", good, "--fallback", "maybe"}, `--fallback: "maybe" is not one of`},
 		{[]string{"--config", good, "--policy", "d"}, `--policy "d": want domain:fallback=...,deadline=...`},
@@ -72,11 +73,16 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"--config", good, "--url", "rediss://127.0.0.1:1", "--tls-cert", good, "--tls-key", good}, "--tls-cert, --tls-key: tls: failed to find any PEM data in certificate input"},
 		{[]string{"--config", good, "--metrics-path", "/stats"}, "--metrics-path needs --metrics, the listener it is the path on"},
 		{[]string{"--config", good, "--metrics", "127.0.0.1:0", "--metrics-path", "stats"}, `--metrics-path "stats": a URL path, starting with /`},
+		// The gRPC listener's TLS errors name their flags.
+		{[]string{"--config", good, "--grpc-tls-cert", good, "--grpc-tls-key", good, "--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san needs --grpc-tls-client-ca: a client's name is checked in the certificate that CA signed"},
+		{[]string{"--config", good, "--grpc-tls-cert", good, "--grpc-tls-key", good}, "--grpc-tls-cert, --grpc-tls-key: the gRPC listener's certificate: tls: failed to find any PEM data"},
 		{[]string{"--config", good, "--bogus"}, "flag provided but not defined: -bogus (see rlfn-rls --help)"},
 		// A value its flag cannot parse: one line and the reason, not "parse error" and the help.
 		{[]string{"--config", good, "--deadline", "100"}, `--deadline "100": missing unit in duration "100"; write a duration with its unit`},
 		{[]string{"--config", good, "--max-in-flight", "x"}, `--max-in-flight "x": not a whole number`},
 		{[]string{"--config", good, "--shadow-mode=maybe"}, `--shadow-mode="maybe": not true or false`},
+		// Two policies for one domain: neither wins silently.
+		{[]string{"--config", good, "--policy", "d:fallback=fail_closed", "--policy", "d:fallback=fail_open"}, `--policy "d:fallback=fail_open": the domain "d" has a policy already, "d:fallback=fail_closed": give each domain one`},
 		// A policy for a domain no file has (a misspelling) would leave the domain meant on
 		// --fallback.
 		{[]string{"--config", good, "--policy", "e:fallback=fail_closed"}, `--policy "e:fallback=fail_closed": no configuration has the domain "e" (it has d)`},
@@ -88,6 +94,49 @@ func TestStartErrors(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "secret") || strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, stderr.String(), tc.want)
 		}
+	}
+}
+
+// A start-up error names the flag whose value failed, and the reference's variables when they
+// set it: a configuration directory that is not there, a listener's port in use.
+func TestStartErrorsNameFlags(t *testing.T) {
+	t.Run("RUNTIME_ROOT", func(t *testing.T) {
+		root := filepath.Join(t.TempDir(), "none")
+		t.Setenv("RUNTIME_ROOT", root)
+		var stderr bytes.Buffer
+		want := "rlfn-rls: --config ($RUNTIME_ROOT): stat " + filepath.Join(root, "config") + ": no such file or directory\n"
+		if code := run([]string{"rlfn-rls"}, &stderr); code != 1 || !strings.HasSuffix(stderr.String(), "\n"+want) {
+			t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+		}
+	})
+	// The listeners open once the server answers.
+	url, dir := startLibraryValkey(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--grpc", addr, "--http", ""}, want: "--grpc: listen tcp " + addr + ": bind: address already in use"},
+		{args: []string{"--grpc", "127.0.0.1:0", "--http", addr}, want: "--http: listen tcp " + addr + ": bind: address already in use"},
+		{args: []string{"--http", ""}, env: map[string]string{"GRPC_HOST": "127.0.0.1", "GRPC_PORT": port},
+			want: "--grpc ($GRPC_HOST, $GRPC_PORT): listen tcp " + addr + ": bind: address already in use"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stderr bytes.Buffer
+			if code := run(append([]string{"rlfn-rls", "--url", url, "--config", dir}, tc.args...), &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tc.want)
+			}
+		})
 	}
 }
 
@@ -409,5 +458,19 @@ func TestMaxRequestBytes(t *testing.T) {
 	cancel()
 	if err := <-a.done; err != nil {
 		t.Fatalf("serve: %v\n%s", err, a.stderr.String())
+	}
+}
+
+// Durations are logged as Go writes them, not as nanoseconds: rlfn-rls's own lines (the xDS
+// retry's wait) and the client's, which it hands this logger (the breaker's cooldown), in a
+// group too.
+func TestLogDurations(t *testing.T) {
+	var out bytes.Buffer
+	log := newLogger(&out, slog.LevelInfo)
+	log.Warn("x", "retry_in", 6939497758*time.Nanosecond, slog.Duration("cooldown", time.Second), slog.Group("g", slog.Duration("d", 50*time.Millisecond)), "n", 7)
+	for _, want := range []string{`"retry_in":"6.939497758s"`, `"cooldown":"1s"`, `"g":{"d":"50ms"}`, `"n":7`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %s in %s", want, &out)
+		}
 	}
 }

@@ -23,11 +23,12 @@ import (
 // envEffect is what one of the reference's environment variables does to rlfn-rls: set a
 // flag, or nothing, for a reason said in the log.
 type envEffect struct {
-	Var    string // the reference's variable, as set
+	Var    string // the reference's variable, as set (NAME=value; several separated by spaces)
 	Flag   string // the flag it sets; "" for none
 	Value  string // the flag's value
 	Note   string // why it sets none, or how it was read
 	Unless string // a flag that, given, leaves Flag unset too
+	Effect string // with no Flag, what it does through flags set by others; "" for nothing
 }
 
 // referenceEnv reads envoyproxy/ratelimit's environment (settings.go), so that rlfn-rls
@@ -49,12 +50,13 @@ func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEff
 	r.redis()
 	r.behaviour()
 	r.stats()
+	r.types()
 	r.unsaid()
 	if r.defaultDir && r.used {
 		// The reference's environment is in use, and names no directory: the reference
 		// reads its default one. A start with none of its variables stays rlfn-rls's own
 		// (--config is required).
-		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT,RUNTIME_APPDIRECTORY (unset)", Flag: "config", Value: referenceConfigDir,
+		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT and RUNTIME_APPDIRECTORY unset", Flag: "config", Value: referenceConfigDir,
 			Note: "the reference's default directory", Unless: "xds-server"})
 	}
 	return r.effects, errors.Join(r.errs...)
@@ -91,8 +93,7 @@ func (r *envReader) get(name string) (string, bool) {
 func (r *envReader) unsaid() {
 	said := map[string]bool{}
 	for _, e := range r.effects {
-		names, _, _ := strings.Cut(e.Var, "=")
-		for _, n := range strings.Split(names, ",") {
+		for _, n := range varNames(e.Var) {
 			said[n] = true
 		}
 	}
@@ -101,6 +102,96 @@ func (r *envReader) unsaid() {
 			r.note(n, r.set[n], "nothing to change at this value: as rlfn-rls does")
 		}
 	}
+}
+
+// referenceTypes are the kinds of the reference's variables that are not strings, as its
+// settings.go declares them ([]string ones take any value).
+var referenceTypes = map[string]string{
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "map", "EXTRA_TAGS": "map",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "duration", "GRPC_MAX_CONNECTION_AGE": "duration", "GRPC_MAX_CONNECTION_AGE_GRACE": "duration",
+	"MEMCACHE_SRV_REFRESH": "duration", "REDIS_PERSECOND_PIPELINE_WINDOW": "duration", "REDIS_PERSECOND_TIMEOUT": "duration", "REDIS_PIPELINE_WINDOW": "duration",
+	"REDIS_STARTUP_INITIAL_INTERVAL": "duration", "REDIS_STARTUP_MAX_ELAPSED_TIME": "duration", "REDIS_STARTUP_MAX_INTERVAL": "duration", "REDIS_TIMEOUT": "duration",
+	"STATS_FLUSH_INTERVAL": "duration", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "duration", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "duration",
+	"DEBUG_PORT": "int", "EXPIRATION_JITTER_MAX_SECONDS": "int", "GRPC_PORT": "int", "LOCAL_CACHE_SIZE_IN_BYTES": "int", "MEMCACHE_MAX_IDLE_CONNS": "int",
+	"PORT": "int", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "int", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "int", "REDIS_PERSECOND_PIPELINE_LIMIT": "int",
+	"REDIS_PERSECOND_POOL_SIZE": "int", "REDIS_PIPELINE_LIMIT": "int", "REDIS_POOL_SIZE": "int", "STATSD_PORT": "int", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "int",
+	"NEAR_LIMIT_RATIO": "float32", "TRACING_SAMPLING_RATE": "float64", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "float64",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS": "bool", "DISABLE_STATS": "bool", "FORCE_START_WITHOUT_INITIAL_CONFIG": "bool", "GRPC_SERVER_USE_TLS": "bool",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "bool", "LIMIT_RESPONSE_HEADERS_ENABLED": "bool", "MEMCACHE_TLS": "bool", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "bool",
+	"MERGE_DOMAIN_CONFIG": "bool", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "bool", "QUOTA_MODE": "bool", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "bool",
+	"REDIS_PERSECOND": "bool", "REDIS_PERSECOND_TLS": "bool", "REDIS_TLS": "bool", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "bool", "RESPONSE_DYNAMIC_METADATA": "bool",
+	"RUNTIME_IGNOREDOTFILES": "bool", "RUNTIME_WATCH_ROOT": "bool", "SHADOW_MODE": "bool", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "bool", "TRACING_ENABLED": "bool",
+	"USE_DOG_STATSD": "bool", "USE_PROMETHEUS": "bool", "USE_STATSD": "bool", "XDS_CLIENT_BACKOFF_JITTER": "bool",
+}
+
+// types refuses a variable set to a value of the wrong kind, as the reference's envconfig
+// does at start, even where the variable has no effect here (USE_STATSD=maybe,
+// STATSD_PORT=abc): the Deployment is wrong, and would not start the reference either. A
+// variable refused already keeps its own reason.
+func (r *envReader) types() {
+	for _, name := range slices.Sorted(maps.Keys(referenceTypes)) {
+		v, ok := r.lookup(name)
+		if !ok || r.refused[name] {
+			continue
+		}
+		var err error
+		why := ""
+		switch referenceTypes[name] {
+		case "bool":
+			_, err = strconv.ParseBool(v)
+			why = "not true or false"
+		case "int":
+			_, err = strconv.ParseInt(v, 0, 64)
+			why = "not a whole number"
+		case "float32":
+			_, err = strconv.ParseFloat(v, 32)
+			why = "not a number"
+		case "float64":
+			_, err = strconv.ParseFloat(v, 64)
+			why = "not a number"
+		case "duration":
+			_, err = time.ParseDuration(v)
+			why = "not a duration with its unit (e.g. 10s)"
+		case "map":
+			if strings.TrimSpace(v) != "" {
+				for _, kv := range strings.Split(v, ",") {
+					if strings.Count(kv, ":") != 1 {
+						err = errors.New("not key:value")
+					}
+				}
+			}
+			why = "not key:value pairs separated by commas"
+		}
+		if err != nil {
+			r.refuse(name, v, why)
+		}
+	}
+}
+
+// vars names several variables in one effect: each set one with its value (NAME=value, a
+// secret hidden), separated by spaces.
+func (r *envReader) vars(names ...string) string {
+	var parts []string
+	for _, n := range names {
+		if v, ok := r.lookup(n); ok {
+			parts = append(parts, n+"="+shown(n, v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// varNames are the variables an effect's Var names.
+func varNames(v string) []string {
+	var names []string
+	for _, f := range strings.Fields(v) {
+		if n, _, ok := strings.Cut(f, "="); ok {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		names = append(names, v)
+	}
+	return names
 }
 
 // bool reads a boolean variable as the reference does (strconv.ParseBool); a bad value is
@@ -215,7 +306,7 @@ func (r *envReader) address(hostVar, portVar, flag string) {
 		r.refuse(portVar, port, "not a port number")
 		return
 	}
-	r.flag(hostVar+","+portVar, host+":"+port, flag, net.JoinHostPort(host, port))
+	r.effects = append(r.effects, envEffect{Var: r.vars(hostVar, portVar), Flag: flag, Value: net.JoinHostPort(host, port)})
 }
 
 func (r *envReader) listeners() {
@@ -252,7 +343,8 @@ func (r *envReader) listeners() {
 		if cert == "" || key == "" {
 			r.refuse("GRPC_SERVER_USE_TLS", "true", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 		} else {
-			r.note("GRPC_SERVER_USE_TLS", "true", "TLS on the gRPC listener, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)")
+			r.effects = append(r.effects, envEffect{Var: "GRPC_SERVER_USE_TLS=true", Effect: "TLS on the gRPC listener",
+				Note: "with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (re-read when they change)"})
 		}
 	} else {
 		r.noted("without GRPC_SERVER_USE_TLS, unused (as by the reference)", tlsVars...)
@@ -310,7 +402,7 @@ func (r *envReader) xds() {
 	if !ok {
 		server = "localhost:18000" // the reference's default
 	}
-	r.flag("CONFIG_TYPE,CONFIG_GRPC_XDS_SERVER_URL", "GRPC_XDS_SOTW,"+server, "xds-server", server)
+	r.effects = append(r.effects, envEffect{Var: r.vars("CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"), Flag: "xds-server", Value: server})
 	for v, flag := range map[string]string{"CONFIG_GRPC_XDS_NODE_ID": "xds-node", "CONFIG_GRPC_XDS_NODE_METADATA": "xds-node-metadata",
 		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds-headers", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds-max-message"} {
 		if value, ok := r.get(v); ok && value != "" {
@@ -366,7 +458,7 @@ func (r *envReader) backoff() {
 	}
 	switch {
 	case initial > maxWait:
-		r.effects = append(r.effects, envEffect{Var: initialVar + "," + maxVar + "=" + initial.String() + "," + maxWait.String(), Flag: "xds-backoff-initial", Value: maxWait.String(),
+		r.effects = append(r.effects, envEffect{Var: r.vars(initialVar, maxVar), Flag: "xds-backoff-initial", Value: maxWait.String(),
 			Note: "above the longest wait: every wait is the longest, as the reference's"})
 	case initialSet:
 		r.flag(initialVar, iv, "xds-backoff-initial", initial.String())
@@ -436,7 +528,7 @@ func (r *envReader) files() {
 			app = "config"
 		}
 		dir := filepath.Join(root, sub, app)
-		r.flag("RUNTIME_ROOT,RUNTIME_SUBDIRECTORY,RUNTIME_APPDIRECTORY", dir, "config", dir)
+		r.effects = append(r.effects, envEffect{Var: r.vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), Flag: "config", Value: dir})
 	} else {
 		r.defaultDir = true
 	}
@@ -590,7 +682,7 @@ func (r *envReader) redis() {
 		q.Add("addr", n.host)
 	}
 	u.RawQuery = q.Encode()
-	r.effects = append(r.effects, envEffect{Var: "REDIS_SOCKET_TYPE,REDIS_TYPE,REDIS_URL,REDIS_AUTH,REDIS_SENTINEL_AUTH,REDIS_TLS", Flag: "url", Value: u.String(), Note: serverurl.Redact(u.String())})
+	r.effects = append(r.effects, envEffect{Var: r.vars("REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS"), Flag: "url", Value: u.String(), Note: serverurl.Redact(u.String())})
 }
 
 // splitAuth reads REDIS_AUTH as the reference does: "user:password", or a password alone.
@@ -726,7 +818,7 @@ func (r *envReader) stats() {
 		if !ok {
 			addr = ":9090"
 		}
-		r.flag("USE_PROMETHEUS,PROMETHEUS_ADDR", "true,"+addr, "metrics", addr)
+		r.effects = append(r.effects, envEffect{Var: r.vars("USE_PROMETHEUS", "PROMETHEUS_ADDR"), Flag: "metrics", Value: addr})
 		if path, ok := r.get("PROMETHEUS_PATH"); ok {
 			r.flag("PROMETHEUS_PATH", path, "metrics-path", path) // the default is the reference's, /metrics
 		}
@@ -775,6 +867,23 @@ func applyReferenceEnv(c *cli.Context) error {
 
 const envKey = "reference environment"
 
+// flagName is how an error names a flag: --name, and the reference's variables when they
+// set it (--grpc ($GRPC_HOST, $GRPC_PORT)), so that a user of the reference's environment
+// knows which of its variables to fix.
+func flagName(c *cli.Context, name string) string {
+	effects, _ := c.App.Metadata[envKey].([]envEffect)
+	for _, e := range effects {
+		if e.Flag != name {
+			continue
+		}
+		if !strings.Contains(e.Var, "=") {
+			return "--" + name + " (" + e.Var + ")" // the reference's default directory
+		}
+		return "--" + name + " ($" + strings.Join(varNames(e.Var), ", $") + ")"
+	}
+	return "--" + name
+}
+
 // logReferenceEnv says, once the logger is made, what each of the reference's variables did.
 func logReferenceEnv(c *cli.Context, log *slog.Logger) {
 	effects, _ := c.App.Metadata[envKey].([]envEffect)
@@ -786,6 +895,8 @@ func logReferenceEnv(c *cli.Context, log *slog.Logger) {
 			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value, "why", e.Note)
 		case e.Flag != "":
 			log.Info("the reference's environment", "var", e.Var, "flag", "--"+e.Flag, "value", e.Value)
+		case e.Effect != "":
+			log.Info("the reference's environment", "var", e.Var, "effect", e.Effect, "why", e.Note)
 		default:
 			log.Info("the reference's environment", "var", e.Var, "effect", "none", "why", e.Note)
 		}

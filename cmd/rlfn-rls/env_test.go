@@ -266,6 +266,29 @@ func TestReferenceEnv(t *testing.T) {
 				`$REDIS_URL="a:1,b:2": REDIS_TYPE single takes one host:port`,
 			}, "\n"),
 		},
+		{
+			// Variables with no effect here are still of the reference's kinds: a bad value
+			// is refused, as the reference's envconfig refuses it at start.
+			env: map[string]string{"USE_STATSD": "maybe", "USE_DOG_STATSD": "zz", "STATSD_PORT": "abc", "REDIS_POOL_SIZE": "abc", "STATS_FLUSH_INTERVAL": "10",
+				"EXTRA_TAGS": "a=b", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "soon", "XDS_CLIENT_BACKOFF_JITTER": "yes"},
+			err: strings.Join([]string{
+				`$CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="soon": not a duration with its unit (e.g. 10s)`,
+				`$EXTRA_TAGS="a=b": not key:value pairs separated by commas`,
+				`$REDIS_POOL_SIZE="abc": not a whole number`,
+				`$STATSD_PORT="abc": not a whole number`,
+				`$STATS_FLUSH_INTERVAL="10": not a duration with its unit (e.g. 10s)`,
+				`$USE_DOG_STATSD="zz": not true or false`,
+				`$USE_STATSD="maybe": not true or false`,
+				`$XDS_CLIENT_BACKOFF_JITTER="yes": not true or false`,
+			}, "\n"),
+		},
+		{
+			// Good values of those kinds, as the reference reads them (a base prefix, an
+			// empty map), noted.
+			env:   map[string]string{"USE_STATSD": "0", "STATSD_PORT": "0x1FBD", "REDIS_POOL_SIZE": "10", "STATS_FLUSH_INTERVAL": "10s", "EXTRA_TAGS": "a:b,c:d", "PROMETHEUS_MAPPER_YAML": ""},
+			flags: map[string]string{"config": "/srv/runtime_data/current/config"},
+			notes: []string{"USE_STATSD=0", "STATSD_PORT=0x1FBD", "REDIS_POOL_SIZE=10", "STATS_FLUSH_INTERVAL=10s", "EXTRA_TAGS=a:b,c:d"},
+		},
 	} {
 		effects, err := referenceEnv(lookupIn(tc.env))
 		if tc.err != "" || err != nil {
@@ -612,14 +635,21 @@ func TestReferenceEnvClusterSeeds(t *testing.T) {
 // default), and every refusal is a line of its own saying whose it is.
 func TestReferenceEnvLines(t *testing.T) {
 	t.Run("LOG_LEVEL=warn", func(t *testing.T) {
-		for k, v := range map[string]string{"LOG_LEVEL": "warn", "DEBUG_PORT": "6070", "REDIS_POOL_SIZE": "10", "SHADOW_MODE": "true"} {
+		for k, v := range map[string]string{"LOG_LEVEL": "warn", "DEBUG_PORT": "6070", "REDIS_POOL_SIZE": "10", "SHADOW_MODE": "true",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
+			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:28092", "HOST": "127.0.0.1", "PORT": "8080"} {
 			t.Setenv(k, v)
 		}
 		var out bytes.Buffer
 		if code := run([]string{"rlfn-rls", "--config", filepath.Join(t.TempDir(), "none")}, &out); code != 1 {
 			t.Fatalf("exit %d\n%s", code, &out)
 		}
-		for _, want := range []string{`"var":"DEBUG_PORT=6070","effect":"none"`, `"var":"REDIS_POOL_SIZE=10","effect":"none"`, `"var":"SHADOW_MODE=true","flag":"--shadow-mode"`} {
+		for _, want := range []string{`"var":"DEBUG_PORT=6070","effect":"none"`, `"var":"REDIS_POOL_SIZE=10","effect":"none"`, `"var":"SHADOW_MODE=true","flag":"--shadow-mode"`,
+			// What it does through the certificate's flags, not "none".
+			`"var":"GRPC_SERVER_USE_TLS=true","effect":"TLS on the gRPC listener"`,
+			// Several variables of one flag: each with its own value.
+			`"var":"USE_PROMETHEUS=true PROMETHEUS_ADDR=127.0.0.1:28092","flag":"--metrics","value":"127.0.0.1:28092"`,
+			`"var":"HOST=127.0.0.1 PORT=8080","flag":"--http","value":"127.0.0.1:8080"`} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("no %s in\n%s", want, &out)
 			}
@@ -716,8 +746,7 @@ func TestReferenceEnvDefaults(t *testing.T) {
 			effects, err := referenceEnv(lookupIn(env))
 			said := err != nil && strings.Contains(err.Error(), "$"+name+"=")
 			for _, e := range effects {
-				n, _, _ := strings.Cut(e.Var, "=")
-				said = said || slices.Contains(strings.Split(n, ","), name)
+				said = said || slices.Contains(varNames(e.Var), name)
 			}
 			if !said {
 				t.Errorf("%v: nothing said of $%s (%+v, %v)", env, name, effects, err)

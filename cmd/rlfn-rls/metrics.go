@@ -42,7 +42,7 @@ func metricsListener(c *cli.Context, h http.Handler) (*metricsServer, error) {
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics: %w", err)
+		return nil, fmt.Errorf("%s: %w", flagName(c, "metrics"), err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+path, h)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/urfave/cli/v2"
@@ -22,6 +23,16 @@ var tlsFlags = []cli.Flag{
 	&cli.StringFlag{Name: "grpc-tls-key", EnvVars: []string{"RLFN_RLS_GRPC_TLS_KEY"}, Usage: "PEM key of --grpc-tls-cert"},
 	&cli.StringFlag{Name: "grpc-tls-client-ca", EnvVars: []string{"RLFN_RLS_GRPC_TLS_CLIENT_CA"}, Usage: "PEM file of the CA that signs the clients' certificates: mutual TLS, a client without one refused"},
 	&cli.StringFlag{Name: "grpc-tls-client-san", EnvVars: []string{"RLFN_RLS_GRPC_TLS_CLIENT_SAN"}, Usage: "a name (DNS, URI or IP) every client's certificate must have"},
+	&cli.BoolFlag{Name: "json-without-client-auth", EnvVars: []string{"RLFN_RLS_JSON_WITHOUT_CLIENT_AUTH"}, Usage: "serve POST /json on --http although --grpc-tls-client-ca requires client certificates on gRPC (by default /json is then off: it checks none, and anyone reaching --http could spend the limits)"},
+}
+
+// noJSON says why POST /json is not served, or "" when it is: with mutual TLS on the gRPC
+// listener, the same decisions over plain HTTP would be open to anyone reaching --http.
+func noJSON(c *cli.Context) string {
+	if c.String("grpc-tls-client-ca") == "" || c.Bool("json-without-client-auth") || c.String("http") == "" {
+		return ""
+	}
+	return "POST /json is off: the gRPC listener requires client certificates (--grpc-tls-client-ca), which /json cannot check; --json-without-client-auth serves it without"
 }
 
 // serverCertFlags present a client certificate to Valkey or Redis (a server with
@@ -49,9 +60,22 @@ func serverTLS(c *cli.Context, log *slog.Logger) (*tls.Config, error) {
 	if cert == "" || key == "" {
 		return nil, errors.New("--grpc-tls-cert and --grpc-tls-key go together")
 	}
-	return rls.ServerTLS(cert, key, c.String("grpc-tls-client-ca"), c.String("grpc-tls-client-san"), func(err error) {
+	ca, san := c.String("grpc-tls-client-ca"), c.String("grpc-tls-client-san")
+	if san != "" && ca == "" {
+		return nil, fmt.Errorf("%s needs --grpc-tls-client-ca: a client's name is checked in the certificate that CA signed", flagName(c, "grpc-tls-client-san"))
+	}
+	cfg, err := rls.ServerTLS(cert, key, ca, san, func(err error) {
 		log.Error("the rotated certificate does not load; the previous one still serves", "err", err)
 	})
+	if err != nil {
+		// Its error says which file (the certificate, the clients' CA): the flags say whose.
+		names := []string{flagName(c, "grpc-tls-cert"), flagName(c, "grpc-tls-key")}
+		if ca != "" {
+			names = append(names, flagName(c, "grpc-tls-client-ca"))
+		}
+		return nil, fmt.Errorf("%s: %w", strings.Join(names, ", "), err)
+	}
+	return cfg, nil
 }
 
 // clientCertificate makes opt's TLS present the pair --tls-cert and --tls-key name, read again

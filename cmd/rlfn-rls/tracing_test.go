@@ -300,8 +300,14 @@ func TestReferenceEnvTracing(t *testing.T) {
 			flags: map[string]string{"tracing": "true", "tracing-service-name": "RateLimit", "tracing-protocol": "grpc"},
 		},
 		{
-			env:   map[string]string{"TRACING_ENABLED": "false", "TRACING_SERVICE_NAME": "x", "TRACING_SAMPLING_RATE": "abc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
-			notes: []string{"TRACING_ENABLED=false", "TRACING_SERVICE_NAME=x", "TRACING_SAMPLING_RATE=abc"},
+			env:   map[string]string{"TRACING_ENABLED": "false", "TRACING_SERVICE_NAME": "x", "TRACING_SAMPLING_RATE": "100", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
+			notes: []string{"TRACING_ENABLED=false", "TRACING_SERVICE_NAME=x", "TRACING_SAMPLING_RATE=100"},
+		},
+		{
+			// Not a number at all: the reference reads it as one even without tracing, and
+			// refuses it at start.
+			env: map[string]string{"TRACING_ENABLED": "false", "TRACING_SAMPLING_RATE": "abc"},
+			err: `$TRACING_SAMPLING_RATE="abc": not a number`,
 		},
 		{
 			env: map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "udp", "TRACING_SAMPLING_RATE": "100"},

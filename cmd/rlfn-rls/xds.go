@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -161,7 +160,7 @@ func check(ctx context.Context, limiters *rls.Limiters, svc *rls.Service, withou
 		if withoutConfig {
 			return limiters.Check(ctx, "")
 		}
-		return errors.New("no configuration received over xDS yet")
+		return rls.ErrNoConfigYet
 	}
 	return limiters.Check(ctx, cfg.Needs())
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -34,6 +35,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	stopped    bool
+	paused     bool
 	terminated bool
 }
 
@@ -130,6 +132,40 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// Pause freezes the server's processes (docker pause: the cgroup freezer), as a process
+// stopped by SIGSTOP or a host that hangs: its kernel still accepts connections and takes
+// what is sent, but nothing answers. Unpause thaws it; Terminate does too, first.
+func (s *Server) Pause(ctx context.Context) error {
+	return s.freeze(ctx, true)
+}
+
+// Unpause thaws a server Pause froze.
+func (s *Server) Unpause(ctx context.Context) error {
+	return s.freeze(ctx, false)
+}
+
+func (s *Server) freeze(ctx context.Context, pause bool) error {
+	// testcontainers has no pause of its own: its Docker client does.
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer cli.Close()
+	id := s.ctr.GetContainerID()
+	if pause {
+		_, err = cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+	} else {
+		_, err = cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("pause %s (%v): %w", s.Addr, pause, err)
+	}
+	s.mu.Lock()
+	s.paused = pause
+	s.mu.Unlock()
+	return nil
+}
+
 // Running reports whether the server has not been stopped or terminated.
 func (s *Server) Running() bool {
 	s.mu.Lock()
@@ -141,11 +177,19 @@ func (s *Server) Running() bool {
 // already; calling it again is a no-op.
 func (s *Server) Terminate(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.terminated {
+		s.mu.Unlock()
 		return nil
 	}
 	s.terminated = true
+	paused := s.paused
+	s.mu.Unlock()
+	if paused {
+		// Some runtimes (Podman) refuse to stop a paused container.
+		if err := s.Unpause(ctx); err != nil {
+			return err
+		}
+	}
 	if s.admin != nil {
 		s.admin.Close()
 	}

@@ -129,8 +129,11 @@ func Parse(raw string) (valkey.ClientOption, error) {
 	}
 	opt.DisableCache = true
 	if opt.Sentinel.MasterSet != "" {
-		// The Sentinels speak TLS when the primary does.
+		// The Sentinels speak TLS when the primary does, and are dialled alike (valkey-go
+		// dials them with Sentinel.Dialer alone: without it, dial_timeout would not reach
+		// them, and a Sentinel that hangs would hold the client for the OS's connect timeout).
 		opt.Sentinel.TLSConfig = opt.TLSConfig
+		opt.Sentinel.Dialer = opt.Dialer
 		opt.Sentinel.Username = u.Query().Get("sentinel_user")
 		opt.Sentinel.Password = u.Query().Get("sentinel_password")
 		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh

@@ -3,6 +3,7 @@ package serverurl
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseURL(t *testing.T) {
@@ -101,7 +102,7 @@ func TestParseURL(t *testing.T) {
 // A Sentinel's URL: every Sentinel, the set, the Sentinels' own credentials apart from the
 // primary's, TLS for both, and no password in its redacted form.
 func TestParseSentinel(t *testing.T) {
-	raw := "rediss://app:pw@s1:26379?master_set=mymaster&addr=s2:26379&addr=s3:26379&sentinel_user=watch&sentinel_password=hunter2"
+	raw := "rediss://app:pw@s1:26379?master_set=mymaster&addr=s2:26379&addr=s3:26379&sentinel_user=watch&sentinel_password=hunter2&dial_timeout=2s"
 	opt, err := Parse(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +115,10 @@ func TestParseSentinel(t *testing.T) {
 	}
 	if opt.TLSConfig == nil || opt.Sentinel.TLSConfig != opt.TLSConfig || opt.Sentinel.TopologyRefreshInterval <= 0 {
 		t.Errorf("TLS %v, Sentinel's %v, refresh %v", opt.TLSConfig, opt.Sentinel.TLSConfig, opt.Sentinel.TopologyRefreshInterval)
+	}
+	// dial_timeout reaches the Sentinels too: valkey-go dials them with Sentinel.Dialer alone.
+	if opt.Dialer.Timeout != 2*time.Second || opt.Sentinel.Dialer.Timeout != 2*time.Second {
+		t.Errorf("dial timeout %v, Sentinels' %v; want 2s", opt.Dialer.Timeout, opt.Sentinel.Dialer.Timeout)
 	}
 	if r := Redact(raw); strings.Contains(r, "hunter2") || strings.Contains(r, ":pw@") {
 		t.Errorf("Redact: %s", r)
