@@ -62,7 +62,8 @@ func newApp(stderr io.Writer) *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "url", Value: "redis://127.0.0.1:6379", EnvVars: []string{"RLFN_URL"}, Usage: "any one node of the standalone server or cluster: redis://, rediss://, valkey://, valkeys://"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RLFN_TLS_CA"}, Usage: "PEM file of the CA that signed the servers' certificates (rediss:// and valkeys:// URLs; default: the system's roots)"},
-			&cli.StringSliceFlag{Name: "config", EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "required: a configuration file, or a directory of *.yaml files; repeat for more (in the environment, separated by ;)"},
+			&cli.StringSliceFlag{Name: "config", EnvVars: []string{"RLFN_RLS_CONFIG"}, Usage: "required: a configuration file, or a directory of *.yaml and *.yml files; repeat for more (in the environment, separated by ;)"},
+			&cli.BoolFlag{Name: "config-every-file", EnvVars: []string{"RLFN_RLS_CONFIG_EVERY_FILE"}, Usage: "read a --config directory as the reference reads its RUNTIME_* one: every file whatever its name, subdirectories too (dot entries never)"},
 			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"RLFN_RLS_MERGE_DOMAINS"}, Usage: "let several files add to one domain (the reference's MERGE_DOMAIN_CONFIG)"},
 			&cli.StringFlag{Name: "grpc", Value: ":8081", EnvVars: []string{"RLFN_RLS_GRPC"}, Usage: "address of the gRPC listener (ShouldRateLimit, health)"},
 			&cli.StringFlag{Name: "http", Value: ":8080", EnvVars: []string{"RLFN_RLS_HTTP"}, Usage: `address of the HTTP listener (/json, /healthcheck, /metrics); "" for none`},
@@ -109,7 +110,7 @@ func serve(c *cli.Context) error {
 		// Checked here, not by the flag's Required, which prints the whole help.
 		return errors.New("--config is required: a configuration file or directory (or --xds-server)")
 	}
-	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains")}
+	files := rls.Files{Paths: c.StringSlice("config"), Merge: c.Bool("merge-domains"), EveryFile: c.Bool("config-every-file")}
 	var cfg *envoyconf.Config // with xDS, none until the first arrives
 	if xds == nil {
 		if cfg, err = files.Load(); err != nil {

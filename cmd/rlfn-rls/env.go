@@ -56,11 +56,18 @@ func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEff
 		// The reference's environment is in use, and names no directory: the reference
 		// reads its default one. A start with none of its variables stays rlfn-rls's own
 		// (--config is required).
-		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT and RUNTIME_APPDIRECTORY unset", Flag: "config", Value: referenceConfigDir,
-			Note: "the reference's default directory", Unless: "xds-server"})
+		// The way of reading first: applied before --config is, it is left out for a
+		// --config given, which is read as rlfn-rls reads it.
+		r.effects = append(r.effects, envEffect{Var: "RUNTIME_ROOT and RUNTIME_APPDIRECTORY unset", Flag: "config-every-file", Value: "true",
+			Note: "every file of the directory, as the reference reads it", Unless: "config"},
+			envEffect{Var: "RUNTIME_ROOT and RUNTIME_APPDIRECTORY unset", Flag: "config", Value: referenceConfigDir,
+				Note: "the reference's default directory", Unless: "xds-server"})
 	}
 	return r.effects, errors.Join(r.errs...)
 }
+
+// genericVars are variables of the reference that other programs' environments set too.
+var genericVars = map[string]bool{"PORT": true, "HOST": true, "LOG_LEVEL": true, "LOG_FORMAT": true}
 
 // referenceConfigDir is where the reference reads its configuration without RUNTIME_*: its
 // RUNTIME_ROOT and RUNTIME_APPDIRECTORY defaults.
@@ -80,9 +87,10 @@ type envReader struct {
 func (r *envReader) get(name string) (string, bool) {
 	v, ok := r.lookup(name)
 	if ok {
-		// OTEL_* are OpenTelemetry's, set in a pod by others (an operator's injection): they
-		// are not the reference's environment in use.
-		r.used = r.used || !strings.HasPrefix(name, "OTEL_")
+		// OTEL_* are OpenTelemetry's, set in a pod by others (an operator's injection), and
+		// PORT, HOST, LOG_LEVEL and LOG_FORMAT are set by platforms (Cloud Run, Knative,
+		// Heroku give PORT) and by habit: none says the reference's environment is in use.
+		r.used = r.used || !strings.HasPrefix(name, "OTEL_") && !genericVars[name]
 		r.set[name] = v
 	}
 	return v, ok
@@ -528,7 +536,9 @@ func (r *envReader) files() {
 			app = "config"
 		}
 		dir := filepath.Join(root, sub, app)
-		r.effects = append(r.effects, envEffect{Var: r.vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), Flag: "config", Value: dir})
+		vars := r.vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+		r.effects = append(r.effects, envEffect{Var: vars, Flag: "config-every-file", Value: "true", Note: "every file of the directory, as the reference reads it", Unless: "config"},
+			envEffect{Var: vars, Flag: "config", Value: dir})
 	} else {
 		r.defaultDir = true
 	}

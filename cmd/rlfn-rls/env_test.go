@@ -318,6 +318,12 @@ func TestReferenceEnv(t *testing.T) {
 				t.Errorf("%v: --url %s: %v", tc.env, e.Note, err)
 			}
 		}
+		// A directory the reference's variables name (or its default one) is read as the
+		// reference reads it: every file.
+		if _, ok := tc.flags["config"]; ok && flags["config-every-file"] != "true" {
+			t.Errorf("%v: --config %s without --config-every-file", tc.env, flags["config"])
+		}
+		delete(flags, "config-every-file")
 		if fmt.Sprint(flags) != fmt.Sprint(tc.flags) && !(len(flags) == 0 && len(tc.flags) == 0) {
 			t.Errorf("%v: flags %v, want %v", tc.env, flags, tc.flags)
 		}
@@ -710,18 +716,27 @@ func TestReferenceEnvConfigDir(t *testing.T) {
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6390"}, []string{"--xds-server", "127.0.0.1:18000"}, "[]"},
 		{map[string]string{}, nil, "[]"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, nil, "[]"},
+		// What platforms set (Cloud Run's PORT) and habit (LOG_LEVEL) is not the reference's
+		// environment in use: a start without --config says --config is required.
+		{map[string]string{"PORT": "8080", "HOST": "0.0.0.0", "LOG_LEVEL": "info", "LOG_FORMAT": "json"}, nil, "[]"},
 	} {
 		for k, v := range tc.env {
 			t.Setenv(k, v)
 		}
 		app := newApp(io.Discard)
 		var got []string
+		var every bool
 		app.Action = func(c *cli.Context) error {
-			got = c.StringSlice("config")
+			got, every = c.StringSlice("config"), c.Bool("config-every-file")
 			return nil
 		}
 		if err := app.Run(append([]string{"rlfn-rls"}, tc.args...)); err != nil || fmt.Sprint(got) != tc.want {
 			t.Errorf("%v %v: --config %v %v, want %s", tc.env, tc.args, got, err, tc.want)
+		}
+		// The reference's directory is read as the reference reads it; a --config given, as
+		// rlfn-rls reads its own (over xDS, there is no directory to read).
+		if want := tc.want == "["+referenceConfigDir+"]"; every != want && !slices.Contains(tc.args, "--xds-server") {
+			t.Errorf("%v %v: --config-every-file %v, want %v", tc.env, tc.args, every, want)
 		}
 		for k := range tc.env {
 			os.Unsetenv(k)
