@@ -154,6 +154,7 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		mux.HandleFunc("POST /json", s.serveJSON)
 	}
 	mux.HandleFunc("GET /healthcheck", s.serveHealth)
+	mux.HandleFunc("GET /ready", s.serveReady)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
@@ -269,6 +270,19 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
+}
+
+// serveReady answers 200 once the service has a configuration, whatever the backend: the
+// readiness of a replica whose fallback decides while the backend is gone (/healthcheck
+// would take every replica out of the Service then, and Envoy's failure_mode_deny would
+// decide in the fallback's place), but that must not serve before its first configuration
+// over xDS (every request would be UNAVAILABLE).
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if s.svc.Config() == nil {
+		http.Error(w, "no configuration yet", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "OK")
 }
 
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {

@@ -327,17 +327,19 @@ func TestChartRefuses(t *testing.T) {
 
 // Readiness follows the fallback: /healthcheck (the backend's health) only with return_error,
 // where Envoy's failure_mode_deny is the fallback; with one of the service's own, a replica
-// whose backend is down must stay in the Service to apply it, so /metrics (it answers).
+// whose backend is down must stay in the Service to apply it, so /ready (a configuration is
+// loaded: over xDS, a replica without its first one stays out).
 // readinessPath overrides either, for a --policy in extraArgs.
 func TestChartReadinessFollowsFallback(t *testing.T) {
 	for values, want := range map[string]string{
 		"":                       "/healthcheck",
 		"fallback: return_error": "/healthcheck",
-		"fallback: local":        "/metrics",
-		"fallback: fail_open":    "/metrics",
-		"fallback: fail_closed":  "/metrics",
+		"fallback: local":        "/ready",
+		"fallback: fail_open":    "/ready",
+		"fallback: fail_closed":  "/ready",
 		"fallback: local\nreadinessPath: /healthcheck":                                                       "/healthcheck",
-		"extraArgs: [--policy=edge:fallback=fail_open]\nreadinessPath: /metrics":                             "/metrics",
+		"extraArgs: [--policy=edge:fallback=fail_open]\nreadinessPath: /ready":                               "/ready",
+		"config:\n  source: xds\n  xds: {server: \"xds:18000\"}\nfallback: local":                            "/ready",
 		"fallback: fail_open\nextraArgs: [--policy=edge:fallback=return_error]\nreadinessPath: /healthcheck": "/healthcheck",
 	} {
 		m, err := render(t, minimal+values)

@@ -38,14 +38,16 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{- /* The readiness probe's path: readinessPath, else /healthcheck with fallback return_error
-(the backend's health decides), else /metrics (the fallback decides). */ -}}
+(the backend's health decides), else /ready (a configuration is loaded: the fallback decides
+while the backend is gone, but a replica waiting for its first configuration over xDS stays
+out). */ -}}
 {{- define "rlfn-rls.readinessPath" -}}
 {{- if .Values.readinessPath -}}
 {{- .Values.readinessPath -}}
 {{- else if eq .Values.fallback "return_error" -}}
 /healthcheck
 {{- else -}}
-/metrics
+/ready
 {{- end -}}
 {{- end -}}
 
