@@ -39,8 +39,8 @@ type envEffect struct {
 // set are mostly not looked at: the reference's defaults are rlfn-rls's own flags' (its
 // ports, no headers, no shadow mode), or need a variable to mean anything (REDIS_URL's
 // default is a Unix socket). The exceptions: its default configuration directory, read when
-// any of its variables is set and none names one; and its xDS back-off, whose defaults
-// (a factor of 0.5: 10s every time) are not rlfn-rls's (10s doubling to 60s).
+// any of its variables is set and none names one; and over xDS its back-off's growth, whose
+// default (a factor of 0.5: 10s every time) is not rlfn-rls's (10s doubling to 60s).
 //
 // names are the variables set (os.Environ's), for those the reference reads by a prefix.
 func referenceEnv(lookup func(string) (string, bool), names ...string) ([]envEffect, error) {
@@ -432,7 +432,7 @@ func (r *envReader) xds() {
 			r.noted("unused without CONFIG_GRPC_XDS_SERVER_USE_TLS (as by the reference)", v)
 		}
 	}
-	r.noted("reconnections wait XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling to XDS_CLIENT_BACKOFF_MAX_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	r.noted("unused: reconnections wait as XDS_CLIENT_BACKOFF_* say, as the reference's", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
 	r.health()
 }
 
@@ -483,6 +483,10 @@ func (r *envReader) backoff() {
 		default:
 			r.effects = append(r.effects, envEffect{Var: factorVar + "=" + v, Flag: "xds-backoff-factor", Value: v, Note: "the growth of each wait, as the reference's"})
 		}
+	} else {
+		// The reference's default, 0.5: it tries again every XDS_CLIENT_BACKOFF_INITIAL_INTERVAL
+		// (10s) while its control plane is away, where rlfn-rls's own would wait up to 60s.
+		r.effects = append(r.effects, envEffect{Var: factorVar + " unset", Flag: "xds-backoff-factor", Value: "1", Note: "the reference's default, 0.5: every wait is XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"})
 	}
 	if v, ok := r.get(jitterVar); ok {
 		if r.bool(jitterVar, true) {

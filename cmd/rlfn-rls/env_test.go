@@ -63,7 +63,7 @@ func TestReferenceEnv(t *testing.T) {
 		},
 		{
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"},
-			flags: map[string]string{"xds-server": "localhost:18000"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1"},
 		},
 		{
 			env:   map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "DEBUG_PORT": "6070"},
@@ -191,7 +191,7 @@ func TestReferenceEnv(t *testing.T) {
 		{
 			env: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a", "XDS_CLIENT_BACKOFF_JITTER": "false",
 				"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "RUNTIME_ROOT": "/data"},
-			flags: map[string]string{"xds-server": "localhost:18000", "xds-node-metadata": "zone=a", "xds-backoff-random": "0", "xds-backoff-initial": "1s"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1", "xds-node-metadata": "zone=a", "xds-backoff-random": "0", "xds-backoff-initial": "1s"},
 			notes: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c/tls.crt", "RUNTIME_ROOT=/data"},
 		},
 		{
@@ -212,11 +212,11 @@ func TestReferenceEnv(t *testing.T) {
 		{
 			// A first wait above the longest: every wait is the longest, as jpillora/backoff's.
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m"},
-			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-initial": "1m0s", "xds-backoff-max": "1m0s"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1", "xds-backoff-initial": "1m0s", "xds-backoff-max": "1m0s"},
 		},
 		{
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s"},
-			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-initial": "5s", "xds-backoff-max": "5s"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1", "xds-backoff-initial": "5s", "xds-backoff-max": "5s"},
 		},
 		{
 			// Custom header names are refused where they would be sent, noted where not.
@@ -238,11 +238,11 @@ func TestReferenceEnv(t *testing.T) {
 		{
 			// Envoy Gateway's: healthy before its control plane serves any configuration.
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
-			flags: map[string]string{"xds-server": "localhost:18000", "healthy-without-config": "true"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1", "healthy-without-config": "true"},
 		},
 		{
 			env:   map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"},
-			flags: map[string]string{"xds-server": "localhost:18000"},
+			flags: map[string]string{"xds-server": "localhost:18000", "xds-backoff-factor": "1"},
 			notes: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 		},
 		{
