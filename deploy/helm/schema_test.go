@@ -86,7 +86,7 @@ func TestChartSchemaRefuses(t *testing.T) {
 	for values, want := range map[string]string{
 		"fallback: open":                            "at '/fallback'",
 		"headers: ietf":                             "at '/headers'",
-		"readinessPath: /live":                     "at '/readinessPath'",
+		"readinessPath: /live":                      "at '/readinessPath'",
 		"config: {source: XDS}":                     "at '/config/source'",
 		"metricsPort: 8080":                         "at '/metricsPort'",
 		"metricsPort: 8081":                         "at '/metricsPort'",
