@@ -170,11 +170,25 @@ func newRig(t testing.TB, b *backend, config string, o client.Options, so rls.Se
 		so.CheckEvery = 100 * time.Millisecond
 	}
 	srv := rls.NewServer(svc, so)
+	g, h := serve(t, srv)
+	conn, err := grpc.NewClient(g.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	// The tests count minute windows: a sequence must not straddle two.
+	awayFromMinuteEnd()
+	return &rig{svc: svc, srv: srv, rls: pb.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), http: "http://" + h.Addr().String(), dir: dir}
+}
+
+// serve serves srv on loopback until the test ends, and returns its gRPC and HTTP listeners.
+func serve(t testing.TB, srv *rls.Server) (g, h net.Listener) {
+	t.Helper()
 	g, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := net.Listen("tcp", "127.0.0.1:0")
+	h, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +204,7 @@ func newRig(t testing.TB, b *backend, config string, o client.Options, so rls.Se
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient(g.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	// The tests count minute windows: a sequence must not straddle two.
-	awayFromMinuteEnd()
-	return &rig{svc: svc, srv: srv, rls: pb.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), http: "http://" + h.Addr().String(), dir: dir}
+	return g, h
 }
 
 // ask sends one request and fails the test on a gRPC error.

@@ -2,7 +2,6 @@ package rls_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,22 +18,7 @@ import (
 func TestReady(t *testing.T) {
 	svc := rls.NewService(func(string) *client.Limiter { return nil }, nil, rls.Options{})
 	srv := rls.NewServer(svc, rls.ServerOptions{Check: func(context.Context) error { return context.DeadlineExceeded }, CheckEvery: 10 * time.Millisecond})
-	g, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(g, h) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	}()
+	_, h := serve(t, srv)
 	get := func(path string) int {
 		t.Helper()
 		resp, err := http.Get("http://" + h.Addr().String() + path)
