@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -380,24 +378,9 @@ func envoyGatewayEnv(redisURL, xds, certs string, ports []int) map[string]string
 // what each variable did.
 func TestEnvoyGatewayEnv(t *testing.T) {
 	url, _, _ := startStalled(t)
-	ca, err := harness.NewTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := t.TempDir()
-	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Envoy Gateway's control plane asks its clients for a certificate.
-	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCAs := x509.NewCertPool()
-	clientCAs.AppendCertsFromPEM(ca.CAPEM)
-	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: clientCAs, ClientAuth: tls.RequireAndVerifyClientCert})
+	sec := newGatewaySecret(t)
+	ca, certs, xds := sec.ca, sec.dir, sec.xds
 
 	var ports []int
 	var held []net.Listener

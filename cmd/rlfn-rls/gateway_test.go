@@ -201,28 +201,15 @@ func gatewayDiff(want, got *pb.RateLimitResponse) string {
 func TestEnvoyGatewaySideBySide(t *testing.T) {
 	refBin := filepath.Join(reference.Bin(t), "service_cmd")
 	harness.Require(t, harness.ValkeyImage())
-	ca, err := harness.NewTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Envoy Gateway's secret envoy-rate-limit at /certs (the gRPC listener's certificate,
-	// and the xDS client's), and the Redis client certificate at /redis-certs; one
-	// certificate here, valid for both roles.
-	certs, redisCerts := t.TempDir(), t.TempDir()
-	for _, f := range []struct {
-		dir, name string
-		data      []byte
-	}{{certs, "ca.crt", ca.CAPEM}, {certs, "tls.crt", ca.CertPEM}, {certs, "tls.key", ca.KeyPEM}, {redisCerts, "tls.crt", ca.CertPEM}, {redisCerts, "tls.key", ca.KeyPEM}} {
-		if err := os.WriteFile(filepath.Join(f.dir, f.name), f.data, 0o600); err != nil {
+	sec := newGatewaySecret(t)
+	ca, certs, pair, pool, xds := sec.ca, sec.dir, sec.pair, sec.pool, sec.xds
+	// The Redis client certificate at /redis-certs: the same certificate here.
+	redisCerts := t.TempDir()
+	for name, data := range map[string][]byte{"tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(redisCerts, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CAPEM)
 	mutual := func() *tls.Config {
 		return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
@@ -242,7 +229,6 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 		t.Fatal("Valkey takes a client without a certificate: REDIS_TLS_CLIENT_CERT would go untested")
 	}
 
-	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
 	xds.Set(t, gatewayConfig(3))
 
 	ours := filepath.Join(t.TempDir(), "rlfn-rls")
@@ -332,4 +318,41 @@ func TestEnvoyGatewaySideBySide(t *testing.T) {
 	if _, body := get(rlfn.metrics); !strings.Contains(body, `rlfn_rls_requests_total{`) {
 		t.Errorf("rlfn-rls's metrics at PROMETHEUS_ADDR lack its requests:\n%.2000s", body)
 	}
+}
+
+// gatewaySecret is Envoy Gateway's Secret envoy-rate-limit as Kubernetes mounts it at
+// /certs (ca.crt, tls.crt, tls.key, readable by all: one certificate for the gRPC listener
+// and for the xDS client), and its control plane's xDS server, which asks its clients for
+// that certificate.
+type gatewaySecret struct {
+	ca   *harness.TLS
+	dir  string
+	pair tls.Certificate
+	pool *x509.CertPool
+	xds  *harness.XDS
+}
+
+func newGatewaySecret(t *testing.T) gatewaySecret {
+	t.Helper()
+	ca, err := harness.NewTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CAPEM)
+	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+	return gatewaySecret{ca: ca, dir: dir, pair: pair, pool: pool, xds: xds}
 }

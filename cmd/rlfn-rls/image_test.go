@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -130,27 +128,8 @@ func TestImage(t *testing.T) {
 // healthy (Envoy Gateway's startupProbe on /healthcheck), then serves the configuration the
 // xDS server pushes to Envoy over TLS, and stops cleanly.
 func imageAsEnvoyGateway(t *testing.T, tag, redisAddr string) {
-	ca, err := harness.NewTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := t.TempDir()
-	if err := os.Chmod(certs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A Secret's files as Kubernetes mounts them: readable by all.
-	for name, data := range map[string][]byte{"ca.crt": ca.CAPEM, "tls.crt": ca.CertPEM, "tls.key": ca.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certs, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CAPEM)
-	xds := harness.StartXDS(t, "envoy-ratelimit", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+	sec := newGatewaySecret(t)
+	ca, certs, xds := sec.ca, sec.dir, sec.xds
 
 	ports := harness.FreePorts(t, 3)
 	name := strings.NewReplacer("/", "-", ":", "-").Replace(tag) + "-gateway"
