@@ -110,7 +110,7 @@ func TestStartErrorsNameFlags(t *testing.T) {
 		}
 	})
 	// The listeners open once the server answers.
-	url, dir := startLibraryValkey(t)
+	url, dir, _ := startStalled(t, "d")
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

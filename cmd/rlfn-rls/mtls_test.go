@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlfn/rlfn/functions"
 	"github.com/rlfn/rlfn/internal/harness"
 )
 
@@ -97,30 +96,13 @@ func mtlsFiles(t *testing.T) (*harness.TLS, []string) {
 	return ca, []string{"--grpc-tls-cert", write("tls.crt", ca.CertPEM), "--grpc-tls-key", write("tls.key", ca.KeyPEM), "--grpc-tls-client-ca", write("ca.crt", ca.CAPEM)}
 }
 
-// startLibraryValkey is a Valkey with the library, and a configuration directory with the
-// domain d.
-func startLibraryValkey(t *testing.T) (url, dir string) {
-	t.Helper()
-	harness.Require(t, harness.ValkeyImage())
-	srv := harness.StartValkey(t)
-	vk := srv.Client(t)
-	if err := vk.Do(context.Background(), vk.B().FunctionLoad().Replace().FunctionCode(functions.Source).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	dir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return "redis://" + srv.Addr, dir
-}
-
 const jsonRequest = `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`
 
 // With mutual TLS on the gRPC listener, POST /json (which checks no certificate) is off unless
 // --json-without-client-auth: anyone reaching --http would otherwise spend the limits the
 // gRPC listener guards. /healthcheck and /metrics stay; the log says why /json is off.
 func TestJSONOffWithMutualTLS(t *testing.T) {
-	url, dir := startLibraryValkey(t)
+	url, dir, _ := startStalled(t, "d")
 	_, tlsArgs := mtlsFiles(t)
 	run := func(extra ...string) (*httpApp, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -160,7 +142,7 @@ func TestJSONOffWithMutualTLS(t *testing.T) {
 // that the backend (which is fine) cannot decide at every check; and an xDS server not
 // reachable is said not to leave a configuration in use, there being none.
 func TestWaitingForFirstConfig(t *testing.T) {
-	url, _ := startLibraryValkey(t)
+	url, _, _ := startStalled(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := &harness.Buffer{}
@@ -202,7 +184,7 @@ func TestWaitingForFirstConfig(t *testing.T) {
 // why: once per 10 s, the others counted. A connection closed without a handshake (a TCP
 // probe) is no refusal.
 func TestTLSRefusalsLogged(t *testing.T) {
-	url, dir := startLibraryValkey(t)
+	url, dir, _ := startStalled(t, "d")
 	ca, tlsArgs := mtlsFiles(t)
 	other, err := harness.NewTLS()
 	if err != nil {
