@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -163,7 +162,7 @@ func serve(c *cli.Context) error {
 	if err := clientCertificate(c, &opt, log); err != nil {
 		return err
 	}
-	boundConnect(&opt, shortestDeadline(c.Duration("deadline"), policies))
+	serverurl.BoundConnect(&opt, shortestDeadline(c.Duration("deadline"), policies))
 	grpcTLS, err := serverTLS(c, log)
 	if err != nil {
 		return err
@@ -175,6 +174,11 @@ func serve(c *cli.Context) error {
 	// After the requests are drained and the limiters closed: their last spans are sent.
 	defer tr.close(log)
 	vk, err := valkey.NewClient(opt)
+	if err != nil && opt.TLSConfig != nil && errors.Is(err, context.DeadlineExceeded) && len(opt.InitAddress) > 0 {
+		// A TLS URL to a plain port (the reference's REDIS_TLS=true on a server without TLS)
+		// gets no answer to its handshake: say so, as rlfn's connect hint does.
+		err = fmt.Errorf("the TLS handshake with %s did not complete within %s (does the server speak TLS on that port?): %w", opt.InitAddress[0], opt.Dialer.Timeout, err)
+	}
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", serverurl.Redact(c.String("url")), err)
 	}
@@ -398,56 +402,6 @@ func shortestDeadline(d time.Duration, policies map[string]rls.Policy) time.Dura
 		}
 	}
 	return d
-}
-
-// boundConnect makes d bound the opening of a connection (TCP, TLS, and valkey-go's HELLO
-// and the like) as it bounds each call. valkey-go opens a node's broken connection again
-// with whichever call comes next, and every call to the node waits for it, whatever its own
-// deadline: a background call's (the health check's, or none) or valkey-go's 5 s dial timeout
-// would otherwise hold every request for seconds once a node hangs, and Envoy's timeout,
-// not --fallback, would decide. A shorter dial_timeout the URL gave is kept. The Sentinels
-// are dialled alike. The price: a server more than d away (TCP and TLS round trips) never
-// connects, and says so at start.
-func boundConnect(opt *valkey.ClientOption, d time.Duration) {
-	for _, dialer := range []*net.Dialer{&opt.Dialer, &opt.Sentinel.Dialer} {
-		if dialer.Timeout <= 0 || dialer.Timeout > d {
-			dialer.Timeout = d
-		}
-	}
-	if opt.DialCtxFn == nil && opt.DialFn == nil {
-		opt.DialCtxFn = dial
-	}
-}
-
-// dial is valkey-go's own dial, TCP then TLS when tlsConfig is set, within the dialer's
-// timeout, that says which of the two did not complete: a TLS URL to a plain server (the
-// reference's REDIS_TLS=true on a server without TLS) gets no answer to its handshake, and
-// would fail with "context deadline exceeded" alone.
-func dial(ctx context.Context, dst string, dialer *net.Dialer, tlsConfig *tls.Config) (net.Conn, error) {
-	if dialer.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dialer.Timeout)
-		defer cancel()
-	}
-	conn, err := dialer.DialContext(ctx, "tcp", dst)
-	if err != nil || tlsConfig == nil {
-		return conn, err
-	}
-	if tlsConfig.ServerName == "" {
-		// As tls.Dialer does: the name checked is the host dialled.
-		host, _, _ := net.SplitHostPort(dst)
-		tlsConfig = tlsConfig.Clone()
-		tlsConfig.ServerName = host
-	}
-	tc := tls.Client(conn, tlsConfig)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		conn.Close()
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("the TLS handshake with %s did not complete within %s (does the server speak TLS on that port?): %w", dst, dialer.Timeout, err)
-		}
-		return nil, fmt.Errorf("the TLS handshake with %s did not complete: %w", dst, err)
-	}
-	return tc, nil
 }
 
 // startReconciler runs, until ctx ends, the reconciler rlfn reconcile runs: the newest

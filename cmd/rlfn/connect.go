@@ -34,11 +34,10 @@ func clientOption(c *cli.Context) (valkey.ClientOption, error) {
 	if err != nil {
 		return opt, err
 	}
-	// The dial and the connection's handshake (which ConnWriteTimeout bounds) both count.
+	// The dial (the Sentinels' too) and the connection's handshake (which ConnWriteTimeout
+	// bounds) both count.
 	timeout := c.Duration("timeout")
-	if opt.Dialer.Timeout <= 0 || opt.Dialer.Timeout > timeout {
-		opt.Dialer.Timeout = timeout
-	}
+	serverurl.BoundConnect(&opt, timeout)
 	if opt.ConnWriteTimeout <= 0 || opt.ConnWriteTimeout > timeout {
 		opt.ConnWriteTimeout = timeout
 	}

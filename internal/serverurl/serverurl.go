@@ -221,3 +221,19 @@ func TrustCA(opt *valkey.ClientOption, file, from string) error {
 	opt.TLSConfig.RootCAs = pool
 	return nil
 }
+
+// BoundConnect makes d bound the opening of a connection (TCP, TLS, and valkey-go's HELLO
+// and the like), of the nodes and of the Sentinels, as d bounds each call; a shorter
+// dial_timeout the URL gave is kept. valkey-go opens a node's broken connection again with
+// whichever call comes next, and every call to the node waits for it, whatever its own
+// deadline: a background call's (the health check's, or none) or valkey-go's 5 s dial
+// timeout would otherwise hold every call for seconds once a node hangs (in rlfn-rls,
+// Envoy's timeout, not --fallback, would decide; in the CLI, a command would outlive
+// --timeout). The price: a server more than d away (TCP and TLS round trips) never connects.
+func BoundConnect(opt *valkey.ClientOption, d time.Duration) {
+	for _, dialer := range []*net.Dialer{&opt.Dialer, &opt.Sentinel.Dialer} {
+		if dialer.Timeout <= 0 || dialer.Timeout > d {
+			dialer.Timeout = d
+		}
+	}
+}

@@ -124,3 +124,24 @@ func TestParseSentinel(t *testing.T) {
 		t.Errorf("Redact: %s", r)
 	}
 }
+
+// BoundConnect bounds the dial of the nodes and of the Sentinels by d, and keeps a shorter
+// dial_timeout the URL gave.
+func TestBoundConnect(t *testing.T) {
+	opt, err := Parse("redis://s1:26379?master_set=mymaster&dial_timeout=50ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	BoundConnect(&opt, 100*time.Millisecond)
+	if opt.Dialer.Timeout != 50*time.Millisecond || opt.Sentinel.Dialer.Timeout != 50*time.Millisecond {
+		t.Errorf("the URL's shorter timeout: %v, Sentinels' %v", opt.Dialer.Timeout, opt.Sentinel.Dialer.Timeout)
+	}
+	opt, err = Parse("redis://s1:26379?master_set=mymaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	BoundConnect(&opt, 100*time.Millisecond)
+	if opt.Dialer.Timeout != 100*time.Millisecond || opt.Sentinel.Dialer.Timeout != 100*time.Millisecond {
+		t.Errorf("bounded: %v, Sentinels' %v; want 100ms", opt.Dialer.Timeout, opt.Sentinel.Dialer.Timeout)
+	}
+}
